@@ -1,0 +1,1 @@
+"""controller: filled in by a later issue (see ../shared/DESIGN.md section 1)."""

@@ -1,0 +1,48 @@
+"""The events package's exceptions: one root, a few specific leaves."""
+
+from __future__ import annotations
+
+
+class EventsError(Exception):
+    """Root of every error raised by the ``events`` package."""
+
+
+class SchemaError(EventsError):
+    """A schema file is missing, malformed, or does not match its event class."""
+
+
+class DecodeError(EventsError):
+    """Bytes that are not a decodable runledger event.
+
+    ``reason`` is a short machine-readable code (``bad_magic``, ``truncated``,
+    ``unknown_fingerprint``, ``body_invalid``, ``not_an_event``, ...).
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class EncodeError(EventsError):
+    """An event that cannot be written with its schema (names the field)."""
+
+
+class InvalidEvent(EventsError):
+    """An event whose fields break a rule the schema cannot express."""
+
+
+class BrokerUnavailable(EventsError):
+    """No Kafka broker answered at the configured bootstrap address."""
+
+
+class ProducerFenced(EventsError):
+    """A newer producer with the same transactional id has taken over.
+
+    The holder must stop: everything it still wants to write would be refused,
+    and that is the point of fencing.
+    """
+
+
+class KafkaOperationError(EventsError):
+    """A Kafka call failed in a way the caller must handle (names the call)."""

@@ -1,0 +1,290 @@
+"""The run-state fold: ``evolve(state, event) -> state``, pure and total.
+
+No I/O, no clock, no randomness: time comes from ``header.occurred_at``. Every
+event gets a verdict. A refused event leaves the state exactly as it was, which
+is what makes fencing hold: a report that carries a generation other than the
+current one is computed on by its writer but never changes accepted progress,
+checkpoint or cursor. Terminal states absorb everything but the informational
+records (``WriteRejected``, ``AlertRaised``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from events.model import (
+    AlertRaised,
+    CancelRequested,
+    CursorAdvanced,
+    Event,
+    FailureClassified,
+    GenerationStarted,
+    HeartbeatRecorded,
+    ManifestCommitted,
+    ManifestProposed,
+    MembershipConfirmed,
+    RunAdmitted,
+    RunCancelled,
+    RunFinished,
+    RunQueued,
+    RunSubmitted,
+    ShardWritten,
+    StepCommitted,
+    WorkerExited,
+    WriteRejected,
+)
+from events.state import Checkpoint, Cursor, RunState, Status
+
+# Verdict reasons: stable strings, recorded in WriteRejected.reason and shown by
+# `runledger events`.
+STALE_GENERATION = "stale_generation"
+UNKNOWN_RUN = "unknown_run"
+WRONG_RUN = "wrong_run"
+DUPLICATE_SUBMISSION = "duplicate_submission"
+ILLEGAL_TRANSITION = "illegal_transition"
+RUN_TERMINAL = "run_terminal"
+RUN_NOT_ACTIVE = "run_not_active"
+GENERATION_NOT_FORWARD = "generation_not_forward"
+STEP_NOT_FORWARD = "step_not_forward"
+NOT_A_MEMBER = "not_a_member"
+CURSOR_WITHOUT_CHECKPOINT = "cursor_without_checkpoint"
+RESUME_BEYOND_CHECKPOINT = "resume_beyond_checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    accepted: bool
+    reason: str = ""
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return "accepted" if self.accepted else f"rejected: {self.reason} ({self.detail})"
+
+
+ACCEPTED = Verdict(True)
+
+
+def _reject(reason: str, detail: str) -> Verdict:
+    return Verdict(False, reason, detail)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    state: RunState | None
+    verdict: Verdict
+
+
+_INFORMATIONAL = (WriteRejected, AlertRaised)
+
+
+def apply(state: RunState | None, event: Event) -> Transition:
+    """The state after ``event`` and the verdict on it."""
+    if state is None:
+        if isinstance(event, RunSubmitted):
+            return Transition(_submitted(event), ACCEPTED)
+        return Transition(None, _reject(UNKNOWN_RUN, f"no RunSubmitted for run {event.run_id}"))
+    if event.run_id != state.run_id:
+        return Transition(state, _reject(WRONG_RUN, f"event for {event.run_id} on {state.run_id}"))
+    if state.status.terminal and not isinstance(event, _INFORMATIONAL):
+        detail = f"{event.event_type} after the run is {state.status.value}"
+        return Transition(state, _reject(RUN_TERMINAL, detail))
+    verdict = _check(state, event)
+    if not verdict.accepted:
+        return Transition(state, verdict)
+    new = _advance(state, event)
+    new = replace(new, updated_at=max(new.updated_at, event.header.occurred_at))
+    return Transition(new, ACCEPTED)
+
+
+def evolve(state: RunState | None, event: Event) -> RunState | None:
+    return apply(state, event).state
+
+
+def fold(events: Iterable[Event], states: dict[str, RunState] | None = None) -> dict[str, RunState]:
+    """Fold many runs' events (in log order per run) into a state per run."""
+    out = dict(states or {})
+    for event in events:
+        new = apply(out.get(event.run_id), event).state
+        if new is not None:
+            out[event.run_id] = new
+    return out
+
+
+def _submitted(e: RunSubmitted) -> RunState:
+    return RunState(
+        run_id=e.run_id,
+        status=Status.SUBMITTED,
+        spec_digest=e.spec_digest,
+        principal=e.principal,
+        world_size=e.world_size,
+        dataset_id=e.dataset_id,
+        submitted_at=e.header.occurred_at,
+        updated_at=e.header.occurred_at,
+        generation=e.generation,
+    )
+
+
+def _fenced(state: RunState, e: Event) -> Verdict:
+    """Reports and checkpoint facts are accepted only under the live generation."""
+    if not state.status.active:
+        return _reject(RUN_NOT_ACTIVE, f"{e.event_type} while the run is {state.status.value}")
+    if e.generation != state.generation:
+        return _reject(
+            STALE_GENERATION,
+            f"{e.event_type} carries generation {e.generation}, current is {state.generation}",
+        )
+    return ACCEPTED
+
+
+def _member(state: RunState, e: Event, logical_id: str) -> Verdict:
+    if state.members and logical_id not in {m.logical_id for m in state.members}:
+        return _reject(NOT_A_MEMBER, f"{e.event_type} from {logical_id!r}, not a member")
+    return ACCEPTED
+
+
+def _check(state: RunState, e: Event) -> Verdict:
+    s = state.status
+    match e:
+        case RunSubmitted():
+            return _reject(DUPLICATE_SUBMISSION, f"run {e.run_id} was already submitted")
+        case RunQueued() | RunAdmitted():
+            if s not in (Status.SUBMITTED, Status.QUEUED):
+                return _reject(ILLEGAL_TRANSITION, f"{e.event_type} from {s.value}")
+            return ACCEPTED
+        case GenerationStarted():
+            if not (s == Status.ADMITTED or s.active):
+                return _reject(ILLEGAL_TRANSITION, f"GenerationStarted from {s.value}")
+            if e.generation <= state.generation:
+                return _reject(
+                    GENERATION_NOT_FORWARD,
+                    f"generation {e.generation} does not advance past {state.generation}",
+                )
+            limit = state.checkpoint.step if state.checkpoint else 0
+            if e.resume_step is not None and e.resume_step > limit:
+                return _reject(
+                    RESUME_BEYOND_CHECKPOINT,
+                    f"resume_step {e.resume_step} is past the latest committed step {limit}",
+                )
+            return ACCEPTED
+        case MembershipConfirmed():
+            verdict = _fenced(state, e)
+            if verdict.accepted and s == Status.RUNNING:
+                return _reject(ILLEGAL_TRANSITION, "MembershipConfirmed while already Running")
+            return verdict
+        case HeartbeatRecorded() | WorkerExited():
+            verdict = _fenced(state, e)
+            return verdict if not verdict.accepted else _member(state, e, e.logical_id)
+        case ShardWritten():
+            verdict = _fenced(state, e)
+            return verdict if not verdict.accepted else _member(state, e, e.logical_id)
+        case StepCommitted():
+            verdict = _fenced(state, e)
+            if verdict.accepted and e.step <= state.step:
+                return _reject(STEP_NOT_FORWARD, f"step {e.step} is not after step {state.step}")
+            return verdict
+        case ManifestProposed() | ManifestCommitted():
+            verdict = _fenced(state, e)
+            latest = state.checkpoint.step if state.checkpoint else -1
+            if verdict.accepted and e.step <= latest:
+                return _reject(
+                    STEP_NOT_FORWARD, f"checkpoint step {e.step} is not after committed {latest}"
+                )
+            return verdict
+        case CursorAdvanced():
+            verdict = _fenced(state, e)
+            if not verdict.accepted:
+                return verdict
+            # Data progress commits at the same step boundary as model state.
+            if state.checkpoint is None or e.step != state.checkpoint.step:
+                at = state.checkpoint.step if state.checkpoint else None
+                return _reject(
+                    CURSOR_WITHOUT_CHECKPOINT,
+                    f"cursor at step {e.step}, latest committed checkpoint is at {at}",
+                )
+            if state.cursor is not None and e.step <= state.cursor.step:
+                return _reject(STEP_NOT_FORWARD, f"cursor step {e.step} <= {state.cursor.step}")
+            return ACCEPTED
+        case FailureClassified():
+            if not (s.active or s == Status.ADMITTED):
+                return _reject(ILLEGAL_TRANSITION, f"FailureClassified while {s.value}")
+            if e.generation != state.generation:
+                return _reject(
+                    STALE_GENERATION,
+                    f"failure of generation {e.generation}, current is {state.generation}",
+                )
+            return ACCEPTED
+        case RunFinished():
+            if e.outcome == "succeeded":
+                if s != Status.RUNNING:
+                    return _reject(ILLEGAL_TRANSITION, f"success while {s.value}")
+                if e.generation != state.generation:
+                    return _reject(STALE_GENERATION, f"success of generation {e.generation}")
+            return ACCEPTED
+        case CancelRequested() | RunCancelled() | WriteRejected() | AlertRaised():
+            return ACCEPTED
+    return _reject(ILLEGAL_TRANSITION, f"the fold has no rule for {e.event_type}")
+
+
+def _advance(state: RunState, e: Event) -> RunState:
+    match e:
+        case RunQueued():
+            return replace(state, status=Status.QUEUED, queue_reason=e.reason)
+        case RunAdmitted():
+            return replace(state, status=Status.ADMITTED, members=e.members, queue_reason="")
+        case GenerationStarted():
+            first = state.status == Status.ADMITTED and state.checkpoint is None
+            return replace(
+                state,
+                status=Status.STARTING if first else Status.RECOVERING,
+                generation=e.generation,
+                members=e.members or state.members,
+                step=e.resume_step or 0,
+                heartbeats={},
+                exits={},
+            )
+        case MembershipConfirmed():
+            return replace(state, status=Status.RUNNING)
+        case HeartbeatRecorded():
+            last = max(state.heartbeats.get(e.logical_id, 0), e.header.occurred_at)
+            return replace(state, heartbeats={**state.heartbeats, e.logical_id: last})
+        case WorkerExited():
+            code = e.exit_code if e.signal is None else -e.signal
+            return replace(state, exits={**state.exits, e.logical_id: code})
+        case StepCommitted():
+            return replace(
+                state,
+                step=e.step,
+                tokens=state.tokens + e.tokens,
+                loss_tokens=state.loss_tokens + e.loss_tokens,
+            )
+        case ManifestCommitted():
+            ckpt = Checkpoint(
+                e.step, e.manifest_path, e.manifest_digest, e.generation, e.header.occurred_at
+            )
+            return replace(state, checkpoint=ckpt)
+        case CursorAdvanced():
+            cursor = Cursor(
+                e.step, e.dataset_id, e.epoch, e.position, dict(e.source_counts), e.generation
+            )
+            return replace(state, cursor=cursor)
+        case FailureClassified():
+            failures = {**state.failures, e.signature: state.failures.get(e.signature, 0) + 1}
+            new = replace(state, failures=failures, failure_count=state.failure_count + 1)
+            if e.action == "restart":
+                return replace(new, status=Status.RECOVERING)
+            if e.action == "requeue":
+                return replace(new, status=Status.QUEUED, queue_reason=f"requeued: {e.signature}")
+            return new
+        case RunFinished():
+            status = Status.SUCCEEDED if e.outcome == "succeeded" else Status.FAILED
+            return replace(state, status=status, outcome_reason=e.reason)
+        case RunCancelled():
+            return replace(state, status=Status.CANCELLED, outcome_reason=e.reason)
+        case CancelRequested():
+            return replace(state, cancel_requested=True)
+        case WriteRejected():
+            return replace(state, rejections=state.rejections + 1)
+        case AlertRaised():
+            return replace(state, alerts=state.alerts + 1)
+    return state  # ShardWritten, ManifestProposed: accepted, recorded by projections

@@ -1,0 +1,298 @@
+"""Kafka at the edge: producers, the controller's transactions, consumers, quarantine.
+
+Every record is keyed by ``run_id`` and carries the Kafka header
+``event_type``. Nothing here decides anything about runs; it moves bytes and
+turns Kafka's failure modes into this package's exceptions.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from events.codec import Codec, default_codec
+from events.errors import BrokerUnavailable, DecodeError, KafkaOperationError, ProducerFenced
+from events.model import Event
+from events.topics import QUARANTINE
+
+log = logging.getLogger("runledger.events.kafka")
+
+ENV_BOOTSTRAP = "RUNLEDGER_BOOTSTRAP"
+_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+
+
+def bootstrap_from_env(explicit: str | None = None) -> str:
+    """The bootstrap address: an explicit one, else ``RUNLEDGER_BOOTSTRAP``."""
+    value = explicit or os.environ.get(ENV_BOOTSTRAP, "")
+    if not value:
+        raise BrokerUnavailable(
+            f"no Kafka bootstrap address: set {ENV_BOOTSTRAP} or start `runledger stack up`"
+        )
+    return value
+
+
+def check_broker(bootstrap: str, timeout_s: float = 5.0) -> int:
+    """Number of brokers that answer; ``BrokerUnavailable`` when none does."""
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 3000}
+    )
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise BrokerUnavailable(f"no Kafka broker answered at {bootstrap}: {exc.args[0]}") from None
+    return len(metadata.brokers)
+
+
+Headers = list[tuple[str, str | bytes | None]]
+
+
+def header_items(msg: Message) -> list[tuple[str, bytes]]:
+    """A message's headers as (name, bytes) pairs, whatever form the client used."""
+    raw: Any = msg.headers() or []
+    items = raw.items() if isinstance(raw, dict) else raw
+    out: list[tuple[str, bytes]] = []
+    for key, value in items:
+        if isinstance(value, str):
+            value = value.encode()
+        out.append((str(key), value or b""))
+    return out
+
+
+def _headers(event: Event, version: int) -> Headers:
+    return [("event_type", event.event_type.encode()), ("schema_version", str(version).encode())]
+
+
+class EventProducer:
+    """Idempotent producer for requests and reports (``acks=all``, idempotence on).
+
+    Retries inside librdkafka cannot duplicate or reorder a partition's records.
+    """
+
+    def __init__(
+        self, bootstrap: str, *, client_id: str = "runledger", codec: Codec | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        self.codec = codec or default_codec()
+        conf: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            **(config or {}),
+        }
+        self._producer = Producer(conf)
+
+    def send(
+        self, topic: str, event: Event,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+    ) -> None:
+        data = self.codec.encode(event)
+        self.send_bytes(topic, event.run_id, data, _headers(event, event.header.schema_version),
+                        on_delivery)
+
+    def send_bytes(
+        self, topic: str, key: str | bytes | None, value: bytes,
+        headers: Headers | None = None,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+    ) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    topic, value=value, key=key, headers=headers or [], on_delivery=on_delivery
+                )
+                return
+            except BufferError:
+                # Local queue full: serve delivery reports, which frees space (backpressure).
+                self._producer.poll(0.1)
+
+    def poll(self, timeout_s: float = 0.0) -> int:
+        return int(self._producer.poll(timeout_s))
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        remaining = self._producer.flush(timeout_s)
+        if remaining:
+            raise KafkaOperationError(f"flush: {remaining} records not delivered in {timeout_s}s")
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        self.flush(timeout_s)
+
+
+def _raise_txn(call: str, exc: KafkaException) -> None:
+    err: KafkaError = exc.args[0]
+    if err.code() in _FENCED_CODES or (err.fatal() and "fenced" in err.str().lower()):
+        raise ProducerFenced(
+            f"{call}: this writer was fenced by a newer one with the same transactional id"
+        ) from None
+    raise KafkaOperationError(f"{call}: {err.str()}") from None
+
+
+class TransactionalWriter:
+    """The controller's consume-transform-produce writer.
+
+    Facts and commands go out in one Kafka transaction together with the input
+    offsets, so a fact is appended exactly once and a zombie is fenced by the
+    broker: a second writer with the same ``transactional_id`` makes every call
+    of the first raise ``ProducerFenced``.
+    """
+
+    def __init__(
+        self, bootstrap: str, transactional_id: str, *, codec: Codec | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        self.codec = codec or default_codec()
+        self.transactional_id = transactional_id
+        self._producer = Producer({
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            "client.id": transactional_id,
+            "acks": "all",
+            "enable.idempotence": True,
+            "transaction.timeout.ms": 60_000,
+            **(config or {}),
+        })
+
+    def init(self, timeout_s: float = 30.0) -> None:
+        try:
+            self._producer.init_transactions(timeout_s)
+        except KafkaException as exc:
+            _raise_txn("init_transactions", exc)
+
+    def begin(self) -> None:
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            _raise_txn("begin_transaction", exc)
+
+    def send(self, topic: str, event: Event) -> None:
+        data = self.codec.encode(event)
+        try:
+            self._producer.produce(
+                topic, value=data, key=event.run_id,
+                headers=_headers(event, event.header.schema_version),
+            )
+        except KafkaException as exc:
+            _raise_txn("produce", exc)
+
+    def send_offsets(self, offsets: Sequence[TopicPartition], group_metadata: Any) -> None:
+        """Commit a consumer's input offsets inside this transaction.
+
+        ``group_metadata`` is ``EventConsumer.group_metadata()``.
+        """
+        try:
+            self._producer.send_offsets_to_transaction(list(offsets), group_metadata, 30.0)
+        except KafkaException as exc:
+            _raise_txn("send_offsets_to_transaction", exc)
+
+    def commit(self, timeout_s: float = 30.0) -> None:
+        try:
+            self._producer.commit_transaction(timeout_s)
+        except KafkaException as exc:
+            _raise_txn("commit_transaction", exc)
+
+    def abort(self, timeout_s: float = 30.0) -> None:
+        try:
+            self._producer.abort_transaction(timeout_s)
+        except KafkaException as exc:
+            _raise_txn("abort_transaction", exc)
+
+    @contextmanager
+    def transaction(self) -> Iterator[TransactionalWriter]:
+        """Begin; commit on success; abort (unless fenced) and re-raise on error."""
+        self.begin()
+        try:
+            yield self
+        except ProducerFenced:
+            raise
+        except BaseException:
+            self.abort()
+            raise
+        self.commit()
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A decoded event with its position in the log."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    event: Event
+    writer_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    """A record that could not be decoded: where it was, and why."""
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+    detail: str
+
+    def __str__(self) -> str:
+        return (
+            f"quarantined {self.topic}[{self.partition}]@{self.offset}: "
+            f"{self.reason}: {self.detail}"
+        )
+
+
+class Quarantine:
+    """Keeps undecodable records: a byte-exact copy on the quarantine topic.
+
+    The copy's headers name the origin (topic, partition, offset) and the
+    reason, so an operator can replay it once a schema or upcaster exists.
+    """
+
+    def __init__(self, producer: EventProducer, topic: str = QUARANTINE,
+                 report: Callable[[Quarantined], None] | None = None) -> None:
+        self._producer = producer
+        self.topic = topic
+        self._report = report or (lambda q: log.warning("%s", q))
+        self.count = 0
+
+    def keep(self, msg: Message, error: DecodeError) -> Quarantined:
+        q = Quarantined(
+            msg.topic() or "", msg.partition() or 0, msg.offset() or 0, error.reason, error.detail
+        )
+        headers: Headers = [
+            ("origin_topic", q.topic.encode()),
+            ("origin_partition", str(q.partition).encode()),
+            ("origin_offset", str(q.offset).encode()),
+            ("reason", q.reason.encode()),
+            ("detail", q.detail.encode()[:1000]),
+            *header_items(msg),
+        ]
+        self._producer.send_bytes(self.topic, msg.key(), msg.value() or b"", headers)
+        self._producer.flush()
+        self.count += 1
+        self._report(q)
+        return q
+
+
+def decode_message(codec: Codec, msg: Message) -> Record:
+    """Decode one Kafka message or raise ``DecodeError`` saying why not."""
+    value = msg.value()
+    if value is None:
+        raise DecodeError("empty", "record has no value (tombstone)")
+    decoded = codec.decode(value)
+    for key, raw in header_items(msg):
+        named = raw.decode(errors="replace")
+        if key == "event_type" and named != decoded.event_type:
+            raise DecodeError(
+                "event_type_mismatch", f"header says {named}, bytes are {decoded.event_type}"
+            )
+    _, ts = msg.timestamp()
+    return Record(
+        msg.topic() or "", msg.partition() or 0, msg.offset() or 0, ts, decoded.event,
+        decoded.writer_version,
+    )

@@ -1,0 +1,320 @@
+"""The event catalog as Python values: frozen, slotted dataclasses.
+
+Each class here has a schema file ``schemas/<Name>.v<N>.avsc``; the codec
+checks at load time that the newest version's fields are exactly the class's
+fields. Times are integer milliseconds since the epoch taken from the event's
+writer (``occurred_at``); nothing in this module reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from events.errors import InvalidEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """The record every event starts with (DESIGN section 3)."""
+
+    event_id: str
+    run_id: str
+    generation: int
+    occurred_at: int
+    producer: str
+    causation_id: str | None = None
+    schema_version: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("event_id", "run_id", "producer"):
+            if not getattr(self, name):
+                raise InvalidEvent(f"header.{name} must be a non-empty string")
+        if self.generation < 0:
+            raise InvalidEvent(f"header.generation must be >= 0, got {self.generation}")
+        if self.occurred_at < 0:
+            raise InvalidEvent(f"header.occurred_at must be >= 0 ms, got {self.occurred_at}")
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One slot of a worker group: a logical id placed on a node's slot."""
+
+    logical_id: str
+    node: str
+    slot: int
+    domain: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Base of every event; ``header`` comes first in every schema."""
+
+    header: Header
+    # Which topic the writer is expected to use; a reader does not rely on it.
+    TOPIC: ClassVar[str] = ""
+
+    @property
+    def run_id(self) -> str:
+        return self.header.run_id
+
+    @property
+    def generation(self) -> int:
+        return self.header.generation
+
+    @property
+    def event_type(self) -> str:
+        return type(self).__name__
+
+
+def _one_of(value: str, allowed: tuple[str, ...], where: str) -> None:
+    if value not in allowed:
+        raise InvalidEvent(f"{where} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+# --- requests (operators) -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSubmitted(Event):
+    """An operator submitted a run spec; the controller copies it into ``runs``."""
+
+    spec_digest: str
+    spec_json: str
+    principal: str
+    world_size: int
+    dataset_id: str | None = None
+    TOPIC: ClassVar[str] = "runledger.requests"
+
+    def __post_init__(self) -> None:
+        if not self.spec_digest:
+            raise InvalidEvent("RunSubmitted.spec_digest must be non-empty")
+        if not self.principal:
+            raise InvalidEvent("RunSubmitted.principal must be non-empty")
+        if self.world_size < 1:
+            raise InvalidEvent(f"RunSubmitted.world_size must be >= 1, got {self.world_size}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelRequested(Event):
+    principal: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.requests"
+
+
+# --- facts (controller, runs topic) ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunQueued(Event):
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunAdmitted(Event):
+    """Gang admission: the whole group was placed, or this fact is not written."""
+
+    members: tuple[Member, ...]
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            raise InvalidEvent("RunAdmitted.members must name at least one member")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerationStarted(Event):
+    """The run's fencing token advanced to ``header.generation``."""
+
+    members: tuple[Member, ...]
+    reason: str
+    resume_step: int | None = None
+    resume_manifest: str | None = None
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+@dataclass(frozen=True, slots=True)
+class MembershipConfirmed(Event):
+    """Every member of the current generation has joined and is healthy."""
+
+    members_joined: int
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ManifestCommitted(Event):
+    """A proposed checkpoint manifest was accepted under the current generation."""
+
+    step: int
+    manifest_path: str
+    manifest_digest: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CursorAdvanced(Event):
+    """The durable data cursor moved with a committed optimizer step."""
+
+    step: int
+    dataset_id: str
+    epoch: int
+    position: int
+    source_counts: dict[str, int]
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteRejected(Event):
+    """A report or proposal that was computed on but not accepted."""
+
+    rejected_event_id: str
+    rejected_event_type: str
+    reason: str
+    detail: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+FAILURE_CLASSES = (
+    "worker_crash",
+    "hang",
+    "straggler",
+    "storage",
+    "data",
+    "non_finite",
+    "silent_corruption",
+    "infrastructure",
+)
+FAILURE_ACTIONS = ("restart", "requeue", "quarantine_node", "escalate")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailureClassified(Event):
+    failure_class: str
+    signature: str
+    action: str
+    attempt: int
+    detail: str
+    logical_id: str | None = None
+    node: str | None = None
+    backoff_ms: int | None = None
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+    def __post_init__(self) -> None:
+        _one_of(self.failure_class, FAILURE_CLASSES, "FailureClassified.failure_class")
+        _one_of(self.action, FAILURE_ACTIONS, "FailureClassified.action")
+
+
+SEVERITIES = ("info", "warning", "critical")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlertRaised(Event):
+    alert: str
+    severity: str
+    owner: str
+    runbook: str
+    detail: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+    def __post_init__(self) -> None:
+        _one_of(self.severity, SEVERITIES, "AlertRaised.severity")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCancelled(Event):
+    """Recorded first; it revokes the generation before any stop command."""
+
+    principal: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+OUTCOMES = ("succeeded", "failed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFinished(Event):
+    outcome: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+    def __post_init__(self) -> None:
+        _one_of(self.outcome, OUTCOMES, "RunFinished.outcome")
+
+
+# --- reports (agents and workers) -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatRecorded(Event):
+    logical_id: str
+    node: str
+    step: int
+    TOPIC: ClassVar[str] = "runledger.reports"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCommitted(Event):
+    """An optimizer step finished on every rank (reported by the coordinator)."""
+
+    step: int
+    tokens: int
+    loss_tokens: int
+    step_time_ms: float
+    input_wait_ms: float
+    loss: float | None = None
+    TOPIC: ClassVar[str] = "runledger.reports"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardWritten(Event):
+    step: int
+    logical_id: str
+    path: str
+    bytes: int
+    crc32c: int
+    TOPIC: ClassVar[str] = "runledger.reports"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ManifestProposed(Event):
+    step: int
+    manifest_path: str
+    manifest_digest: str
+    dataset_id: str | None = None
+    TOPIC: ClassVar[str] = "runledger.reports"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerExited(Event):
+    logical_id: str
+    node: str
+    exit_code: int | None = None
+    signal: int | None = None
+    TOPIC: ClassVar[str] = "runledger.reports"
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__name__: cls
+    for cls in (
+        RunSubmitted,
+        CancelRequested,
+        RunQueued,
+        RunAdmitted,
+        GenerationStarted,
+        MembershipConfirmed,
+        ManifestCommitted,
+        CursorAdvanced,
+        WriteRejected,
+        FailureClassified,
+        AlertRaised,
+        RunCancelled,
+        RunFinished,
+        HeartbeatRecorded,
+        StepCommitted,
+        ShardWritten,
+        ManifestProposed,
+        WorkerExited,
+    )
+}

@@ -1,0 +1,85 @@
+"""Run state: the value the fold produces. Immutable; every change is a copy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from events.model import Member
+
+
+class Status(StrEnum):
+    SUBMITTED = "Submitted"
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    RECOVERING = "Recovering"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+    @property
+    def active(self) -> bool:
+        """A generation is live: its workers may report and propose."""
+        return self in ACTIVE
+
+
+TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED})
+ACTIVE = frozenset({Status.STARTING, Status.RUNNING, Status.RECOVERING})
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The newest accepted manifest: "latest" comes only from the log."""
+
+    step: int
+    manifest_path: str
+    manifest_digest: str
+    generation: int
+    committed_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    step: int
+    dataset_id: str
+    epoch: int
+    position: int
+    source_counts: dict[str, int]
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    run_id: str
+    status: Status
+    spec_digest: str
+    principal: str
+    world_size: int
+    dataset_id: str | None
+    submitted_at: int
+    updated_at: int
+    generation: int = 0
+    members: tuple[Member, ...] = ()
+    queue_reason: str = ""
+    # Progress of the current generation; a restart resumes from its checkpoint.
+    step: int = 0
+    tokens: int = 0
+    loss_tokens: int = 0
+    checkpoint: Checkpoint | None = None
+    cursor: Cursor | None = None
+    # Last heartbeat time (ms) per logical id, current generation only.
+    heartbeats: dict[str, int] = field(default_factory=dict)
+    exits: dict[str, int | None] = field(default_factory=dict)
+    # Failure counts by signature: the policy's escalation input, kept in the log.
+    failures: dict[str, int] = field(default_factory=dict)
+    failure_count: int = 0
+    rejections: int = 0
+    alerts: int = 0
+    cancel_requested: bool = False
+    outcome_reason: str = ""

@@ -1,0 +1,49 @@
+"""Topic names and their declared configuration (DESIGN section 2).
+
+Every topic is keyed by ``run_id`` so one run's events are totally ordered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+REQUESTS = "runledger.requests"
+REPORTS = "runledger.reports"
+RUNS = "runledger.runs"
+COMMANDS = "runledger.commands"
+QUARANTINE = "runledger.quarantine"
+
+ALL = (REQUESTS, REPORTS, RUNS, COMMANDS, QUARANTINE)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str]
+
+
+def topic_specs(brokers: int) -> list[TopicSpec]:
+    """The topics a cluster of ``brokers`` nodes must have, with their configs.
+
+    ``runs`` is the authoritative record: infinite retention, never compacted.
+    With three or more brokers every topic is replicated three times and needs
+    two in-sync replicas, so an ``acks=all`` write survives one lost broker.
+    """
+    base: dict[str, str] = {"cleanup.policy": "delete"}
+    if brokers >= 3:
+        base["min.insync.replicas"] = "2"
+    specs = [
+        TopicSpec(REQUESTS, 3, {**base, "retention.ms": str(30 * 86_400_000)}),
+        TopicSpec(REPORTS, 6, {**base, "retention.ms": str(14 * 86_400_000)}),
+        TopicSpec(RUNS, 6, {**base, "retention.ms": "-1", "retention.bytes": "-1"}),
+        TopicSpec(COMMANDS, 3, {**base, "retention.ms": str(7 * 86_400_000)}),
+        # Undecodable records are copied here byte for byte, with their origin in
+        # headers, so nothing is lost; kept forever like the runs topic.
+        TopicSpec(QUARANTINE, 1, {**base, "retention.ms": "-1"}),
+    ]
+    return specs
+
+
+def replication_for(brokers: int) -> int:
+    return 3 if brokers >= 3 else 1

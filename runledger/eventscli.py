@@ -1,0 +1,129 @@
+"""``runledger events tail|dump``: the log as decoded JSON lines, with the fold's verdict.
+
+The verdict is what ``events.fold`` says of each event, folding the topic's
+records per run in offset order; events of runs whose ``RunSubmitted`` is not
+on the topic being read get no verdict rather than a misleading one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from events.consume import read_log
+from events.convert import to_record
+from events.errors import EventsError
+from events.fold import UNKNOWN_RUN, apply
+from events.kafka import Quarantined, Record, bootstrap_from_env
+from events.state import RunState
+from events.topics import ALL, RUNS
+
+events_app = typer.Typer(
+    help="Read the log: decoded events as JSON lines (type, offset, header, payload, verdict).",
+    no_args_is_help=True,
+)
+
+Topic = Annotated[str, typer.Option("--topic", "-t", help=f"One of: {', '.join(ALL)}.")]
+Run = Annotated[str | None, typer.Option("--run", help="Only this run id.")]
+AsJson = Annotated[bool, typer.Option("--json", help="One JSON object per line.")]
+Bootstrap = Annotated[
+    str | None, typer.Option("--bootstrap", help="Kafka bootstrap (default $RUNLEDGER_BOOTSTRAP).")
+]
+
+
+def record_document(record: Record, verdict: dict[str, Any] | None) -> dict[str, Any]:
+    body = to_record(record.event)
+    header = body.pop("header")
+    doc: dict[str, Any] = {
+        "type": record.event.event_type,
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "timestamp_ms": record.timestamp_ms,
+        "writer_version": record.writer_version,
+        "header": header,
+        "payload": body,
+    }
+    if verdict is not None:
+        doc["verdict"] = verdict
+    return doc
+
+
+class VerdictTracker:
+    """Folds what it is shown, per run, and says what the fold made of each event."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, RunState] = {}
+
+    def judge(self, record: Record) -> dict[str, Any] | None:
+        event = record.event
+        transition = apply(self.states.get(event.run_id), event)
+        if transition.state is not None:
+            self.states[event.run_id] = transition.state
+        v = transition.verdict
+        if not v.accepted and v.reason == UNKNOWN_RUN:
+            return None
+        if v.accepted:
+            return {"accepted": True}
+        return {"accepted": False, "reason": v.reason, "detail": v.detail}
+
+
+def _human(doc: dict[str, Any]) -> str:
+    h = doc["header"]
+    payload = " ".join(f"{k}={v}" for k, v in doc["payload"].items())
+    verdict = doc.get("verdict")
+    mark = ""
+    if verdict is not None:
+        mark = "  [ok]" if verdict["accepted"] else f"  [REJECTED {verdict['reason']}]"
+    return (
+        f"{doc['partition']}:{doc['offset']:<6} {doc['type']:<20} run={h['run_id']} "
+        f"gen={h['generation']} {payload}{mark}"
+    )
+
+
+def _stream(
+    topic: str, run: str | None, as_json: bool, bootstrap: str | None, follow: bool
+) -> None:
+    if topic not in ALL:
+        typer.echo(f"runledger: unknown topic {topic!r}; one of {', '.join(ALL)}", err=True)
+        raise typer.Exit(2)
+
+    def report(q: Quarantined) -> None:
+        if as_json:
+            typer.echo(json.dumps({"type": "Undecodable", "topic": q.topic,
+                                   "partition": q.partition, "offset": q.offset,
+                                   "reason": q.reason, "detail": q.detail}))
+        typer.echo(f"runledger: {q}", err=True)
+
+    tracker = VerdictTracker()
+    try:
+        for record in read_log(bootstrap_from_env(bootstrap), topic, follow=follow,
+                               on_quarantine=report):
+            if run is not None and record.event.run_id != run:
+                continue
+            doc = record_document(record, tracker.judge(record))
+            typer.echo(json.dumps(doc) if as_json else _human(doc))
+            if follow:
+                sys.stdout.flush()
+    except EventsError as exc:
+        typer.echo(f"runledger: {exc}", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+@events_app.command()
+def dump(topic: Topic = RUNS, run: Run = None, as_json: AsJson = False,
+         bootstrap: Bootstrap = None) -> None:
+    """Every event on the topic from the beginning to its current end, then exit."""
+    _stream(topic, run, as_json, bootstrap, follow=False)
+
+
+@events_app.command()
+def tail(topic: Topic = RUNS, run: Run = None, as_json: AsJson = False,
+         bootstrap: Bootstrap = None) -> None:
+    """Every event on the topic from the beginning, then new ones as they arrive."""
+    _stream(topic, run, as_json, bootstrap, follow=True)

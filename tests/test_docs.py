@@ -1,0 +1,45 @@
+"""The README and compose.yaml stay true to the code."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from events.fold import __dict__ as fold_namespace
+from events.model import EVENT_TYPES
+from events.topics import topic_specs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_readme_catalog_lists_every_event_type_and_no_other() -> None:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Event catalog", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `([A-Za-z]+)` \|", section, flags=re.M))
+    assert listed == set(EVENT_TYPES)
+
+
+def test_readme_names_every_refusal_reason() -> None:
+    text = (ROOT / "README.md").read_text()
+    reasons = {v for k, v in fold_namespace.items() if k.isupper() and isinstance(v, str)}
+    assert reasons, "the fold declares its reasons as module constants"
+    missing = {r for r in reasons if f"`{r}`" not in text}
+    assert not missing
+
+
+def test_compose_creates_the_declared_topics_with_their_configs() -> None:
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    script = compose["services"]["topics"]["command"][0]
+    created = {}
+    for line in script.splitlines():
+        m = re.search(r"--topic (\S+) --partitions (\d+)(.*)$", line)
+        if m:
+            configs = dict(c.split("=", 1) for c in re.findall(r"--config (\S+)", m[3]))
+            created[m[1]] = (int(m[2]), configs)
+    declared = {s.name: (s.partitions, s.config) for s in topic_specs(1)}
+    assert set(created) == set(declared)
+    for name, (partitions, config) in declared.items():
+        assert created[name][0] == partitions, name
+        assert created[name][1].get("retention.ms") == config["retention.ms"], name

@@ -21,7 +21,7 @@ from confluent_kafka import (
 
 from events.codec import Codec, default_codec
 from events.errors import BrokerUnavailable, DecodeError, KafkaOperationError
-from events.kafka import Quarantine, Quarantined, Record, decode_message
+from events.kafka import Quarantine, Quarantined, Record, decode_message, quarantined
 
 
 class EventConsumer:
@@ -53,7 +53,14 @@ class EventConsumer:
 
     def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[Record]:
         """Decoded records; undecodable ones are quarantined and skipped."""
-        messages = self._consumer.consume(max_records, timeout_s)
+        # Wait for one record, then take only what is already there: a batch
+        # consume would wait out the whole timeout whenever traffic is light.
+        first = self._consumer.poll(timeout_s)
+        if first is None:
+            return []
+        messages = [first]
+        if max_records > 1:
+            messages += self._consumer.consume(max_records - 1, 0)
         out: list[Record] = []
         for msg in messages:
             record = self._handle(msg)
@@ -73,12 +80,7 @@ class EventConsumer:
         try:
             return decode_message(self.codec, msg)
         except DecodeError as exc:
-            q = (
-                self.quarantine.keep(msg, exc)
-                if self.quarantine is not None
-                else Quarantined(msg.topic() or "", msg.partition() or 0, msg.offset() or 0,
-                                 exc.reason, exc.detail)
-            )
+            q = self.quarantine.keep(msg, exc) if self.quarantine else quarantined(msg, exc)
             self.quarantined.append(q)
             return None
 
@@ -153,8 +155,7 @@ def read_log(
             try:
                 yield decode_message(codec, msg)
             except DecodeError as exc:
-                q = (quarantine.keep(msg, exc) if quarantine is not None else
-                     Quarantined(topic, part, offset, exc.reason, exc.detail))
+                q = quarantine.keep(msg, exc) if quarantine else quarantined(msg, exc)
                 if on_quarantine is not None:
                     on_quarantine(q)
     finally:

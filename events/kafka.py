@@ -41,7 +41,7 @@ def bootstrap_from_env(explicit: str | None = None) -> str:
 def check_broker(bootstrap: str, timeout_s: float = 5.0) -> int:
     """Number of brokers that answer; ``BrokerUnavailable`` when none does."""
     admin = AdminClient(
-        {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 3000}
+        {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 3000, "log_level": 0}
     )
     try:
         metadata = admin.list_topics(timeout=timeout_s)
@@ -238,6 +238,7 @@ class Quarantined:
     offset: int
     reason: str
     detail: str
+    key: str | None = None  # the record key, which is the run id when the writer was ours
 
     def __str__(self) -> str:
         return (
@@ -261,9 +262,7 @@ class Quarantine:
         self.count = 0
 
     def keep(self, msg: Message, error: DecodeError) -> Quarantined:
-        q = Quarantined(
-            msg.topic() or "", msg.partition() or 0, msg.offset() or 0, error.reason, error.detail
-        )
+        q = quarantined(msg, error)
         headers: Headers = [
             ("origin_topic", q.topic.encode()),
             ("origin_partition", str(q.partition).encode()),
@@ -277,6 +276,15 @@ class Quarantine:
         self.count += 1
         self._report(q)
         return q
+
+
+def quarantined(msg: Message, error: DecodeError) -> Quarantined:
+    """Where an undecodable message sits and why it could not be decoded."""
+    raw_key = msg.key()
+    key = raw_key.decode(errors="replace") if isinstance(raw_key, bytes) else raw_key
+    return Quarantined(
+        msg.topic() or "", msg.partition() or 0, msg.offset() or 0, error.reason, error.detail, key
+    )
 
 
 def decode_message(codec: Codec, msg: Message) -> Record:

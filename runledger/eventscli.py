@@ -92,10 +92,12 @@ def _stream(
         raise typer.Exit(2)
 
     def report(q: Quarantined) -> None:
+        if run is not None and q.key != run:
+            return
         if as_json:
             typer.echo(json.dumps({"type": "Undecodable", "topic": q.topic,
                                    "partition": q.partition, "offset": q.offset,
-                                   "reason": q.reason, "detail": q.detail}))
+                                   "key": q.key, "reason": q.reason, "detail": q.detail}))
         typer.echo(f"runledger: {q}", err=True)
 
     tracker = VerdictTracker()

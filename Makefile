@@ -1,0 +1,41 @@
+# runledger developer entry points. `make test` works on a fresh machine with
+# python3.11, java 17+ and mvn on PATH: it builds .venv, fetches the Kafka jars
+# into ~/.cache/runledger (outside the clone), starts a throwaway broker, runs
+# pytest against it and always stops it again.
+
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+RUNLEDGER := $(VENV)/bin/runledger
+# Re-install only when pyproject.toml is newer than this stamp.
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+STACK_ARGS ?=
+
+.PHONY: venv jars test lint stack-up stack-down
+
+venv: $(STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+jars: $(STAMP)
+	$(RUNLEDGER) stack jars
+
+test: jars
+	scripts/test.sh $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+stack-up: jars
+	$(RUNLEDGER) stack up $(STACK_ARGS)
+
+stack-down: $(STAMP)
+	$(RUNLEDGER) stack down $(STACK_ARGS)

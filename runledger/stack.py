@@ -1,0 +1,321 @@
+"""A local Apache Kafka (KRaft) cluster for development and tests (DESIGN section 2).
+
+``Stack(data_dir, brokers).up()`` fetches the broker jars (once, into a cache
+outside the clone), writes one combined broker+controller ``server.properties``
+per node, formats storage, starts the JVMs detached, waits until every broker
+is registered and creates the runledger topics. ``down()`` stops exactly the
+processes recorded in that data dir. ``RUNLEDGER_BOOTSTRAP`` points the
+same commands at an existing cluster instead (:func:`cluster_up`,
+:func:`cluster_status`).
+
+Submodules: ``stack_jars`` (Maven), ``stack_config`` (ports and files),
+``stack_proc`` (processes), ``stack_admin`` (admin calls).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from events.topics import replication_for, topic_specs
+from runledger import stack_admin as admin
+from runledger import stack_config as cfg
+from runledger import stack_proc as proc
+from runledger.errors import BrokerUnreachableError, NotRunningError, StackError
+from runledger.stack_admin import TopicInfo
+from runledger.stack_jars import ensure_jars, kafka_version, pom_path
+
+__all__ = [
+    "BrokerInfo",
+    "Stack",
+    "StackError",
+    "StackInfo",
+    "StackStatus",
+    "TopicInfo",
+    "bootstrap_from_env",
+    "cluster_status",
+    "cluster_up",
+    "default_data_dir",
+]
+
+
+def default_data_dir() -> Path:
+    home = os.environ.get("RUNLEDGER_HOME") or "~/.local/state/runledger"
+    return Path(home).expanduser() / "stack"
+
+
+def bootstrap_from_env() -> str | None:
+    """``RUNLEDGER_BOOTSTRAP`` when set and non-empty: an existing cluster to use."""
+    return os.environ.get("RUNLEDGER_BOOTSTRAP") or None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    node_id: int
+    port: int
+    pid: int | None = None
+    alive: bool = True
+    answering: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StackInfo:
+    """What ``up`` reports: where to connect and which processes serve it."""
+
+    bootstrap: str
+    brokers: list[BrokerInfo]
+    data_dir: Path | None
+    topics: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bootstrap": self.bootstrap,
+            "brokers": [{"node_id": b.node_id, "port": b.port, "pid": b.pid} for b in self.brokers],
+            "data_dir": str(self.data_dir) if self.data_dir else None,
+            "topics": self.topics,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StackStatus:
+    bootstrap: str
+    data_dir: Path | None
+    brokers: list[BrokerInfo]
+    topics: list[TopicInfo] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return any(b.alive for b in self.brokers) and self.error is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bootstrap": self.bootstrap,
+            "data_dir": str(self.data_dir) if self.data_dir else None,
+            "running": self.running,
+            "error": self.error,
+            "brokers": [asdict(b) for b in self.brokers],
+            "topics": [asdict(t) for t in self.topics],
+        }
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection((cfg.HOST, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+class Stack:
+    """The local cluster whose state lives in ``data_dir``.
+
+    ``brokers`` only matters to :meth:`up` on an empty data dir; afterwards the
+    recorded layout decides, and asking for a different count is an error.
+    """
+
+    def __init__(self, data_dir: Path | str | None = None, brokers: int = 1) -> None:
+        if brokers not in (1, 3):
+            raise StackError(f"--brokers must be 1 or 3, not {brokers}")
+        self.data_dir = Path(data_dir or default_data_dir()).expanduser().resolve()
+        self.brokers = brokers
+
+    # -- public API ---------------------------------------------------------
+
+    def up(self, port: int | None = None, timeout: float | None = None) -> StackInfo:
+        """Start the cluster (or the nodes of it that are down) and create the topics.
+
+        Idempotent: on a running stack it only re-checks readiness and topics.
+        """
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        wait = timeout or (60.0 if self.brokers == 1 else 90.0)
+        with self._locked():
+            layout = cfg.load_layout(self.data_dir)
+            if layout is not None and layout.brokers != self.brokers:
+                raise StackError(
+                    f"{self.data_dir} holds a {layout.brokers}-broker stack; "
+                    f"use --brokers {layout.brokers} or another --data-dir"
+                )
+            running = self._running(layout)
+            if layout is not None and len(running) == layout.brokers:
+                if port is not None and layout.nodes[0].port != port:
+                    raise StackError(f"{self.data_dir}: stack already runs at {layout.bootstrap}")
+                admin.wait_ready(layout.bootstrap, layout.brokers, wait, lambda: None)
+            else:
+                layout = self._start(layout, running, port, wait)
+            names = admin.ensure_topics(
+                layout.bootstrap, topic_specs(self.brokers), replication_for(self.brokers)
+            )
+            brokers = [BrokerInfo(n.node_id, n.port, proc.read_pid(self.data_dir, n.node_id))
+                       for n in layout.nodes]  # fmt: skip
+            return StackInfo(layout.bootstrap, brokers, self.data_dir, names)
+
+    def down(self, purge: bool = False, timeout: float = 30.0) -> list[int]:
+        """Stop this data dir's brokers (SIGTERM, then SIGKILL after ``timeout``).
+
+        Returns the pids stopped. ``purge`` also deletes the data dir, but only
+        one that holds a ``stack.json``, so a mistyped path is never wiped.
+        """
+        if not self.data_dir.is_dir():
+            return []
+        with self._locked():
+            layout = cfg.load_layout(self.data_dir)
+            if layout is None:
+                return []
+            stopped = proc.stop_nodes(self.data_dir, [n.node_id for n in layout.nodes], timeout)
+        if purge:
+            shutil.rmtree(self.data_dir)
+        return stopped
+
+    def status(self) -> StackStatus:
+        layout = cfg.load_layout(self.data_dir)
+        if layout is None:
+            raise NotRunningError(f"no stack in {self.data_dir} (run `runledger stack up`)")
+        brokers = []
+        for node in layout.nodes:
+            pid = proc.read_pid(self.data_dir, node.node_id)
+            alive = pid is not None and proc.is_ours(pid, self.data_dir, node.node_id)
+            brokers.append(BrokerInfo(node.node_id, node.port, pid, alive, _answers(node.port)))
+        if not any(b.alive for b in brokers):
+            error = f"no broker of {self.data_dir} is running"
+            return StackStatus(layout.bootstrap, self.data_dir, brokers, error=error)
+        try:
+            topics = admin.describe_topics(layout.bootstrap)
+        except BrokerUnreachableError as exc:
+            return StackStatus(layout.bootstrap, self.data_dir, brokers, error=str(exc))
+        return StackStatus(layout.bootstrap, self.data_dir, brokers, topics)
+
+    def kill_node(self, node_id: int, sig: signal.Signals = signal.SIGKILL) -> int:
+        """Signal one node (SIGKILL by default, a crash) and wait until it is gone.
+
+        For failover tests; ``up()`` restarts it.
+        """
+        pid = proc.signal_node(self.data_dir, node_id, sig)
+        if pid is None:
+            raise NotRunningError(f"node {node_id} of {self.data_dir} is not running")
+        deadline = time.monotonic() + 30
+        while proc.is_ours(pid, self.data_dir, node_id) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return pid
+
+    @property
+    def bootstrap(self) -> str:
+        layout = cfg.load_layout(self.data_dir)
+        if layout is None:
+            raise NotRunningError(f"no stack in {self.data_dir}")
+        return layout.bootstrap
+
+    def __enter__(self) -> StackInfo:
+        return self.up()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.down()
+
+    # -- internals ----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        # Serialises up/down on one data dir (two terminals, make and pytest).
+        with (self.data_dir / ".lock").open("w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+
+    def _running(self, layout: cfg.Layout | None) -> set[int]:
+        if layout is None:
+            return set()
+        return {n.node_id for n in layout.nodes if proc.live_pid(self.data_dir, n.node_id)}
+
+    def _plan(self, layout: cfg.Layout | None, running: set[int], port: int | None) -> cfg.Layout:
+        """The layout to launch with: the recorded one where its ports are usable."""
+        if layout is None:
+            version = kafka_version(pom_path())
+            return cfg.Layout(cfg.new_cluster_id(), version, cfg.plan_nodes(self.brokers, port))
+        if running:
+            if port is not None and layout.nodes[0].port != port:
+                raise StackError(f"part of the stack in {self.data_dir} runs at {layout.bootstrap}")
+            stopped = [n for n in layout.nodes if n.node_id not in running]
+            cfg.check_ports_free([p for n in stopped for p in (n.port, n.controller_port)])
+            return layout
+        recorded = [p for n in layout.nodes for p in (n.port, n.controller_port)]
+        if port is None and all(cfg.port_free(p) for p in recorded):
+            return layout
+        # Nothing runs and a recorded port is taken (or a new one was asked for):
+        # node ids and storage stay, only the listeners move.
+        nodes = cfg.plan_nodes(self.brokers, port)
+        return cfg.Layout(layout.cluster_id, layout.kafka_version, nodes)
+
+    def _start(
+        self, layout: cfg.Layout | None, running: set[int], port: int | None, wait: float
+    ) -> cfg.Layout:
+        lib = ensure_jars()
+        failure: StackError | None = None
+        launched: list[int] = []
+        # KRaft quorum formation can time out on a loaded machine; one retry
+        # from the same storage is what the shipped scripts' users do by hand.
+        for _attempt in range(2):
+            layout = self._plan(layout, running, port)
+            cfg.save_layout(self.data_dir, layout)
+            cfg.write_configs(self.data_dir, layout)
+            unformatted = [n for n in layout.nodes if not self._formatted(n.node_id)]
+            if unformatted:
+                proc.format_storage(self.data_dir, lib, layout, [n.node_id for n in unformatted])
+            launched = [n.node_id for n in layout.nodes if n.node_id not in running]
+            for node_id in launched:
+                proc.launch(self.data_dir, lib, node_id)
+            try:
+                admin.wait_ready(layout.bootstrap, layout.brokers, wait, self._died(launched))
+                return layout
+            except StackError as exc:
+                failure = exc
+                proc.stop_nodes(self.data_dir, launched, timeout=5.0)
+                running = self._running(layout)
+            except BaseException:
+                # Ctrl-C mid-start: leave no half-started brokers behind.
+                proc.stop_nodes(self.data_dir, launched, timeout=5.0)
+                raise
+        node = next(iter(launched), 1)
+        log = cfg.node_dir(self.data_dir, node) / proc.LOG_FILE
+        cause = proc.log_tail(self.data_dir, node)
+        raise StackError(f"{failure}; see {log}" + (f": {cause}" if cause else ""))
+
+    def _formatted(self, node_id: int) -> bool:
+        return (cfg.node_dir(self.data_dir, node_id) / "data" / "meta.properties").is_file()
+
+    def _died(self, node_ids: list[int]) -> Callable[[], str | None]:
+        def check() -> str | None:
+            for node_id in node_ids:
+                if proc.live_pid(self.data_dir, node_id) is None:
+                    return f"kafka node {node_id} exited during start-up"
+            return None
+
+        return check
+
+
+def cluster_up(bootstrap: str, brokers: int | None = None) -> StackInfo:
+    """``up`` against an existing cluster: create the topics, start nothing.
+
+    Replication follows the cluster's size unless ``brokers`` says otherwise.
+    """
+    nodes = admin.cluster_nodes(bootstrap)
+    count = brokers or len(nodes)
+    names = admin.ensure_topics(bootstrap, topic_specs(count), replication_for(count))
+    return StackInfo(bootstrap, [BrokerInfo(i, port) for i, _, port in nodes], None, names)
+
+
+def cluster_status(bootstrap: str) -> StackStatus:
+    """``status`` against an existing cluster: brokers and topics via the admin API."""
+    nodes = admin.cluster_nodes(bootstrap)
+    brokers = [BrokerInfo(i, port) for i, _, port in nodes]
+    return StackStatus(bootstrap, None, brokers, admin.describe_topics(bootstrap))

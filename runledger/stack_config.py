@@ -1,0 +1,191 @@
+"""The on-disk layout of a local stack: ports, ``stack.json`` and ``server.properties``.
+
+A data directory holds ``stack.json`` (cluster id, broker count, ports), a
+log4j2 configuration, and one ``node-<id>/`` per node with its
+``server.properties``, ``data/`` (the log dirs), ``kafka.log`` and ``kafka.pid``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import errno
+import json
+import os
+import socket
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from runledger.errors import PortInUseError, StackError
+
+HOST = "127.0.0.1"
+STATE_FILE = "stack.json"
+LOG4J_FILE = "log4j2.properties"
+STATE_VERSION = 1
+
+# Everything goes to stderr, which the launcher redirects into node-<id>/kafka.log;
+# the broker's stdout stays empty and StorageTool's stdout stays parseable.
+LOG4J2 = """\
+status = warn
+appender.stderr.type = Console
+appender.stderr.name = STDERR
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.stderr.ref = STDERR
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.change.name = state.change.logger
+logger.change.level = WARN
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    node_id: int
+    port: int
+    controller_port: int
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """What ``stack.json`` records: enough to restart, inspect and stop a stack."""
+
+    cluster_id: str
+    kafka_version: str
+    nodes: tuple[NodeSpec, ...]
+
+    @property
+    def brokers(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{HOST}:{n.port}" for n in self.nodes)
+
+
+def new_cluster_id() -> str:
+    """16 random bytes, base64url without padding: the format StorageTool expects."""
+    return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+
+
+def node_dir(data_dir: Path, node_id: int) -> Path:
+    return data_dir / f"node-{node_id}"
+
+
+def load_layout(data_dir: Path) -> Layout | None:
+    path = data_dir / STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_text())
+        nodes = tuple(NodeSpec(**node) for node in raw["nodes"])
+        return Layout(raw["cluster_id"], raw["kafka_version"], nodes)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StackError(f"{path} is unreadable ({exc}); remove that data dir") from exc
+
+
+def save_layout(data_dir: Path, layout: Layout) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "version": STATE_VERSION,
+        "cluster_id": layout.cluster_id,
+        "kafka_version": layout.kafka_version,
+        "nodes": [asdict(n) for n in layout.nodes],
+    }
+    tmp = data_dir / f"{STATE_FILE}.tmp"
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(data_dir / STATE_FILE)
+
+
+def port_free(port: int) -> bool:
+    # SO_REUSEADDR, as the JVM sets it, so that TIME_WAIT leftovers of a previous
+    # run do not count as "in use" while a live listener or bound socket does.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise
+    return True
+
+
+def check_ports_free(ports: list[int]) -> None:
+    for port in ports:
+        if not port_free(port):
+            raise PortInUseError(f"port {port} on {HOST} is already in use")
+
+
+def pick_free_ports(count: int) -> list[int]:
+    """Ports the kernel considers free now; all sockets stay open until every one is
+    picked so the same port is never handed out twice."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((HOST, 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
+
+
+def plan_nodes(brokers: int, port: int | None) -> tuple[NodeSpec, ...]:
+    """Client ports ``port, port+1, ...`` when a port is given, else free ones;
+    controller ports are always picked free."""
+    if port is not None:
+        client = [port + i for i in range(brokers)]
+        check_ports_free(client)
+        controller = pick_free_ports(brokers)
+    else:
+        picked = pick_free_ports(2 * brokers)
+        client, controller = picked[:brokers], picked[brokers:]
+    return tuple(NodeSpec(i + 1, client[i], controller[i]) for i in range(brokers))
+
+
+def server_properties(data_dir: Path, layout: Layout, node: NodeSpec) -> str:
+    brokers = layout.brokers
+    replication = 3 if brokers >= 3 else 1
+    min_isr = 2 if brokers >= 3 else 1
+    voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in layout.nodes)
+    props = {
+        # Combined broker+controller nodes with a static quorum: the simplest KRaft
+        # setup that works for one node and for three alike.
+        "process.roles": "broker,controller",
+        "node.id": str(node.node_id),
+        "controller.quorum.voters": voters,
+        "listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{node.port}",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(node_dir(data_dir, node.node_id) / "data"),
+        # Internal topics must fit the cluster, or transactional producers and
+        # consumer groups hang waiting for replicas that can never exist.
+        "default.replication.factor": str(replication),
+        "min.insync.replicas": str(min_isr),
+        "offsets.topic.replication.factor": str(replication),
+        "offsets.topic.num.partitions": "6",
+        "transaction.state.log.replication.factor": str(replication),
+        "transaction.state.log.min.isr": str(min_isr),
+        "transaction.state.log.num.partitions": "6",
+        "share.coordinator.state.topic.replication.factor": str(replication),
+        "share.coordinator.state.topic.min.isr": str(min_isr),
+        "share.coordinator.state.topic.num.partitions": "3",
+        # Local and test use: no rebalance delay, and no 128 MiB cleaner buffer
+        # allocated at start on a small machine.
+        "group.initial.rebalance.delay.ms": "0",
+        "log.cleaner.dedupe.buffer.size": "2097152",
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+    }
+    return "".join(f"{key}={value}\n" for key, value in props.items())
+
+
+def write_configs(data_dir: Path, layout: Layout) -> None:
+    (data_dir / LOG4J_FILE).write_text(LOG4J2)
+    for node in layout.nodes:
+        home = node_dir(data_dir, node.node_id)
+        (home / "data").mkdir(parents=True, exist_ok=True)
+        (home / "server.properties").write_text(server_properties(data_dir, layout, node))

@@ -1,0 +1,55 @@
+"""Shared fixtures: a Kafka bootstrap address and unique names per test.
+
+``make test`` starts one broker and exports ``RUNLEDGER_BOOTSTRAP``; a bare
+``pytest`` run starts its own single-broker stack, lazily, the first time a
+test asks for ``bootstrap``, and stops it at the end of the session.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from runledger.stack import Stack
+
+
+@pytest.fixture(scope="session")
+def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    existing = os.environ.get("RUNLEDGER_BOOTSTRAP")
+    if existing:
+        yield existing
+        return
+    stack = Stack(tmp_path_factory.mktemp("kafka"), brokers=1)
+    try:
+        info = stack.up()
+        # Code under test that reads the environment must find the same broker.
+        os.environ["RUNLEDGER_BOOTSTRAP"] = info.bootstrap
+        yield info.bootstrap
+    finally:
+        os.environ.pop("RUNLEDGER_BOOTSTRAP", None)
+        stack.down(purge=True)
+
+
+@pytest.fixture
+def unique(request: pytest.FixtureRequest) -> str:
+    """A suffix unique to this test invocation, legal in topic names and run ids.
+
+    Tests share one broker, so topics, run ids and consumer groups must not collide
+    across tests or across repeated runs against a long-lived cluster.
+    """
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", request.node.name)[:60].strip("-")
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def topic_name(unique: str) -> str:
+    return f"test.{unique}"
+
+
+@pytest.fixture
+def run_id(unique: str) -> str:
+    return f"run-{unique}"

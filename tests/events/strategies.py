@@ -1,0 +1,454 @@
+"""Event builders and hypothesis strategies shared by the events tests.
+
+Two families:
+
+- ``Ev``: terse builders for hand-written logs (``ev.gs(2, resume_step=10)``), with
+  a clock that only moves forward and event ids that never repeat.
+- strategies: arbitrary valid events of every type (for the codec), plausible
+  logs of one run (biased towards the happy path, with generations and steps
+  drawn near the current ones, so the fold's deep states are reached), fully
+  random logs, and an interleaving of several runs' logs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from typing import Any
+
+from hypothesis import strategies as st
+
+from events.fold import evolve
+from events.model import (
+    EVENT_TYPES,
+    FAILURE_ACTIONS,
+    FAILURE_CLASSES,
+    OUTCOMES,
+    SEVERITIES,
+    AlertRaised,
+    CancelRequested,
+    CursorAdvanced,
+    Event,
+    FailureClassified,
+    GenerationStarted,
+    Header,
+    HeartbeatRecorded,
+    ManifestCommitted,
+    ManifestProposed,
+    Member,
+    MembershipConfirmed,
+    RunAdmitted,
+    RunCancelled,
+    RunFinished,
+    RunQueued,
+    RunSubmitted,
+    ShardWritten,
+    StepCommitted,
+    WorkerExited,
+    WriteRejected,
+)
+from events.state import RunState, Status
+
+LONG_MIN = -(2**63)
+LONG_MAX = 2**63 - 1
+
+MEMBERS = (Member("w0", "node-a", 0, "rack-1"), Member("w1", "node-b", 1, None))
+LOGICAL_IDS = tuple(m.logical_id for m in MEMBERS)
+
+# Reports and checkpoint facts that must carry the live generation (DESIGN section 4).
+FENCED_TYPES: tuple[type[Event], ...] = (
+    HeartbeatRecorded,
+    StepCommitted,
+    ShardWritten,
+    ManifestProposed,
+    ManifestCommitted,
+    CursorAdvanced,
+    WorkerExited,
+    MembershipConfirmed,
+)
+
+
+# --- builders ------------------------------------------------------------------
+
+
+class Ev:
+    """Builders for one run's events; every call advances the clock by ``tick`` ms."""
+
+    def __init__(self, run_id: str = "r1", start: int = 1_700_000_000_000, tick: int = 1000):
+        self.run_id = run_id
+        self.now = start
+        self.tick = tick
+        self._n = 0
+
+    def h(self, gen: int, at: int | None = None, run_id: str | None = None) -> Header:
+        self._n += 1
+        if at is None:
+            self.now += self.tick
+            at = self.now
+        rid = run_id or self.run_id
+        return Header(f"{rid}-e{self._n}", rid, gen, at, "test", None, 1)
+
+    def submitted(self, gen: int = 0, **kw: Any) -> RunSubmitted:
+        fields = dict(spec_digest="sha256:spec", spec_json="{}", principal="alice",
+                      world_size=len(MEMBERS), dataset_id="ds-1")
+        fields.update(kw)
+        return RunSubmitted(header=self.h(gen), **fields)
+
+    def cancel_requested(self, gen: int = 0) -> CancelRequested:
+        return CancelRequested(header=self.h(gen), principal="bob", reason="budget")
+
+    def queued(self, gen: int = 0, reason: str = "no capacity") -> RunQueued:
+        return RunQueued(header=self.h(gen), reason=reason)
+
+    def admitted(self, gen: int = 0, members: tuple[Member, ...] = MEMBERS) -> RunAdmitted:
+        return RunAdmitted(header=self.h(gen), members=members)
+
+    def gs(
+        self,
+        gen: int,
+        resume_step: int | None = None,
+        members: tuple[Member, ...] = MEMBERS,
+        reason: str = "start",
+    ) -> GenerationStarted:
+        manifest = None if resume_step is None else f"ckpt/s{resume_step}/manifest.json"
+        return GenerationStarted(header=self.h(gen), members=members, reason=reason,
+                                 resume_step=resume_step, resume_manifest=manifest)
+
+    def confirmed(self, gen: int, joined: int = len(MEMBERS)) -> MembershipConfirmed:
+        return MembershipConfirmed(header=self.h(gen), members_joined=joined)
+
+    def heartbeat(self, gen: int, logical_id: str = "w0", step: int = 0,
+                  at: int | None = None) -> HeartbeatRecorded:
+        return HeartbeatRecorded(header=self.h(gen, at), logical_id=logical_id, node="node-a",
+                                 step=step)
+
+    def step(self, gen: int, step: int, tokens: int = 1000,
+             loss_tokens: int = 900) -> StepCommitted:
+        return StepCommitted(header=self.h(gen), step=step, tokens=tokens,
+                             loss_tokens=loss_tokens, step_time_ms=100.0, input_wait_ms=1.5,
+                             loss=2.0)
+
+    def shard(self, gen: int, step: int, logical_id: str = "w0") -> ShardWritten:
+        return ShardWritten(header=self.h(gen), step=step, logical_id=logical_id,
+                            path=f"ckpt/g{gen}/s{step}/{logical_id}.distcp", bytes=1 << 20,
+                            crc32c=0xDEADBEEF)
+
+    def proposed(self, gen: int, step: int) -> ManifestProposed:
+        return ManifestProposed(header=self.h(gen), step=step,
+                                manifest_path=f"ckpt/g{gen}/s{step}/manifest.json",
+                                manifest_digest=f"sha256:g{gen}s{step}", dataset_id="ds-1")
+
+    def committed(self, gen: int, step: int) -> ManifestCommitted:
+        return ManifestCommitted(header=self.h(gen), step=step,
+                                 manifest_path=f"ckpt/g{gen}/s{step}/manifest.json",
+                                 manifest_digest=f"sha256:g{gen}s{step}")
+
+    def cursor(self, gen: int, step: int, position: int | None = None) -> CursorAdvanced:
+        return CursorAdvanced(header=self.h(gen), step=step, dataset_id="ds-1", epoch=0,
+                              position=step * 64 if position is None else position,
+                              source_counts={"web": step * 40, "code": step * 24})
+
+    def exited(self, gen: int, logical_id: str = "w1", exit_code: int | None = 1,
+               signal: int | None = None) -> WorkerExited:
+        return WorkerExited(header=self.h(gen), logical_id=logical_id, node="node-b",
+                            exit_code=exit_code, signal=signal)
+
+    def failure(self, gen: int, action: str = "restart", signature: str = "crash:w1",
+                failure_class: str = "worker_crash", attempt: int = 1) -> FailureClassified:
+        return FailureClassified(header=self.h(gen), failure_class=failure_class,
+                                 signature=signature, action=action, attempt=attempt,
+                                 detail="exit 1", logical_id="w1", node="node-b",
+                                 backoff_ms=1000 if action == "requeue" else None)
+
+    def rejected(self, gen: int = 0, reason: str = "stale_generation") -> WriteRejected:
+        return WriteRejected(header=self.h(gen), rejected_event_id="x",
+                             rejected_event_type="ManifestProposed", reason=reason,
+                             detail="generation 1, current 2")
+
+    def alert(self, gen: int = 0, severity: str = "warning") -> AlertRaised:
+        return AlertRaised(header=self.h(gen), alert="stalled", severity=severity,
+                           owner="ml-infra", runbook="runbooks/stall.md", detail="no progress")
+
+    def cancelled(self, gen: int = 0) -> RunCancelled:
+        return RunCancelled(header=self.h(gen), principal="bob", reason="budget")
+
+    def finished(self, gen: int, outcome: str = "succeeded", reason: str = "done") -> RunFinished:
+        return RunFinished(header=self.h(gen), outcome=outcome, reason=reason)
+
+
+def fold_one(events: list[Event]) -> RunState | None:
+    """One run's log folded with ``evolve`` (rejections included, as the fold sees them)."""
+    state: RunState | None = None
+    for e in events:
+        state = evolve(state, e)
+    return state
+
+
+# --- arbitrary valid events (for the codec) ---------------------------------------
+
+# Text that UTF-8 can encode (no lone surrogates), including non-BMP characters.
+texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=24)
+nonempty_texts = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=24)
+longs = st.one_of(
+    st.integers(LONG_MIN, LONG_MAX),
+    st.sampled_from([0, 1, -1, LONG_MIN, LONG_MAX, 2**31, -(2**31) - 1, 2**53 + 1]),
+)
+nonneg_longs = st.integers(0, LONG_MAX)
+doubles = st.floats(allow_nan=False)  # NaN != NaN would defeat equality, not the codec
+
+headers = st.builds(
+    Header,
+    event_id=nonempty_texts,
+    run_id=nonempty_texts,
+    generation=nonneg_longs,
+    occurred_at=nonneg_longs,
+    producer=nonempty_texts,
+    causation_id=st.none() | texts,
+    schema_version=st.just(1),
+)
+members = st.builds(Member, logical_id=texts, node=texts, slot=longs,
+                    domain=st.none() | texts)
+
+
+def _for_type(tp: Any) -> st.SearchStrategy[Any]:
+    """A strategy for a field from its type hint (the catalog uses only these shapes)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return st.none() | _for_type(inner)
+    if origin is tuple:
+        (inner, _) = typing.get_args(tp)
+        return st.lists(_for_type(inner), max_size=4).map(tuple)
+    if origin is dict:
+        key, value = typing.get_args(tp)
+        return st.dictionaries(_for_type(key), _for_type(value), max_size=4)
+    if tp is Header:
+        return headers
+    if tp is Member:
+        return members
+    if tp is str:
+        return texts
+    if tp is int:
+        return longs
+    if tp is float:
+        return doubles
+    raise TypeError(f"no strategy for field type {tp!r}")
+
+
+# Fields whose values ``__post_init__`` constrains beyond their Avro type.
+_CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
+    ("RunSubmitted", "spec_digest"): nonempty_texts,
+    ("RunSubmitted", "principal"): nonempty_texts,
+    ("RunSubmitted", "world_size"): st.integers(1, LONG_MAX),
+    ("RunAdmitted", "members"): st.lists(members, min_size=1, max_size=4).map(tuple),
+    ("FailureClassified", "failure_class"): st.sampled_from(FAILURE_CLASSES),
+    ("FailureClassified", "action"): st.sampled_from(FAILURE_ACTIONS),
+    ("AlertRaised", "severity"): st.sampled_from(SEVERITIES),
+    ("RunFinished", "outcome"): st.sampled_from(OUTCOMES),
+}
+
+
+def event_of(cls: type[Event]) -> st.SearchStrategy[Event]:
+    """Arbitrary valid instances of one event class, derived from its type hints."""
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        constrained = _CONSTRAINED.get((cls.__name__, f.name))
+        kwargs[f.name] = _for_type(hints[f.name]) if constrained is None else constrained
+    return st.builds(cls, **kwargs)
+
+
+any_event = st.one_of([event_of(cls) for cls in EVENT_TYPES.values()])
+
+
+# --- plausible logs of one run (for the fold) ---------------------------------------
+
+# Kinds of event a log draws from. The happy path is repeated so deep states are
+# reached; terminal events are rare so most logs run for a while.
+_HAPPY = ("next",) * 6 + ("step", "step", "committed", "committed", "cursor", "heartbeat",
+                          "failure")
+_OTHER = (
+    "submitted", "cancel_requested", "queued", "admitted", "gs", "confirmed", "shard",
+    "proposed", "exited", "failure", "rejected", "alert",
+)
+_TERMINAL = ("cancelled", "finished")
+KINDS = _HAPPY * 2 + _OTHER + _TERMINAL
+_KINDS = st.sampled_from(_HAPPY * 2 + _OTHER)
+_ANY_KIND = st.sampled_from(KINDS)
+
+
+@functools.cache
+def _ints(lo: int, hi: int) -> st.SearchStrategy[int]:
+    return st.integers(lo, hi)
+
+
+@functools.cache
+def _one(*choices: Any) -> st.SearchStrategy[Any]:
+    return st.sampled_from(choices)
+
+
+_IDS = _one(*LOGICAL_IDS, "w9")
+_MAYBE_SIGNAL = st.none() | _one(9, 15)
+_MAYBE_EXIT = st.none() | _ints(0, 255)
+
+
+def _near(draw: st.DrawFn, base: int, below: int = 1, above: int = 2) -> int:
+    return max(0, base + draw(_ints(-below, above)))
+
+
+def _event_near(draw: st.DrawFn, kind: str, state: RunState, ev: Ev) -> Event:
+    """An event of ``kind`` whose generation and step sit near the state's."""
+    g = state.generation
+    gen = draw(_one(g, g, g, g, g + 1, max(0, g - 1), g + 2))
+    ckpt = state.checkpoint.step if state.checkpoint else 0
+    if kind == "next":  # the happy-path successor of the current status
+        kind = {
+            Status.SUBMITTED: "admitted",
+            Status.QUEUED: "admitted",
+            Status.ADMITTED: "gs",
+            Status.STARTING: "confirmed",
+            Status.RECOVERING: "confirmed",
+        }.get(state.status) or draw(_one("step", "committed", "cursor"))
+        gen = g + 1 if kind == "gs" else g
+    match kind:
+        case "submitted":
+            return ev.submitted(gen)
+        case "cancel_requested":
+            return ev.cancel_requested(gen)
+        case "queued":
+            return ev.queued(gen)
+        case "admitted":
+            return ev.admitted(gen)
+        case "gs":
+            resume = draw(_one(None, ckpt, ckpt, ckpt + 1, 0))
+            return ev.gs(gen, resume_step=resume)
+        case "confirmed":
+            return ev.confirmed(gen)
+        case "heartbeat":
+            lid = draw(_IDS)
+            return ev.heartbeat(gen, lid, step=state.step)
+        case "step":
+            return ev.step(gen, _near(draw, state.step + 1),
+                           tokens=draw(_ints(0, 10_000)), loss_tokens=draw(_ints(0, 10_000)))
+        case "shard":
+            return ev.shard(gen, _near(draw, state.step), draw(_IDS))
+        case "proposed":
+            return ev.proposed(gen, _near(draw, max(ckpt, state.step), 1, 3))
+        case "committed":
+            return ev.committed(gen, _near(draw, max(ckpt, state.step), 1, 3))
+        case "cursor":
+            cur = state.cursor.step if state.cursor else 0
+            return ev.cursor(gen, draw(_one(ckpt, ckpt, ckpt, cur, ckpt + 1)))
+        case "exited":
+            return ev.exited(gen, draw(_IDS), exit_code=draw(_MAYBE_EXIT),
+                             signal=draw(_MAYBE_SIGNAL))
+        case "failure":
+            return ev.failure(gen, draw(_one(*FAILURE_ACTIONS)),
+                              signature=draw(_one("crash:w1", "hang", "nan")))
+        case "rejected":
+            return ev.rejected(gen)
+        case "alert":
+            return ev.alert(gen)
+        case "cancelled":
+            return ev.cancelled(gen)
+        case "finished":
+            # Success is only possible from Running; aim for both outcomes to happen.
+            if state.status == Status.RUNNING:
+                outcome = draw(_one("succeeded", "succeeded", "failed"))
+            else:
+                outcome = draw(_one("failed", "failed", "succeeded"))
+            return ev.finished(draw(_one(g, g, gen)), outcome)
+    raise AssertionError(kind)
+
+
+@st.composite
+def run_logs(draw: st.DrawFn, run_id: str = "r1", max_events: int = 50) -> list[Event]:
+    """A RunSubmitted, then a random mix of every event type, times increasing.
+
+    Generations and steps are drawn near the state the log has reached so far
+    (the fold is used only to aim; the properties under test are checked
+    separately), so logs reach Running, checkpoints, cursors and restarts.
+    """
+    ev = Ev(run_id, start=draw(_ints(0, 2**40)), tick=1)
+    events: list[Event] = [ev.submitted(draw(_one(0, 0, 0, 1)))]
+    state = evolve(None, events[0])
+    assert state is not None
+    for _ in range(draw(_ints(0, max_events))):
+        ev.tick = draw(_ints(1, 60_000))
+        # About one event in 45 ends the run, so most logs get somewhere first.
+        ending = draw(_ints(0, 44)) == 44
+        e = _event_near(draw, draw(_one(*_TERMINAL)) if ending else draw(_KINDS), state, ev)
+        events.append(e)
+        state = evolve(state, e) or state
+    return events
+
+
+@st.composite
+def terminated_logs(draw: st.DrawFn, run_id: str = "r1") -> tuple[list[Event], list[Event]]:
+    """(a log that ends by making the run terminal, then any suffix of events)."""
+    log = draw(run_logs(run_id, max_events=30))
+    state = fold_one(log)
+    assert state is not None
+    ev = Ev(run_id, start=log[-1].header.occurred_at, tick=1)
+    ev._n = len(log)
+    if not state.status.terminal:
+        choices = ["cancelled", "failed"]
+        if state.status == Status.RUNNING:
+            choices.append("succeeded")
+        how = draw(_one(*choices))
+        if how == "cancelled":
+            log.append(ev.cancelled(state.generation))
+        else:
+            log.append(ev.finished(state.generation, how))
+    suffix: list[Event] = []
+    probe = fold_one(log)
+    assert probe is not None and probe.status.terminal
+    for _ in range(draw(_ints(1, 20))):
+        kind = draw(_ANY_KIND)
+        suffix.append(_event_near(draw, kind, probe, ev))
+    return log, suffix
+
+
+@st.composite
+def random_logs(draw: st.DrawFn, run_id: str = "r1", max_events: int = 30) -> list[Event]:
+    """Events of one run in a fully random order: no RunSubmitted first, times anywhere.
+
+    Built from a plausible log (so the events are of interesting kinds and values),
+    then permuted, with a few state-blind events mixed in.
+    """
+    base = draw(run_logs(run_id, max_events=max_events))
+    ev = Ev(run_id, start=draw(_ints(0, 2**40)), tick=1)
+    blind_state = RunState(run_id, Status.RUNNING, "d", "p", 1, None, 0, 0,
+                           generation=draw(_ints(0, 3)), step=draw(_ints(0, 5)))
+    extra = [
+        _event_near(draw, draw(_ANY_KIND), blind_state, ev)
+        for _ in range(draw(_ints(0, 8)))
+    ]
+    return draw(st.permutations(base + extra))
+
+
+@st.composite
+def interleavings(draw: st.DrawFn, runs: int = 3) -> tuple[list[list[Event]], list[Event]]:
+    """Several runs' logs and one merge of them that keeps each run's order."""
+    logs = [draw(run_logs(f"run-{i}", max_events=20)) for i in range(runs)]
+    order = draw(st.permutations([i for i, log in enumerate(logs) for _ in log]))
+    iters = [iter(log) for log in logs]
+    return logs, [next(iters[i]) for i in order]
+
+
+def stale_probe(kind: type[Event], gen: int, ev: Ev, step: int) -> Event:
+    """A fenced report or fact of type ``kind`` carrying generation ``gen``."""
+    builders: dict[type[Event], Any] = {
+        HeartbeatRecorded: lambda: ev.heartbeat(gen, "w0", step),
+        StepCommitted: lambda: ev.step(gen, step + 1),
+        ShardWritten: lambda: ev.shard(gen, step + 1),
+        ManifestProposed: lambda: ev.proposed(gen, step + 1),
+        ManifestCommitted: lambda: ev.committed(gen, step + 1),
+        CursorAdvanced: lambda: ev.cursor(gen, step),
+        WorkerExited: lambda: ev.exited(gen, "w0"),
+        MembershipConfirmed: lambda: ev.confirmed(gen),
+        FailureClassified: lambda: ev.failure(gen, "restart"),
+    }
+    return builders[kind]()  # type: ignore[no-any-return]

@@ -1,0 +1,654 @@
+"""Example tests of the run-state fold (DESIGN section 4): transitions, verdicts, fencing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields, replace
+
+import pytest
+
+from events import fold as fold_module
+from events.fold import (
+    CURSOR_WITHOUT_CHECKPOINT,
+    DUPLICATE_SUBMISSION,
+    GENERATION_NOT_FORWARD,
+    ILLEGAL_TRANSITION,
+    NOT_A_MEMBER,
+    RESUME_BEYOND_CHECKPOINT,
+    RUN_NOT_ACTIVE,
+    RUN_TERMINAL,
+    STALE_GENERATION,
+    STEP_NOT_FORWARD,
+    UNKNOWN_RUN,
+    WRONG_RUN,
+    Transition,
+    apply,
+    evolve,
+    fold,
+)
+from events.model import EVENT_TYPES, Event, Member
+from events.state import Checkpoint, Cursor, RunState, Status
+from tests.events.strategies import MEMBERS, Ev
+
+
+def run(events: list[Event]) -> RunState:
+    """Fold a log that must be accepted event by event; fail loudly otherwise."""
+    state: RunState | None = None
+    for e in events:
+        t = apply(state, e)
+        assert t.verdict.accepted, f"{e.event_type} refused: {t.verdict}"
+        state = t.state
+    assert state is not None
+    return state
+
+
+def rejected(state: RunState | None, event: Event, reason: str) -> Transition:
+    """``event`` is refused with ``reason`` and the state is returned untouched."""
+    t = apply(state, event)
+    assert not t.verdict.accepted, f"{event.event_type} was accepted on {state}"
+    assert t.verdict.reason == reason, str(t.verdict)
+    assert t.verdict.detail, "a rejection must explain itself"
+    assert t.state is state
+    return t
+
+
+def running(ev: Ev, ckpt_step: int | None = 10) -> RunState:
+    """A run in generation 1, Running, with steps 1..10 and (optionally) a checkpoint."""
+    log: list[Event] = [ev.submitted(), ev.admitted(), ev.gs(1), ev.confirmed(1)]
+    log += [ev.step(1, s) for s in range(1, 11)]
+    if ckpt_step is not None:
+        log.append(ev.committed(1, ckpt_step))
+    return run(log)
+
+
+# --- the happy path ------------------------------------------------------------------
+
+
+def test_happy_path_through_every_live_status() -> None:
+    ev = Ev(start=1_000)
+    s = run([ev.submitted()])
+    assert (s.status, s.generation, s.submitted_at, s.updated_at) == (
+        Status.SUBMITTED, 0, 2_000, 2_000)
+    assert (s.spec_digest, s.principal, s.world_size, s.dataset_id) == (
+        "sha256:spec", "alice", 2, "ds-1")
+
+    s = evolve(s, ev.queued(reason="waiting for 2 slots"))
+    assert s is not None and s.status == Status.QUEUED
+    assert s.queue_reason == "waiting for 2 slots"
+
+    s = evolve(s, ev.admitted())
+    assert s is not None and s.status == Status.ADMITTED
+    assert s.members == MEMBERS and s.queue_reason == ""
+
+    s = evolve(s, ev.gs(1))
+    assert s is not None and (s.status, s.generation, s.step) == (Status.STARTING, 1, 0)
+
+    s = evolve(s, ev.heartbeat(1, "w0", at=ev.now + 5))
+    assert s is not None and s.heartbeats == {"w0": ev.now + 5}
+
+    s = evolve(s, ev.confirmed(1))
+    assert s is not None and s.status == Status.RUNNING
+
+    for step in (1, 2, 3):
+        s = evolve(s, ev.step(1, step, tokens=100, loss_tokens=90))
+    assert s is not None and (s.step, s.tokens, s.loss_tokens) == (3, 300, 270)
+
+    s = evolve(s, ev.proposed(1, 3))  # a proposal alone publishes nothing
+    assert s is not None and s.checkpoint is None
+
+    s = evolve(s, ev.committed(1, 3))
+    assert s is not None
+    assert s.checkpoint == Checkpoint(3, "ckpt/g1/s3/manifest.json", "sha256:g1s3", 1, ev.now)
+
+    s = evolve(s, ev.cursor(1, 3))
+    assert s is not None
+    assert s.cursor == Cursor(3, "ds-1", 0, 192, {"web": 120, "code": 72}, 1)
+
+    # Running -> Recovering (a new generation resumes from the checkpoint) -> Running.
+    s = evolve(s, ev.gs(2, resume_step=3))
+    assert s is not None
+    assert (s.status, s.generation, s.step, s.heartbeats) == (Status.RECOVERING, 2, 3, {})
+    assert s.checkpoint is not None and s.checkpoint.generation == 1  # survives the restart
+    s = evolve(s, ev.confirmed(2))
+    assert s is not None and s.status == Status.RUNNING
+
+    s = evolve(s, ev.step(2, 4))
+    s = evolve(s, ev.finished(2, "succeeded", "reached max_steps"))
+    assert s is not None
+    assert (s.status, s.outcome_reason, s.step) == (Status.SUCCEEDED, "reached max_steps", 4)
+    assert s.updated_at == ev.now
+
+
+@pytest.mark.parametrize("outcome,status", [("failed", Status.FAILED),
+                                            ("succeeded", Status.SUCCEEDED)])
+def test_run_finished_outcomes(outcome: str, status: Status) -> None:
+    ev = Ev()
+    s = evolve(running(ev), ev.finished(1, outcome, "why"))
+    assert s is not None and (s.status, s.outcome_reason) == (status, "why")
+
+
+def test_running_recovering_via_failure_restart_and_back() -> None:
+    ev = Ev()
+    s = evolve(running(ev), ev.failure(1, "restart", signature="crash:w1"))
+    assert s is not None and s.status == Status.RECOVERING
+    assert (s.failures, s.failure_count) == ({"crash:w1": 1}, 1)
+    s = run_from(s, [ev.gs(2, resume_step=10), ev.confirmed(2), ev.step(2, 11)])
+    assert (s.status, s.generation, s.step) == (Status.RUNNING, 2, 11)
+
+
+def run_from(state: RunState, events: list[Event]) -> RunState:
+    for e in events:
+        t = apply(state, e)
+        assert t.verdict.accepted, f"{e.event_type} refused: {t.verdict}"
+        assert t.state is not None
+        state = t.state
+    return state
+
+
+def test_failure_counts_by_signature_and_quarantine_keeps_status() -> None:
+    ev = Ev()
+    s = running(ev)
+    s = run_from(s, [ev.failure(1, "quarantine_node", "straggler:node-b", "straggler"),
+                     ev.failure(1, "escalate", "nan", "non_finite"),
+                     ev.failure(1, "quarantine_node", "straggler:node-b", "straggler")])
+    assert s.status == Status.RUNNING  # neither action moves the status by itself
+    assert s.failures == {"straggler:node-b": 2, "nan": 1}
+    assert s.failure_count == 3
+
+
+def test_restart_resets_per_generation_observations() -> None:
+    ev = Ev()
+    s = run_from(running(ev), [ev.heartbeat(1, "w0"), ev.exited(1, "w1", exit_code=None,
+                                                                   signal=9)])
+    assert s.exits == {"w1": -9}  # a signal is recorded as its negative
+    assert set(s.heartbeats) == {"w0"}
+    s = run_from(s, [ev.gs(2, resume_step=10, members=(Member("w7", "node-c", 0),))])
+    assert (s.heartbeats, s.exits, s.step) == ({}, {}, 10)
+    assert [m.logical_id for m in s.members] == ["w7"]
+    # Membership follows the generation: the old members are no longer members.
+    rejected(s, ev.heartbeat(2, "w0"), NOT_A_MEMBER)
+    assert evolve(s, ev.heartbeat(2, "w7")) is not s
+
+
+def test_generation_started_without_members_keeps_the_admitted_ones() -> None:
+    ev = Ev()
+    s = run([ev.submitted(), ev.admitted(), ev.gs(1, members=())])
+    assert s.members == MEMBERS
+
+
+def test_worker_exit_code_and_heartbeat_time_is_the_latest() -> None:
+    ev = Ev()
+    s = running(ev)
+    s = run_from(s, [ev.exited(1, "w1", exit_code=3)])
+    assert s.exits == {"w1": 3}
+    late = ev.now + 10_000
+    s = run_from(s, [ev.heartbeat(1, "w0", at=late), ev.heartbeat(1, "w0", at=late - 5_000)])
+    assert s.heartbeats["w0"] == late  # an older heartbeat delivered late does not win
+    assert s.updated_at == late  # updated_at never moves backwards either
+
+
+def test_cancel_requested_marks_but_does_not_stop() -> None:
+    ev = Ev()
+    s = run_from(running(ev), [ev.cancel_requested(1)])
+    assert s.cancel_requested and s.status == Status.RUNNING
+
+
+# --- every rejection reason ----------------------------------------------------------
+
+
+def _scenarios() -> dict[str, Callable[[], tuple[RunState | None, Event]]]:
+    """reason -> (a state, an event the fold must refuse with that reason)."""
+
+    def stale() -> tuple[RunState | None, Event]:
+        ev = Ev()
+        return run_from(running(ev), [ev.gs(2, resume_step=10)]), ev.step(1, 11)
+
+    def unknown() -> tuple[RunState | None, Event]:
+        return None, Ev().heartbeat(1)
+
+    def wrong() -> tuple[RunState | None, Event]:
+        ev = Ev()
+        return running(ev), Ev("r2").heartbeat(1)
+
+    def duplicate() -> tuple[RunState | None, Event]:
+        ev = Ev()
+        return run([ev.submitted()]), ev.submitted()
+
+    def illegal() -> tuple[RunState | None, Event]:
+        ev = Ev()
+        return running(ev), ev.admitted()
+
+    def terminal() -> tuple[RunState | None, Event]:
+        ev = Ev()
+        return run_from(running(ev), [ev.cancelled(1)]), ev.step(1, 11)
+
+    def not_active() -> tuple[RunState | None, Event]:
+        ev = Ev()
+        return run([ev.submitted(), ev.admitted()]), ev.heartbeat(0)
+
+    def not_forward_gen() -> tuple[RunState | None, Event]:
+        ev = Ev()
+        return running(ev), ev.gs(1)
+
+    def not_forward_step() -> tuple[RunState | None, Event]:
+        ev = Ev()
+        return running(ev), ev.step(1, 10)
+
+    def not_member() -> tuple[RunState | None, Event]:
+        ev = Ev()
+        return running(ev), ev.heartbeat(1, "w9")
+
+    def cursor_without() -> tuple[RunState | None, Event]:
+        ev = Ev()
+        return running(ev, ckpt_step=None), ev.cursor(1, 10)
+
+    def resume_beyond() -> tuple[RunState | None, Event]:
+        ev = Ev()
+        return running(ev), ev.gs(2, resume_step=11)
+
+    return {
+        STALE_GENERATION: stale,
+        UNKNOWN_RUN: unknown,
+        WRONG_RUN: wrong,
+        DUPLICATE_SUBMISSION: duplicate,
+        ILLEGAL_TRANSITION: illegal,
+        RUN_TERMINAL: terminal,
+        RUN_NOT_ACTIVE: not_active,
+        GENERATION_NOT_FORWARD: not_forward_gen,
+        STEP_NOT_FORWARD: not_forward_step,
+        NOT_A_MEMBER: not_member,
+        CURSOR_WITHOUT_CHECKPOINT: cursor_without,
+        RESUME_BEYOND_CHECKPOINT: resume_beyond,
+    }
+
+
+SCENARIOS = _scenarios()
+
+
+def test_every_reason_constant_has_a_scenario() -> None:
+    constants = {
+        value for name, value in vars(fold_module).items()
+        if name.isupper() and isinstance(value, str)
+    }
+    assert constants == set(SCENARIOS), "a verdict reason without a test, or a stale test"
+
+
+@pytest.mark.parametrize("reason", sorted(SCENARIOS))
+def test_reason_is_produced(reason: str) -> None:
+    state, event = SCENARIOS[reason]()
+    t = rejected(state, event, reason)
+    assert str(t.verdict) == f"rejected: {reason} ({t.verdict.detail})"
+
+
+def test_unknown_run_events_are_dropped_by_fold() -> None:
+    ev = Ev()
+    early = ev.heartbeat(1)
+    states = fold([early, ev.submitted(), ev.admitted()])
+    assert states["r1"].status == Status.ADMITTED
+    assert fold([early]) == {}
+
+
+def test_wrong_run_on_any_event_type() -> None:
+    ev, other = Ev(), Ev("r2")
+    s = running(ev)
+    rejected(s, other.committed(1, 20), WRONG_RUN)
+    rejected(s, other.cancelled(1), WRONG_RUN)
+    rejected(s, other.submitted(), WRONG_RUN)
+
+
+@pytest.mark.parametrize("make", [
+    lambda ev: ev.gs(1),            # generation stands still
+    lambda ev: ev.gs(0),            # generation moves backwards
+])
+def test_generation_must_advance(make: Callable[[Ev], Event]) -> None:
+    ev = Ev()
+    rejected(running(ev), make(ev), GENERATION_NOT_FORWARD)
+
+
+def test_resume_step_is_bounded_by_the_latest_checkpoint() -> None:
+    ev = Ev()
+    s = running(ev, ckpt_step=None)
+    t = rejected(s, ev.gs(2, resume_step=1), RESUME_BEYOND_CHECKPOINT)
+    assert "0" in t.verdict.detail  # without a checkpoint only step 0 can be resumed
+    s = run_from(running(ev, ckpt_step=10), [])
+    rejected(s, ev.gs(2, resume_step=11), RESUME_BEYOND_CHECKPOINT)
+    ok = run_from(s, [ev.gs(2, resume_step=10)])
+    assert ok.step == 10
+
+
+def test_step_not_forward_for_steps_checkpoints_and_cursors() -> None:
+    ev = Ev()
+    s = running(ev)  # step 10, checkpoint at 10
+    rejected(s, ev.step(1, 10), STEP_NOT_FORWARD)
+    rejected(s, ev.step(1, 3), STEP_NOT_FORWARD)
+    rejected(s, ev.committed(1, 10), STEP_NOT_FORWARD)
+    rejected(s, ev.committed(1, 9), STEP_NOT_FORWARD)
+    rejected(s, ev.proposed(1, 10), STEP_NOT_FORWARD)
+    s = run_from(s, [ev.cursor(1, 10)])
+    rejected(s, ev.cursor(1, 10, position=999), STEP_NOT_FORWARD)
+
+
+def test_cursor_must_sit_on_the_latest_checkpoint() -> None:
+    ev = Ev()
+    s = running(ev)  # checkpoint at 10
+    rejected(s, ev.cursor(1, 9), CURSOR_WITHOUT_CHECKPOINT)
+    rejected(s, ev.cursor(1, 11), CURSOR_WITHOUT_CHECKPOINT)
+    s = run_from(s, [ev.cursor(1, 10), ev.step(1, 11), ev.committed(1, 11)])
+    s = run_from(s, [ev.cursor(1, 11)])
+    assert s.cursor is not None and s.cursor.step == 11
+
+
+@pytest.mark.parametrize("make", [
+    lambda ev: ev.heartbeat(1, "w9"),
+    lambda ev: ev.exited(1, "w9"),
+    lambda ev: ev.shard(1, 11, "w9"),
+])
+def test_reports_from_non_members_are_refused(make: Callable[[Ev], Event]) -> None:
+    ev = Ev()
+    rejected(running(ev), make(ev), NOT_A_MEMBER)
+
+
+@pytest.mark.parametrize("make,status", [
+    (lambda ev: ev.gs(1), Status.SUBMITTED),
+    (lambda ev: ev.gs(1), Status.QUEUED),
+    (lambda ev: ev.confirmed(1), Status.RUNNING),
+    (lambda ev: ev.finished(1, "succeeded"), Status.STARTING),
+    (lambda ev: ev.finished(1, "succeeded"), Status.RECOVERING),
+    (lambda ev: ev.failure(0, "restart"), Status.SUBMITTED),
+    (lambda ev: ev.failure(0, "requeue"), Status.QUEUED),
+    (lambda ev: ev.queued(), Status.ADMITTED),
+    (lambda ev: ev.admitted(), Status.STARTING),
+])
+def test_illegal_transitions(make: Callable[[Ev], Event], status: Status) -> None:
+    ev = Ev()
+    state = STATE_BUILDERS[status](ev)
+    assert state.status == status
+    rejected(state, make(ev), ILLEGAL_TRANSITION)
+
+
+def test_success_requires_the_current_generation() -> None:
+    ev = Ev()
+    s = run_from(running(ev), [ev.gs(2, resume_step=10), ev.confirmed(2)])
+    rejected(s, ev.finished(1, "succeeded"), STALE_GENERATION)
+    rejected(s, ev.failure(1, "restart"), STALE_GENERATION)
+
+
+# --- fencing -------------------------------------------------------------------------
+
+
+FENCED_MAKERS: dict[str, Callable[[Ev, int], Event]] = {
+    "ManifestProposed": lambda ev, g: ev.proposed(g, 20),
+    "ManifestCommitted": lambda ev, g: ev.committed(g, 20),
+    "CursorAdvanced": lambda ev, g: ev.cursor(g, 10),
+    "StepCommitted": lambda ev, g: ev.step(g, 11),
+    "HeartbeatRecorded": lambda ev, g: ev.heartbeat(g, "w0", 11),
+    "ShardWritten": lambda ev, g: ev.shard(g, 20),
+    "WorkerExited": lambda ev, g: ev.exited(g, "w0"),
+    "MembershipConfirmed": lambda ev, g: ev.confirmed(g),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FENCED_MAKERS))
+@pytest.mark.parametrize("stale_gen", [1, 3])
+def test_reports_of_another_generation_are_fenced(name: str, stale_gen: int) -> None:
+    ev = Ev()
+    s = run_from(running(ev), [ev.gs(2, resume_step=10)])  # Recovering, generation 2
+    before = replace(s)
+    t = rejected(s, FENCED_MAKERS[name](ev, stale_gen), STALE_GENERATION)
+    assert f"generation {stale_gen}" in t.verdict.detail and "current is 2" in t.verdict.detail
+    assert t.state == before
+    # The same event under the live generation is accepted: the refusal was the fence.
+    assert apply(s, FENCED_MAKERS[name](ev, 2)).verdict.accepted
+
+
+def test_zombie_generation_cannot_publish_a_checkpoint_or_move_progress() -> None:
+    ev = Ev()
+    s = run_from(running(ev), [ev.gs(2, resume_step=10), ev.confirmed(2), ev.step(2, 11)])
+    zombie = [ev.step(1, 12, tokens=5), ev.committed(1, 12), ev.cursor(1, 12),
+              ev.heartbeat(1, "w0"), ev.proposed(1, 12)]
+    after = fold(zombie, {"r1": s})["r1"]
+    assert after == s
+    assert (after.step, after.tokens, after.checkpoint, after.cursor) == (
+        11, s.tokens, s.checkpoint, s.cursor)
+    assert after.checkpoint is not None and after.checkpoint.step == 10
+
+
+# --- cancellation --------------------------------------------------------------------
+
+
+def test_cancel_revokes_and_everything_after_is_refused() -> None:
+    ev = Ev()
+    s = run_from(running(ev), [ev.cancel_requested(1), ev.cancelled(1)])
+    assert (s.status, s.outcome_reason, s.cancel_requested) == (Status.CANCELLED, "budget", True)
+    after = [
+        ev.step(1, 11), ev.committed(1, 11), ev.cursor(1, 10), ev.heartbeat(1),
+        ev.confirmed(1), ev.gs(2, resume_step=10), ev.finished(1, "succeeded"),
+        ev.finished(1, "failed"), ev.failure(1, "restart"), ev.cancelled(1),
+        ev.cancel_requested(1), ev.admitted(), ev.queued(), ev.submitted(),
+        ev.exited(1), ev.shard(1, 11), ev.proposed(1, 11),
+    ]
+    assert {type(e).__name__ for e in after} | {"WriteRejected", "AlertRaised"} == set(
+        EVENT_TYPES)
+    for e in after:
+        rejected(s, e, RUN_TERMINAL)
+
+
+def test_informational_records_after_the_end_only_count() -> None:
+    ev = Ev()
+    s = run_from(running(ev), [ev.cancelled(1)])
+    t = apply(s, ev.rejected(1))
+    assert t.verdict.accepted and t.state is not None
+    assert t.state.rejections == s.rejections + 1
+    t2 = apply(t.state, ev.alert(1, "critical"))
+    assert t2.verdict.accepted and t2.state is not None
+    assert t2.state.alerts == s.alerts + 1
+    unchanged = {"rejections", "alerts", "updated_at"}
+    for f in fields(RunState):
+        if f.name not in unchanged:
+            assert getattr(t2.state, f.name) == getattr(s, f.name), f.name
+
+
+@pytest.mark.parametrize("status", [Status.SUBMITTED, Status.QUEUED, Status.ADMITTED,
+                                    Status.STARTING, Status.RUNNING, Status.RECOVERING])
+def test_cancel_is_accepted_from_every_live_status(status: Status) -> None:
+    ev = Ev()
+    s = run_from(STATE_BUILDERS[status](ev), [ev.cancelled(0)])
+    assert s.status == Status.CANCELLED
+
+
+# --- requeue -------------------------------------------------------------------------
+
+
+def test_requeue_then_readmission_recovers_from_the_checkpoint() -> None:
+    ev = Ev()
+    s = run_from(running(ev), [ev.failure(1, "requeue", signature="infra:node-b",
+                                          failure_class="infrastructure")])
+    assert (s.status, s.queue_reason) == (Status.QUEUED, "requeued: infra:node-b")
+    assert s.failures == {"infra:node-b": 1}
+    # The requeued generation may no longer report.
+    rejected(s, ev.step(1, 11), RUN_NOT_ACTIVE)
+    rejected(s, ev.committed(1, 11), RUN_NOT_ACTIVE)
+    s = run_from(s, [ev.admitted()])
+    assert (s.status, s.queue_reason) == (Status.ADMITTED, "")
+    s = run_from(s, [ev.gs(2, resume_step=10)])
+    assert (s.status, s.generation, s.step) == (Status.RECOVERING, 2, 10)
+    s = run_from(s, [ev.confirmed(2)])
+    assert s.status == Status.RUNNING
+
+
+def test_requeue_without_a_checkpoint_starts_afresh() -> None:
+    ev = Ev()
+    s = run_from(running(ev, ckpt_step=None), [ev.failure(1, "requeue"), ev.queued(),
+                                               ev.admitted(), ev.gs(2)])
+    assert (s.status, s.generation, s.step, s.checkpoint) == (Status.STARTING, 2, 0, None)
+
+
+# --- the (status x event type) table ---------------------------------------------------
+
+
+def _reach(ev: Ev, status: Status) -> RunState:
+    """A state in ``status``; every state from Starting on has a checkpoint at step 10."""
+    if status == Status.SUBMITTED:
+        return run([ev.submitted()])
+    if status == Status.QUEUED:
+        return run([ev.submitted(), ev.queued()])
+    if status == Status.ADMITTED:
+        return run([ev.submitted(), ev.admitted()])
+    if status == Status.STARTING:
+        return run([ev.submitted(), ev.admitted(), ev.gs(1), ev.committed(1, 10)])
+    base = running(ev)
+    if status == Status.RUNNING:
+        return base
+    if status == Status.RECOVERING:
+        return run_from(base, [ev.gs(2, resume_step=10)])
+    if status == Status.SUCCEEDED:
+        return run_from(base, [ev.finished(1, "succeeded")])
+    if status == Status.FAILED:
+        return run_from(base, [ev.finished(1, "failed")])
+    return run_from(base, [ev.cancelled(1)])
+
+
+STATE_BUILDERS: dict[Status, Callable[[Ev], RunState]] = {
+    status: (lambda ev, status=status: _reach(ev, status)) for status in Status
+}
+
+
+# One event per column, otherwise valid for the state it meets (current generation,
+# a step that moves forward, a member's id, a cursor on the latest checkpoint), so
+# only the status decides.
+COLUMNS: dict[str, Callable[[Ev, RunState], Event]] = {
+    "RunSubmitted": lambda ev, s: ev.submitted(),
+    "CancelRequested": lambda ev, s: ev.cancel_requested(s.generation),
+    "RunQueued": lambda ev, s: ev.queued(s.generation),
+    "RunAdmitted": lambda ev, s: ev.admitted(s.generation),
+    "GenerationStarted": lambda ev, s: ev.gs(
+        s.generation + 1, resume_step=s.checkpoint.step if s.checkpoint else None),
+    "MembershipConfirmed": lambda ev, s: ev.confirmed(s.generation),
+    "ManifestCommitted": lambda ev, s: ev.committed(s.generation, 20),
+    "CursorAdvanced": lambda ev, s: ev.cursor(s.generation, 10),
+    "WriteRejected": lambda ev, s: ev.rejected(s.generation),
+    "FailureClassified(quarantine_node)": lambda ev, s: ev.failure(s.generation,
+                                                                   "quarantine_node"),
+    "FailureClassified(restart)": lambda ev, s: ev.failure(s.generation, "restart"),
+    "FailureClassified(requeue)": lambda ev, s: ev.failure(s.generation, "requeue"),
+    "AlertRaised": lambda ev, s: ev.alert(s.generation),
+    "RunCancelled": lambda ev, s: ev.cancelled(s.generation),
+    "RunFinished(succeeded)": lambda ev, s: ev.finished(s.generation, "succeeded"),
+    "RunFinished(failed)": lambda ev, s: ev.finished(s.generation, "failed"),
+    "HeartbeatRecorded": lambda ev, s: ev.heartbeat(s.generation, "w0", s.step),
+    "StepCommitted": lambda ev, s: ev.step(s.generation, s.step + 1),
+    "ShardWritten": lambda ev, s: ev.shard(s.generation, 20, "w1"),
+    "ManifestProposed": lambda ev, s: ev.proposed(s.generation, 20),
+    "WorkerExited": lambda ev, s: ev.exited(s.generation, "w1"),
+}
+
+SUB, QUE, ADM, STA, RUN, REC = (Status.SUBMITTED, Status.QUEUED, Status.ADMITTED,
+                                Status.STARTING, Status.RUNNING, Status.RECOVERING)
+LIVE = {SUB, QUE, ADM, STA, RUN, REC}
+ACTIVE = {STA, RUN, REC}
+ALL = set(Status)
+
+# Where each column is legal.
+LEGAL: dict[str, set[Status]] = {
+    "RunSubmitted": set(),
+    "CancelRequested": LIVE,
+    "RunQueued": {SUB, QUE},
+    "RunAdmitted": {SUB, QUE},
+    "GenerationStarted": {ADM} | ACTIVE,
+    "MembershipConfirmed": {STA, REC},
+    "ManifestCommitted": ACTIVE,
+    "CursorAdvanced": ACTIVE,
+    "WriteRejected": ALL,
+    "FailureClassified(quarantine_node)": {ADM} | ACTIVE,
+    "FailureClassified(restart)": {ADM} | ACTIVE,
+    "FailureClassified(requeue)": {ADM} | ACTIVE,
+    "AlertRaised": ALL,
+    "RunCancelled": LIVE,
+    "RunFinished(succeeded)": {RUN},
+    "RunFinished(failed)": LIVE,
+    "HeartbeatRecorded": ACTIVE,
+    "StepCommitted": ACTIVE,
+    "ShardWritten": ACTIVE,
+    "ManifestProposed": ACTIVE,
+    "WorkerExited": ACTIVE,
+}
+
+_FENCED_COLUMNS = {"MembershipConfirmed", "ManifestCommitted", "CursorAdvanced",
+                   "HeartbeatRecorded", "StepCommitted", "ShardWritten", "ManifestProposed",
+                   "WorkerExited"}
+
+
+def _expected_reason(column: str, status: Status) -> str:
+    if status.terminal:
+        return RUN_TERMINAL
+    if column == "RunSubmitted":
+        return DUPLICATE_SUBMISSION
+    if column in _FENCED_COLUMNS and not status.active:
+        return RUN_NOT_ACTIVE
+    return ILLEGAL_TRANSITION
+
+
+def test_table_covers_every_event_type() -> None:
+    names = {c.split("(")[0] for c in COLUMNS}
+    assert names == set(EVENT_TYPES)
+    assert set(LEGAL) == set(COLUMNS)
+
+
+@pytest.mark.parametrize("status", list(Status))
+@pytest.mark.parametrize("column", list(COLUMNS))
+def test_status_by_event_type(status: Status, column: str) -> None:
+    ev = Ev()
+    state = STATE_BUILDERS[status](ev)
+    assert state.status == status
+    event = COLUMNS[column](ev, state)
+    t = apply(state, event)
+    if status in LEGAL[column]:
+        assert t.verdict.accepted, f"{column} from {status.value}: {t.verdict}"
+        assert t.state is not None and t.state is not state
+        assert t.state.updated_at == event.header.occurred_at
+    else:
+        assert not t.verdict.accepted, f"{column} from {status.value} was accepted"
+        assert t.verdict.reason == _expected_reason(column, status), str(t.verdict)
+        assert t.state is state
+
+
+# Where an accepted column leaves the status (absent: unchanged).
+MOVES: dict[tuple[str, Status], Status] = {
+    **{("RunQueued", s): QUE for s in (SUB, QUE)},
+    **{("RunAdmitted", s): ADM for s in (SUB, QUE)},
+    # Admitted with a checkpoint (a requeued run) would go to Recovering instead.
+    ("GenerationStarted", ADM): STA,
+    **{("GenerationStarted", s): REC for s in ACTIVE},
+    **{("MembershipConfirmed", s): RUN for s in (STA, REC)},
+    **{("FailureClassified(restart)", s): REC for s in {ADM} | ACTIVE},
+    **{("FailureClassified(requeue)", s): QUE for s in {ADM} | ACTIVE},
+    **{("RunCancelled", s): Status.CANCELLED for s in LIVE},
+    ("RunFinished(succeeded)", RUN): Status.SUCCEEDED,
+    **{("RunFinished(failed)", s): Status.FAILED for s in LIVE},
+}
+
+
+@pytest.mark.parametrize(
+    "status,column",
+    [(status, column) for column in COLUMNS for status in Status if status in LEGAL[column]],
+)
+def test_where_accepted_events_move_the_status(status: Status, column: str) -> None:
+    ev = Ev()
+    state = STATE_BUILDERS[status](ev)
+    new = evolve(state, COLUMNS[column](ev, state))
+    assert new is not None
+    assert new.status == MOVES.get((column, status), status)
+
+
+def test_fold_does_not_mutate_the_states_it_is_given() -> None:
+    ev = Ev()
+    s = running(ev)
+    given = {"r1": s}
+    out = fold([ev.step(1, 11)], given)
+    assert given == {"r1": s} and out["r1"].step == 11 and s.step == 10
+
+
+def test_fold_keeps_runs_apart() -> None:
+    a, b = Ev("a"), Ev("b")
+    states = fold([a.submitted(), b.submitted(), a.admitted(), b.queued(), a.gs(1)])
+    assert (states["a"].status, states["b"].status) == (Status.STARTING, Status.QUEUED)

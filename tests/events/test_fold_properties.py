@@ -1,0 +1,327 @@
+"""Properties of the run-state fold over generated logs (DESIGN section 4).
+
+Logs come from ``tests.events.strategies``: plausible logs of one run (a
+RunSubmitted, then every event type with generations and steps near the current
+ones), the same events in fully random orders, and several runs interleaved.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from events import fold as fold_module
+from events.fold import (
+    ILLEGAL_TRANSITION,
+    RUN_NOT_ACTIVE,
+    RUN_TERMINAL,
+    STALE_GENERATION,
+    Transition,
+    apply,
+    fold,
+)
+from events.model import (
+    AlertRaised,
+    CursorAdvanced,
+    Event,
+    FailureClassified,
+    GenerationStarted,
+    HeartbeatRecorded,
+    ManifestCommitted,
+    MembershipConfirmed,
+    RunAdmitted,
+    RunCancelled,
+    RunFinished,
+    RunQueued,
+    StepCommitted,
+    WorkerExited,
+    WriteRejected,
+)
+from events.state import RunState, Status
+from tests.events.strategies import (
+    FENCED_TYPES,
+    Ev,
+    fold_one,
+    interleavings,
+    random_logs,
+    run_logs,
+    stale_probe,
+    terminated_logs,
+)
+
+PROPS = settings(
+    max_examples=250,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+REASONS = {v for k, v in vars(fold_module).items() if k.isupper() and isinstance(v, str)}
+
+SUB, QUE, ADM, STA, RUN, REC = (Status.SUBMITTED, Status.QUEUED, Status.ADMITTED,
+                                Status.STARTING, Status.RUNNING, Status.RECOVERING)
+LIVE = (SUB, QUE, ADM, STA, RUN, REC)
+ACTIVE = (STA, RUN, REC)
+
+# Every status change an accepted event may make, and by which event types.
+EDGES: dict[tuple[Status, Status], tuple[type[Event], ...]] = {
+    (SUB, QUE): (RunQueued,),
+    (SUB, ADM): (RunAdmitted,),
+    (QUE, ADM): (RunAdmitted,),
+    (ADM, STA): (GenerationStarted,),
+    # A readmitted run that has a checkpoint resumes from it.
+    (ADM, REC): (GenerationStarted, FailureClassified),
+    (STA, REC): (GenerationStarted, FailureClassified),
+    (RUN, REC): (GenerationStarted, FailureClassified),
+    (STA, RUN): (MembershipConfirmed,),
+    (REC, RUN): (MembershipConfirmed,),
+    **{(s, QUE): (FailureClassified,) for s in (ADM, *ACTIVE)},
+    (RUN, Status.SUCCEEDED): (RunFinished,),
+    **{(s, Status.FAILED): (RunFinished,) for s in LIVE},
+    **{(s, Status.CANCELLED): (RunCancelled,) for s in LIVE},
+}
+
+# Which event types may change which part of the state.
+WRITERS: dict[str, tuple[type[Event], ...]] = {
+    "generation": (GenerationStarted,),
+    "checkpoint": (ManifestCommitted,),
+    "cursor": (CursorAdvanced,),
+    "step": (StepCommitted, GenerationStarted),
+    "tokens": (StepCommitted,),
+    "loss_tokens": (StepCommitted,),
+    "members": (RunAdmitted, GenerationStarted),
+    "heartbeats": (HeartbeatRecorded, GenerationStarted),
+    "exits": (WorkerExited, GenerationStarted),
+    "failures": (FailureClassified,),
+    "rejections": (WriteRejected,),
+    "alerts": (AlertRaised,),
+}
+
+
+def walk(events: list[Event], state: RunState | None = None) -> Iterator[
+        tuple[RunState | None, Event, Transition]]:
+    """(state before, event, transition) for each event of one run's log."""
+    for e in events:
+        t = apply(state, e)
+        yield state, e, t
+        state = t.state
+
+
+def states_of(events: list[Event]) -> list[RunState]:
+    return [t.state for _, _, t in walk(events) if t.state is not None]
+
+
+def check_verdicts(events: list[Event]) -> None:
+    """Refusals change nothing and explain themselves; acceptances follow the graph."""
+    for before, e, t in walk(events):
+        if not t.verdict.accepted:
+            assert t.state is before, f"refused {e.event_type} changed the state"
+            assert t.verdict.reason in REASONS, t.verdict
+            assert t.verdict.detail, f"{t.verdict.reason} without a detail"
+            continue
+        assert t.state is not None
+        if before is None:
+            assert t.state.status == SUB
+            continue
+        assert t.state.run_id == before.run_id
+        if t.state.status != before.status:
+            edge = (before.status, t.state.status)
+            assert edge in EDGES, f"{e.event_type} made the illegal move {edge}"
+            assert isinstance(e, EDGES[edge]), f"{e.event_type} made the move {edge}"
+        for name, writers in WRITERS.items():
+            if getattr(t.state, name) != getattr(before, name):
+                assert isinstance(e, writers), f"{e.event_type} changed {name}"
+
+
+# --- fencing ------------------------------------------------------------------------
+
+
+@PROPS
+@given(run_logs(), st.data())
+def test_stale_generation_reports_change_nothing(log: list[Event], data: st.DataObject) -> None:
+    # In the log itself: every fenced report of another generation is refused as is.
+    for before, e, t in walk(log):
+        if before is None or not isinstance(e, FENCED_TYPES):
+            continue
+        if e.generation != before.generation:
+            assert not t.verdict.accepted and t.state is before
+            if before.status.active:
+                assert t.verdict.reason == STALE_GENERATION
+    # Probes of every fenced type and any other generation, at reached states.
+    states = states_of(log)
+    for state in data.draw(st.lists(st.sampled_from(states), min_size=1, max_size=6)):
+        kind = data.draw(st.sampled_from((*FENCED_TYPES, FailureClassified)))
+        gen = data.draw(st.integers(0, state.generation + 3).filter(
+            lambda g, cur=state.generation: g != cur))
+        probe = stale_probe(kind, gen, Ev(state.run_id, start=state.updated_at), state.step)
+        t = apply(state, probe)
+        assert not t.verdict.accepted
+        assert t.state is state
+        if state.status.terminal:
+            assert t.verdict.reason == RUN_TERMINAL
+        elif kind is FailureClassified:
+            expect = STALE_GENERATION if state.status.active or state.status == ADM else (
+                ILLEGAL_TRANSITION)
+            assert t.verdict.reason == expect, t.verdict
+        elif not state.status.active:
+            assert t.verdict.reason == RUN_NOT_ACTIVE
+        else:
+            assert t.verdict.reason == STALE_GENERATION, t.verdict
+
+
+@PROPS
+@given(run_logs())
+def test_accepted_checkpoints_and_progress_carry_the_live_generation(log: list[Event]) -> None:
+    for before, e, t in walk(log):
+        if before is None or not t.verdict.accepted:
+            continue
+        if isinstance(e, (*FENCED_TYPES, FailureClassified)):
+            assert e.generation == before.generation
+            assert t.state is not None and t.state.generation == before.generation
+        if isinstance(e, ManifestCommitted):
+            assert t.state is not None and t.state.checkpoint is not None
+            assert t.state.checkpoint.generation == before.generation
+
+
+# --- determinism ----------------------------------------------------------------------
+
+
+@PROPS
+@given(run_logs(), st.data())
+def test_fold_is_deterministic_and_can_stop_anywhere(log: list[Event],
+                                                     data: st.DataObject) -> None:
+    whole = fold(log)
+    assert fold(copy.deepcopy(log)) == whole
+    assert whole == {"r1": fold_one(log)}
+    k = data.draw(st.integers(0, len(log)))
+    assert fold(log[k:], fold(log[:k])) == whole
+
+
+@PROPS
+@given(random_logs(), st.data())
+def test_random_orderings_are_total_deterministic_and_splittable(
+        log: list[Event], data: st.DataObject) -> None:
+    whole = fold(log)  # never raises, whatever the order
+    assert fold(copy.deepcopy(log)) == whole
+    k = data.draw(st.integers(0, len(log)))
+    assert fold(log[k:], fold(log[:k])) == whole
+
+
+@settings(PROPS, max_examples=120)
+@given(interleavings())
+def test_interleaving_runs_does_not_change_any_run(
+        case: tuple[list[list[Event]], list[Event]]) -> None:
+    logs, merged = case
+    states = fold(merged)
+    assert len(states) == len(logs)
+    for log in logs:
+        assert states[log[0].run_id] == fold_one(log)
+
+
+# --- verdicts -------------------------------------------------------------------------
+
+
+@PROPS
+@given(run_logs())
+def test_refusals_change_nothing_and_moves_follow_the_graph(log: list[Event]) -> None:
+    check_verdicts(log)
+
+
+@PROPS
+@given(random_logs())
+def test_refusals_change_nothing_in_random_orders(log: list[Event]) -> None:
+    check_verdicts(log)
+
+
+# --- terminal states absorb -----------------------------------------------------------
+
+
+@PROPS
+@given(terminated_logs())
+def test_terminal_states_absorb(case: tuple[list[Event], list[Event]]) -> None:
+    log, suffix = case
+    end = fold_one(log)
+    assert end is not None and end.status.terminal
+    frozen = ("status", "generation", "checkpoint", "cursor", "step", "tokens",
+              "loss_tokens", "members", "outcome_reason", "failures", "cancel_requested")
+    state = end
+    for _, e, t in walk(suffix, end):
+        assert t.state is not None
+        for name in frozen:
+            assert getattr(t.state, name) == getattr(end, name), f"{e.event_type}: {name}"
+        if isinstance(e, WriteRejected | AlertRaised):
+            assert t.verdict.accepted
+        else:
+            assert not t.verdict.accepted and t.verdict.reason == RUN_TERMINAL
+            assert t.state is state
+        state = t.state
+
+
+# --- monotonicity ---------------------------------------------------------------------
+
+
+def check_monotone(log: list[Event]) -> None:
+    prev: RunState | None = None
+    for state in states_of(log):
+        if state.cursor is not None:
+            # The data cursor never runs ahead of the newest committed checkpoint.
+            assert state.checkpoint is not None and state.cursor.step <= state.checkpoint.step
+        if state.checkpoint is not None:
+            assert state.checkpoint.generation <= state.generation
+        if prev is not None:
+            assert state.generation >= prev.generation
+            assert state.updated_at >= prev.updated_at
+            assert state.tokens >= prev.tokens and state.loss_tokens >= prev.loss_tokens
+            assert state.failure_count >= prev.failure_count
+            if prev.checkpoint is not None:
+                assert state.checkpoint is not None
+                assert state.checkpoint.step >= prev.checkpoint.step
+            if prev.cursor is not None:
+                assert state.cursor is not None and state.cursor.step >= prev.cursor.step
+        prev = state
+
+
+@PROPS
+@given(run_logs())
+def test_checkpoint_cursor_and_generation_never_go_back(log: list[Event]) -> None:
+    check_monotone(log)
+
+
+@PROPS
+@given(random_logs())
+def test_checkpoint_cursor_and_generation_never_go_back_in_random_orders(
+        log: list[Event]) -> None:
+    check_monotone(log)
+
+
+# --- the generator reaches the interesting states ---------------------------------------
+
+
+FEATURES = {
+    "running, cursor, generation >= 2":
+        lambda s: s.status == RUN and s.cursor is not None and s.generation >= 2,
+    "recovering from a checkpoint past step 0":
+        lambda s: s.status == REC and s.checkpoint is not None and s.checkpoint.step > 0,
+    "succeeded with a checkpoint":
+        lambda s: s.status == Status.SUCCEEDED and s.checkpoint is not None,
+    "requeued after a failure": lambda s: s.status == QUE and s.failure_count > 0,
+    "cancelled after progress": lambda s: s.status == Status.CANCELLED and s.step > 0,
+    "failed": lambda s: s.status == Status.FAILED,
+}
+
+
+def test_plausible_logs_reach_deep_states() -> None:
+    """Guards the properties above against a generator that never gets far."""
+    seen: set[str] = set()
+
+    @settings(max_examples=500, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(run_logs())
+    def collect(log: list[Event]) -> None:
+        for state in states_of(log):
+            seen.update(name for name, pred in FEATURES.items() if pred(state))
+
+    collect()
+    assert seen == set(FEATURES)

@@ -85,17 +85,20 @@ class Codec:
             raise EncodeError(f"{name} is not a registered event type") from None
         record = to_record(event)
         record["header"]["schema_version"] = version
+        # Validate before writing: fastavro's writer silently truncates a float
+        # (3.5 -> 3) or a bool written to a long field; validation refuses both
+        # and names the offending field.
+        try:
+            validate(record, parsed, raise_errors=True)
+        except Exception as exc:
+            raise EncodeError(f"{name}: {exc}") from None
         buf = io.BytesIO()
         buf.write(prefix)
         try:
             fastavro.schemaless_writer(buf, parsed, record)
-        except Exception:
-            # The fast path failed; validation names the offending field.
-            try:
-                validate(record, parsed, raise_errors=True)
-            except Exception as exc:
-                raise EncodeError(f"{name}: {exc}") from None
-            raise
+        except Exception as exc:  # e.g. a lone surrogate, which UTF-8 cannot encode
+            where = _unencodable_text(record, name) or name
+            raise EncodeError(f"{where}: {exc}") from None
         return buf.getvalue()
 
     def decode(self, data: bytes) -> Decoded:
@@ -136,6 +139,26 @@ class Codec:
         if event.header.schema_version != writer.version:
             event = replace(event, header=replace(event.header, schema_version=writer.version))
         return Decoded(event=event, event_type=writer.event_type, writer_version=writer.version)
+
+
+def _unencodable_text(value: Any, where: str) -> str | None:
+    """The path of the first string UTF-8 cannot encode, if there is one."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where
+        return None
+    items: Any = ()
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    for key, item in items:
+        found = _unencodable_text(key, f"{where} key") or _unencodable_text(item, f"{where}.{key}")
+        if found:
+            return found
+    return None
 
 
 _default: Codec | None = None

@@ -20,6 +20,8 @@ from events.model import (
     Event,
     FailureClassified,
     GenerationStarted,
+    GroupStartCommanded,
+    GroupStopCommanded,
     HeartbeatRecorded,
     ManifestCommitted,
     ManifestProposed,
@@ -75,7 +77,9 @@ class Transition:
     verdict: Verdict
 
 
-_INFORMATIONAL = (WriteRejected, AlertRaised)
+# Records that never change status and stay legal after the end: rejections and
+# alerts are about the run, and stop commands follow a cancellation by design.
+_INFORMATIONAL = (WriteRejected, AlertRaised, GroupStopCommanded)
 
 
 def apply(state: RunState | None, event: Event) -> Transition:
@@ -148,7 +152,13 @@ def _check(state: RunState, e: Event) -> Verdict:
     match e:
         case RunSubmitted():
             return _reject(DUPLICATE_SUBMISSION, f"run {e.run_id} was already submitted")
-        case RunQueued() | RunAdmitted():
+        case RunQueued():
+            # A recovering run whose placement was lost goes back to the queue.
+            requeue = s == Status.RECOVERING and state.awaiting_generation
+            if s not in (Status.SUBMITTED, Status.QUEUED) and not requeue:
+                return _reject(ILLEGAL_TRANSITION, f"RunQueued from {s.value}")
+            return ACCEPTED
+        case RunAdmitted():
             if s not in (Status.SUBMITTED, Status.QUEUED):
                 return _reject(ILLEGAL_TRANSITION, f"{e.event_type} from {s.value}")
             return ACCEPTED
@@ -175,6 +185,8 @@ def _check(state: RunState, e: Event) -> Verdict:
         case HeartbeatRecorded() | WorkerExited():
             verdict = _fenced(state, e)
             return verdict if not verdict.accepted else _member(state, e, e.logical_id)
+        case GroupStartCommanded():
+            return _fenced(state, e)
         case ShardWritten():
             verdict = _fenced(state, e)
             return verdict if not verdict.accepted else _member(state, e, e.logical_id)
@@ -221,7 +233,10 @@ def _check(state: RunState, e: Event) -> Verdict:
                 if e.generation != state.generation:
                     return _reject(STALE_GENERATION, f"success of generation {e.generation}")
             return ACCEPTED
-        case CancelRequested() | RunCancelled() | WriteRejected() | AlertRaised():
+        case (
+            CancelRequested() | RunCancelled() | WriteRejected() | AlertRaised()
+            | GroupStopCommanded()
+        ):
             return ACCEPTED
     return _reject(ILLEGAL_TRANSITION, f"the fold has no rule for {e.event_type}")
 
@@ -229,7 +244,9 @@ def _check(state: RunState, e: Event) -> Verdict:
 def _advance(state: RunState, e: Event) -> RunState:
     match e:
         case RunQueued():
-            return replace(state, status=Status.QUEUED, queue_reason=e.reason)
+            return replace(
+                state, status=Status.QUEUED, queue_reason=e.reason, awaiting_generation=False
+            )
         case RunAdmitted():
             return replace(state, status=Status.ADMITTED, members=e.members, queue_reason="")
         case GenerationStarted():
@@ -242,6 +259,9 @@ def _advance(state: RunState, e: Event) -> RunState:
                 step=e.resume_step or 0,
                 heartbeats={},
                 exits={},
+                awaiting_generation=False,
+                generation_started_at=e.header.occurred_at,
+                last_progress_at=e.header.occurred_at,
             )
         case MembershipConfirmed():
             return replace(state, status=Status.RUNNING)
@@ -255,6 +275,7 @@ def _advance(state: RunState, e: Event) -> RunState:
             return replace(
                 state,
                 step=e.step,
+                last_progress_at=max(state.last_progress_at, e.header.occurred_at),
                 tokens=state.tokens + e.tokens,
                 loss_tokens=state.loss_tokens + e.loss_tokens,
             )
@@ -270,9 +291,14 @@ def _advance(state: RunState, e: Event) -> RunState:
             return replace(state, cursor=cursor)
         case FailureClassified():
             failures = {**state.failures, e.signature: state.failures.get(e.signature, 0) + 1}
-            new = replace(state, failures=failures, failure_count=state.failure_count + 1)
+            new = replace(
+                state,
+                failures=failures,
+                failure_count=state.failure_count + 1,
+                retry_not_before=e.header.occurred_at + (e.backoff_ms or 0),
+            )
             if e.action == "restart":
-                return replace(new, status=Status.RECOVERING)
+                return replace(new, status=Status.RECOVERING, awaiting_generation=True)
             if e.action == "requeue":
                 return replace(new, status=Status.QUEUED, queue_reason=f"requeued: {e.signature}")
             return new
@@ -287,4 +313,5 @@ def _advance(state: RunState, e: Event) -> RunState:
             return replace(state, rejections=state.rejections + 1)
         case AlertRaised():
             return replace(state, alerts=state.alerts + 1)
-    return state  # ShardWritten, ManifestProposed: accepted, recorded by projections
+    # ShardWritten, ManifestProposed, commands: accepted, recorded by projections.
+    return state

@@ -295,6 +295,90 @@ class WorkerExited(Event):
     TOPIC: ClassVar[str] = "runledger.reports"
 
 
+# --- inventory (agents on reports; the controller on runs) -----------------
+# Node-scoped events use the pseudo run id ``node/<name>`` so they stay keyed
+# and ordered per node; ``events.fold`` never treats them as runs.
+
+
+def node_key(node: str) -> str:
+    """The ``run_id`` header value of a node-scoped event."""
+    return f"node/{node}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentRegistered(Event):
+    """A node agent started and offers ``slots`` worker slots in ``domain``."""
+
+    node: str
+    slots: int
+    domain: str
+    # Where workers on this node are reachable (rank 0 is the rendezvous master).
+    address: str = "127.0.0.1"
+    TOPIC: ClassVar[str] = "runledger.reports"
+
+    def __post_init__(self) -> None:
+        if not self.node:
+            raise InvalidEvent("AgentRegistered.node must be non-empty")
+        if self.slots < 1:
+            raise InvalidEvent(f"AgentRegistered.slots must be >= 1, got {self.slots}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentHeartbeatRecorded(Event):
+    """A node agent is alive; ``busy_slots`` are held by worker processes."""
+
+    node: str
+    slots: int
+    domain: str
+    # Where workers on this node are reachable (rank 0 is the rendezvous master).
+    address: str = "127.0.0.1"
+    busy_slots: int
+    TOPIC: ClassVar[str] = "runledger.reports"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeQuarantined(Event):
+    """The controller stopped placing work on a node after repeated failures there."""
+
+    node: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+# --- commands (controller, commands topic) ----------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupStartCommanded(Event):
+    """Start this node's part of a generation's worker group.
+
+    ``command_id`` is deterministic (run, generation, node), so a re-issued
+    command is recognisably the same one and agents drop the duplicate.
+    """
+
+    command_id: str
+    node: str
+    members: tuple[Member, ...]
+    world_size: int
+    master_addr: str
+    master_port: int
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    resume_step: int | None = None
+    resume_manifest: str | None = None
+    TOPIC: ClassVar[str] = "runledger.commands"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupStopCommanded(Event):
+    """Stop every worker of ``header.generation`` (and older) of this run on a node."""
+
+    command_id: str
+    node: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.commands"
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -316,5 +400,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ShardWritten,
         ManifestProposed,
         WorkerExited,
+        AgentRegistered,
+        AgentHeartbeatRecorded,
+        NodeQuarantined,
+        GroupStartCommanded,
+        GroupStopCommanded,
     )
 }

@@ -79,6 +79,13 @@ class RunState:
     # Failure counts by signature: the policy's escalation input, kept in the log.
     failures: dict[str, int] = field(default_factory=dict)
     failure_count: int = 0
+    # The policy's backoff: no new generation before this time (ms), from the log.
+    retry_not_before: int = 0
+    # A restart was decided and the next generation has not started yet.
+    awaiting_generation: bool = False
+    generation_started_at: int = 0
+    # Time of the newest accepted progress (StepCommitted), or of the generation start.
+    last_progress_at: int = 0
     rejections: int = 0
     alerts: int = 0
     cancel_requested: bool = False

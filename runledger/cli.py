@@ -13,7 +13,9 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from runledger import stack
+from runledger import runcli, stack
+from runledger.agentcli import agent
+from runledger.controllercli import controller
 from runledger.errors import StackError
 from runledger.eventscli import events_app
 
@@ -32,6 +34,12 @@ stack_app = typer.Typer(
 )
 app.add_typer(stack_app, name="stack")
 app.add_typer(events_app, name="events")
+app.command()(runcli.submit)
+app.command()(runcli.status)
+app.command()(runcli.cancel)
+app.command()(runcli.runs)
+app.command()(agent)
+app.command()(controller)
 
 T = TypeVar("T")
 

@@ -268,7 +268,8 @@ any_event = st.one_of([event_of(cls) for cls in EVENT_TYPES.values()])
 # Kinds of event a log draws from. The happy path is repeated so deep states are
 # reached; terminal events are rare so most logs run for a while.
 _HAPPY = ("next",) * 6 + ("step", "step", "committed", "committed", "cursor", "heartbeat",
-                          "failure")
+                          "heartbeat", "heartbeat",
+                          "failure", "gs")
 _OTHER = (
     "submitted", "cancel_requested", "queued", "admitted", "gs", "confirmed", "shard",
     "proposed", "exited", "failure", "rejected", "alert",
@@ -321,9 +322,9 @@ def _event_near(draw: st.DrawFn, kind: str, state: RunState, ev: Ev) -> Event:
             return ev.queued(gen)
         case "admitted":
             return ev.admitted(gen)
-        case "gs":
+        case "gs":  # a restart: mostly the next generation
             resume = draw(_one(None, ckpt, ckpt, ckpt + 1, 0))
-            return ev.gs(gen, resume_step=resume)
+            return ev.gs(draw(_one(g + 1, g + 1, g + 1, gen)), resume_step=resume)
         case "confirmed":
             return ev.confirmed(gen)
         case "heartbeat":

@@ -36,6 +36,7 @@ from events.model import (
     RunCancelled,
     RunFinished,
     RunQueued,
+    ShardWritten,
     StepCommitted,
     WorkerExited,
     WriteRejected,
@@ -133,6 +134,48 @@ def check_verdicts(events: list[Event]) -> None:
         for name, writers in WRITERS.items():
             if getattr(t.state, name) != getattr(before, name):
                 assert isinstance(e, writers), f"{e.event_type} changed {name}"
+        check_effect(before, e, t.state)
+
+
+def check_effect(before: RunState, e: Event, after: RunState) -> None:
+    """What an accepted event must have satisfied, and what it must have done."""
+    ckpt = before.checkpoint.step if before.checkpoint else None
+    match e:
+        case StepCommitted():
+            assert e.step > before.step and after.step == e.step
+            assert after.tokens == before.tokens + e.tokens
+            assert after.loss_tokens == before.loss_tokens + e.loss_tokens
+        case ManifestCommitted():  # the step moves forward (DESIGN section 6.5)
+            assert ckpt is None or e.step > ckpt
+            assert after.checkpoint is not None and after.checkpoint.step == e.step
+            assert after.checkpoint.manifest_digest == e.manifest_digest
+        case CursorAdvanced():  # data progress commits with a checkpoint
+            assert ckpt is not None and e.step == ckpt
+            assert before.cursor is None or e.step > before.cursor.step
+            assert after.cursor is not None and after.cursor.step == e.step
+        case GenerationStarted():
+            assert e.generation > before.generation and after.generation == e.generation
+            # A new generation starts with no observations and resumes only from a
+            # committed checkpoint.
+            assert after.heartbeats == {} and after.exits == {}
+            assert after.step == (e.resume_step or 0) <= (ckpt or 0)
+        case HeartbeatRecorded() | WorkerExited() | ShardWritten():
+            assert e.logical_id in {m.logical_id for m in before.members}
+        case _:
+            pass
+
+
+def check_counters(events: list[Event]) -> None:
+    """Counters count exactly the accepted records of their kind."""
+    accepted = [e for _, e, t in walk(events) if t.verdict.accepted]
+    state = fold_one(events)
+    if state is None:
+        return
+    mine = [e for e in accepted if e.run_id == state.run_id]
+    assert state.rejections == sum(isinstance(e, WriteRejected) for e in mine)
+    assert state.alerts == sum(isinstance(e, AlertRaised) for e in mine)
+    assert state.failure_count == sum(isinstance(e, FailureClassified) for e in mine)
+    assert sum(state.failures.values()) == state.failure_count
 
 
 # --- fencing ------------------------------------------------------------------------
@@ -227,12 +270,14 @@ def test_interleaving_runs_does_not_change_any_run(
 @given(run_logs())
 def test_refusals_change_nothing_and_moves_follow_the_graph(log: list[Event]) -> None:
     check_verdicts(log)
+    check_counters(log)
 
 
 @PROPS
 @given(random_logs())
 def test_refusals_change_nothing_in_random_orders(log: list[Event]) -> None:
     check_verdicts(log)
+    check_counters(log)
 
 
 # --- terminal states absorb -----------------------------------------------------------

@@ -1,0 +1,73 @@
+"""Gang admission: place the whole group or nothing, and say why not. Pure.
+
+Members get logical ids ``r0 .. r{n-1}`` in rank order. A placement fills
+nodes in name order inside one topology domain when the group fits in one
+(locality first), spreading across domains only when the spec allows it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from controller.inventory import Node
+from events.model import Member
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    members: tuple[Member, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    reason: str
+
+
+def logical_ids(world_size: int) -> list[str]:
+    return [f"r{i}" for i in range(world_size)]
+
+
+def place(
+    world_size: int,
+    slots_per_node: int,
+    domain: str | None,
+    nodes: Sequence[Node],
+    used: Mapping[str, int],
+) -> Placement | Refusal:
+    """Where ``world_size`` workers go, at most ``slots_per_node`` on each node.
+
+    ``used`` counts the slots other runs' live generations hold per node.
+    """
+    if not nodes:
+        return Refusal("no live agent has registered")
+    free = {n.name: min(slots_per_node, n.slots - used.get(n.name, 0)) for n in nodes}
+    by_domain: dict[str, list[Node]] = {}
+    for n in nodes:
+        by_domain.setdefault(n.domain, []).append(n)
+    candidates = {domain: by_domain.get(domain, [])} if domain is not None else by_domain
+    for name in sorted(candidates):
+        group = candidates[name]
+        if sum(max(0, free[n.name]) for n in group) >= world_size:
+            return Placement(_fill(world_size, group, free, used))
+    total = sum(max(0, f) for f in free.values())
+    if domain is None and total >= world_size:
+        return Placement(_fill(world_size, sorted(nodes, key=lambda n: n.name), free, used))
+    where = f"domain {domain!r}" if domain is not None else "all live nodes"
+    have = sum(max(0, free[n.name]) for g in candidates.values() for n in g)
+    return Refusal(f"needs {world_size} slots, {have} free in {where}")
+
+
+def _fill(
+    world_size: int, nodes: Sequence[Node], free: Mapping[str, int], used: Mapping[str, int]
+) -> tuple[Member, ...]:
+    members: list[Member] = []
+    ids = iter(logical_ids(world_size))
+    for node in nodes:
+        # Slot numbers continue after the slots other runs hold on the node.
+        first = used.get(node.name, 0)
+        for k in range(max(0, free[node.name])):
+            if len(members) == world_size:
+                break
+            members.append(Member(next(ids), node.name, first + k, node.domain))
+    return tuple(members)

@@ -1,0 +1,241 @@
+"""The node agent: registers a node's slots, obeys commands for it, reports worker exits.
+
+One agent per node. It writes to ``runledger.reports``:
+
+- ``AgentRegistered`` once at start and ``AgentHeartbeatRecorded`` every
+  interval (from a background thread, so a slow command never looks like a
+  dead node), both under the pseudo run id ``events.model.node_key(node)``,
+  generation 0, producer ``agent/<node>``;
+- ``WorkerExited`` for every worker it launched or refused, under the run id
+  and generation of the start command, with event id
+  ``<run>/g<gen>/<logical id>/exited`` (one exit per worker and generation, so
+  a retried write is recognisably the same report).
+
+It reads ``runledger.commands`` in the consumer group ``agent-<node>`` and
+commits offsets only after a batch of commands was acted on. What to do about
+a command is decided by the pure ``controller.agent_decide.decide``; this
+module only performs it. SIGTERM or SIGINT stops every worker (SIGTERM, then
+SIGKILL after the grace period), reports their exits, flushes and returns 0.
+
+Known limit: a worker survives a ``kill -9`` of its agent (it runs in its own
+session), and an agent restarted before committing a start it had acted on
+launches that start again unless the command has gone stale meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from controller.agent_decide import (
+    Action,
+    AgentConfig,
+    AgentState,
+    Ignore,
+    Launch,
+    Reject,
+    Terminate,
+    WorkerKey,
+    decide,
+    lookahead,
+    shutdown,
+    worker_exited,
+)
+from controller.agent_procs import Exit, ProcessTable
+from controller.errors import ControllerError
+from events.consume import EventConsumer
+from events.kafka import EventProducer
+from events.model import (
+    AgentHeartbeatRecorded,
+    AgentRegistered,
+    Event,
+    GroupStartCommanded,
+    GroupStopCommanded,
+    Header,
+    WorkerExited,
+    node_key,
+)
+from events.topics import COMMANDS, REPORTS
+
+log = logging.getLogger("runledger.agent")
+
+
+class AgentError(ControllerError):
+    """The agent cannot start or keep running (the message says why)."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentOptions:
+    domain: str = "default"
+    # Where this node's workers are reachable; the controller makes rank 0's the master.
+    address: str = "127.0.0.1"
+    work_dir: Path = Path(".")
+    grace_s: float = 5.0
+    # How long one consumer poll may block: bounds the delay of exit reports and stops.
+    poll_s: float = 0.2
+
+
+class Agent:
+    def __init__(self, config: AgentConfig, options: AgentOptions) -> None:
+        if config.slots < 1:
+            raise AgentError(f"--slots must be >= 1, got {config.slots}")
+        if not config.node:
+            raise AgentError("--node must be a non-empty name")
+        self.config = config
+        self.options = options
+        self.state = AgentState()
+        self.procs = ProcessTable(options.work_dir, options.grace_s)
+        self.producer_id = f"agent/{config.node}"
+        # Distinguishes this start's heartbeat ids from those of an earlier start.
+        self.incarnation = uuid.uuid4().hex[:12]
+        self._stopping = threading.Event()
+        self._busy = 0
+        self._producer: EventProducer | None = None
+
+    # --- lifecycle -----------------------------------------------------------
+
+    def request_stop(self, signum: int = 0, frame: FrameType | None = None) -> None:
+        if signum:
+            log.info("signal %d: stopping workers and exiting", signum)
+        self._stopping.set()
+
+    def run(self) -> int:
+        self.options.work_dir.mkdir(parents=True, exist_ok=True)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self.request_stop)
+            signal.signal(signal.SIGINT, self.request_stop)
+        cfg = self.config
+        self._producer = EventProducer(cfg.bootstrap, client_id=self.producer_id)
+        # Commands are written only by the controller, so an undecodable one is
+        # logged, not copied to the quarantine once per agent.
+        consumer = EventConsumer(cfg.bootstrap, f"agent-{cfg.node}", [COMMANDS])
+        heartbeat = threading.Thread(target=self._heartbeat_loop, name="agent-heartbeat",
+                                     daemon=True)
+        try:
+            self._send(AgentRegistered(header=self._node_header("registered"), node=cfg.node,
+                                       slots=cfg.slots, domain=self.options.domain,
+                                       address=self.options.address))
+            self._producer.flush()
+            log.info("agent %s registered: %d slots in domain %s, work dir %s", cfg.node,
+                     cfg.slots, self.options.domain, self.options.work_dir)
+            heartbeat.start()
+            self._loop(consumer)
+        finally:
+            self._shutdown()
+            self._stopping.set()
+            if heartbeat.is_alive():
+                heartbeat.join(timeout=5)
+            consumer.close()
+            self._producer.flush()
+        return 0
+
+    def _loop(self, consumer: EventConsumer) -> None:
+        seen_bad = 0
+        while not self._stopping.is_set():
+            records = consumer.poll(self.options.poll_s)
+            for q in consumer.quarantined[seen_bad:]:
+                log.error("skipping an undecodable command: %s", q)
+            commands = [r.event for r in records
+                        if isinstance(r.event, GroupStartCommanded | GroupStopCommanded)
+                        and r.event.node == self.config.node]
+            if commands:
+                self.state = lookahead(self.config, self.state, commands)
+                for command in commands:
+                    decision = decide(self.config, self.state, command, now_ms())
+                    self.state = decision.state
+                    for action in decision.actions:
+                        self._perform(action, command)
+                # Everything this node must do about these commands is done.
+                self._producer_or_fail().flush()
+            if records or len(consumer.quarantined) > seen_bad:
+                consumer.commit()
+            seen_bad = len(consumer.quarantined)
+            self._report_exits()
+
+    def _shutdown(self) -> None:
+        for action in shutdown(self.state):
+            self.procs.terminate(action.key, action.reason)
+        # Belt and braces: the process table, not the state, is what actually runs.
+        self.procs.terminate_all("agent shutting down")
+        # SIGKILL comes after grace_s, so every worker is gone shortly after.
+        deadline = time.monotonic() + self.options.grace_s + 5
+        while len(self.procs) and time.monotonic() < deadline:
+            self._report_exits()
+            time.sleep(0.05)
+        self._report_exits()
+        if len(self.procs):
+            log.error("workers still alive at exit: %s", self.procs.pids())
+
+    # --- actions ---------------------------------------------------------------
+
+    def _perform(self, action: Action, command: Event) -> None:
+        match action:
+            case Launch():
+                self.procs.launch(action)
+            case Terminate():
+                self.procs.terminate(action.key, action.reason)
+            case Reject():
+                log.error("%s: not launched: %s", action.key, action.reason)
+                self._send_exit(action.key, action.causation_id, action.exit_code, None)
+                self.state = worker_exited(self.state, action.key)
+            case Ignore():
+                log.info("ignored %s %s (%s g%d): %s", command.event_type, action.command_id,
+                         command.run_id, command.generation, action.reason)
+        self._busy = self.state.busy_slots
+
+    def _report_exits(self) -> None:
+        exits: list[Exit] = self.procs.reap()
+        for e in exits:
+            how = f"exit code {e.exit_code}" if e.signal is None else f"signal {e.signal}"
+            log.info("%s: pid %s ended with %s", e.key, e.pid, how)
+            self._send_exit(e.key, e.causation_id, e.exit_code, e.signal)
+            self.state = worker_exited(self.state, e.key)
+        if exits:
+            self._busy = self.state.busy_slots
+            self._producer_or_fail().flush()
+
+    # --- writing ---------------------------------------------------------------
+
+    def _producer_or_fail(self) -> EventProducer:
+        if self._producer is None:
+            raise AgentError("the agent is not running")
+        return self._producer
+
+    def _send(self, event: Event) -> None:
+        self._producer_or_fail().send(REPORTS, event)
+
+    def _send_exit(self, key: WorkerKey, causation_id: str, exit_code: int | None,
+                   sig: int | None) -> None:
+        header = Header(f"{key}/exited", key.run_id, key.generation, now_ms(), self.producer_id,
+                        causation_id=causation_id or None)
+        self._send(WorkerExited(header=header, logical_id=key.logical_id,
+                                node=self.config.node, exit_code=exit_code, signal=sig))
+
+    def _node_header(self, what: str) -> Header:
+        event_id = f"{node_key(self.config.node)}/{self.incarnation}/{what}"
+        return Header(event_id, node_key(self.config.node), 0, now_ms(), self.producer_id)
+
+    def _heartbeat_loop(self) -> None:
+        beat = 0
+        while not self._stopping.wait(self.config.heartbeat_interval_s):
+            beat += 1
+            try:
+                self._send(AgentHeartbeatRecorded(
+                    header=self._node_header(f"hb/{beat}"), node=self.config.node,
+                    slots=self.config.slots, domain=self.options.domain,
+                    address=self.options.address, busy_slots=self._busy,
+                ))
+                self._producer_or_fail().poll(0)
+            except Exception:
+                # A missed heartbeat is reported by its absence; never kill the agent.
+                log.exception("heartbeat %d not sent", beat)

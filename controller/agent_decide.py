@@ -1,0 +1,282 @@
+"""The node agent's decisions, as a pure function of its memory and one command.
+
+``decide(config, state, command, now_ms) -> Decision(state, actions)``: no I/O,
+no clock (``now_ms`` is passed in), so every rule about duplicates, revoked
+generations and slots is tested without a broker or a process. The shell in
+``controller.agent`` performs the actions and tells the state about exits
+with :func:`worker_exited`.
+
+Rules for ``GroupStartCommanded`` of run R, generation G, id C, in this order:
+
+1. another node's command, or C already seen: ignored;
+2. a start for (R, G) already handled (launched or rejected): ignored, so a
+   re-issued command with a new id still launches nothing twice;
+3. G revoked (a stop for G or newer was seen): ignored;
+4. G older than the newest generation any command named for R: ignored;
+5. issued more than ``max_start_age_ms`` ago: ignored, so an agent that
+   replays old commands (a new consumer group, a reused node name) does not
+   resurrect finished runs;
+6. an invalid rank contract (``controller.workerenv``): every member is
+   rejected (``WorkerExited`` with exit code 125);
+7. more members than free slots: every member is rejected with 125. A gang is
+   all or nothing; half a group only burns slots;
+8. otherwise older generations of R still running here are terminated (a new
+   generation fences the old one; their slots count as free) and each member
+   is launched.
+
+``GroupStopCommanded`` for generation G marks G revoked for R and terminates
+every worker of R with generation <= G on this node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from controller.workerenv import (
+    HEARTBEAT_INTERVAL_S,
+    RANKS,
+    WorkerEnv,
+    WorkerEnvError,
+    parse_interval,
+    parse_ranks,
+)
+from events.model import Event, GroupStartCommanded, GroupStopCommanded, Member
+
+# The exit code reported for a member the agent refused to launch; 125 is what
+# shells and container runtimes use for "the launcher failed", never the worker.
+REJECTED_EXIT_CODE = 125
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerKey:
+    run_id: str
+    generation: int
+    logical_id: str
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/g{self.generation}/{self.logical_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    node: str
+    slots: int
+    bootstrap: str
+    heartbeat_interval_s: float = 2.0
+    max_start_age_ms: int = 300_000
+    # How many command ids to remember; rules 2-4 cover anything older.
+    seen_limit: int = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class AgentState:
+    """What the agent remembers. Every change is a copy."""
+
+    seen: tuple[str, ...] = ()  # recent command ids, oldest first, bounded
+    newest: Mapping[str, int] = field(default_factory=dict)  # run -> newest generation
+    revoked: Mapping[str, int] = field(default_factory=dict)  # run -> newest stopped gen
+    started: frozenset[tuple[str, int]] = frozenset()  # (run, generation) starts handled
+    running: frozenset[WorkerKey] = frozenset()  # launched, exit not yet seen
+
+    @property
+    def busy_slots(self) -> int:
+        return len(self.running)
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    key: WorkerKey
+    argv: tuple[str, ...]
+    command_env: Mapping[str, str]
+    worker_env: WorkerEnv
+    log_path: str  # relative to the agent's work dir
+    causation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """Report the member as exited with ``exit_code`` without launching it."""
+
+    key: WorkerKey
+    reason: str
+    causation_id: str
+    exit_code: int = REJECTED_EXIT_CODE
+
+
+@dataclass(frozen=True, slots=True)
+class Terminate:
+    """SIGTERM the worker's process group; SIGKILL after the grace period."""
+
+    key: WorkerKey
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ignore:
+    command_id: str
+    reason: str
+
+
+Action = Launch | Reject | Terminate | Ignore
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    state: AgentState
+    actions: tuple[Action, ...]
+
+
+def decide(config: AgentConfig, state: AgentState, command: Event, now_ms: int) -> Decision:
+    """The agent's new memory and what to do about ``command``."""
+    match command:
+        case GroupStartCommanded():
+            return _start(config, state, command, now_ms)
+        case GroupStopCommanded():
+            return _stop(config, state, command)
+    return Decision(state, (Ignore("", f"not a command: {command.event_type}"),))
+
+
+def worker_exited(state: AgentState, key: WorkerKey) -> AgentState:
+    return replace(state, running=state.running - {key})
+
+
+def shutdown(state: AgentState) -> tuple[Terminate, ...]:
+    """Terminate everything: the agent is going away and cannot watch its workers."""
+    return tuple(Terminate(k, "agent shutting down") for k in sorted(state.running, key=str))
+
+
+def lookahead(config: AgentConfig, state: AgentState, commands: Sequence[Event]) -> AgentState:
+    """Raise newest and revoked generations from a whole batch before deciding any of it.
+
+    A batch that holds start g1, stop g1 and start g2 (an agent catching up
+    after a restart) then launches only g2, instead of launching g1 to stop it
+    a moment later. Command ids are not marked seen here: ``decide`` does that.
+    """
+    newest, revoked = dict(state.newest), dict(state.revoked)
+    for cmd in commands:
+        if not isinstance(cmd, GroupStartCommanded | GroupStopCommanded):
+            continue
+        if cmd.node != config.node or cmd.command_id in state.seen:
+            continue
+        run, gen = cmd.run_id, cmd.generation
+        newest[run] = max(gen, newest.get(run, gen))
+        if isinstance(cmd, GroupStopCommanded):
+            revoked[run] = max(gen, revoked.get(run, gen))
+    return replace(state, newest=newest, revoked=revoked)
+
+
+def _remember(config: AgentConfig, state: AgentState, cmd_id: str, run: str,
+              gen: int) -> AgentState:
+    seen = (*state.seen, cmd_id)[-config.seen_limit:]
+    newest = {**state.newest, run: max(gen, state.newest.get(run, gen))}
+    return replace(state, seen=seen, newest=newest)
+
+
+def _ignore(state: AgentState, cmd_id: str, reason: str) -> Decision:
+    return Decision(state, (Ignore(cmd_id, reason),))
+
+
+def _start(config: AgentConfig, state: AgentState, cmd: GroupStartCommanded,
+           now_ms: int) -> Decision:
+    run, gen, cid = cmd.run_id, cmd.generation, cmd.command_id
+    if cmd.node != config.node:
+        return _ignore(state, cid, f"for node {cmd.node!r}, this is {config.node!r}")
+    if cid in state.seen:
+        return _ignore(state, cid, "duplicate command id")
+    prior_newest = state.newest.get(run, -1)
+    new = _remember(config, state, cid, run, gen)
+    if (run, gen) in state.started:
+        return _ignore(new, cid, f"start of {run} g{gen} was already handled")
+    if gen <= state.revoked.get(run, -1):
+        return _ignore(new, cid, f"generation {gen} of {run} is revoked "
+                                 f"(stopped up to g{state.revoked[run]})")
+    if gen < prior_newest:
+        return _ignore(new, cid, f"generation {gen} is older than g{prior_newest} "
+                                 f"already commanded for {run}")
+    age_ms = now_ms - cmd.header.occurred_at
+    if age_ms > config.max_start_age_ms:
+        return _ignore(new, cid, f"stale: issued {age_ms / 1000:.0f}s ago "
+                                 f"(limit {config.max_start_age_ms / 1000:.0f}s)")
+    mine = tuple(m for m in cmd.members if m.node == config.node)
+    if not mine:
+        return _ignore(new, cid, "no members on this node")
+    new = replace(new, started=new.started | {(run, gen)})
+    keys = [WorkerKey(run, gen, m.logical_id) for m in mine]
+
+    def reject_all(reason: str) -> Decision:
+        return Decision(new, tuple(Reject(k, reason, cmd.header.event_id) for k in keys))
+
+    try:
+        envs = _worker_envs(config, cmd, mine)
+    except WorkerEnvError as exc:
+        return reject_all(f"invalid start command: {exc}")
+    # A newer generation fences older ones: stop them, and their slots are free.
+    fenced = sorted((k for k in new.running if k.run_id == run and k.generation < gen), key=str)
+    free = config.slots - (len(new.running) - len(fenced))
+    if len(mine) > free:
+        return reject_all(f"needs {len(mine)} slots, {free} of {config.slots} free")
+    actions: list[Action] = [Terminate(k, f"fenced by generation {gen}") for k in fenced]
+    for key, env in zip(keys, envs, strict=True):
+        actions.append(Launch(key, cmd.argv, dict(cmd.env), env,
+                              f"{_safe(run)}/g{gen}/{_safe(key.logical_id)}.log",
+                              cmd.header.event_id))
+    return Decision(replace(new, running=new.running | set(keys)), tuple(actions))
+
+
+def _stop(config: AgentConfig, state: AgentState, cmd: GroupStopCommanded) -> Decision:
+    run, gen, cid = cmd.run_id, cmd.generation, cmd.command_id
+    if cmd.node != config.node:
+        return _ignore(state, cid, f"for node {cmd.node!r}, this is {config.node!r}")
+    if cid in state.seen:
+        return _ignore(state, cid, "duplicate command id")
+    new = _remember(config, state, cid, run, gen)
+    new = replace(new, revoked={**new.revoked, run: max(gen, new.revoked.get(run, gen))})
+    doomed = sorted((k for k in new.running if k.run_id == run and k.generation <= gen), key=str)
+    reason = f"stop g{gen}: {cmd.reason}"
+    return Decision(new, tuple(Terminate(k, reason) for k in doomed))
+
+
+def _worker_envs(config: AgentConfig, cmd: GroupStartCommanded,
+                 mine: tuple[Member, ...]) -> list[WorkerEnv]:
+    """Each member's contract; ``WorkerEnvError`` when the command cannot give one."""
+    ids = [m.logical_id for m in mine]
+    if len(set(ids)) != len(ids):
+        raise WorkerEnvError(f"members name a logical id twice: {', '.join(sorted(ids))}")
+    if RANKS in cmd.env:
+        order = parse_ranks(cmd.env[RANKS])
+    elif len(cmd.members) == cmd.world_size:
+        order = tuple(m.logical_id for m in cmd.members)
+    else:
+        raise WorkerEnvError(
+            f"{RANKS} is missing and the command names {len(cmd.members)} of "
+            f"{cmd.world_size} members, so ranks are unknown"
+        )
+    if len(order) != cmd.world_size:
+        raise WorkerEnvError(f"{RANKS} names {len(order)} ids, world_size is {cmd.world_size}")
+    rank = {lid: i for i, lid in enumerate(order)}
+    missing = [m.logical_id for m in mine if m.logical_id not in rank]
+    if missing:
+        raise WorkerEnvError(f"{RANKS} does not name {', '.join(missing)}")
+    interval = config.heartbeat_interval_s
+    if HEARTBEAT_INTERVAL_S in cmd.env:
+        interval = parse_interval(cmd.env[HEARTBEAT_INTERVAL_S])
+    local = {lid: i for i, lid in enumerate(sorted((m.logical_id for m in mine),
+                                                   key=rank.__getitem__))}
+    return [
+        WorkerEnv(
+            run_id=cmd.run_id, generation=cmd.generation, logical_id=m.logical_id,
+            node=config.node, world_size=cmd.world_size, rank=rank[m.logical_id],
+            local_rank=local[m.logical_id], master_addr=cmd.master_addr,
+            master_port=cmd.master_port, bootstrap=config.bootstrap,
+            heartbeat_interval_s=interval, resume_step=cmd.resume_step,
+            resume_manifest=cmd.resume_manifest,
+        )
+        for m in mine
+    ]
+
+
+def _safe(name: str) -> str:
+    """A path component that cannot climb out of the work dir."""
+    cleaned = "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)
+    return cleaned.lstrip(".") or "_"

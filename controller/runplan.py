@@ -1,0 +1,58 @@
+"""The parts of a run spec the controller acts on, as plain values.
+
+The reconcile core depends on this small shape rather than on the whole spec
+model, so it stays a pure function of values and is cheap to test.
+``plan_from_submission`` is the one place that reads a submitted spec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from controller.errors import SpecError
+from controller.spec import parse_spec_json
+from controller.spec_parts import RetryPolicy
+from events.model import FAILURE_CLASSES, RunSubmitted
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    world_size: int
+    argv: tuple[str, ...]
+    slots_per_node: int = 1 << 30
+    domain: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    heartbeat_interval_ms: int = 1_000
+    heartbeat_timeout_ms: int = 10_000
+    stall_timeout_ms: int = 60_000
+    cancel_authority: frozenset[str] = frozenset()
+    retry: Mapping[str, RetryPolicy] = field(default_factory=dict)
+    # Non-empty when the submitted spec could not be read: the run fails at once.
+    invalid: str = ""
+
+    def retry_for(self, failure_class: str) -> RetryPolicy:
+        return self.retry.get(failure_class, DEFAULT_RETRY)
+
+
+def plan_from_submission(event: RunSubmitted) -> RunPlan:
+    """The plan of a submitted run; a spec that does not validate fails the run."""
+    try:
+        spec = parse_spec_json(event.spec_json, f"run {event.run_id}")
+    except SpecError as exc:
+        return RunPlan(world_size=max(1, event.world_size), argv=(), invalid=str(exc))
+    hb = spec.heartbeat
+    return RunPlan(
+        world_size=spec.world_size,
+        argv=tuple(spec.command),
+        slots_per_node=spec.topology.slots_per_node,
+        domain=spec.topology.domain,
+        env=dict(spec.env),
+        heartbeat_interval_ms=int(hb.interval_s * 1000),
+        heartbeat_timeout_ms=int(hb.timeout_s * 1000),
+        stall_timeout_ms=int(hb.stall_timeout_s * 1000),
+        cancel_authority=frozenset(spec.cancel_authority),
+        retry={c: spec.retry_for(c) for c in FAILURE_CLASSES},
+    )

@@ -1,0 +1,92 @@
+"""The controller process: the thin shell around ``controller.reconcile``.
+
+Start-up order matters: ``init_transactions`` first, which fences any older
+controller with the same transactional id and aborts its open transaction;
+only then is ``runledger.runs`` read (``read_committed``) to rebuild the model,
+so the model cannot miss a fact a zombie was still committing. Then the loop:
+consume requests and reports, ``handle`` each, ``tick`` the clock, and append
+every fact and command together with the input offsets in one transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from controller.reconcile import Model, Out, PlanOf, handle, replay, tick
+from events.consume import EventConsumer, read_log
+from events.errors import ProducerFenced
+from events.kafka import EventProducer, Quarantine, TransactionalWriter
+from events.topics import REPORTS, REQUESTS, RUNS
+
+log = logging.getLogger("runledger.controller")
+
+DEFAULT_TRANSACTIONAL_ID = "runledger-controller"
+DEFAULT_GROUP = "runledger-controller"
+FENCED_EXIT = 3
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ControllerService:
+    def __init__(
+        self,
+        bootstrap: str,
+        plan_of: PlanOf,
+        *,
+        transactional_id: str = DEFAULT_TRANSACTIONAL_ID,
+        group_id: str = DEFAULT_GROUP,
+        tick_s: float = 0.25,
+        clock: Callable[[], int] = wall_ms,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.plan_of = plan_of
+        self.transactional_id = transactional_id
+        self.group_id = group_id
+        self.tick_s = tick_s
+        self.clock = clock
+        self.model: Model | None = None
+
+    def run(self, stop: threading.Event | None = None) -> int:
+        """Run until ``stop`` is set (exit 0) or a newer controller fences this one."""
+        stop = stop or threading.Event()
+        writer = TransactionalWriter(self.bootstrap, self.transactional_id)
+        try:
+            writer.init()
+        except ProducerFenced as exc:
+            log.error("%s", exc)
+            return FENCED_EXIT
+        model = replay((r.event for r in read_log(self.bootstrap, RUNS)), self.clock(),
+                       self.plan_of)
+        log.info("rebuilt %d runs from %s", len(model.runs), RUNS)
+        quarantine = Quarantine(EventProducer(self.bootstrap, client_id="controller-quarantine"))
+        consumer = EventConsumer(self.bootstrap, self.group_id, [REQUESTS, REPORTS],
+                                 quarantine=quarantine)
+        try:
+            while not stop.is_set():
+                records = consumer.poll(self.tick_s)
+                now = self.clock()
+                out: list[Out] = []
+                for record in records:
+                    model, produced = handle(model, record.event, now, self.plan_of)
+                    out += produced
+                model, produced = tick(model, now, self.plan_of)
+                out += produced
+                if out or records:
+                    with writer.transaction() as tx:
+                        for topic, event in out:
+                            tx.send(topic, event)
+                        tx.send_offsets(consumer.positions(), consumer.group_metadata())
+                self.model = model
+        except ProducerFenced:
+            log.error(
+                "fenced: another controller with transactional id %r has taken over; "
+                "this one stops without writing anything more", self.transactional_id)
+            return FENCED_EXIT
+        finally:
+            consumer.close()
+        return 0

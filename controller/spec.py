@@ -1,0 +1,341 @@
+"""Run specs: the YAML document that binds everything a run depends on.
+
+A spec is validated completely before anything reaches the log: pydantic
+models with ``extra="forbid"`` (a misspelt field is an error, not a silently
+ignored default), strict numbers (YAML's ``yes`` is not the integer 1), and one
+:class:`~controller.errors.SpecError` naming every bad field at once.
+
+The spec's identity is the digest of its canonical JSON: sorted keys, no
+whitespace, every default filled in, so two YAML files that mean the same run
+(key order, comments, omitted defaults, principals in another order) get the
+same ``spec_digest``. That JSON is what ``RunSubmitted.spec_json`` carries, and
+:func:`parse_spec_json` reads it back. Nothing here reads a clock or makes ids
+up; the CLI supplies the submission id and the time at the edge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import AfterValidator, Field, Strict, ValidationError, ValidationInfo, field_validator
+from pydantic_core import ErrorDetails
+
+from controller.errors import SpecError
+from controller.spec_parts import (
+    AutoCheckpoint,
+    Budget,
+    CheckpointPolicy,
+    ElasticMembership,
+    FixedCheckpoint,
+    FixedMembership,
+    HeartbeatPolicy,
+    Membership,
+    Part,
+    PosNum,
+    ResumeContract,
+    RetryPolicy,
+    Text,
+    Topology,
+    canonical_json,
+    sha256_digest,
+    young_interval_s,
+)
+from events.model import FAILURE_CLASSES
+
+__all__ = [
+    "AutoCheckpoint", "Budget", "ElasticMembership", "FixedCheckpoint", "FixedMembership",
+    "HeartbeatPolicy", "RetryPolicy", "RunSpec", "SpecError", "Topology", "canonical_json",
+    "load_spec", "parse_spec", "parse_spec_json", "run_id_for", "sha256_digest",
+    "young_interval_s",
+]
+
+_GIT_SHA = re.compile(r"[0-9a-f]{40}")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# Names become the prefix of run ids, which key Kafka records and name output
+# paths; no "/" keeps them apart from the agents' ``node/<name>`` pseudo run ids.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The agent sets these for every worker (rendezvous, rank, fencing identity);
+# a spec that overrode them would put a worker in the wrong group or generation.
+RESERVED_ENV = frozenset(
+    {"RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+     "MASTER_PORT"}
+)
+RESERVED_ENV_PREFIX = "RUNLEDGER_"
+
+
+
+def _env_name(key: str) -> str:
+    if not _ENV_NAME.fullmatch(key):
+        raise ValueError("not an environment variable name")
+    if key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIX):
+        raise ValueError("set by the agent for every worker; a spec may not override it")
+    return key
+
+
+def _retry_key(key: str) -> str:
+    if key != "default" and key not in FAILURE_CLASSES:
+        raise ValueError(f"unknown failure class; known: default, {', '.join(FAILURE_CLASSES)}")
+    return key
+
+
+# Checked per key, so every bad key is named even when a value is bad too.
+EnvName = Annotated[str, Strict(), AfterValidator(_env_name)]
+RetryKey = Annotated[str, Strict(), AfterValidator(_retry_key)]
+
+# The tags pydantic puts into error locations of the spec's unions; dropped when
+# naming a field, since the user wrote ``membership.min``, not ``membership.elastic.min``.
+_UNION_TAGS = {"membership": {"fixed", "elastic"}, "checkpoint": {"fixed", "auto"}}
+
+
+class RunSpec(Part):
+    name: Annotated[str, Strict()]
+    code_version: Annotated[str, Strict()]
+    command: Annotated[list[Annotated[str, Strict()]], Field(min_length=1)]
+    image: Text | None = None
+    env: dict[EnvName, Annotated[str, Strict()]] = Field(default_factory=dict)
+    model: dict[str, Any]
+    # Filled in from ``model``; a given value must match (so spec_json round-trips).
+    model_digest: str = Field(default="", validate_default=True)
+    dataset: Annotated[str, Strict()]
+    topology: Topology
+    membership: Membership = FixedMembership(kind="fixed")
+    resume: ResumeContract
+    rpo_s: PosNum
+    rto_s: PosNum
+    budget: Budget = Budget()
+    retry: dict[RetryKey, RetryPolicy] = Field(default_factory=dict, validate_default=True)
+    heartbeat: HeartbeatPolicy = HeartbeatPolicy()
+    # The submitter may always cancel too; that is decided from RunSubmitted.principal
+    # (see may_cancel) rather than written in here, so the digest does not depend on who submits.
+    cancel_authority: Annotated[list[Text], Field(min_length=1)]
+    checkpoint: CheckpointPolicy
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.fullmatch(v):
+            raise ValueError("must be 1-63 letters, digits, '.', '_' or '-', starting alphanumeric")
+        return v
+
+    @field_validator("code_version")
+    @classmethod
+    def _code_version(cls, v: str) -> str:
+        v = v.lower()
+        if not (_GIT_SHA.fullmatch(v) or _DIGEST.fullmatch(v)):
+            raise ValueError(
+                "must be a git commit sha (40 hex) or sha256:<64 hex> digest of the entrypoint"
+            )
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str]) -> list[str]:
+        if not v[0]:
+            raise ValueError("argv[0] (the program) must be non-empty")
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: dict[str, Any]) -> dict[str, Any]:
+        try:
+            text = canonical_json(v)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"must be plain JSON data (no dates, NaN, infinity): {exc}") from None
+        # Normalised to what spec_json will carry, so a spec and its log copy are equal.
+        normal: dict[str, Any] = json.loads(text)
+        return normal
+
+    @field_validator("model_digest")
+    @classmethod
+    def _model_digest(cls, v: str, info: ValidationInfo) -> str:
+        model = info.data.get("model")
+        if model is None:  # ``model`` itself is invalid and already reported
+            return v
+        actual = sha256_digest(canonical_json(model))
+        if v and v != actual:
+            raise ValueError(f"does not match the model config (its digest is {actual})")
+        return actual
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, v: str) -> str:
+        if not _DIGEST.fullmatch(v.lower()):
+            raise ValueError(
+                f"{v!r} is not a resolved dataset manifest id; aliases must be resolved first"
+                " (give the manifest id, sha256:<64 hex>)"
+            )
+        return v.lower()
+
+    @field_validator("membership")
+    @classmethod
+    def _membership(cls, v: FixedMembership | ElasticMembership,
+                    info: ValidationInfo) -> FixedMembership | ElasticMembership:
+        topology = info.data.get("topology")
+        if not isinstance(v, ElasticMembership) or topology is None:
+            return v
+        if not v.min <= topology.replicas <= v.max:
+            raise ValueError(
+                f"topology.replicas {topology.replicas} is outside the elastic range"
+                f" {v.min}..{v.max}"
+            )
+        return v
+
+    @field_validator("retry", mode="before")
+    @classmethod
+    def _retry_layered(cls, v: Any) -> Any:
+        # A class entry names only what differs: its other fields come from the
+        # ``default`` entry (then the built-in defaults), not straight from the latter.
+        if not isinstance(v, dict) or not isinstance(v.get("default"), dict):
+            return v
+        base = v["default"]
+        return {k: {**base, **e} if isinstance(e, dict) else e for k, e in v.items()}
+
+    @field_validator("retry")
+    @classmethod
+    def _retry(cls, v: dict[str, RetryPolicy]) -> dict[str, RetryPolicy]:
+        # Every class filled in, so the recorded spec states the whole policy and
+        # spelling a default out does not change the digest.
+        default = v.get("default", RetryPolicy())
+        return {c: v.get(c, default) for c in FAILURE_CLASSES}
+
+    @field_validator("cancel_authority")
+    @classmethod
+    def _cancel_authority(cls, v: list[str]) -> list[str]:
+        return sorted(set(v))  # a set of principals: order and repeats mean nothing
+
+    @property
+    def world_size(self) -> int:
+        return self.topology.world_size
+
+    def retry_for(self, failure_class: str) -> RetryPolicy:
+        if failure_class not in self.retry:
+            raise ValueError(f"unknown failure class {failure_class!r}")
+        return self.retry[failure_class]
+
+    def may_cancel(self, principal: str, submitter: str) -> bool:
+        return principal == submitter or principal in self.cancel_authority
+
+    def canonical_json(self) -> str:
+        return canonical_json(self.model_dump(mode="json"))
+
+    def digest(self) -> str:
+        return sha256_digest(self.canonical_json())
+
+
+def run_id_for(spec: RunSpec, principal: str, submission_id: str) -> str:
+    """``<name>-<10 hex>``: the same submission always gets the same run id."""
+    material = canonical_json([spec.digest(), principal, submission_id])
+    return f"{spec.name}-{hashlib.sha256(material.encode()).hexdigest()[:10]}"
+
+
+def load_spec(path: str | Path) -> RunSpec:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(str(path), [f"cannot read the file: {exc}"]) from None
+    return parse_spec(text, str(path))
+
+
+def parse_spec(text: str, source: str) -> RunSpec:
+    """A spec from YAML text; ``source`` names it in error messages."""
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no object tags
+    except yaml.YAMLError as exc:
+        raise SpecError(source, [_yaml_problem(exc)]) from None
+    if not isinstance(data, dict):
+        got = "an empty document" if data is None else type(data).__name__
+        raise SpecError(source, [f"(spec): must be a mapping of fields, got {got}"])
+    return _validate(lambda: RunSpec.model_validate(data), source)
+
+
+def parse_spec_json(text: str, source: str = "spec_json") -> RunSpec:
+    """A spec from its canonical JSON, as ``RunSubmitted.spec_json`` carries it."""
+    return _validate(lambda: RunSpec.model_validate_json(text), source)
+
+
+def _validate(build: Callable[[], RunSpec], source: str) -> RunSpec:
+    try:
+        return build()
+    except ValidationError as exc:
+        raise SpecError(source, [_problem(e) for e in exc.errors()]) from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"not valid YAML: {where}{problem}"
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    parts = list(loc)
+    key = bool(parts) and parts[-1] == "[key]"  # pydantic's marker for a bad mapping key
+    if key:
+        parts.pop()
+    if len(parts) >= 2 and parts[1] in _UNION_TAGS.get(str(parts[0]), ()):
+        del parts[1]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return (out or "(spec)") + (" (the key)" if key else "")
+
+
+def _problem(error: ErrorDetails) -> str:
+    kind, msg, given = error["type"], error["msg"], error.get("input")
+    ctx = error.get("ctx") or {}
+    if kind == "missing":
+        msg = "required field is missing"
+    elif kind == "extra_forbidden":
+        msg = "unknown field (not part of the run spec)"
+    elif kind == "union_tag_not_found":
+        msg = f"needs {ctx.get('discriminator', 'a kind')}"
+    elif kind == "union_tag_invalid":
+        msg = (f"{str(ctx.get('discriminator')).strip(chr(39))} must be one of"
+               f" {ctx.get('expected_tags')} (got {ctx.get('tag')!r})")
+    elif kind == "too_short" and ctx.get("actual_length") == 0:
+        msg = "must not be empty"
+    elif kind == "value_error":
+        msg = msg.removeprefix("Value error, ")
+    elif kind in ("float_type", "int_type") and isinstance(given, str) and _numeric(given):
+        # YAML 1.1 reads 1e-3 (no dot) as text; say so instead of only "not a number".
+        msg += f" (got the text {given!r}; write exponents with a dot, 1.0e-3, and no quotes)"
+    elif isinstance(given, Hashable) and not isinstance(given, dict | list):
+        msg += f" (got {given!r:.60})"
+    return f"{_field_path(error['loc'])}: {msg}"
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice, which plain YAML loading resolves silently."""
+
+
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue  # ``<<`` merges may be overridden on purpose
+        key = loader.construct_object(key_node)
+        if isinstance(key, Hashable):
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice", key_node.start_mark
+                )
+            seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)

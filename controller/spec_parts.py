@@ -1,0 +1,184 @@
+"""The parts of a run spec: topology, membership, budget, retry, heartbeat, checkpoint.
+
+Small frozen pydantic models with ``extra="forbid"``, assembled by
+:class:`controller.spec.RunSpec`; the policy arithmetic the controller needs
+(backoff, escalation, Young's interval) sits next to the fields it reads, pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
+
+RESUME_CONTRACTS = ("exact", "coverage_equivalent", "distribution_equivalent")
+ResumeContract = Literal["exact", "coverage_equivalent", "distribution_equivalent"]
+
+# Strict: YAML turns ``yes``/``on`` into booleans, which lax pydantic would take as 1.
+PosInt = Annotated[int, Strict(), Field(ge=1)]
+NonNegInt = Annotated[int, Strict(), Field(ge=0)]
+PosNum = Annotated[float, Strict(), Field(gt=0)]
+NonNegNum = Annotated[float, Strict(), Field(ge=0)]
+Text = Annotated[str, Strict(), Field(min_length=1)]
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no whitespace, UTF-8 as is; NaN and infinity are refused."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+def sha256_digest(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+class Part(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
+                              protected_namespaces=())
+
+
+class Topology(Part):
+    """Where the members go.
+
+    Each data-parallel replica is ``ranks_per_replica`` ranks and every rank
+    takes one slot; today every replica is a single rank, so ``world_size ==
+    replicas``. ``ranks_per_replica`` keeps room for tensor/pipeline ranks
+    without changing the spec format. A node holds at most ``slots_per_node``
+    of this run's members; ``domain``, when given, puts every member in that
+    one topology domain (a rack, a switch).
+    """
+
+    replicas: PosInt
+    slots_per_node: PosInt
+    domain: Text | None = None
+    ranks_per_replica: PosInt = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.replicas * self.ranks_per_replica
+
+    @property
+    def min_nodes(self) -> int:
+        return math.ceil(self.world_size / self.slots_per_node)
+
+
+class FixedMembership(Part):
+    kind: Literal["fixed"]
+
+
+class ElasticMembership(Part):
+    """The run may continue with any replica count in ``min..max``."""
+
+    kind: Literal["elastic"]
+    min: PosInt
+    max: PosInt
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ElasticMembership:
+        if self.min > self.max:
+            raise ValueError(f"min {self.min} is greater than max {self.max}")
+        return self
+
+
+Membership = Annotated[FixedMembership | ElasticMembership, Field(discriminator="kind")]
+
+
+class Budget(Part):
+    """Limits; ``None`` means unlimited."""
+
+    max_gpu_hours: PosNum | None = None
+    max_wall_s: PosNum | None = None
+
+
+class RetryPolicy(Part):
+    """What to do about failures of one class.
+
+    ``attempts``: retries (restart or requeue) allowed for this class over the
+    run's life; the failure after the last one escalates. ``escalate_after``:
+    the run fails at the K-th failure with the same signature even with
+    attempts left, because a deterministic fault does not heal by repetition.
+    """
+
+    attempts: NonNegInt = 3
+    backoff_base_s: NonNegNum = 1.0
+    backoff_cap_s: NonNegNum = 30.0
+    escalate_after: PosInt = 3
+
+    @model_validator(mode="after")
+    def _cap_covers_base(self) -> RetryPolicy:
+        if self.backoff_cap_s < self.backoff_base_s:
+            raise ValueError(
+                f"backoff_cap_s {self.backoff_cap_s} is below backoff_base_s {self.backoff_base_s}"
+            )
+        return self
+
+    def backoff_ms(self, attempt: int) -> int:
+        """Delay before retry number ``attempt`` (1-based): ``min(cap, base·2^(attempt-1))``."""
+        if attempt < 1:
+            raise ValueError(f"attempt is 1-based, got {attempt}")
+        # Past 2**64 any base has long hit any cap; bounding the exponent keeps it a float.
+        delay_s = min(self.backoff_cap_s, self.backoff_base_s * 2.0 ** min(attempt - 1, 64))
+        return round(delay_s * 1000)
+
+    def should_escalate(self, class_failures: int, signature_failures: int) -> bool:
+        """Whether this failure ends the run; both counts include the failure itself."""
+        return class_failures > self.attempts or signature_failures >= self.escalate_after
+
+
+class HeartbeatPolicy(Part):
+    interval_s: PosNum = 1.0
+    timeout_s: PosNum = 10.0
+    stall_timeout_s: PosNum = 60.0
+
+    @model_validator(mode="after")
+    def _ordered(self) -> HeartbeatPolicy:
+        problems = []
+        if self.timeout_s <= self.interval_s:
+            problems.append(
+                f"timeout_s {self.timeout_s} must exceed interval_s {self.interval_s}, or one"
+                " late heartbeat would count as a dead worker"
+            )
+        # A dead worker stops progressing too: a stall timeout at or below the
+        # heartbeat timeout would classify crashes as hangs.
+        if self.stall_timeout_s <= self.timeout_s:
+            problems.append(
+                f"stall_timeout_s {self.stall_timeout_s} must exceed timeout_s {self.timeout_s}"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class FixedCheckpoint(Part):
+    policy: Literal["fixed"]
+    interval_steps: PosInt
+
+
+class AutoCheckpoint(Part):
+    """Interval from Young's model, ``T = sqrt(2·C·M)`` (DESIGN section 6).
+
+    ``mtbf_prior_s`` is M until the run has its own interruption history;
+    ``measured_cost_s`` is C when already known (the stall, not the background
+    write), else the controller measures it.
+    """
+
+    policy: Literal["auto"]
+    mtbf_prior_s: PosNum
+    measured_cost_s: PosNum | None = None
+
+    def interval_s(self, cost_s: float | None = None, mtbf_s: float | None = None) -> float | None:
+        """Young's interval; ``None`` while no checkpoint cost is known."""
+        cost = cost_s if cost_s is not None else self.measured_cost_s
+        if cost is None:
+            return None
+        return young_interval_s(cost, mtbf_s if mtbf_s is not None else self.mtbf_prior_s)
+
+
+def young_interval_s(cost_s: float, mtbf_s: float) -> float:
+    return math.sqrt(2.0 * cost_s * mtbf_s)
+
+
+CheckpointPolicy = Annotated[FixedCheckpoint | AutoCheckpoint, Field(discriminator="policy")]

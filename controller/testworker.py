@@ -1,0 +1,201 @@
+"""A stand-in training worker (no torch) with deterministic failures, for controller tests.
+
+``python -m controller.testworker [--steps N] [--step-time S] [--fail-mode M]
+[--fail-at-step K] [--fail-generation G|any] [--fail-rank R|any]``
+
+Reads its place from the environment (``controller.workerenv``), sends
+``HeartbeatRecorded`` every heartbeat interval from a background thread, and
+runs steps ``resume_step + 1 .. N`` (``--steps`` is the run's last step, so a
+resumed generation moves forward instead of starting over), each a
+``time.sleep(step_time)``. Rank 0 reports ``StepCommitted`` after each step and
+flushes it, so steps before a crash are in the log. Exit 0 after step N.
+
+Failure modes, applied when step K is about to run (steps before K commit):
+
+======== =================================================================
+crash    ``os._exit(13)``: no cleanup, like a segfaulting extension
+fail     raises, so Python exits with code 1 and a traceback in the log
+hang     heartbeats stop and steps stop; the process sleeps until killed
+stall    heartbeats go on, steps stop: alive but making no progress
+======== =================================================================
+
+``--fail-generation G`` fails only in generation G, so the restarted generation
+succeeds; ``any`` (the default) fails every time. ``--fail-rank`` likewise
+picks the rank that fails. On SIGTERM or SIGINT the worker flushes what it
+has sent (at most 2 s) and exits with code 143 (128 + SIGTERM) for either
+signal, promptly, in every mode. It writes nothing but its reports (and, for
+``fail``, the traceback on stderr).
+
+Event ids are deterministic: ``<run>/g<gen>/<logical id>/hb/<n>`` and
+``<run>/g<gen>/<logical id>/step/<step>``; producer ``worker/<run>/<logical id>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import FrameType
+
+from controller.workerenv import WorkerEnv, WorkerEnvError
+from events.kafka import EventProducer
+from events.model import Header, HeartbeatRecorded, StepCommitted
+from events.topics import REPORTS
+
+MODES = ("none", "crash", "hang", "fail", "stall")
+CRASH_EXIT_CODE = 13
+TERM_EXIT_CODE = 143
+TOKENS_PER_STEP = 1024
+LOSS_TOKENS_PER_STEP = 1000
+
+
+class InjectedFailure(RuntimeError):
+    """The ``fail`` mode's exception: an ordinary Python error in the training loop."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    steps: int
+    step_time_s: float
+    fail_mode: str
+    fail_at_step: int
+    fail_generation: int | None  # None: every generation
+    fail_rank: int | None  # None: every rank
+
+    def fails(self, env: WorkerEnv, step: int) -> bool:
+        return (
+            self.fail_mode != "none"
+            and step == self.fail_at_step
+            and self.fail_generation in (None, env.generation)
+            and self.fail_rank in (None, env.rank)
+        )
+
+
+def loss_at(step: int) -> float:
+    """A deterministic, decreasing loss curve, so projections have something to show."""
+    return round(2.0 + 8.0 / (1.0 + 0.1 * step), 6)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Worker:
+    def __init__(self, env: WorkerEnv, plan: Plan, producer: EventProducer) -> None:
+        self.env = env
+        self.plan = plan
+        self.producer = producer
+        self.step = env.resume_step or 0  # last completed step, reported in heartbeats
+        self.producer_id = f"worker/{env.run_id}/{env.logical_id}"
+        self._prefix = f"{env.run_id}/g{env.generation}/{env.logical_id}"
+        self._heartbeats_off = threading.Event()
+
+    def _header(self, suffix: str) -> Header:
+        return Header(f"{self._prefix}/{suffix}", self.env.run_id, self.env.generation,
+                      _now_ms(), self.producer_id)
+
+    def heartbeat_loop(self) -> None:
+        beat = 0
+        # The first beat goes out at once: it is how the controller sees the member join.
+        while not self._heartbeats_off.is_set():
+            beat += 1
+            self.producer.send(REPORTS, HeartbeatRecorded(
+                header=self._header(f"hb/{beat}"), logical_id=self.env.logical_id,
+                node=self.env.node, step=self.step))
+            self.producer.poll(0)
+            if self._heartbeats_off.wait(self.env.heartbeat_interval_s):
+                return
+
+    def run(self) -> int:
+        threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True).start()
+        for step in range(self.step + 1, self.plan.steps + 1):
+            if self.plan.fails(self.env, step):
+                self._fail(step)
+            started = time.monotonic()
+            time.sleep(self.plan.step_time_s)
+            self.step = step
+            if self.env.rank == 0:
+                self.producer.send(REPORTS, StepCommitted(
+                    header=self._header(f"step/{step}"), step=step, tokens=TOKENS_PER_STEP,
+                    loss_tokens=LOSS_TOKENS_PER_STEP,
+                    step_time_ms=round((time.monotonic() - started) * 1000, 3),
+                    input_wait_ms=0.0, loss=loss_at(step)))
+                self.producer.flush(10)
+        self._heartbeats_off.set()
+        self.producer.flush(10)
+        return 0
+
+    def _fail(self, step: int) -> None:
+        mode = self.plan.fail_mode
+        if mode == "crash":
+            os._exit(CRASH_EXIT_CODE)
+        if mode == "fail":
+            raise InjectedFailure(f"injected failure at step {step} "
+                                  f"(generation {self.env.generation}, rank {self.env.rank})")
+        if mode == "hang":
+            self._heartbeats_off.set()
+        # hang and stall: the main loop never returns; only a signal ends the process.
+        while True:
+            time.sleep(3600)
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._heartbeats_off.set()
+        # Exiting promptly matters more than the last heartbeat.
+        with contextlib.suppress(Exception):
+            self.producer.flush(2)
+        os._exit(TERM_EXIT_CODE)
+
+
+def _generation_or_any(raw: str) -> int | None:
+    if raw == "any":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'any', got {raw!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Plan:
+    p = argparse.ArgumentParser(prog="python -m controller.testworker",
+                                description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--steps", type=int, default=10, help="the run's last step (default 10)")
+    p.add_argument("--step-time", type=float, default=0.1, help="seconds per step")
+    p.add_argument("--fail-mode", choices=MODES, default="none")
+    p.add_argument("--fail-at-step", type=int, default=2,
+                   help="the step that fails (steps before it commit; default 2)")
+    p.add_argument("--fail-generation", type=_generation_or_any, default=None,
+                   help="fail only in this generation, or 'any' (default)")
+    p.add_argument("--fail-rank", type=_generation_or_any, default=None,
+                   help="fail only on this rank, or 'any' (default)")
+    a = p.parse_args(argv)
+    if a.steps < 0 or a.step_time < 0 or a.fail_at_step < 1:
+        p.error("--steps and --step-time must be >= 0, --fail-at-step >= 1")
+    return Plan(a.steps, a.step_time, a.fail_mode, a.fail_at_step, a.fail_generation,
+                a.fail_rank)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    plan = parse_args(argv)
+    try:
+        env = WorkerEnv.from_environ(os.environ)
+    except WorkerEnvError as exc:
+        print(f"testworker: {exc}", file=sys.stderr)
+        return 2
+    producer = EventProducer(env.bootstrap, client_id=f"worker/{env.run_id}/{env.logical_id}")
+    worker = Worker(env, plan, producer)
+    signal.signal(signal.SIGTERM, worker.on_signal)
+    signal.signal(signal.SIGINT, worker.on_signal)
+    return worker.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""What ``runledger status`` and ``runledger runs`` show, computed from events. Pure.
+
+The facts on ``runledger.runs`` are folded with :mod:`events.fold`, in offset
+order, and are the state. Requests only stand in for a run the controller has
+not copied to ``runs`` yet, and say which cancellations were asked for.
+Reports are used for one thing: heartbeat ages of the current generation's
+members, which the controller does not copy into facts. "Now" is a parameter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from events.fold import apply, fold
+from events.model import (
+    CancelRequested,
+    Event,
+    FailureClassified,
+    HeartbeatRecorded,
+    RunSubmitted,
+)
+from events.state import RunState
+
+UNSEEN = "on runledger.requests, not yet seen by the controller"
+_RETRY_ACTIONS = ("restart", "requeue")
+
+
+def status_document(
+    run_id: str, requests: Sequence[Event], facts: Sequence[Event], reports: Sequence[Event],
+    now_ms: int,
+) -> dict[str, Any] | None:
+    """Everything ``status`` shows about one run, or None for an unknown run."""
+    requests = [e for e in requests if e.run_id == run_id]
+    facts = [e for e in facts if e.run_id == run_id]
+    state: RunState | None = None
+    last_failure: FailureClassified | None = None
+    retries = 0
+    for event in facts:
+        transition = apply(state, event)
+        state = transition.state
+        if transition.verdict.accepted and isinstance(event, FailureClassified):
+            last_failure = event
+            retries += event.action in _RETRY_ACTIONS
+    submitted = _first_submission(facts) or _first_submission(requests)
+    seen = state is not None
+    if state is None:
+        if submitted is None:
+            return None
+        state = apply(None, submitted).state
+        assert state is not None  # a RunSubmitted always starts a run
+    cancels = [e for e in requests if isinstance(e, CancelRequested)]
+    doc = _base(state, submitted, seen)
+    doc.update(
+        members=_members(state, reports, now_ms),
+        step=state.step,
+        tokens=state.tokens,
+        checkpoint=None if state.checkpoint is None else {
+            "step": state.checkpoint.step, "path": state.checkpoint.manifest_path,
+            "digest": state.checkpoint.manifest_digest,
+            "generation": state.checkpoint.generation,
+            "committed_at": state.checkpoint.committed_at,
+        },
+        cursor=None if state.cursor is None else {
+            "step": state.cursor.step, "dataset_id": state.cursor.dataset_id,
+            "epoch": state.cursor.epoch, "position": state.cursor.position,
+            "source_counts": dict(state.cursor.source_counts),
+        },
+        failures=dict(state.failures),
+        failure_count=state.failure_count,
+        retries=retries,
+        retry_not_before=state.retry_not_before or None,
+        last_failure=None if last_failure is None else {
+            "failure_class": last_failure.failure_class, "signature": last_failure.signature,
+            "action": last_failure.action, "attempt": last_failure.attempt,
+            "backoff_ms": last_failure.backoff_ms, "detail": last_failure.detail,
+            "generation": last_failure.generation,
+        },
+        queue_reason=state.queue_reason,
+        rejections=state.rejections,
+        alerts=state.alerts,
+        cancel_requested=state.cancel_requested or bool(cancels),
+        cancel_requests=[
+            {"principal": c.principal, "reason": c.reason, "at": c.header.occurred_at}
+            for c in cancels
+        ],
+        outcome_reason=state.outcome_reason,
+    )
+    return doc
+
+
+def list_rows(requests: Sequence[Event], facts: Sequence[Event]) -> list[dict[str, Any]]:
+    """One row per run on ``runs`` or ``requests``, oldest submission first."""
+    states = fold(facts)
+    submissions: dict[str, RunSubmitted] = {}
+    # Facts first: the controller's copy is the one the run was accepted with.
+    for event in [*facts, *requests]:
+        if isinstance(event, RunSubmitted) and event.run_id not in submissions:
+            submissions[event.run_id] = event
+    rows = []
+    for run_id, submitted in submissions.items():
+        state = states.get(run_id)
+        seen = state is not None
+        if state is None:
+            state = apply(None, submitted).state
+            assert state is not None  # a RunSubmitted always starts a run
+        base = _base(state, submitted, seen)
+        rows.append({k: base[k] for k in (
+            "run_id", "name", "principal", "state", "seen_by_controller", "generation",
+            "submitted_at", "submitted_at_iso",
+        )})
+    rows.sort(key=lambda r: (r["submitted_at"], r["run_id"]))
+    return rows
+
+
+def status_lines(doc: dict[str, Any]) -> list[str]:
+    """The human form of :func:`status_document`."""
+    state = doc["state"]
+    if not doc["seen_by_controller"]:
+        state += " (not yet seen by the controller)"
+    lines = [
+        f"run         {doc['run_id']}  ({doc['name']}, by {doc['principal']},"
+        f" submitted {doc['submitted_at_iso']})",
+        f"state       {state}",
+        f"generation  {doc['generation']}",
+        f"spec        {doc['spec_digest']}  world_size {doc['world_size']}",
+        f"dataset     {doc['dataset_id'] or '-'}",
+    ]
+    if doc["queue_reason"]:
+        lines.append(f"queued      {doc['queue_reason']}")
+    for i, m in enumerate(doc["members"]):
+        where = f"{m['node']}/{m['slot']}" + (f" ({m['domain']})" if m["domain"] else "")
+        if m["heartbeat_age_ms"] is None:
+            beat = "no heartbeat in this generation"
+        else:
+            age_s = m["heartbeat_age_ms"] / 1000
+            beat = f"heartbeat {age_s:.1f} s ago (step {m['heartbeat_step']})"
+        lines.append(f"{'members' if i == 0 else '':<11} {m['logical_id']:<8} {where:<24} {beat}")
+    lines.append(f"step        {doc['step']}  ({doc['tokens']} tokens)")
+    ckpt = doc["checkpoint"]
+    if ckpt is None:
+        lines.append("checkpoint  none committed")
+    else:
+        lines.append(f"checkpoint  step {ckpt['step']}  {ckpt['path']}  {ckpt['digest']}"
+                     f" (generation {ckpt['generation']})")
+    cur = doc["cursor"]
+    if cur is not None:
+        lines.append(f"cursor      step {cur['step']}  epoch {cur['epoch']}  "
+                     f"position {cur['position']}")
+    sigs = ", ".join(f"{s} x{n}" for s, n in sorted(doc["failures"].items())) or "none"
+    lines.append(f"failures    {doc['failure_count']} ({sigs}); retries {doc['retries']}")
+    last = doc["last_failure"]
+    if last is not None:
+        backoff = f", backoff {last['backoff_ms']} ms" if last["backoff_ms"] is not None else ""
+        lines.append(f"last        {last['failure_class']} {last['signature']} -> {last['action']}"
+                     f" (attempt {last['attempt']}{backoff}): {last['detail']}")
+    lines.append(f"rejections  {doc['rejections']}")
+    for c in doc["cancel_requests"]:
+        lines.append(f"cancel      requested by {c['principal']} at {_iso(c['at'])}: {c['reason']}")
+    if doc["outcome_reason"]:
+        lines.append(f"outcome     {doc['outcome_reason']}")
+    return lines
+
+
+def _first_submission(events: Sequence[Event]) -> RunSubmitted | None:
+    return next((e for e in events if isinstance(e, RunSubmitted)), None)
+
+
+def _base(state: RunState, submitted: RunSubmitted | None, seen: bool) -> dict[str, Any]:
+    return {
+        "run_id": state.run_id,
+        "name": _spec_name(submitted),
+        "principal": state.principal,
+        "state": state.status.value,
+        "seen_by_controller": seen,
+        "terminal": state.status.terminal,
+        "generation": state.generation,
+        "spec_digest": state.spec_digest,
+        "world_size": state.world_size,
+        "dataset_id": state.dataset_id,
+        "submitted_at": state.submitted_at,
+        "submitted_at_iso": _iso(state.submitted_at),
+        "updated_at": state.updated_at,
+    }
+
+
+def _members(state: RunState, reports: Sequence[Event], now_ms: int) -> list[dict[str, Any]]:
+    # Heartbeats of older generations say nothing about today's members (fencing).
+    last: dict[str, tuple[int, int]] = {}
+    for e in reports:
+        if (isinstance(e, HeartbeatRecorded) and e.run_id == state.run_id
+                and e.generation == state.generation):
+            seen = last.get(e.logical_id)
+            if seen is None or e.header.occurred_at >= seen[0]:
+                last[e.logical_id] = (e.header.occurred_at, e.step)
+    out = []
+    for m in state.members:
+        at: int | None = state.heartbeats.get(m.logical_id)
+        step: int | None = None
+        if m.logical_id in last:
+            at, step = last[m.logical_id]
+        out.append({
+            "logical_id": m.logical_id, "node": m.node, "slot": m.slot, "domain": m.domain,
+            "last_heartbeat_at": at,
+            "heartbeat_age_ms": None if at is None else max(0, now_ms - at),
+            "heartbeat_step": step,
+        })
+    return out
+
+
+def _spec_name(submitted: RunSubmitted | None) -> str:
+    if submitted is None:
+        return "?"
+    try:
+        name = json.loads(submitted.spec_json).get("name")
+    except (ValueError, AttributeError):
+        return "?"
+    return name if isinstance(name, str) else "?"
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds").replace(
+        "+00:00", "Z")

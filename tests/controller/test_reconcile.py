@@ -1,0 +1,243 @@
+"""The controller's pure core, driven through whole scenarios without a broker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controller.reconcile import Model, Out, handle, replay, tick
+from controller.runplan import RunPlan
+from controller.spec_parts import RetryPolicy
+from events.model import (
+    AgentHeartbeatRecorded,
+    AgentRegistered,
+    CancelRequested,
+    Event,
+    FailureClassified,
+    GenerationStarted,
+    GroupStartCommanded,
+    GroupStopCommanded,
+    Header,
+    HeartbeatRecorded,
+    ManifestProposed,
+    RunCancelled,
+    RunFinished,
+    RunSubmitted,
+    StepCommitted,
+    WorkerExited,
+    WriteRejected,
+    node_key,
+)
+from events.state import Status
+from events.topics import COMMANDS, RUNS
+
+RUN = "run-1"
+PLAN = RunPlan(world_size=2, argv=("train",), slots_per_node=2, heartbeat_timeout_ms=10_000,
+               stall_timeout_ms=30_000, cancel_authority=frozenset({"oncall"}),
+               retry={"worker_crash": RetryPolicy(attempts=5, backoff_base_s=1.0,
+                                                  backoff_cap_s=4.0, escalate_after=3)})
+
+
+def plan_of(_: RunSubmitted) -> RunPlan:
+    return PLAN
+
+
+@dataclass
+class Sim:
+    """Drives handle/tick like the controller process, keeping the emitted log."""
+
+    now: int = 1_000_000
+    model: Model = field(default_factory=lambda: Model(since=1_000_000))
+    log: list[Out] = field(default_factory=list)
+    n: int = 0
+
+    def hdr(self, gen: int, run: str = RUN, producer: str = "test") -> Header:
+        self.n += 1
+        return Header(f"in-{self.n}", run, gen, self.now, producer)
+
+    def send(self, event: Event) -> list[Out]:
+        self.model, out = handle(self.model, event, self.now, plan_of)
+        self.log += out
+        return out
+
+    def tick(self, advance_ms: int = 0) -> list[Out]:
+        self.now += advance_ms
+        self.model, out = tick(self.model, self.now, plan_of)
+        self.log += out
+        return out
+
+    @property
+    def state(self):  # type: ignore[no-untyped-def]
+        return self.model.runs[RUN]
+
+    def agent(self, node: str, slots: int) -> None:
+        self.send(AgentRegistered(header=self.hdr(0, node_key(node)), node=node, slots=slots,
+                                  domain="d1"))
+
+    def submit(self) -> None:
+        self.send(RunSubmitted(header=self.hdr(0), spec_digest="sha256:x", spec_json="{}",
+                               principal="alice", world_size=2))
+
+    def beat(self, gen: int, *lids: str) -> list[Out]:
+        out: list[Out] = []
+        for lid in lids or ("r0", "r1"):
+            out += self.send(HeartbeatRecorded(header=self.hdr(gen), logical_id=lid, node="n1",
+                                               step=self.state.step))
+        return out
+
+
+def types(out: list[Out]) -> list[str]:
+    return [e.event_type for _, e in out]
+
+
+def running() -> Sim:
+    sim = Sim()
+    sim.agent("n1", 2)
+    sim.submit()
+    sim.tick()
+    sim.beat(1)
+    sim.tick()
+    assert sim.state.status == Status.RUNNING
+    return sim
+
+
+def test_queued_with_a_reason_until_a_node_with_room_registers_then_whole_group() -> None:
+    sim = Sim()
+    sim.agent("small", 1)
+    sim.submit()
+    out = sim.tick()
+    assert types(out) == ["RunQueued"]
+    assert sim.state.status == Status.QUEUED
+    assert "needs 2 slots, 1 free" in sim.state.queue_reason
+    assert sim.tick(100) == []  # the same reason is not recorded twice
+    sim.agent("big", 2)
+    out = sim.tick(100)
+    assert types(out) == ["RunAdmitted", "GenerationStarted", "GroupStartCommanded"]
+    start = out[2][1]
+    assert isinstance(start, GroupStartCommanded)
+    assert start.node == "big" and [m.logical_id for m in start.members] == ["r0", "r1"]
+    assert start.env["RUNLEDGER_RANKS"] == "r0,r1"
+    assert out[2][0] == COMMANDS and out[0][0] == RUNS
+
+
+def test_members_join_then_success_when_every_member_exits_zero() -> None:
+    sim = running()
+    assert types(sim.log[-1:]) == ["MembershipConfirmed"]
+    for lid in ("r0", "r1"):
+        sim.send(WorkerExited(header=sim.hdr(1), logical_id=lid, node="n1", exit_code=0,
+                              signal=None))
+    out = sim.tick()
+    assert types(out) == ["RunFinished"]
+    assert sim.state.status == Status.SUCCEEDED
+
+
+def test_crash_restarts_in_a_new_generation_after_backoff_and_fences_the_old_one() -> None:
+    sim = running()
+    sim.send(WorkerExited(header=sim.hdr(1), logical_id="r1", node="n1", exit_code=None, signal=9))
+    out = sim.tick()
+    assert types(out) == ["FailureClassified", "GroupStopCommanded"]
+    failure = out[0][1]
+    assert isinstance(failure, FailureClassified)
+    assert (failure.failure_class, failure.action, failure.backoff_ms) == (
+        "worker_crash", "restart", 1_000)
+    assert sim.tick(500) == []  # still backing off
+    out = sim.tick(600)
+    assert types(out) == ["GenerationStarted", "GroupStartCommanded"]
+    assert sim.state.generation == 2 and sim.state.status == Status.RECOVERING
+    # The old generation may still compute, but it can never publish.
+    out = sim.beat(1, "r0")
+    assert types(out) == ["WriteRejected"]
+    assert isinstance(out[0][1], WriteRejected) and out[0][1].reason == "stale_generation"
+    out = sim.send(ManifestProposed(header=sim.hdr(1), step=10, manifest_path="m",
+                                    manifest_digest="d"))
+    assert types(out) == ["WriteRejected"] and sim.state.checkpoint is None
+    sim.beat(2)
+    sim.tick()
+    assert sim.state.status == Status.RUNNING
+
+
+def test_silence_is_a_hang_and_alive_without_progress_is_a_hang_not_a_crash() -> None:
+    sim = running()
+    sim.now += 6_000
+    sim.beat(1, "r0")
+    assert sim.tick() == []
+    out = sim.tick(4_001)
+    assert isinstance(out[0][1], FailureClassified)
+    assert out[0][1].signature == "hang:no_heartbeat" and out[0][1].logical_id == "r1"
+
+    sim = running()
+    for _ in range(8):
+        sim.now += 5_000
+        sim.beat(1)
+        out = sim.tick()
+        if out:
+            break
+    assert isinstance(out[0][1], FailureClassified)
+    assert out[0][1].signature == "hang:no_progress"
+    assert out[0][1].failure_class == "hang"
+
+
+def test_same_failure_every_time_backs_off_growing_then_fails() -> None:
+    sim = running()
+    backoffs = []
+    for _ in range(10):
+        gen = sim.state.generation
+        sim.send(WorkerExited(header=sim.hdr(gen), logical_id="r0", node="n1", exit_code=13,
+                              signal=None))
+        out = sim.tick()
+        failure = out[0][1]
+        assert isinstance(failure, FailureClassified)
+        backoffs.append(failure.backoff_ms)
+        if failure.action == "escalate":
+            assert types(out)[-1] == "RunFinished"
+            break
+        sim.tick(failure.backoff_ms or 0)
+        sim.beat(sim.state.generation)
+        sim.tick()
+    assert sim.state.status == Status.FAILED
+    assert backoffs == [1_000, 2_000, 0]  # escalate_after=3 for the same signature
+    assert sim.tick(100_000) == []
+
+
+def test_cancel_records_the_fact_before_any_stop_and_later_reports_are_rejected() -> None:
+    sim = running()
+    out = sim.send(CancelRequested(header=sim.hdr(1), principal="mallory", reason="x"))
+    assert types(out) == ["WriteRejected"] and out[0][1].reason == "unauthorized"  # type: ignore[attr-defined]
+    out = sim.send(CancelRequested(header=sim.hdr(1), principal="oncall", reason="budget"))
+    assert types(out) == ["RunCancelled", "GroupStopCommanded"]
+    assert isinstance(out[0][1], RunCancelled) and isinstance(out[1][1], GroupStopCommanded)
+    out = sim.send(StepCommitted(header=sim.hdr(1), step=5, tokens=1, loss_tokens=1,
+                                 step_time_ms=1.0, input_wait_ms=0.0))
+    assert types(out) == ["WriteRejected"]
+    assert sim.state.status == Status.CANCELLED and sim.state.step == 0
+
+
+def test_a_restarted_controller_rebuilds_the_model_and_issues_no_duplicate_command() -> None:
+    sim = running()
+    sim.send(WorkerExited(header=sim.hdr(1), logical_id="r1", node="n1", exit_code=1,
+                          signal=None))
+    sim.tick()
+    sim.tick(1_001)
+    facts = [e for topic, e in sim.log if topic == RUNS]
+    rebuilt = replay(facts, since=sim.now, plan_of=plan_of)
+    assert rebuilt.runs[RUN].generation == sim.state.generation == 2
+    assert rebuilt.runs[RUN].status == sim.state.status
+    rebuilt, _ = handle(rebuilt, AgentHeartbeatRecorded(header=sim.hdr(0, node_key("n1")),
+                                                        node="n1", slots=2, domain="d1",
+                                                        busy_slots=2), sim.now, plan_of)
+    _, out = tick(rebuilt, sim.now + 100, plan_of)
+    assert not [e for _, e in out if isinstance(e, GroupStartCommanded | GenerationStarted)]
+    starts = [e.header.event_id for _, e in sim.log if isinstance(e, GroupStartCommanded)]
+    assert len(starts) == len(set(starts)) == 2
+
+
+def test_accepted_reports_become_facts_and_a_manifest_proposal_is_committed() -> None:
+    sim = running()
+    out = sim.send(StepCommitted(header=sim.hdr(1), step=1, tokens=10, loss_tokens=9,
+                                 step_time_ms=1.0, input_wait_ms=0.0))
+    assert types(out) == ["StepCommitted"]
+    out = sim.send(ManifestProposed(header=sim.hdr(1), step=1, manifest_path="m1",
+                                    manifest_digest="d1"))
+    assert types(out) == ["ManifestCommitted"]
+    assert sim.state.checkpoint is not None and sim.state.checkpoint.step == 1
+    assert isinstance(sim.log[-1][1], Event)
+    assert not isinstance(sim.log[-1][1], RunFinished)

@@ -1,0 +1,178 @@
+"""The test worker against a real broker: steps, heartbeats and each failure mode."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from controller.testworker import CRASH_EXIT_CODE, TERM_EXIT_CODE, loss_at, parse_args
+from controller.workerenv import WorkerEnv
+from events.model import HeartbeatRecorded, StepCommitted
+from tests.controller.tail import Tail
+
+pytestmark = pytest.mark.kafka
+
+Spawn = Callable[..., subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def tail(bootstrap: str) -> Iterator[Tail]:
+    t = Tail(bootstrap)
+    yield t
+    t.close()
+
+
+@pytest.fixture
+def spawn(bootstrap: str, run_id: str) -> Iterator[Spawn]:
+    """Start test workers with a hand-made contract; every one is killed at teardown."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str, generation: int = 1, rank: int = 0, world_size: int = 1,
+              resume_step: int | None = None) -> subprocess.Popen[bytes]:
+        env = WorkerEnv(run_id=run_id, generation=generation, logical_id=f"r{rank}",
+                        node="test-node", world_size=world_size, rank=rank, local_rank=rank,
+                        master_addr="127.0.0.1", master_port=29500, bootstrap=bootstrap,
+                        heartbeat_interval_s=0.2, resume_step=resume_step)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "controller.testworker", *args],
+            env={**os.environ, **env.to_environ()}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, start_new_session=True,
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def _steps(tail: Tail, run_id: str) -> list[int]:
+    return [e.step for e in tail.of(run_id, StepCommitted)]
+
+
+def test_runs_its_steps_and_reports_them_deterministically(
+    spawn: Spawn, tail: Tail, run_id: str
+) -> None:
+    proc = spawn("--steps", "3", "--step-time", "0.05")
+    assert proc.wait(timeout=30) == 0
+    assert proc.stdout is not None and proc.stdout.read() == b""  # writes nothing else
+    tail.wait_for("3 steps", lambda: len(_steps(tail, run_id)) == 3)
+    steps = tail.of(run_id, StepCommitted)
+    assert [s.step for s in steps] == [1, 2, 3]
+    assert [s.header.event_id for s in steps] == [f"{run_id}/g1/r0/step/{n}" for n in (1, 2, 3)]
+    assert all(s.header.producer == f"worker/{run_id}/r0" and s.generation == 1 for s in steps)
+    assert [s.loss for s in steps] == [loss_at(n) for n in (1, 2, 3)]
+    assert all(s.tokens == 1024 and s.loss_tokens == 1000 and s.step_time_ms >= 50 for s in steps)
+    beats = tail.of(run_id, HeartbeatRecorded)
+    assert beats and beats[0].header.event_id == f"{run_id}/g1/r0/hb/1"
+    assert all(b.logical_id == "r0" and b.node == "test-node" for b in beats)
+
+
+def test_resumes_after_the_resume_step_and_only_rank_0_reports_steps(
+    spawn: Spawn, tail: Tail, run_id: str
+) -> None:
+    rank0 = spawn("--steps", "4", "--step-time", "0.05", generation=2, resume_step=2,
+                  world_size=2)
+    rank1 = spawn("--steps", "4", "--step-time", "0.05", generation=2, resume_step=2,
+                  world_size=2, rank=1)
+    assert rank0.wait(timeout=30) == 0 and rank1.wait(timeout=30) == 0
+    tail.wait_for("steps 3 and 4", lambda: len(_steps(tail, run_id)) == 2)
+    tail.wait_for("rank 1 heartbeats",
+                  lambda: any(b.logical_id == "r1" for b in tail.of(run_id, HeartbeatRecorded)))
+    assert _steps(tail, run_id) == [3, 4]
+    assert {s.header.producer for s in tail.of(run_id, StepCommitted)} == {f"worker/{run_id}/r0"}
+    # Heartbeats start from the resume point: progress never appears to go backwards.
+    assert min(b.step for b in tail.of(run_id, HeartbeatRecorded)) == 2
+
+
+def test_crash_exits_13_after_committing_the_steps_before(
+    spawn: Spawn, tail: Tail, run_id: str
+) -> None:
+    proc = spawn("--steps", "5", "--step-time", "0.05", "--fail-mode", "crash",
+                 "--fail-at-step", "3")
+    assert proc.wait(timeout=30) == CRASH_EXIT_CODE
+    tail.wait_for("2 steps", lambda: len(_steps(tail, run_id)) >= 2)
+    tail.settle(0.5)
+    assert _steps(tail, run_id) == [1, 2]
+
+
+def test_fail_raises_and_exits_1(spawn: Spawn) -> None:
+    proc = spawn("--steps", "5", "--step-time", "0.01", "--fail-mode", "fail",
+                 "--fail-at-step", "1")
+    assert proc.wait(timeout=30) == 1
+    assert proc.stderr is not None
+    assert b"InjectedFailure: injected failure at step 1" in proc.stderr.read()
+
+
+def test_failure_only_in_the_named_generation_and_rank(spawn: Spawn) -> None:
+    args = ("--steps", "2", "--step-time", "0.01", "--fail-mode", "crash",
+            "--fail-at-step", "1", "--fail-generation", "1", "--fail-rank", "1")
+    other_gen = spawn(*args, generation=2, rank=1, world_size=2)
+    other_rank = spawn(*args, generation=1, rank=0, world_size=2)
+    target = spawn(*args, generation=1, rank=1, world_size=2)
+    assert other_gen.wait(timeout=30) == 0
+    assert other_rank.wait(timeout=30) == 0
+    assert target.wait(timeout=30) == CRASH_EXIT_CODE
+
+
+def _beats_between(tail: Tail, run_id: str, seconds: float) -> int:
+    before = len(tail.of(run_id, HeartbeatRecorded))
+    tail.settle(seconds)
+    return len(tail.of(run_id, HeartbeatRecorded)) - before
+
+
+def test_stall_keeps_heartbeating_without_progress(
+    spawn: Spawn, tail: Tail, run_id: str
+) -> None:
+    proc = spawn("--steps", "50", "--step-time", "0.05", "--fail-mode", "stall",
+                 "--fail-at-step", "2")
+    tail.wait_for("step 1", lambda: _steps(tail, run_id) == [1])
+    tail.settle(0.3)  # a beat sent just before the stall may still be in flight
+    assert _beats_between(tail, run_id, 1.2) >= 3
+    assert proc.poll() is None
+    assert _steps(tail, run_id) == [1]
+    assert {b.step for b in tail.of(run_id, HeartbeatRecorded)[-3:]} == {1}
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == TERM_EXIT_CODE
+    assert time.monotonic() - started < 3
+
+
+def test_hang_stops_heartbeats_and_steps(spawn: Spawn, tail: Tail, run_id: str) -> None:
+    proc = spawn("--steps", "50", "--step-time", "0.05", "--fail-mode", "hang",
+                 "--fail-at-step", "2")
+    tail.wait_for("step 1", lambda: _steps(tail, run_id) == [1])
+    tail.settle(1.0)  # a beat sent just before the hang may still be in flight
+    assert _beats_between(tail, run_id, 1.2) == 0
+    assert proc.poll() is None  # hung, not dead
+    assert _steps(tail, run_id) == [1]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == TERM_EXIT_CODE
+
+
+def test_a_missing_variable_is_named() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNLEDGER_")}
+    proc = subprocess.run([sys.executable, "-m", "controller.testworker"], env=env,
+                          capture_output=True, timeout=30)
+    assert proc.returncode == 2
+    assert b"RUNLEDGER_RUN_ID is not set" in proc.stderr
+
+
+def test_arguments() -> None:
+    plan = parse_args(["--fail-mode", "stall", "--fail-generation", "3"])
+    assert (plan.steps, plan.fail_mode, plan.fail_at_step, plan.fail_generation) == (
+        10, "stall", 2, 3)
+    assert parse_args([]).fail_generation is None
+    assert parse_args(["--fail-generation", "any"]).fail_rank is None
+    with pytest.raises(SystemExit):
+        parse_args(["--fail-mode", "explode"])
+    with pytest.raises(SystemExit):
+        parse_args(["--fail-generation", "soon"])

@@ -1,0 +1,218 @@
+"""``runledger submit|status|cancel|runs`` as a user runs them: subprocesses, a real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from confluent_kafka import Consumer, TopicPartition
+
+from controller.spec import load_spec, parse_spec
+from events.consume import read_log
+from events.kafka import EventProducer
+from events.model import (
+    CancelRequested,
+    Event,
+    FailureClassified,
+    GenerationStarted,
+    Header,
+    HeartbeatRecorded,
+    ManifestCommitted,
+    Member,
+    MembershipConfirmed,
+    RunAdmitted,
+    RunSubmitted,
+)
+from events.topics import REPORTS, REQUESTS, RUNS
+
+pytestmark = pytest.mark.kafka
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "run.yaml"
+MEMBERS = (Member("r0", "node-a", 0, "rack-1"), Member("r1", "node-a", 1, "rack-1"))
+
+
+def cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap, "USER": "alice"}
+    return subprocess.run([sys.executable, "-m", "runledger.cli", *args], capture_output=True,
+                          text=True, timeout=60, env=env, check=False)
+
+
+def spec_file(tmp_path: Path, name: str, **changes: object) -> Path:
+    doc = yaml.safe_load(EXAMPLE.read_text()) | {"name": name[:63]} | changes
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def events_of(bootstrap: str, topic: str, run: str) -> list[Event]:
+    return [r.event for r in read_log(bootstrap, topic) if r.event.run_id == run]
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-offsets"})
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in parts}
+    finally:
+        consumer.close()
+
+
+def test_submit_writes_the_canonical_spec_to_requests(
+    bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    path = spec_file(tmp_path, unique)
+    out = cli(bootstrap, "submit", str(path), "--principal", "bob", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    spec = load_spec(path)
+    assert doc["spec_digest"] == spec.digest()
+    assert doc["run_id"].startswith(f"{spec.name}-")
+
+    [event] = events_of(bootstrap, REQUESTS, doc["run_id"])
+    assert isinstance(event, RunSubmitted)
+    assert event.spec_json == spec.canonical_json() and event.spec_digest == spec.digest()
+    assert (event.principal, event.world_size, event.dataset_id) == ("bob", 4, spec.dataset)
+    h = event.header
+    assert (h.generation, h.producer, h.event_id) == (0, "cli/bob", f"{doc['run_id']}/submitted")
+    assert abs(h.occurred_at - time.time() * 1000) < 120_000
+
+    plain = cli(bootstrap, "submit", str(path))  # principal from $USER; prints the id alone
+    assert plain.returncode == 0, plain.stderr
+    [second] = plain.stdout.split()
+    assert second != doc["run_id"]  # a new submission of the same spec is a new run
+    [again] = events_of(bootstrap, REQUESTS, second)
+    assert isinstance(again, RunSubmitted) and again.principal == "alice"
+
+
+def test_a_bad_spec_names_every_bad_field_and_writes_nothing(
+    bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    path = spec_file(tmp_path, unique, dataset="corpus/latest", rpo_s=-1, colour="blue",
+                     topology={"replicas": 0, "slots_per_node": 2})
+    before = end_offsets(bootstrap, REQUESTS)
+    out = cli(bootstrap, "submit", str(path), "--principal", f"bad-{unique}")
+    after = end_offsets(bootstrap, REQUESTS)
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    assert "4 problems" in out.stderr  # the elastic range is not judged against bad replicas
+    for field in ("dataset:", "rpo_s:", "colour:", "topology.replicas:"):
+        assert f"  {field}" in out.stderr, out.stderr
+    assert "aliases must be resolved first" in out.stderr
+    assert out.stdout == ""
+    # The broker is shared: whatever others appended meanwhile, none of it is ours.
+    if after != before:
+        mine = [r for r in read_log(bootstrap, REQUESTS)
+                if r.offset >= before.get(r.partition, 0)
+                and r.event.header.producer == f"cli/bad-{unique}"]
+        assert mine == []
+
+
+def test_status_and_cancel_of_an_unknown_run_fail_cleanly(bootstrap: str, run_id: str) -> None:
+    for args in (["status", run_id], ["cancel", run_id, "--reason", "nope"]):
+        out = cli(bootstrap, *args)
+        assert out.returncode == 1
+        assert out.stderr.strip().splitlines() == [
+            f"runledger: unknown run {run_id!r}: not on {REQUESTS} or {RUNS}"
+        ]
+
+
+def test_an_unreachable_broker_is_one_line_and_exit_1() -> None:
+    for args in (["status", "some-run"], ["runs"], ["submit", str(EXAMPLE)]):
+        out = cli("127.0.0.1:1", *args)
+        assert out.returncode == 1
+        [line] = out.stderr.strip().splitlines()
+        assert line.startswith("runledger: no Kafka broker answered at 127.0.0.1:1")
+
+
+def test_cancel_writes_cancel_requested_and_status_shows_the_unseen_run(
+    bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    submitted = cli(bootstrap, "submit", str(spec_file(tmp_path, unique)), "--principal", "bob")
+    run = submitted.stdout.strip()
+    out = cli(bootstrap, "cancel", run, "--principal", "mallory", "--reason", "wrong data")
+    assert out.returncode == 0, out.stderr
+    assert run in out.stdout
+    assert "not in the cancel authority" in out.stderr  # a warning: the controller decides
+
+    [_, cancel] = events_of(bootstrap, REQUESTS, run)
+    assert isinstance(cancel, CancelRequested)
+    assert (cancel.principal, cancel.reason, cancel.header.producer) == (
+        "mallory", "wrong data", "cli/mallory")
+
+    status = cli(bootstrap, "status", run)
+    assert status.returncode == 0, status.stderr
+    assert "Submitted (not yet seen by the controller)" in status.stdout
+    assert "requested by mallory" in status.stdout
+    doc = json.loads(cli(bootstrap, "status", run, "--json").stdout)
+    assert (doc["state"], doc["seen_by_controller"], doc["cancel_requested"]) == (
+        "Submitted", False, True)
+
+
+def test_status_and_runs_show_facts_from_the_runs_topic(
+    bootstrap: str, run_id: str, unique: str
+) -> None:
+    spec = parse_spec(spec_file_text(unique), "t")
+    now = int(time.time() * 1000)
+
+    def h(n: int, generation: int, at: int | None = None) -> Header:
+        return Header(f"{run_id}/e{n}", run_id, generation, at or now - 60_000 + n, "test")
+
+    facts: list[Event] = [
+        RunSubmitted(header=h(0, 0), spec_digest=spec.digest(), spec_json=spec.canonical_json(),
+                     principal="bob", world_size=2, dataset_id=spec.dataset),
+        RunAdmitted(header=h(1, 0), members=MEMBERS),
+        GenerationStarted(header=h(2, 1), members=MEMBERS, reason="admitted"),
+        MembershipConfirmed(header=h(3, 1), members_joined=2),
+        FailureClassified(header=h(4, 1), failure_class="worker_crash", signature="exit:-9",
+                          action="restart", attempt=1, detail="r1 killed", backoff_ms=1000),
+        GenerationStarted(header=h(5, 2), members=MEMBERS, reason="restart"),
+        MembershipConfirmed(header=h(6, 2), members_joined=2),
+        ManifestCommitted(header=h(7, 2), step=20, manifest_path=f"ckpt/{run_id}/g2/s20",
+                          manifest_digest="sha256:" + "c" * 64),
+    ]
+    reports = [
+        HeartbeatRecorded(header=h(8, 2, now - 2_000), logical_id="r0", node="node-a", step=21),
+        # Generation 1 is revoked: its heartbeat says nothing about r1 today.
+        HeartbeatRecorded(header=h(9, 1, now - 500), logical_id="r1", node="node-a", step=9),
+    ]
+    producer = EventProducer(bootstrap)
+    for e in facts:
+        producer.send(RUNS, e)
+    for e in reports:
+        producer.send(REPORTS, e)
+    producer.flush()
+
+    out = cli(bootstrap, "status", run_id, "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert (doc["state"], doc["generation"], doc["seen_by_controller"]) == ("Running", 2, True)
+    assert doc["name"] == unique[:63] and doc["principal"] == "bob"
+    assert doc["checkpoint"]["step"] == 20 and doc["checkpoint"]["generation"] == 2
+    assert doc["failures"] == {"exit:-9": 1} and doc["retries"] == 1
+    assert doc["last_failure"]["action"] == "restart"
+    r0, r1 = doc["members"]
+    assert r0["heartbeat_step"] == 21 and 2_000 <= r0["heartbeat_age_ms"] < 60_000
+    assert r1["heartbeat_age_ms"] is None
+
+    human = cli(bootstrap, "status", run_id).stdout
+    assert "Running" in human and "step 20" in human and "exit:-9 x1" in human
+
+    listing = cli(bootstrap, "runs", "--json")
+    assert listing.returncode == 0, listing.stderr
+    [row] = [r for r in json.loads(listing.stdout)["runs"] if r["run_id"] == run_id]
+    assert (row["state"], row["generation"], row["principal"]) == ("Running", 2, "bob")
+    assert row["name"] == unique[:63]
+    assert run_id in cli(bootstrap, "runs").stdout
+
+
+def spec_file_text(name: str) -> str:
+    doc = yaml.safe_load(EXAMPLE.read_text()) | {"name": name[:63]}
+    doc["topology"] = {"replicas": 2, "slots_per_node": 2}
+    doc["membership"] = {"kind": "fixed"}
+    return yaml.safe_dump(doc)

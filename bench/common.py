@@ -88,6 +88,17 @@ def ratio(value: float, baseline: float) -> float:
     return value / baseline if baseline else float("nan")
 
 
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) with linear interpolation; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * min(max(q, 0.0), 100.0) / 100.0
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
 def fmt_num(value: float, digits: int = 0) -> str:
     """A number with thousands separators; ``-`` for NaN."""
     if not math.isfinite(value):

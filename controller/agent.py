@@ -37,6 +37,7 @@ from controller.agent_decide import (
     Action,
     AgentConfig,
     AgentState,
+    Defer,
     Ignore,
     Launch,
     Reject,
@@ -100,6 +101,8 @@ class Agent:
         self.incarnation = uuid.uuid4().hex[:12]
         self._stopping = threading.Event()
         self._busy = 0
+        # Deferred start commands by id, in arrival order; decided again every loop.
+        self._pending: dict[str, Event] = {}
         self._producer: EventProducer | None = None
 
     # --- lifecycle -----------------------------------------------------------
@@ -151,18 +154,35 @@ class Agent:
             if commands:
                 self.state = lookahead(self.config, self.state, commands)
                 for command in commands:
-                    decision = decide(self.config, self.state, command, now_ms())
-                    self.state = decision.state
-                    for action in decision.actions:
-                        self._perform(action, command)
-                # Everything this node must do about these commands is done.
+                    self._handle(command)
+                # Everything this node must do about these commands is done (or deferred).
                 self._producer_or_fail().flush()
             if records or len(consumer.quarantined) > seen_bad:
                 consumer.commit()
             seen_bad = len(consumer.quarantined)
-            self._report_exits()
+            if self._report_exits() or self._pending:
+                self._retry_pending()
+
+    def _handle(self, command: Event, retry: bool = False) -> None:
+        decision = decide(self.config, self.state, command, now_ms())
+        self.state = decision.state
+        for action in decision.actions:
+            if isinstance(action, Defer):
+                if not retry:  # said once, not on every retry
+                    log.info("deferred %s (%s g%d): %s", action.command_id, command.run_id,
+                             command.generation, action.reason)
+                self._pending[action.command_id] = command
+            else:
+                self._perform(action, command)
+
+    def _retry_pending(self) -> None:
+        waiting, self._pending = self._pending, {}
+        for command in waiting.values():
+            self._handle(command, retry=True)
 
     def _shutdown(self) -> None:
+        for cid in self._pending:
+            log.warning("dropping deferred start %s: the agent is exiting", cid)
         for action in shutdown(self.state):
             self.procs.terminate(action.key, action.reason)
         # Belt and braces: the process table, not the state, is what actually runs.
@@ -188,12 +208,15 @@ class Agent:
                 log.error("%s: not launched: %s", action.key, action.reason)
                 self._send_exit(action.key, action.causation_id, action.exit_code, None)
                 self.state = worker_exited(self.state, action.key)
+            case Defer():
+                self._pending[action.command_id] = command
             case Ignore():
                 log.info("ignored %s %s (%s g%d): %s", command.event_type, action.command_id,
                          command.run_id, command.generation, action.reason)
         self._busy = self.state.busy_slots
 
-    def _report_exits(self) -> None:
+    def _report_exits(self) -> int:
+        """Report ended workers; how many there were."""
         exits: list[Exit] = self.procs.reap()
         for e in exits:
             how = f"exit code {e.exit_code}" if e.signal is None else f"signal {e.signal}"
@@ -203,6 +226,7 @@ class Agent:
         if exits:
             self._busy = self.state.busy_slots
             self._producer_or_fail().flush()
+        return len(exits)
 
     # --- writing ---------------------------------------------------------------
 

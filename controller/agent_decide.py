@@ -16,10 +16,16 @@ Rules for ``GroupStartCommanded`` of run R, generation G, id C, in this order:
 5. issued more than ``max_start_age_ms`` ago: ignored, so an agent that
    replays old commands (a new consumer group, a reused node name) does not
    resurrect finished runs;
-6. an invalid rank contract (``controller.workerenv``): every member is
+6. none of the members on this node: ignored; an invalid rank contract (``controller.workerenv``): every member is
    rejected (``WorkerExited`` with exit code 125);
-7. more members than free slots: every member is rejected with 125. A gang is
-   all or nothing; half a group only burns slots;
+7. more members than free slots: the command is deferred (``Defer``: the
+   shell decides it again shortly) until it is ``slot_wait_ms`` old, then
+   every member is rejected with 125; at once if it exceeds the node's slots.
+   Stopped workers free their slots only when they exit (SIGKILL comes after
+   the grace period), and a stop for another run may sit on another partition
+   not yet read, so a controller that stops one run and starts another on the
+   same slots must not see a spurious failure. A gang is all or nothing: half
+   a group only burns slots;
 8. otherwise older generations of R still running here are terminated (a new
    generation fences the old one; their slots count as free) and each member
    is launched.
@@ -65,6 +71,8 @@ class AgentConfig:
     bootstrap: str
     heartbeat_interval_s: float = 2.0
     max_start_age_ms: int = 300_000
+    # How long a start that does not fit waits for slots; longer than the stop grace.
+    slot_wait_ms: int = 15_000
     # How many command ids to remember; rules 2-4 cover anything older.
     seen_limit: int = 4096
 
@@ -118,7 +126,15 @@ class Ignore:
     reason: str
 
 
-Action = Launch | Reject | Terminate | Ignore
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """Decide this command again soon: slots it needs may be freed meanwhile."""
+
+    command_id: str
+    reason: str
+
+
+Action = Launch | Reject | Terminate | Ignore | Defer
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,9 +230,16 @@ def _start(config: AgentConfig, state: AgentState, cmd: GroupStartCommanded,
     # A newer generation fences older ones: stop them, and their slots are free.
     fenced = sorted((k for k in new.running if k.run_id == run and k.generation < gen), key=str)
     free = config.slots - (len(new.running) - len(fenced))
-    if len(mine) > free:
-        return reject_all(f"needs {len(mine)} slots, {free} of {config.slots} free")
     actions: list[Action] = [Terminate(k, f"fenced by generation {gen}") for k in fenced]
+    if len(mine) > free:
+        if len(mine) > config.slots:
+            return reject_all(f"needs {len(mine)} slots, the node has {config.slots}")
+        need = f"needs {len(mine)} slots, {free} of {config.slots} free"
+        if age_ms >= config.slot_wait_ms:
+            return reject_all(need)
+        # Not marked seen or started: the retry must pass every rule again.
+        return Decision(replace(state, newest=new.newest),
+                        (*actions, Defer(cid, f"{need}; waiting for slots")))
     for key, env in zip(keys, envs, strict=True):
         actions.append(Launch(key, cmd.argv, dict(cmd.env), env,
                               f"{_safe(run)}/g{gen}/{_safe(key.logical_id)}.log",

@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from controller import admission, policy
+from controller import admission, policy, workerenv
 from controller.inventory import EMPTY, Inventory, observe
 from controller.runplan import RunPlan
 from events.fold import UNKNOWN_RUN, apply
@@ -252,8 +252,8 @@ def _start_generation(
     master = nodes[members[0].node].address if members[0].node in nodes else "127.0.0.1"
     digest = hashlib.sha256(f"{state.run_id}/g{gen}".encode()).digest()
     port = 20_000 + int.from_bytes(digest[:4], "big") % 20_000
-    env = {**plan.env, "RUNLEDGER_RANKS": ",".join(m.logical_id for m in members),
-           "RUNLEDGER_HEARTBEAT_INTERVAL_MS": str(plan.heartbeat_interval_ms)}
+    env = {**plan.env, workerenv.RANKS: workerenv.format_ranks([m.logical_id for m in members]),
+           workerenv.HEARTBEAT_INTERVAL_S: str(plan.heartbeat_interval_ms / 1000)}
     for node in sorted({m.node for m in members}):
         cid = f"{state.run_id}/g{gen}/start/{node}"
         em.emit(COMMANDS, GroupStartCommanded(

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from controller.reconcile import Model, Out, PlanOf, handle, replay, tick
 from events.consume import EventConsumer, read_log
@@ -64,12 +65,23 @@ class ControllerService:
                        self.plan_of)
         log.info("rebuilt %d runs from %s", len(model.runs), RUNS)
         quarantine = Quarantine(EventProducer(self.bootstrap, client_id="controller-quarantine"))
-        consumer = EventConsumer(self.bootstrap, self.group_id, [REQUESTS, REPORTS],
-                                 quarantine=quarantine)
+        # Static membership under the fencing identity: a restarted controller
+        # takes over its predecessor's partitions at once instead of waiting
+        # out a session timeout, during which it would hear no heartbeats.
+        consumer = EventConsumer(
+            self.bootstrap, self.group_id, [REQUESTS, REPORTS], quarantine=quarantine,
+            config={"group.instance.id": self.transactional_id, "session.timeout.ms": 10_000})
+        listening = False
         try:
             while not stop.is_set():
                 records = consumer.poll(self.tick_s)
                 now = self.clock()
+                if not consumer.assigned:
+                    continue
+                if not listening:
+                    # Missing heartbeats count only from the moment reports flow.
+                    model = replace(model, since=now)
+                    listening = True
                 out: list[Out] = []
                 for record in records:
                     model, produced = handle(model, record.event, now, self.plan_of)

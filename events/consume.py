@@ -47,9 +47,15 @@ class EventConsumer:
             "isolation.level": "read_committed",
             **(config or {}),
         })
-        self._consumer.subscribe(list(topics))
+        self.assigned = False
+        self._consumer.subscribe(list(topics), on_assign=self._on_assign)
         # Offsets to commit next: one past the last record handed out, per partition.
         self._positions: dict[tuple[str, int], int] = {}
+
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Until the group hands out partitions this member observes nothing, and
+        # silence must not be mistaken for dead workers.
+        self.assigned = True
 
     def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[Record]:
         """Decoded records; undecodable ones are quarantined and skipped."""

@@ -56,6 +56,12 @@ def agent(
         typer.Option("--max-start-age", min=1.0,
                      help="Ignore start commands issued longer ago than this (seconds)."),
     ] = 300.0,
+    slot_wait: Annotated[
+        float,
+        typer.Option("--slot-wait", min=0.0,
+                     help="How long a start that finds its slots busy waits for them before "
+                          "its members are reported as exit code 125 (seconds)."),
+    ] = 15.0,
 ) -> None:
     """Run a node agent: register slots, heartbeat, launch and stop worker groups on command.
 
@@ -68,7 +74,8 @@ def agent(
         check_broker(kafka)
         config = AgentConfig(node=node, slots=slots, bootstrap=kafka,
                              heartbeat_interval_s=heartbeat_interval,
-                             max_start_age_ms=int(max_start_age * 1000))
+                             max_start_age_ms=int(max_start_age * 1000),
+                             slot_wait_ms=int(slot_wait * 1000))
         options = AgentOptions(domain=domain, address=address,
                                work_dir=work_dir or default_work_dir(node), grace_s=grace)
         code = Agent(config, options).run()

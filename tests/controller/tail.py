@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from events.codec import default_codec
 from events.errors import DecodeError
@@ -41,11 +41,21 @@ class Tail:
             "enable.auto.commit": False,
         })
         meta = self._consumer.list_topics(topic, timeout=10).topics[topic]
-        start = []
-        for p in sorted(meta.partitions):
-            _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            start.append(TopicPartition(topic, p, high))
+        start = [TopicPartition(topic, p, self._end(topic, p)) for p in sorted(meta.partitions)]
         self._consumer.assign(start)
+
+    def _end(self, topic: str, partition: int) -> int:
+        # A broker that just created the topic may not have elected leaders yet.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                _, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=10)
+                return int(high)
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def pump(self, timeout_s: float = 0.2) -> None:
         msg = self._consumer.poll(timeout_s)

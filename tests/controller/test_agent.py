@@ -157,12 +157,27 @@ def test_a_new_generation_fences_the_old_one_and_takes_its_slots() -> None:
 
 
 def test_a_group_that_does_not_fit_is_rejected_whole() -> None:
-    d = run_all(start_cmd("n1", "a", 1, ("x", "y")), start_cmd("n1", "b", 1, ("p", "q")))
+    late = NOW - CFG.slot_wait_ms
+    d = run_all(start_cmd("n1", "a", 1, ("x", "y")), start_cmd("n1", "b", 1, ("p", "q"), at=late))
     assert kinds(d) == ["Launch", "Launch", "Reject", "Reject"]
     reject = d.actions[2]
     assert isinstance(reject, Reject) and reject.exit_code == REJECTED_EXIT_CODE == 125
     assert reject.reason == "needs 2 slots, 1 of 3 free"
     assert d.state.busy_slots == 2 and ("b", 1) in d.state.started
+
+
+def test_a_group_waits_a_while_for_busy_slots() -> None:
+    waiting = start_cmd("n1", "b", 1, ("p", "q", "r"))
+    d = run_all(start_cmd("n1", "a", 1, ("x", "y")), stop_cmd("n1", "a", 1), waiting)
+    assert kinds(d) == ["Launch", "Launch", "Terminate", "Terminate", "Defer"]
+    assert "b/g1/n1/start" not in d.state.seen and ("b", 1) not in d.state.started
+    state = worker_exited(d.state, WorkerKey("a", 1, "x"))
+    assert kinds(decide(CFG, state, waiting, NOW + 1000)) == ["Defer"]
+    assert kinds(decide(CFG, state, waiting, NOW + CFG.slot_wait_ms)) == ["Reject"] * 3
+    state = worker_exited(state, WorkerKey("a", 1, "y"))
+    assert kinds(decide(CFG, state, waiting, NOW + 1000)) == ["Launch"] * 3
+    # More members than the node has slots: no point in waiting.
+    assert kinds(run_all(start_cmd("n1", "b", 1, ("p", "q", "r", "s")))) == ["Reject"] * 4
 
 
 def test_other_nodes_stale_starts_and_bad_intervals() -> None:
@@ -333,6 +348,26 @@ def test_crash_and_unrunnable_and_oversized_groups_are_reported(
     big = agent.wait_exits(f"{run_id}-big", 4)
     assert {e.exit_code for e in big.values()} == {REJECTED_EXIT_CODE}
     assert agent.wait_exits(f"{run_id}-nx", 1)["x"].exit_code == 127
+
+
+@pytest.mark.kafka
+def test_sigkill_after_grace_and_a_deferred_start_on_the_freed_slots(
+    agent: Running, run_id: str
+) -> None:
+    now = int(time.time() * 1000)
+    stubborn = replace(start_cmd(agent.node, run_id, 1, ("a0", "a1", "a2"), at=now),
+                       argv=("/bin/sh", "-c", "trap '' TERM; sleep 60"))
+    agent.send(stubborn)
+    agent.wait_log(f"{run_id}/g1/a2: started pid")
+    nxt = f"{run_id}-next"
+    # Different runs, so maybe different partitions: either may be read first.
+    agent.send(stop_cmd(agent.node, run_id, 1, at=now),
+               start_cmd(agent.node, nxt, 1, ("b0", "b1"), "--steps", "1", "--step-time", "0",
+                         at=now))
+    agent.wait_log(f"deferred {nxt}/g1/")
+    killed = agent.wait_exits(run_id, 3, timeout_s=20)
+    assert {(e.exit_code, e.signal) for e in killed.values()} == {(None, signal.SIGKILL)}
+    assert {e.exit_code for e in agent.wait_exits(nxt, 2).values()} == {0}
 
 
 @pytest.mark.kafka

@@ -27,18 +27,23 @@ from events.model import (
     FAILURE_CLASSES,
     OUTCOMES,
     SEVERITIES,
+    AgentHeartbeatRecorded,
+    AgentRegistered,
     AlertRaised,
     CancelRequested,
     CursorAdvanced,
     Event,
     FailureClassified,
     GenerationStarted,
+    GroupStartCommanded,
+    GroupStopCommanded,
     Header,
     HeartbeatRecorded,
     ManifestCommitted,
     ManifestProposed,
     Member,
     MembershipConfirmed,
+    NodeQuarantined,
     RunAdmitted,
     RunCancelled,
     RunFinished,
@@ -57,7 +62,8 @@ LONG_MAX = 2**63 - 1
 MEMBERS = (Member("w0", "node-a", 0, "rack-1"), Member("w1", "node-b", 1, None))
 LOGICAL_IDS = tuple(m.logical_id for m in MEMBERS)
 
-# Reports and checkpoint facts that must carry the live generation (DESIGN section 4).
+# Reports, checkpoint facts and start commands that must carry the live generation
+# (DESIGN section 4).
 FENCED_TYPES: tuple[type[Event], ...] = (
     HeartbeatRecorded,
     StepCommitted,
@@ -67,7 +73,12 @@ FENCED_TYPES: tuple[type[Event], ...] = (
     CursorAdvanced,
     WorkerExited,
     MembershipConfirmed,
+    GroupStartCommanded,
 )
+# Legal even after the run has ended; they never move the status.
+INFORMATIONAL_TYPES: tuple[type[Event], ...] = (WriteRejected, AlertRaised, GroupStopCommanded)
+# Node-scoped inventory events: keyed ``node/<name>``, never a run's.
+NODE_TYPES: tuple[type[Event], ...] = (AgentRegistered, AgentHeartbeatRecorded, NodeQuarantined)
 
 
 # --- builders ------------------------------------------------------------------
@@ -177,6 +188,31 @@ class Ev:
     def finished(self, gen: int, outcome: str = "succeeded", reason: str = "done") -> RunFinished:
         return RunFinished(header=self.h(gen), outcome=outcome, reason=reason)
 
+    def group_start(self, gen: int, node: str = "node-a",
+                    resume_step: int | None = None) -> GroupStartCommanded:
+        return GroupStartCommanded(
+            header=self.h(gen), command_id=f"{self.run_id}/g{gen}/start/{node}", node=node,
+            members=MEMBERS, world_size=len(MEMBERS), master_addr="10.0.0.1", master_port=29500,
+            argv=("python", "-m", "train"), env={"SEED": "1"}, resume_step=resume_step,
+            resume_manifest=None)
+
+    def group_stop(self, gen: int, node: str = "node-a") -> GroupStopCommanded:
+        return GroupStopCommanded(header=self.h(gen), node=node, reason="cancelled",
+                                  command_id=f"{self.run_id}/g{gen}/stop/{node}")
+
+    def agent_registered(self, node: str = "node-a", run_id: str | None = None) -> AgentRegistered:
+        return AgentRegistered(header=self.h(0, run_id=run_id or f"node/{node}"), node=node,
+                               slots=8, domain="rack-1")
+
+    def agent_heartbeat(self, node: str = "node-a",
+                        run_id: str | None = None) -> AgentHeartbeatRecorded:
+        return AgentHeartbeatRecorded(header=self.h(0, run_id=run_id or f"node/{node}"),
+                                      node=node, slots=8, domain="rack-1", busy_slots=2)
+
+    def quarantined(self, node: str = "node-b", run_id: str | None = None) -> NodeQuarantined:
+        return NodeQuarantined(header=self.h(0, run_id=run_id or f"node/{node}"), node=node,
+                               reason="3 crashes")
+
 
 def fold_one(events: list[Event]) -> RunState | None:
     """One run's log folded with ``evolve`` (rejections included, as the fold sees them)."""
@@ -247,6 +283,8 @@ _CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("FailureClassified", "action"): st.sampled_from(FAILURE_ACTIONS),
     ("AlertRaised", "severity"): st.sampled_from(SEVERITIES),
     ("RunFinished", "outcome"): st.sampled_from(OUTCOMES),
+    ("AgentRegistered", "node"): nonempty_texts,
+    ("AgentRegistered", "slots"): st.integers(1, LONG_MAX),
 }
 
 
@@ -272,7 +310,7 @@ _HAPPY = ("next",) * 6 + ("step", "step", "committed", "committed", "cursor", "h
                           "failure", "gs")
 _OTHER = (
     "submitted", "cancel_requested", "queued", "admitted", "gs", "confirmed", "shard",
-    "proposed", "exited", "failure", "rejected", "alert",
+    "proposed", "exited", "failure", "rejected", "alert", "group_start", "group_stop", "node",
 )
 _TERMINAL = ("cancelled", "finished")
 KINDS = _HAPPY * 2 + _OTHER + _TERMINAL
@@ -352,6 +390,14 @@ def _event_near(draw: st.DrawFn, kind: str, state: RunState, ev: Ev) -> Event:
             return ev.rejected(gen)
         case "alert":
             return ev.alert(gen)
+        case "group_start":
+            return ev.group_start(gen, resume_step=draw(_one(None, ckpt)))
+        case "group_stop":
+            return ev.group_stop(gen)
+        case "node":  # inventory events, some wrongly keyed by this run's id
+            run_id = draw(_one(None, ev.run_id))
+            make = draw(_one(ev.agent_registered, ev.agent_heartbeat, ev.quarantined))
+            return make(run_id=run_id)  # type: ignore[no-any-return]
         case "cancelled":
             return ev.cancelled(gen)
         case "finished":
@@ -450,6 +496,7 @@ def stale_probe(kind: type[Event], gen: int, ev: Ev, step: int) -> Event:
         CursorAdvanced: lambda: ev.cursor(gen, step),
         WorkerExited: lambda: ev.exited(gen, "w0"),
         MembershipConfirmed: lambda: ev.confirmed(gen),
+        GroupStartCommanded: lambda: ev.group_start(gen),
         FailureClassified: lambda: ev.failure(gen, "restart"),
     }
     return builders[kind]()  # type: ignore[no-any-return]

@@ -28,7 +28,7 @@ from events.fold import (
 )
 from events.model import EVENT_TYPES, Event, Member
 from events.state import Checkpoint, Cursor, RunState, Status
-from tests.events.strategies import MEMBERS, Ev
+from tests.events.strategies import INFORMATIONAL_TYPES, MEMBERS, Ev
 
 
 def run(events: list[Event]) -> RunState:
@@ -82,6 +82,10 @@ def test_happy_path_through_every_live_status() -> None:
 
     s = evolve(s, ev.gs(1))
     assert s is not None and (s.status, s.generation, s.step) == (Status.STARTING, 1, 0)
+    assert s.generation_started_at == s.last_progress_at == ev.now
+
+    s = evolve(s, ev.group_start(1))  # the command to start generation 1 is accepted
+    assert s is not None and s.status == Status.STARTING
 
     s = evolve(s, ev.heartbeat(1, "w0", at=ev.now + 5))
     assert s is not None and s.heartbeats == {"w0": ev.now + 5}
@@ -92,6 +96,7 @@ def test_happy_path_through_every_live_status() -> None:
     for step in (1, 2, 3):
         s = evolve(s, ev.step(1, step, tokens=100, loss_tokens=90))
     assert s is not None and (s.step, s.tokens, s.loss_tokens) == (3, 300, 270)
+    assert s.last_progress_at == ev.now
 
     s = evolve(s, ev.proposed(1, 3))  # a proposal alone publishes nothing
     assert s is not None and s.checkpoint is None
@@ -130,10 +135,30 @@ def test_run_finished_outcomes(outcome: str, status: Status) -> None:
 def test_running_recovering_via_failure_restart_and_back() -> None:
     ev = Ev()
     s = evolve(running(ev), ev.failure(1, "restart", signature="crash:w1"))
-    assert s is not None and s.status == Status.RECOVERING
+    assert s is not None and s.status == Status.RECOVERING and s.awaiting_generation
     assert (s.failures, s.failure_count) == ({"crash:w1": 1}, 1)
-    s = run_from(s, [ev.gs(2, resume_step=10), ev.confirmed(2), ev.step(2, 11)])
+    assert s.retry_not_before == ev.now  # no backoff on a restart
+    s = run_from(s, [ev.gs(2, resume_step=10)])
+    assert not s.awaiting_generation
+    s = run_from(s, [ev.confirmed(2), ev.step(2, 11)])
     assert (s.status, s.generation, s.step) == (Status.RUNNING, 2, 11)
+
+
+def test_a_restart_whose_placement_was_lost_goes_back_to_the_queue() -> None:
+    ev = Ev()
+    s = run_from(running(ev), [ev.failure(1, "restart"), ev.queued(1, "lost node-b")])
+    assert (s.status, s.queue_reason, s.awaiting_generation) == (
+        Status.QUEUED, "lost node-b", False)
+    s = run_from(s, [ev.admitted(1), ev.gs(2, resume_step=10)])
+    assert (s.status, s.generation) == (Status.RECOVERING, 2)
+    # Once the new generation started, Recovering is no longer a queueable state.
+    rejected(s, ev.queued(2), ILLEGAL_TRANSITION)
+
+
+def test_requeue_backoff_is_recorded_from_the_log() -> None:
+    ev = Ev()
+    s = run_from(running(ev), [ev.failure(1, "requeue")])  # backoff_ms=1000
+    assert s.retry_not_before == ev.now + 1000
 
 
 def run_from(state: RunState, events: list[Event]) -> RunState:
@@ -385,6 +410,7 @@ FENCED_MAKERS: dict[str, Callable[[Ev, int], Event]] = {
     "ShardWritten": lambda ev, g: ev.shard(g, 20),
     "WorkerExited": lambda ev, g: ev.exited(g, "w0"),
     "MembershipConfirmed": lambda ev, g: ev.confirmed(g),
+    "GroupStartCommanded": lambda ev, g: ev.group_start(g),
 }
 
 
@@ -425,10 +451,13 @@ def test_cancel_revokes_and_everything_after_is_refused() -> None:
         ev.confirmed(1), ev.gs(2, resume_step=10), ev.finished(1, "succeeded"),
         ev.finished(1, "failed"), ev.failure(1, "restart"), ev.cancelled(1),
         ev.cancel_requested(1), ev.admitted(), ev.queued(), ev.submitted(),
-        ev.exited(1), ev.shard(1, 11), ev.proposed(1, 11),
+        ev.exited(1), ev.shard(1, 11), ev.proposed(1, 11), ev.group_start(1),
+        ev.agent_registered(run_id="r1"), ev.agent_heartbeat(run_id="r1"),
+        ev.quarantined(run_id="r1"),
     ]
-    assert {type(e).__name__ for e in after} | {"WriteRejected", "AlertRaised"} == set(
-        EVENT_TYPES)
+    informational = {t.__name__ for t in INFORMATIONAL_TYPES}
+    assert informational == {"WriteRejected", "AlertRaised", "GroupStopCommanded"}
+    assert {type(e).__name__ for e in after} | informational == set(EVENT_TYPES)
     for e in after:
         rejected(s, e, RUN_TERMINAL)
 
@@ -442,10 +471,13 @@ def test_informational_records_after_the_end_only_count() -> None:
     t2 = apply(t.state, ev.alert(1, "critical"))
     assert t2.verdict.accepted and t2.state is not None
     assert t2.state.alerts == s.alerts + 1
+    # Cancellation is recorded first; the stop commands follow it (DESIGN section 4).
+    t3 = apply(t2.state, ev.group_stop(1))
+    assert t3.verdict.accepted and t3.state is not None
     unchanged = {"rejections", "alerts", "updated_at"}
     for f in fields(RunState):
         if f.name not in unchanged:
-            assert getattr(t2.state, f.name) == getattr(s, f.name), f.name
+            assert getattr(t3.state, f.name) == getattr(s, f.name), f.name
 
 
 @pytest.mark.parametrize("status", [Status.SUBMITTED, Status.QUEUED, Status.ADMITTED,
@@ -540,6 +572,12 @@ COLUMNS: dict[str, Callable[[Ev, RunState], Event]] = {
     "ShardWritten": lambda ev, s: ev.shard(s.generation, 20, "w1"),
     "ManifestProposed": lambda ev, s: ev.proposed(s.generation, 20),
     "WorkerExited": lambda ev, s: ev.exited(s.generation, "w1"),
+    "GroupStartCommanded": lambda ev, s: ev.group_start(s.generation),
+    "GroupStopCommanded": lambda ev, s: ev.group_stop(s.generation),
+    # Node-scoped inventory, wrongly keyed by the run: the fold has no rule for it.
+    "AgentRegistered": lambda ev, s: ev.agent_registered(run_id=s.run_id),
+    "AgentHeartbeatRecorded": lambda ev, s: ev.agent_heartbeat(run_id=s.run_id),
+    "NodeQuarantined": lambda ev, s: ev.quarantined(run_id=s.run_id),
 }
 
 SUB, QUE, ADM, STA, RUN, REC = (Status.SUBMITTED, Status.QUEUED, Status.ADMITTED,
@@ -571,11 +609,16 @@ LEGAL: dict[str, set[Status]] = {
     "ShardWritten": ACTIVE,
     "ManifestProposed": ACTIVE,
     "WorkerExited": ACTIVE,
+    "GroupStartCommanded": ACTIVE,
+    "GroupStopCommanded": ALL,
+    "AgentRegistered": set(),
+    "AgentHeartbeatRecorded": set(),
+    "NodeQuarantined": set(),
 }
 
 _FENCED_COLUMNS = {"MembershipConfirmed", "ManifestCommitted", "CursorAdvanced",
                    "HeartbeatRecorded", "StepCommitted", "ShardWritten", "ManifestProposed",
-                   "WorkerExited"}
+                   "WorkerExited", "GroupStartCommanded"}
 
 
 def _expected_reason(column: str, status: Status) -> str:
@@ -652,3 +695,13 @@ def test_fold_keeps_runs_apart() -> None:
     a, b = Ev("a"), Ev("b")
     states = fold([a.submitted(), b.submitted(), a.admitted(), b.queued(), a.gs(1)])
     assert (states["a"].status, states["b"].status) == (Status.STARTING, Status.QUEUED)
+
+
+def test_node_scoped_events_never_become_runs() -> None:
+    ev = Ev()
+    node_events = [ev.agent_registered("node-a"), ev.agent_heartbeat("node-a"),
+                   ev.quarantined("node-b")]
+    for e in node_events:
+        rejected(None, e, UNKNOWN_RUN)
+    states = fold([ev.submitted(), *node_events, ev.admitted()])
+    assert set(states) == {"r1"} and states["r1"].status == Status.ADMITTED

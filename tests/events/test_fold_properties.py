@@ -19,12 +19,14 @@ from events.fold import (
     RUN_NOT_ACTIVE,
     RUN_TERMINAL,
     STALE_GENERATION,
+    WRONG_RUN,
     Transition,
     apply,
     fold,
 )
 from events.model import (
     AlertRaised,
+    CancelRequested,
     CursorAdvanced,
     Event,
     FailureClassified,
@@ -44,6 +46,8 @@ from events.model import (
 from events.state import RunState, Status
 from tests.events.strategies import (
     FENCED_TYPES,
+    INFORMATIONAL_TYPES,
+    NODE_TYPES,
     Ev,
     fold_one,
     interleavings,
@@ -78,7 +82,9 @@ EDGES: dict[tuple[Status, Status], tuple[type[Event], ...]] = {
     (RUN, REC): (GenerationStarted, FailureClassified),
     (STA, RUN): (MembershipConfirmed,),
     (REC, RUN): (MembershipConfirmed,),
-    **{(s, QUE): (FailureClassified,) for s in (ADM, *ACTIVE)},
+    **{(s, QUE): (FailureClassified,) for s in (ADM, STA, RUN)},
+    # Requeued by policy, or a decided restart whose placement was lost.
+    (REC, QUE): (FailureClassified, RunQueued),
     (RUN, Status.SUCCEEDED): (RunFinished,),
     **{(s, Status.FAILED): (RunFinished,) for s in LIVE},
     **{(s, Status.CANCELLED): (RunCancelled,) for s in LIVE},
@@ -98,6 +104,13 @@ WRITERS: dict[str, tuple[type[Event], ...]] = {
     "failures": (FailureClassified,),
     "rejections": (WriteRejected,),
     "alerts": (AlertRaised,),
+    "retry_not_before": (FailureClassified,),
+    "awaiting_generation": (FailureClassified, RunQueued, GenerationStarted),
+    "generation_started_at": (GenerationStarted,),
+    "last_progress_at": (StepCommitted, GenerationStarted),
+    "queue_reason": (RunQueued, RunAdmitted, FailureClassified),
+    "cancel_requested": (CancelRequested,),
+    "outcome_reason": (RunFinished, RunCancelled),
 }
 
 
@@ -258,7 +271,9 @@ def test_interleaving_runs_does_not_change_any_run(
         case: tuple[list[list[Event]], list[Event]]) -> None:
     logs, merged = case
     states = fold(merged)
-    assert len(states) == len(logs)
+    assert len(states) == len(logs)  # node-scoped events never become runs
+    assert not any(isinstance(e, NODE_TYPES) and e.run_id in states for e in merged
+                   if e.run_id.startswith("node/"))
     for log in logs:
         assert states[log[0].run_id] == fold_one(log)
 
@@ -296,10 +311,13 @@ def test_terminal_states_absorb(case: tuple[list[Event], list[Event]]) -> None:
         assert t.state is not None
         for name in frozen:
             assert getattr(t.state, name) == getattr(end, name), f"{e.event_type}: {name}"
-        if isinstance(e, WriteRejected | AlertRaised):
+        if e.run_id != end.run_id:  # node-scoped events in the same stream
+            assert not t.verdict.accepted and t.verdict.reason == WRONG_RUN
+        elif isinstance(e, INFORMATIONAL_TYPES):
             assert t.verdict.accepted
         else:
             assert not t.verdict.accepted and t.verdict.reason == RUN_TERMINAL
+        if not t.verdict.accepted:
             assert t.state is state
         state = t.state
 

@@ -123,7 +123,8 @@ def test_status_and_cancel_of_an_unknown_run_fail_cleanly(bootstrap: str, run_id
 
 
 def test_an_unreachable_broker_is_one_line_and_exit_1() -> None:
-    for args in (["status", "some-run"], ["runs"], ["submit", str(EXAMPLE)]):
+    # Each try waits out the broker check (5 s), so two commands: a read and a write.
+    for args in (["status", "some-run"], ["submit", str(EXAMPLE)]):
         out = cli("127.0.0.1:1", *args)
         assert out.returncode == 1
         [line] = out.stderr.strip().splitlines()
@@ -145,13 +146,17 @@ def test_cancel_writes_cancel_requested_and_status_shows_the_unseen_run(
     assert (cancel.principal, cancel.reason, cancel.header.producer) == (
         "mallory", "wrong data", "cli/mallory")
 
-    status = cli(bootstrap, "status", run)
+    status = cli(bootstrap, "status", run, "--json")
     assert status.returncode == 0, status.stderr
-    assert "Submitted (not yet seen by the controller)" in status.stdout
-    assert "requested by mallory" in status.stdout
-    doc = json.loads(cli(bootstrap, "status", run, "--json").stdout)
-    assert (doc["state"], doc["seen_by_controller"], doc["cancel_requested"]) == (
-        "Submitted", False, True)
+    doc = json.loads(status.stdout)
+    assert doc["cancel_requested"] and doc["cancel_requests"][0]["principal"] == "mallory"
+    # Unless a controller shares this broker, the run exists on requests only
+    # (tests/runledger/test_runview.py covers that display without a broker).
+    if not doc["seen_by_controller"]:
+        assert doc["state"] == "Submitted"
+        human = cli(bootstrap, "status", run).stdout
+        assert "Submitted (not yet seen by the controller)" in human
+        assert "requested by mallory" in human
 
 
 def test_status_and_runs_show_facts_from_the_runs_topic(

@@ -1,0 +1,219 @@
+"""Real processes on a private broker: a controller, node agents, the CLI.
+
+Each scenario gets its own single-node Kafka (a few seconds to start), because
+a controller acts on every run it finds on the log: sharing one broker would
+let one test's controller admit another test's runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from events.consume import read_log
+from events.kafka import Record
+from events.model import Event
+from events.topics import COMMANDS, RUNS
+
+PY = sys.executable
+T = TypeVar("T")
+
+
+def spec(name: str, worker_args: list[str], **overrides: Any) -> dict[str, Any]:
+    """A valid run spec that runs the test worker; fast heartbeats and backoffs."""
+    doc: dict[str, Any] = {
+        "name": name,
+        "code_version": "3f1c2a9b7d4e5f60718293a4b5c6d7e8f9012345",
+        "command": [PY, "-m", "controller.testworker", *worker_args],
+        "model": {"arch": "tiny"},
+        "dataset": "sha256:" + "ab" * 32,
+        "topology": {"replicas": 2, "slots_per_node": 2},
+        "resume": "exact",
+        "rpo_s": 600,
+        "rto_s": 300,
+        "heartbeat": {"interval_s": 0.3, "timeout_s": 3.0, "stall_timeout_s": 6.0},
+        "retry": {
+            "default": {
+                "attempts": 5,
+                "backoff_base_s": 0.5,
+                "backoff_cap_s": 4.0,
+                "escalate_after": 3,
+            }
+        },
+        "cancel_authority": ["oncall"],
+        "checkpoint": {"policy": "fixed", "interval_steps": 100},
+    }
+    doc.update(overrides)
+    return doc
+
+
+class Cluster:
+    def __init__(self, bootstrap: str, work: Path) -> None:
+        self.bootstrap = bootstrap
+        self.work = work
+        self.env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap}
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    # -- processes ----------------------------------------------------------
+
+    def _spawn(self, args: list[str], log_name: str) -> subprocess.Popen[bytes]:
+        log = (self.work / log_name).open("ab")
+        proc = subprocess.Popen(
+            [PY, "-m", "runledger.cli", *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def controller(self, txn_id: str = "ctl", name: str = "controller") -> subprocess.Popen[bytes]:
+        return self._spawn(
+            ["controller", "--transactional-id", txn_id, "--group", "ctl", "--tick", "0.1"],
+            f"{name}.log",
+        )
+
+    def agent(self, node: str, slots: int, grace: float = 3.0) -> subprocess.Popen[bytes]:
+        return self._spawn(
+            [
+                "agent",
+                "--node",
+                node,
+                "--slots",
+                str(slots),
+                "--work-dir",
+                str(self.work / node),
+                "--heartbeat-interval",
+                "0.3",
+                "--grace",
+                str(grace),
+            ],
+            f"agent-{node}.log",
+        )
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [PY, "-m", "runledger.cli", *args],
+            env=self.env,
+            text=True,
+            capture_output=True,
+            timeout=120,
+        )
+
+    def submit(self, doc: dict[str, Any], principal: str = "alice") -> str:
+        path = self.work / f"{doc['name']}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        done = self.cli("submit", str(path), "--principal", principal)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    def log_of(self, name: str) -> str:
+        path = self.work / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        # Workers live in their own sessions: make sure none outlives the test.
+        for pid in worker_pids(None):
+            if _environ(pid).get("RUNLEDGER_BOOTSTRAP") == self.bootstrap:
+                os.kill(pid, signal.SIGKILL)
+
+    # -- the log ------------------------------------------------------------
+
+    def records(self, run_id: str, topic: str = RUNS) -> list[Record]:
+        return [r for r in read_log(self.bootstrap, topic) if r.event.run_id == run_id]
+
+    def facts(self, run_id: str) -> list[Event]:
+        return [r.event for r in self.records(run_id)]
+
+    def commands(self, run_id: str) -> list[Event]:
+        return [r.event for r in self.records(run_id, COMMANDS)]
+
+    def wait_facts(
+        self,
+        run_id: str,
+        until: Callable[[list[Event]], bool],
+        timeout: float = 60.0,
+        what: str = "",
+    ) -> list[Event]:
+        return wait(
+            lambda: _hit(self.facts(run_id), until),
+            timeout,
+            what or "facts",
+            lambda: self._diagnose(run_id),
+        )
+
+    def _diagnose(self, run_id: str) -> str:
+        facts = [f"{e.event_type}(g{e.generation})" for e in self.facts(run_id)]
+        tail = self.log_of("controller")[-2000:]
+        return f"facts: {facts}\ncontroller log tail:\n{tail}"
+
+
+def _hit(facts: list[Event], until: Callable[[list[Event]], bool]) -> list[Event] | None:
+    return facts if until(facts) else None
+
+
+def wait(
+    probe: Callable[[], T | None],
+    timeout: float,
+    what: str,
+    diagnose: Callable[[], str] = lambda: "",
+) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = probe()
+        if got is not None and got is not False:
+            return got
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{diagnose()}")
+
+
+def of_type(facts: list[Event], name: str) -> list[Any]:
+    return [e for e in facts if e.event_type == name]
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def worker_pids(
+    run_id: str | None, generation: int | None = None, logical_id: str | None = None
+) -> list[int]:
+    """Live worker processes, found by the identity the agent put in their environment."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        env = _environ(int(entry.name))
+        if "RUNLEDGER_LOGICAL_ID" not in env:
+            continue
+        if run_id is not None and env.get("RUNLEDGER_RUN_ID") != run_id:
+            continue
+        if generation is not None and env.get("RUNLEDGER_GENERATION") != str(generation):
+            continue
+        if logical_id is not None and env.get("RUNLEDGER_LOGICAL_ID") != logical_id:
+            continue
+        found.append(int(entry.name))
+    return found

@@ -70,7 +70,14 @@ if __name__ == "__main__":
 
 import fastavro
 import yaml
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from bench.common import (
     REPO_ROOT,
@@ -89,7 +96,7 @@ from controller.spec import RunSpec, run_id_for
 from events.codec import MAGIC, Codec, default_codec
 from events.convert import to_record
 from events.fold import apply
-from events.kafka import ENV_BOOTSTRAP, EventProducer, check_broker
+from events.kafka import EventProducer, check_broker
 from events.model import (
     EVENT_TYPES,
     AgentHeartbeatRecorded,
@@ -113,6 +120,8 @@ from events.model import (
 )
 from events.state import RunState
 from events.topics import REPORTS, REQUESTS, RUNS, TopicSpec, replication_for, topic_specs
+from runledger.stack import Stack
+from runledger.stack_admin import admin_client, ensure_topics
 
 NAME = "controller"
 SEED = 20240607
@@ -150,7 +159,7 @@ class Mode:
 
 
 FULL = Mode(runs=1_000, events=1_000_000, reports=2_000, rate_per_s=200.0, repeats=1)
-QUICK = Mode(runs=100, events=100_000, reports=300, rate_per_s=200.0, repeats=1)
+QUICK = Mode(runs=100, events=100_000, reports=300, rate_per_s=200.0, repeats=2)
 
 
 # --- the synthetic log ----------------------------------------------------------
@@ -471,7 +480,8 @@ def core_pass(log: Log, codec: Codec) -> PassResult:
             new = absorb(model, event, plan_of)
             if new is model:  # absorb returns the same model for a refused fact
                 rejected += 1
-                result.reasons[f"fact: {apply(model.runs.get(event.run_id), event).verdict.reason}"] += 1
+                verdict = apply(model.runs.get(event.run_id), event).verdict
+                result.reasons[f"fact: {verdict.reason}"] += 1
             else:
                 accepted += 1
             model = new
@@ -502,6 +512,13 @@ PATHS: dict[str, tuple[str, Callable[[Log, Codec], PassResult]]] = {
 }
 
 
+def timed_pass(fn: Callable[[Log, Codec], PassResult], log: Log, codec: Codec
+               ) -> tuple[float, PassResult]:
+    holder: list[PassResult] = []
+    seconds = time_once(lambda: holder.append(fn(log, codec)))
+    return seconds, holder[0]
+
+
 def fold_section(mode: Mode, codec: Codec, profile: bool) -> dict[str, Any]:
     log = build_log(mode, codec)
     n = len(log.encoded)
@@ -514,11 +531,8 @@ def fold_section(mode: Mode, codec: Codec, profile: bool) -> dict[str, Any]:
     results: dict[str, PassResult] = {}
     for _ in range(mode.repeats):  # take turns, so a burst of load hits every path alike
         for key, (_label, fn) in PATHS.items():
-            holder: list[PassResult] = []
-            samples[key].append(time_once(lambda fn=fn, holder=holder: holder.append(
-                fn(log, codec))))
-            results[key] = holder[0]
-            gc.collect()
+            seconds, results[key] = timed_pass(fn, log, codec)
+            samples[key].append(seconds)
     base_rate = n / min(samples["decode"])
     out: dict[str, Any] = {
         "events": n, "runs": log.runs, "crash_restarts": log.restarts,
@@ -596,11 +610,21 @@ class Reader(threading.Thread):
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                                   **READER_SETTINGS})
         meta = self.consumer.list_topics(topic, timeout=10).topics[topic]
-        start = []
-        for p in sorted(meta.partitions):
-            _low, high = self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            start.append(TopicPartition(topic, p, high))
+        start = [TopicPartition(topic, p, self._end(topic, p)) for p in sorted(meta.partitions)]
         self.consumer.assign(start)
+
+    def _end(self, topic: str, partition: int) -> int:
+        # Right after start a broker may not have elected every leader yet.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                _low, high = self.consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=10)
+                return int(high)
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def run(self) -> None:
         try:
@@ -667,8 +691,6 @@ def raw_round_trip(bootstrap: str, codec: Codec, mode: Mode, replication: int) -
     """Baseline: the same report bytes, produced and read back on a fresh topic, no controller."""
     topic = f"bench.controller.raw.{os.getpid()}.{uuid.uuid4().hex[:8]}"
     partitions = next(s.partitions for s in topic_specs(1) if s.name == REPORTS)
-    from runledger.stack_admin import admin_client, ensure_topics
-
     ensure_topics(bootstrap, [TopicSpec(topic, partitions, {})], replication)
     run_id = f"bench-raw-{uuid.uuid4().hex[:8]}"
     total = WARMUP_REPORTS + mode.reports
@@ -676,7 +698,8 @@ def raw_round_trip(bootstrap: str, codec: Codec, mode: Mode, replication: int) -
     values = [codec.encode(step_report(run_id, 1, i + 1, "raw")) for i in range(total)]
     keys = {v: str(i) for i, v in enumerate(values)}
     lat = Latencies(expected=total)
-    headers = [("event_type", b"StepCommitted"), ("schema_version", b"1")]
+    headers: list[tuple[str, str | bytes | None]] = [
+        ("event_type", b"StepCommitted"), ("schema_version", b"1")]
 
     def on_message(msg: Message, at: float) -> None:
         key = keys.get(msg.value() or b"")
@@ -687,6 +710,17 @@ def raw_round_trip(bootstrap: str, codec: Codec, mode: Mode, replication: int) -
     reader.start()
     producer = Producer({"bootstrap.servers": bootstrap, "client.id": "bench-raw",
                          **PRODUCER_SETTINGS})
+    # Warm-up, as the controller path has had: a producer id, connections, and a
+    # record the reader has seen, before the paced sends start.
+    warm = codec.encode(step_report(run_id, 1, 0, "raw-warmup"))
+    keys[warm] = "warmup"
+    lat.sent["warmup"] = time.perf_counter()
+    producer.produce(topic, value=warm, key=run_id, headers=headers)
+    producer.flush(30)
+    deadline = time.monotonic() + 30
+    while "warmup" not in lat.seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    lat.expected += 1
 
     def send(i: int) -> None:
         lat.sent[str(i)] = time.perf_counter()
@@ -750,13 +784,16 @@ def controller_round_trip(bootstrap: str, codec: Codec, mode: Mode) -> dict[str,
     watch = RunWatch(codec, run_id, lat)
     reader = Reader(bootstrap, RUNS, watch.on_message, f"bench-facts-{tag}")
     reader.start()
-    service = ControllerService(bootstrap, plan_from_submission,
-                                transactional_id=f"bench-controller-{tag}",
-                                group_id=f"bench-controller-{tag}", tick_s=TICK_S)
     stop = threading.Event()
     exit_code: list[int] = []
-    thread = threading.Thread(target=lambda: exit_code.append(service.run(stop)),
-                              name="controller", daemon=True)
+
+    def run_controller() -> None:
+        service = ControllerService(bootstrap, plan_from_submission,
+                                    transactional_id=f"bench-controller-{tag}",
+                                    group_id=f"bench-controller-{tag}", tick_s=TICK_S)
+        exit_code.append(service.run(stop))
+
+    thread = threading.Thread(target=run_controller, name="controller", daemon=True)
     producer = EventProducer(bootstrap, client_id="bench-reports", codec=codec,
                              config=PRODUCER_SETTINGS)
     beating = threading.Event()
@@ -830,6 +867,7 @@ def controller_round_trip(bootstrap: str, codec: Codec, mode: Mode) -> dict[str,
         thread.join(30)
         reader.stop.set()
         reader.join(10)
+        gc.collect()  # drop the service's Kafka clients before the broker goes away
     measured = [e.header.event_id for e in reports[WARMUP_REPORTS:]]
     return {"run_id": run_id, "generation": gen, "setup_s": setup_s,
             "controller_exit": exit_code[0] if exit_code else None,
@@ -848,8 +886,6 @@ def latency_section(mode: Mode, codec: Codec, explicit: str | None) -> dict[str,
         print(f"   note: the benchmark controller acts on every run in {bootstrap}'s log; "
               f"use a broker of your own", flush=True)
     else:
-        from runledger.stack import Stack
-
         tmp = tempfile.TemporaryDirectory(prefix="runledger-bench-")
         stack = Stack(Path(tmp.name) / "stack")
         bootstrap = stack.up().bootstrap
@@ -867,7 +903,8 @@ def latency_section(mode: Mode, codec: Codec, explicit: str | None) -> dict[str,
     rows = []
     for label, key in (("p50", "p50_ms"), ("p90", "p90_ms"), ("p99", "p99_ms"),
                        ("max", "max_ms"), ("mean", "mean_ms")):
-        rows.append([label, f"{raw[key]:.1f}", f"{ctl[key]:.1f}", f"{ratio(ctl[key], raw[key]):.1f}"])
+        rows.append([label, f"{raw[key]:.1f}", f"{ctl[key]:.1f}",
+                     f"{ratio(ctl[key], raw[key]):.1f}"])
     rows.append(["arrived", f"{raw['arrived']}/{raw['count']}", f"{ctl['arrived']}/{ctl['count']}",
                  ""])
     print_table(
@@ -924,8 +961,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "and every 100th event are checked byte-identical to Codec.encode",
             "latency: from just before the produce call to the poll that returns the record "
             "on the reader; the controller path reads runledger.runs read_committed",
-            f"latency baseline: the same bytes, same producer settings, one hop to a fresh "
-            f"topic and a plain consumer; no controller, no transaction",
+            "latency baseline: the same bytes, same producer settings, one hop to a fresh "
+            "topic and a plain consumer; no controller, no transaction",
             "shared machine: other engineers run tests at the same time; numbers are noisy",
         ],
     }

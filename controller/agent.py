@@ -17,9 +17,13 @@ a command is decided by the pure ``controller.agent_decide.decide``; this
 module only performs it. SIGTERM or SIGINT stops every worker (SIGTERM, then
 SIGKILL after the grace period), reports their exits, flushes and returns 0.
 
-Known limit: a worker survives a ``kill -9`` of its agent (it runs in its own
-session), and an agent restarted before committing a start it had acted on
-launches that start again unless the command has gone stale meanwhile.
+Known limits, all after the agent itself dies: a worker survives a ``kill -9``
+of its agent (it runs in its own session) and its exit is never reported, so
+the controller learns of its end only from its heartbeats stopping; an agent
+restarted before committing a start it had acted on launches that start again
+unless the command has gone stale meanwhile; and a start deferred for busy
+slots (its offset already committed) is lost if the agent dies while it
+waits, which the controller sees as members that never heartbeat.
 """
 
 from __future__ import annotations
@@ -179,6 +183,8 @@ class Agent:
         waiting, self._pending = self._pending, {}
         for command in waiting.values():
             self._handle(command, retry=True)
+        if len(self._pending) < len(waiting):
+            self._producer_or_fail().flush()  # a rejection was reported
 
     def _shutdown(self) -> None:
         for cid in self._pending:

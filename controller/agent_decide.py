@@ -16,8 +16,9 @@ Rules for ``GroupStartCommanded`` of run R, generation G, id C, in this order:
 5. issued more than ``max_start_age_ms`` ago: ignored, so an agent that
    replays old commands (a new consumer group, a reused node name) does not
    resurrect finished runs;
-6. none of the members on this node: ignored; an invalid rank contract (``controller.workerenv``): every member is
-   rejected (``WorkerExited`` with exit code 125);
+6. no member on this node: ignored. An invalid rank contract
+   (``controller.workerenv``): every member is rejected (``WorkerExited``
+   with exit code 125);
 7. more members than free slots: the command is deferred (``Defer``: the
    shell decides it again shortly) until it is ``slot_wait_ms`` old, then
    every member is rejected with 125; at once if it exceeds the node's slots.

@@ -23,8 +23,9 @@ stall    heartbeats go on, steps stop: alive but making no progress
 succeeds; ``any`` (the default) fails every time. ``--fail-rank`` likewise
 picks the rank that fails. On SIGTERM or SIGINT the worker flushes what it
 has sent (at most 2 s) and exits with code 143 (128 + SIGTERM) for either
-signal, promptly, in every mode. It writes nothing but its reports (and, for
-``fail``, the traceback on stderr).
+signal, promptly, in every mode. ``--ignore-sigterm`` makes it ignore SIGTERM
+instead (a zombie that goes on reporting until SIGKILL, for fencing tests).
+It writes nothing but its reports (and, for ``fail``, the traceback on stderr).
 
 Event ids are deterministic: ``<run>/g<gen>/<logical id>/hb/<n>`` and
 ``<run>/g<gen>/<logical id>/step/<step>``; producer ``worker/<run>/<logical id>``.
@@ -67,6 +68,7 @@ class Plan:
     fail_at_step: int
     fail_generation: int | None  # None: every generation
     fail_rank: int | None  # None: every rank
+    ignore_sigterm: bool = False
 
     def fails(self, env: WorkerEnv, step: int) -> bool:
         return (
@@ -176,11 +178,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Plan:
                    help="fail only in this generation, or 'any' (default)")
     p.add_argument("--fail-rank", type=_generation_or_any, default=None,
                    help="fail only on this rank, or 'any' (default)")
+    p.add_argument("--ignore-sigterm", action="store_true",
+                   help="keep running on SIGTERM (only SIGKILL or SIGINT ends it)")
     a = p.parse_args(argv)
     if a.steps < 0 or a.step_time < 0 or a.fail_at_step < 1:
         p.error("--steps and --step-time must be >= 0, --fail-at-step >= 1")
     return Plan(a.steps, a.step_time, a.fail_mode, a.fail_at_step, a.fail_generation,
-                a.fail_rank)
+                a.fail_rank, a.ignore_sigterm)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -192,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     producer = EventProducer(env.bootstrap, client_id=f"worker/{env.run_id}/{env.logical_id}")
     worker = Worker(env, plan, producer)
-    signal.signal(signal.SIGTERM, worker.on_signal)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if plan.ignore_sigterm else worker.on_signal)
     signal.signal(signal.SIGINT, worker.on_signal)
     return worker.run()
 

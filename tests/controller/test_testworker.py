@@ -158,6 +158,17 @@ def test_hang_stops_heartbeats_and_steps(spawn: Spawn, tail: Tail, run_id: str) 
     assert proc.wait(timeout=10) == TERM_EXIT_CODE
 
 
+def test_ignore_sigterm_keeps_a_zombie_reporting(spawn: Spawn, tail: Tail, run_id: str) -> None:
+    proc = spawn("--steps", "100", "--step-time", "0.05", "--ignore-sigterm")
+    tail.wait_for("step 1", lambda: bool(_steps(tail, run_id)))
+    proc.send_signal(signal.SIGTERM)
+    seen = len(_steps(tail, run_id))
+    tail.wait_for("steps after SIGTERM", lambda: len(_steps(tail, run_id)) > seen + 3)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=10) == TERM_EXIT_CODE
+
+
 def test_a_missing_variable_is_named() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNLEDGER_")}
     proc = subprocess.run([sys.executable, "-m", "controller.testworker"], env=env,

@@ -302,6 +302,14 @@ def test_an_empty_header_field_is_invalid_fields() -> None:
     assert err.reason == "invalid_fields" and "event_id" in err.detail
 
 
+def test_decode_reports_the_fingerprints_version_not_the_bodys() -> None:
+    record = plain(SAMPLES[2])
+    record["header"]["schema_version"] = 9  # a body that lies about its version
+    decoded = CODEC.decode(write_raw(SAMPLES[2].event_type, record))
+    assert decoded.writer_version == 1 and decoded.event.header.schema_version == 1
+    assert decoded.event == SAMPLES[2]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=200))
 def test_random_bytes_raise_only_decode_error(data: bytes) -> None:

@@ -58,7 +58,7 @@ from tests.events.strategies import (
 )
 
 PROPS = settings(
-    max_examples=250,
+    max_examples=200,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -52,6 +52,7 @@ STEP_NOT_FORWARD = "step_not_forward"
 NOT_A_MEMBER = "not_a_member"
 CURSOR_WITHOUT_CHECKPOINT = "cursor_without_checkpoint"
 RESUME_BEYOND_CHECKPOINT = "resume_beyond_checkpoint"
+RESUME_MISSING = "resume_missing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,13 @@ def _fenced(state: RunState, e: Event) -> Verdict:
             STALE_GENERATION,
             f"{e.event_type} carries generation {e.generation}, current is {state.generation}",
         )
+    if state.awaiting_generation:
+        # A restart was decided: the failed generation is revoked at once, not
+        # only when its successor starts, so its zombies publish nothing.
+        return _reject(
+            STALE_GENERATION,
+            f"{e.event_type} of generation {e.generation}, revoked by a restart decision",
+        )
     return ACCEPTED
 
 
@@ -169,6 +177,12 @@ def _check(state: RunState, e: Event) -> Verdict:
                 return _reject(
                     GENERATION_NOT_FORWARD,
                     f"generation {e.generation} does not advance past {state.generation}",
+                )
+            if state.checkpoint is not None and e.resume_step is None:
+                return _reject(
+                    RESUME_MISSING,
+                    f"checkpoint at step {state.checkpoint.step} is committed; a new generation "
+                    "must resume from a committed step",
                 )
             limit = state.checkpoint.step if state.checkpoint else 0
             if e.resume_step is not None and e.resume_step > limit:
@@ -218,14 +232,11 @@ def _check(state: RunState, e: Event) -> Verdict:
                 return _reject(STEP_NOT_FORWARD, f"cursor step {e.step} <= {state.cursor.step}")
             return ACCEPTED
         case FailureClassified():
-            if not (s.active or s == Status.ADMITTED):
+            # Only a live generation can fail; one already revoked by a restart
+            # decision has failed once and for all.
+            if not s.active:
                 return _reject(ILLEGAL_TRANSITION, f"FailureClassified while {s.value}")
-            if e.generation != state.generation:
-                return _reject(
-                    STALE_GENERATION,
-                    f"failure of generation {e.generation}, current is {state.generation}",
-                )
-            return ACCEPTED
+            return _fenced(state, e)
         case RunFinished():
             if e.outcome == "succeeded":
                 if s != Status.RUNNING:
@@ -300,7 +311,8 @@ def _advance(state: RunState, e: Event) -> RunState:
             if e.action == "restart":
                 return replace(new, status=Status.RECOVERING, awaiting_generation=True)
             if e.action == "requeue":
-                return replace(new, status=Status.QUEUED, queue_reason=f"requeued: {e.signature}")
+                return replace(new, status=Status.QUEUED, queue_reason=f"requeued: {e.signature}",
+                               awaiting_generation=False)
             return new
         case RunFinished():
             status = Status.SUCCEEDED if e.outcome == "succeeded" else Status.FAILED

@@ -15,6 +15,7 @@ from events.fold import (
     ILLEGAL_TRANSITION,
     NOT_A_MEMBER,
     RESUME_BEYOND_CHECKPOINT,
+    RESUME_MISSING,
     RUN_NOT_ACTIVE,
     RUN_TERMINAL,
     STALE_GENERATION,
@@ -271,6 +272,10 @@ def _scenarios() -> dict[str, Callable[[], tuple[RunState | None, Event]]]:
         ev = Ev()
         return running(ev), ev.gs(2, resume_step=11)
 
+    def resume_missing() -> tuple[RunState | None, Event]:
+        ev = Ev()
+        return running(ev), ev.gs(2, resume_step=None)
+
     return {
         STALE_GENERATION: stale,
         UNKNOWN_RUN: unknown,
@@ -284,6 +289,7 @@ def _scenarios() -> dict[str, Callable[[], tuple[RunState | None, Event]]]:
         NOT_A_MEMBER: not_member,
         CURSOR_WITHOUT_CHECKPOINT: cursor_without,
         RESUME_BEYOND_CHECKPOINT: resume_beyond,
+        RESUME_MISSING: resume_missing,
     }
 
 
@@ -597,9 +603,9 @@ LEGAL: dict[str, set[Status]] = {
     "ManifestCommitted": ACTIVE,
     "CursorAdvanced": ACTIVE,
     "WriteRejected": ALL,
-    "FailureClassified(quarantine_node)": {ADM} | ACTIVE,
-    "FailureClassified(restart)": {ADM} | ACTIVE,
-    "FailureClassified(requeue)": {ADM} | ACTIVE,
+    "FailureClassified(quarantine_node)": ACTIVE,
+    "FailureClassified(restart)": ACTIVE,
+    "FailureClassified(requeue)": ACTIVE,
     "AlertRaised": ALL,
     "RunCancelled": LIVE,
     "RunFinished(succeeded)": {RUN},
@@ -663,8 +669,8 @@ MOVES: dict[tuple[str, Status], Status] = {
     ("GenerationStarted", ADM): STA,
     **{("GenerationStarted", s): REC for s in ACTIVE},
     **{("MembershipConfirmed", s): RUN for s in (STA, REC)},
-    **{("FailureClassified(restart)", s): REC for s in {ADM} | ACTIVE},
-    **{("FailureClassified(requeue)", s): QUE for s in {ADM} | ACTIVE},
+    **{("FailureClassified(restart)", s): REC for s in ACTIVE},
+    **{("FailureClassified(requeue)", s): QUE for s in ACTIVE},
     **{("RunCancelled", s): Status.CANCELLED for s in LIVE},
     ("RunFinished(succeeded)", RUN): Status.SUCCEEDED,
     **{("RunFinished(failed)", s): Status.FAILED for s in LIVE},
@@ -705,3 +711,16 @@ def test_node_scoped_events_never_become_runs() -> None:
         rejected(None, e, UNKNOWN_RUN)
     states = fold([ev.submitted(), *node_events, ev.admitted()])
     assert set(states) == {"r1"} and states["r1"].status == Status.ADMITTED
+
+
+def test_a_restart_decision_revokes_the_failed_generation_before_the_next_starts() -> None:
+    ev = Ev()
+    s = run_from(running(ev), [ev.failure(1, "restart")])
+    assert s.status == Status.RECOVERING and s.awaiting_generation
+    for zombie in (ev.step(1, 11), ev.committed(1, 11), ev.heartbeat(1), ev.confirmed(1),
+                   ev.failure(1, "restart")):
+        t = rejected(s, zombie, STALE_GENERATION)
+        assert "revoked" in t.verdict.detail
+    s = run_from(s, [ev.gs(2, resume_step=10)])
+    assert not s.awaiting_generation
+    assert run_from(s, [ev.step(2, 11)]).step == 11

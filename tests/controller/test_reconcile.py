@@ -241,3 +241,31 @@ def test_accepted_reports_become_facts_and_a_manifest_proposal_is_committed() ->
     assert sim.state.checkpoint is not None and sim.state.checkpoint.step == 1
     assert isinstance(sim.log[-1][1], Event)
     assert not isinstance(sim.log[-1][1], RunFinished)
+
+
+def test_reports_for_unknown_runs_are_recorded_as_rejected() -> None:
+    sim = Sim()
+    out = sim.send(HeartbeatRecorded(header=sim.hdr(1, run="ghost"), logical_id="r0", node="n1",
+                                     step=1))
+    assert types(out) == ["WriteRejected"]
+    rejected = out[0][1]
+    assert isinstance(rejected, WriteRejected)
+    assert (rejected.run_id, rejected.reason) == ("ghost", "unknown_run")
+    out = sim.send(CancelRequested(header=sim.hdr(0, run="ghost"), principal="oncall",
+                                   reason="x"))
+    assert types(out) == ["WriteRejected"]
+
+
+def test_a_spec_the_controller_cannot_read_fails_the_run_with_the_reason() -> None:
+    from controller.runplan import plan_from_submission
+
+    model = Model(since=0)
+    bad = RunSubmitted(header=Header("s1", "bad-run", 0, 5, "cli/eve"), spec_digest="sha256:y",
+                       spec_json='{"name": "x"}', principal="eve", world_size=1)
+    model, out = handle(model, bad, 10, plan_from_submission)
+    model, out = tick(model, 10, plan_from_submission)
+    assert types(out) == ["RunFinished"]
+    finished = out[0][1]
+    assert isinstance(finished, RunFinished) and finished.outcome == "failed"
+    assert "invalid spec" in finished.reason and "command" in finished.reason
+    assert model.runs["bad-run"].status == Status.FAILED

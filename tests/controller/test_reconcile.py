@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from controller.reconcile import Model, Out, handle, replay, tick
 from controller.runplan import RunPlan
@@ -269,3 +269,24 @@ def test_a_spec_the_controller_cannot_read_fails_the_run_with_the_reason() -> No
     assert isinstance(finished, RunFinished) and finished.outcome == "failed"
     assert "invalid spec" in finished.reason and "command" in finished.reason
     assert model.runs["bad-run"].status == Status.FAILED
+
+
+def test_a_node_that_keeps_failing_is_quarantined_and_no_longer_placed() -> None:
+    sim = running()
+    plan = RunPlan(world_size=2, argv=("train",), slots_per_node=2,
+                   retry={"worker_crash": RetryPolicy(attempts=9, backoff_base_s=0.0,
+                                                      backoff_cap_s=0.0, escalate_after=9)})
+    sim.model = replace(sim.model, plans={RUN: plan})
+    quarantined = []
+    for code in (1, 2, 3):  # three different signatures, all on node n1
+        gen = sim.state.generation
+        sim.send(WorkerExited(header=sim.hdr(gen), logical_id="r0", node="n1", exit_code=code,
+                              signal=None))
+        out = sim.tick()
+        quarantined += [e for _, e in out if e.event_type == "NodeQuarantined"]
+        sim.tick(1)
+    assert len(quarantined) == 1 and quarantined[0].run_id == node_key("n1")
+    assert sim.model.inventory.nodes["n1"].quarantined
+    # The restart finds its placement gone and goes back to the queue.
+    assert sim.state.status == Status.QUEUED
+    assert "n1" in sim.state.queue_reason or "no live agent" in sim.state.queue_reason

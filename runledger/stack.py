@@ -262,9 +262,10 @@ class Stack:
         lib = ensure_jars()
         failure: StackError | None = None
         launched: list[int] = []
-        # KRaft quorum formation can time out on a loaded machine; one retry
+        # KRaft quorum formation can time out on a loaded machine; retrying
         # from the same storage is what the shipped scripts' users do by hand.
-        for _attempt in range(2):
+        causes: list[str] = []
+        for _attempt in range(3):
             layout = self._plan(layout, running, port)
             cfg.save_layout(self.data_dir, layout)
             cfg.write_configs(self.data_dir, layout)
@@ -279,6 +280,8 @@ class Stack:
                 return layout
             except StackError as exc:
                 failure = exc
+                causes += [f"node {n}: {proc.log_tail(self.data_dir, n)}" for n in launched
+                           if proc.log_tail(self.data_dir, n)]
                 proc.stop_nodes(self.data_dir, launched, timeout=5.0)
                 running = self._running(layout)
             except BaseException:
@@ -287,8 +290,8 @@ class Stack:
                 raise
         node = next(iter(launched), 1)
         log = cfg.node_dir(self.data_dir, node) / proc.LOG_FILE
-        cause = proc.log_tail(self.data_dir, node)
-        raise StackError(f"{failure}; see {log}" + (f": {cause}" if cause else ""))
+        seen = "; ".join(causes[-3:])
+        raise StackError(f"{failure}; see {log}" + (f" ({seen})" if seen else ""))
 
     def _formatted(self, node_id: int) -> bool:
         return (cfg.node_dir(self.data_dir, node_id) / "data" / "meta.properties").is_file()

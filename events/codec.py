@@ -83,22 +83,26 @@ class Codec:
             prefix, parsed, version = self._writers[name]
         except KeyError:
             raise EncodeError(f"{name} is not a registered event type") from None
-        record = to_record(event)
-        record["header"]["schema_version"] = version
-        # Validate before writing: fastavro's writer silently truncates a float
-        # (3.5 -> 3) or a bool written to a long field; validation refuses both
-        # and names the offending field.
         try:
-            validate(record, parsed, raise_errors=True)
-        except Exception as exc:
+            # Checks every scalar's exact type: fastavro's writer would silently
+            # truncate a float (3.5 -> 3) or a bool written to a long field.
+            record = to_record(event)
+        except InvalidEvent as exc:
             raise EncodeError(f"{name}: {exc}") from None
+        record["header"]["schema_version"] = version
         buf = io.BytesIO()
         buf.write(prefix)
         try:
             fastavro.schemaless_writer(buf, parsed, record)
-        except Exception as exc:  # e.g. a lone surrogate, which UTF-8 cannot encode
-            where = _unencodable_text(record, name) or name
-            raise EncodeError(f"{where}: {exc}") from None
+        except Exception as exc:
+            # Slow path, for the message only: name the offending field.
+            where = _unencodable_text(record, name)  # e.g. a lone surrogate
+            if where is None:
+                try:
+                    validate(record, parsed, raise_errors=True)
+                except Exception as invalid:
+                    raise EncodeError(f"{name}: {invalid}") from None
+            raise EncodeError(f"{where or name}: {exc}") from None
         return buf.getvalue()
 
     def decode(self, data: bytes) -> Decoded:

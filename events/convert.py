@@ -16,25 +16,66 @@ from typing import Any
 from events.errors import InvalidEvent
 
 _SCALARS = frozenset({str, int, float, bool, bytes, type(None)})
-_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
+# Exact scalar types a field may hold. fastavro's writer would silently turn a
+# float or a bool in a long field into an integer (3.5 -> 3), so encoding
+# checks them here, at the cost of one set lookup per field.
+_EXACT: dict[Any, frozenset[type]] = {
+    str: frozenset({str}),
+    int: frozenset({int}),
+    float: frozenset({float, int}),
+    bool: frozenset({bool}),
+}
+_ENCODE: dict[type[Any], tuple[tuple[str, frozenset[type] | None], ...]] = {}
+
+
+def _allowed(tp: Any) -> frozenset[type] | None:
+    """The exact types a scalar field accepts, or None for containers and records."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        allowed = _allowed(inner)
+        return None if allowed is None else allowed | {type(None)}
+    return _EXACT.get(tp)
+
+
+def _encode_plan(cls: type[Any]) -> tuple[tuple[str, frozenset[type] | None], ...]:
+    plan = _ENCODE.get(cls)
+    if plan is None:
+        hints = typing.get_type_hints(cls)
+        plan = _ENCODE[cls] = tuple(
+            (f.name, _allowed(hints[f.name])) for f in dataclasses.fields(cls)
+        )
+    return plan
 
 
 def to_record(value: Any) -> Any:
-    """A dataclass tree as dicts and lists (Avro arrays), leaving scalars alone."""
+    """A dataclass tree as dicts and lists (Avro arrays), leaving scalars alone.
+
+    A scalar field holding a value of another type raises ``InvalidEvent``
+    naming the field.
+    """
     cls = type(value)
     if cls in _SCALARS:
         return value
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(value))
-        elif isinstance(value, tuple | list):
-            return [to_record(v) for v in value]
-        elif isinstance(value, dict):
-            return {k: to_record(v) for k, v in value.items()}
-        else:
-            return value
-    return {n: to_record(getattr(value, n)) for n in names}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {}
+        for name, allowed in _encode_plan(cls):
+            item = getattr(value, name)
+            if allowed is not None:
+                if type(item) not in allowed:
+                    raise InvalidEvent(
+                        f"{cls.__name__}.{name} must be "
+                        f"{' or '.join(sorted(t.__name__ for t in allowed))}, "
+                        f"got {type(item).__name__} {item!r}"
+                    )
+                out[name] = item
+            else:
+                out[name] = to_record(item)
+        return out
+    if isinstance(value, tuple | list):
+        return [to_record(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_record(v) for k, v in value.items()}
+    return value
 
 
 Builder = Callable[[Any], Any] | None  # None: the decoded value is used as it is

@@ -904,6 +904,9 @@ def controller_round_trip(bootstrap: str, codec: Codec, mode: Mode) -> dict[str,
         watch.finished.wait(10)
     finally:
         beating.clear()
+        if beater.is_alive():
+            beater.join(5)
+        producer.flush(5)
         stop.set()
         thread.join(30)
         reader.stop.set()

@@ -134,9 +134,11 @@ def _report(em: _Emitter, event: Event, copy: bool) -> None:
     transition = apply(state, event)
     if not transition.verdict.accepted:
         em.reject(event, transition.verdict.reason, transition.verdict.detail)
-    elif copy:
-        em.emit(RUNS, event)
-    elif transition.state is not None:
+        return
+    if copy:
+        # Kept as a fact; its state is the one just computed, not folded again.
+        em.out.append((RUNS, event))
+    if transition.state is not None:
         em.model = replace(em.model, runs={**em.model.runs, event.run_id: transition.state})
 
 

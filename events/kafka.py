@@ -156,6 +156,11 @@ class TransactionalWriter:
             "acks": "all",
             "enable.idempotence": True,
             "transaction.timeout.ms": 60_000,
+            # Back-to-back transactions meet CONCURRENT_TRANSACTIONS while the
+            # previous commit's markers are written; librdkafka's default 100 ms
+            # retry backoff then dominates report-to-fact latency (bench/controller.py).
+            "retry.backoff.ms": 10,
+            "retry.backoff.max.ms": 50,
             **(config or {}),
         })
 

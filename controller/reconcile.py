@@ -188,6 +188,7 @@ def _stop(em: _Emitter, state: RunState, reason: str) -> None:
 def tick(model: Model, now: int, plan_of: PlanOf) -> tuple[Model, list[Out]]:
     """Level-triggered reconcile of every live run against the clock."""
     em = _Emitter(model, now, plan_of)
+    used: dict[str, int] | None = None  # slots held per node, computed once per tick
     for run_id in sorted(model.runs):
         state = em.model.runs[run_id]
         if state.status.terminal:
@@ -198,7 +199,9 @@ def tick(model: Model, now: int, plan_of: PlanOf) -> tuple[Model, list[Out]]:
             em.emit(RUNS, RunFinished(header=em.header(run_id, state.generation, eid),
                                       outcome="failed", reason=f"invalid spec: {plan.invalid}"))
         elif state.status in (Status.SUBMITTED, Status.QUEUED):
-            _admit(em, state, plan)
+            if used is None:
+                used = _used_slots(em.model)
+            _admit(em, state, plan, used)
         elif state.status == Status.RECOVERING and state.awaiting_generation:
             _restart(em, state, plan)
         elif state.status.active:
@@ -206,11 +209,14 @@ def tick(model: Model, now: int, plan_of: PlanOf) -> tuple[Model, list[Out]]:
     return em.model, em.out
 
 
-def _used_slots(model: Model, exclude: str) -> dict[str, int]:
+def _used_slots(model: Model) -> dict[str, int]:
+    """Slots held per node by runs with a live (or just admitted) generation.
+
+    Queued runs hold none, so the map serves every queued run of a tick.
+    """
     used: dict[str, int] = {}
-    for run_id, state in model.runs.items():
-        holds = state.status.active or state.status == Status.ADMITTED
-        if run_id != exclude and holds:
+    for state in model.runs.values():
+        if state.status.active or state.status == Status.ADMITTED:
             for m in state.members:
                 used[m.node] = used.get(m.node, 0) + 1
     return used
@@ -224,16 +230,17 @@ def _queue(em: _Emitter, state: RunState, reason: str) -> None:
     em.emit(RUNS, RunQueued(header=em.header(state.run_id, state.generation, eid), reason=reason))
 
 
-def _admit(em: _Emitter, state: RunState, plan: RunPlan) -> None:
+def _admit(em: _Emitter, state: RunState, plan: RunPlan, used: dict[str, int]) -> None:
     if em.now < state.retry_not_before:
         _queue(em, state, f"backoff until {state.retry_not_before} ms")
         return
     live = em.model.inventory.live(em.now, NODE_TIMEOUT_MS)
-    placed = admission.place(plan.world_size, plan.slots_per_node, plan.domain, live,
-                             _used_slots(em.model, state.run_id))
+    placed = admission.place(plan.world_size, plan.slots_per_node, plan.domain, live, used)
     if isinstance(placed, admission.Refusal):
         _queue(em, state, placed.reason)
         return
+    for m in placed.members:  # later runs of this tick see these slots taken
+        used[m.node] = used.get(m.node, 0) + 1
     gen = state.generation + 1
     h = em.header(state.run_id, state.generation, f"{state.run_id}/g{gen}/RunAdmitted")
     em.emit(RUNS, RunAdmitted(header=h, members=placed.members))

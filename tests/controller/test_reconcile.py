@@ -290,3 +290,16 @@ def test_a_node_that_keeps_failing_is_quarantined_and_no_longer_placed() -> None
     # The restart finds its placement gone and goes back to the queue.
     assert sim.state.status == Status.QUEUED
     assert "n1" in sim.state.queue_reason or "no live agent" in sim.state.queue_reason
+
+
+def test_runs_admitted_in_one_tick_never_share_a_slot() -> None:
+    sim = Sim()
+    sim.agent("n1", 3)
+    for run in ("run-a", "run-b"):
+        sim.send(RunSubmitted(header=sim.hdr(0, run=run), spec_digest="sha256:x",
+                              spec_json="{}", principal="alice", world_size=2))
+    out = sim.tick()
+    admitted = [e for _, e in out if e.event_type == "RunAdmitted"]
+    assert [e.run_id for e in admitted] == ["run-a"]
+    assert sim.model.runs["run-b"].status == Status.QUEUED
+    assert "needs 2 slots, 1 free" in sim.model.runs["run-b"].queue_reason

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from controller.reconcile import Model, Out, PlanOf, handle, replay, tick
 from events.consume import EventConsumer, read_log
-from events.errors import ProducerFenced
+from events.errors import Fenced, ProducerFenced
 from events.kafka import EventProducer, Quarantine, TransactionalWriter
 from events.topics import REPORTS, REQUESTS, RUNS
 
@@ -94,7 +94,7 @@ class ControllerService:
                             tx.send(topic, event)
                         tx.send_offsets(consumer.positions(), consumer.group_metadata())
                 self.model = model
-        except ProducerFenced:
+        except Fenced:
             log.error(
                 "fenced: another controller with transactional id %r has taken over; "
                 "this one stops without writing anything more", self.transactional_id)

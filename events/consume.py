@@ -20,7 +20,7 @@ from confluent_kafka import (
 )
 
 from events.codec import Codec, default_codec
-from events.errors import BrokerUnavailable, DecodeError, KafkaOperationError
+from events.errors import BrokerUnavailable, ConsumerFenced, DecodeError, KafkaOperationError
 from events.kafka import Quarantine, Quarantined, Record, decode_message, quarantined
 
 
@@ -79,6 +79,11 @@ class EventConsumer:
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
                 return None
+            # librdkafka reports a static member's fencing as FENCED_INSTANCE_ID,
+            # or wrapped as a fatal error whose text says so.
+            fenced = (KafkaError.FENCED_INSTANCE_ID, KafkaError._FENCED)
+            if err.code() in fenced or "fenced" in err.str().lower():
+                raise ConsumerFenced(f"consume: {err.str()}")
             if err.fatal():
                 raise KafkaOperationError(f"consume: {err.str()}")
             return None  # transient: librdkafka retries on its own

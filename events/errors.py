@@ -36,7 +36,15 @@ class BrokerUnavailable(EventsError):
     """No Kafka broker answered at the configured bootstrap address."""
 
 
-class ProducerFenced(EventsError):
+class Fenced(EventsError):
+    """A newer instance with the same identity has taken over; stop writing."""
+
+
+class ConsumerFenced(Fenced):
+    """A newer consumer with the same ``group.instance.id`` has taken this one's place."""
+
+
+class ProducerFenced(Fenced):
     """A newer producer with the same transactional id has taken over.
 
     The holder must stop: everything it still wants to write would be refused,

@@ -25,7 +25,13 @@ from events.topics import QUARANTINE
 log = logging.getLogger("runledger.events.kafka")
 
 ENV_BOOTSTRAP = "RUNLEDGER_BOOTSTRAP"
-_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+_FENCED_CODES = {
+    KafkaError._FENCED,
+    KafkaError.PRODUCER_FENCED,
+    KafkaError.INVALID_PRODUCER_EPOCH,
+    # Offsets sent by a consumer whose static group membership was taken over.
+    KafkaError.FENCED_INSTANCE_ID,
+}
 
 
 def bootstrap_from_env(explicit: str | None = None) -> str:

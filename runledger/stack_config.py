@@ -8,10 +8,10 @@ log4j2 configuration, and one ``node-<id>/`` per node with its
 from __future__ import annotations
 
 import base64
-import contextlib
 import errno
 import json
 import os
+import random
 import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -119,16 +119,33 @@ def check_ports_free(ports: list[int]) -> None:
             raise PortInUseError(f"port {port} on {HOST} is already in use")
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def pick_free_ports(count: int) -> list[int]:
-    """Ports the kernel considers free now; all sockets stay open until every one is
-    picked so the same port is never handed out twice."""
-    with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind((HOST, 0))
-            ports.append(int(sock.getsockname()[1]))
-        return ports
+    """Free ports below the kernel's ephemeral range, all distinct.
+
+    Not ``bind(port 0)``: that hands out an ephemeral port, which any outgoing
+    connection may take as its local port before the broker binds it (the
+    first node of a 3-node cluster dialling its peers did exactly that, and the
+    third node died at start-up on "address in use").
+    """
+    low, _high = _ephemeral_range()
+    top = max(low - 1, 11_000)
+    rng = random.SystemRandom()
+    ports: list[int] = []
+    for _ in range(2000):
+        port = rng.randint(10_000, top)
+        if port not in ports and port_free(port):
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+    raise StackError(f"found only {len(ports)} free ports of {count} in 10000..{top}")
 
 
 def plan_nodes(brokers: int, port: int | None) -> tuple[NodeSpec, ...]:

@@ -225,7 +225,22 @@ class TransactionalWriter:
         except BaseException:
             self.abort()
             raise
-        self.commit()
+        try:
+            self.commit()
+        except KafkaOperationError as commit_error:
+            # A writer fenced mid-commit may only hear a generic broker error
+            # (seen: "EndTxn commit failed: UNKNOWN"). The abort that a failed
+            # commit needs anyway tells: a fenced writer's abort is refused as
+            # fenced. When the coordinator refuses both, this writer can no
+            # longer end a transaction at all: it must stop like a fenced one.
+            try:
+                self.abort()
+            except KafkaOperationError as abort_error:
+                raise ProducerFenced(
+                    f"{self.transactional_id}: commit refused ({commit_error}) and abort "
+                    f"refused ({abort_error}); this writer no longer owns its transactions"
+                ) from None
+            raise
 
 
 @dataclass(frozen=True, slots=True)

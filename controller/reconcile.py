@@ -312,8 +312,10 @@ def _failure(em: _Emitter, state: RunState, plan: RunPlan) -> policy.Failure | N
     for m in state.members:
         if m.logical_id in state.exits:
             continue
-        last = max(state.heartbeats.get(m.logical_id, 0), grace_from)
-        if em.now - last > plan.heartbeat_timeout_ms:
+        seen = state.heartbeats.get(m.logical_id)
+        last = max(seen or 0, grace_from)
+        limit = plan.heartbeat_timeout_ms if seen is not None else plan.start_timeout_ms
+        if em.now - last > limit:
             return policy.no_heartbeat(m.logical_id, m.node, em.now - last)
     if state.status == Status.RUNNING and not state.exits:
         last = max(state.last_progress_at, em.model.since)

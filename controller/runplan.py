@@ -28,6 +28,10 @@ class RunPlan:
     heartbeat_interval_ms: int = 1_000
     heartbeat_timeout_ms: int = 10_000
     stall_timeout_ms: int = 60_000
+    # A member that has not heartbeated yet in its generation is still starting
+    # (process launch, imports, rendezvous): it gets this long, not the
+    # heartbeat timeout, before it counts as hung.
+    start_timeout_ms: int = 60_000
     cancel_authority: frozenset[str] = frozenset()
     retry: Mapping[str, RetryPolicy] = field(default_factory=dict)
     # Non-empty when the submitted spec could not be read: the run fails at once.
@@ -53,6 +57,7 @@ def plan_from_submission(event: RunSubmitted) -> RunPlan:
         heartbeat_interval_ms=int(hb.interval_s * 1000),
         heartbeat_timeout_ms=int(hb.timeout_s * 1000),
         stall_timeout_ms=int(hb.stall_timeout_s * 1000),
+        start_timeout_ms=max(60_000, int(hb.timeout_s * 1000)),
         cancel_authority=frozenset(spec.cancel_authority),
         retry={c: spec.retry_for(c) for c in FAILURE_CLASSES},
     )

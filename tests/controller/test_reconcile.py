@@ -303,3 +303,18 @@ def test_runs_admitted_in_one_tick_never_share_a_slot() -> None:
     assert [e.run_id for e in admitted] == ["run-a"]
     assert sim.model.runs["run-b"].status == Status.QUEUED
     assert "needs 2 slots, 1 free" in sim.model.runs["run-b"].queue_reason
+
+
+def test_a_member_still_starting_gets_the_start_timeout_not_the_heartbeat_timeout() -> None:
+    sim = Sim()
+    sim.agent("n1", 2)
+    sim.submit()
+    sim.tick()
+    sim.now += 30_000
+    sim.agent("n1", 2)  # the node itself stays alive
+    assert sim.tick() == []  # 30 s without a first heartbeat: still starting
+    sim.now += 30_001
+    sim.agent("n1", 2)
+    out = sim.tick()
+    assert isinstance(out[0][1], FailureClassified)
+    assert out[0][1].signature == "hang:no_heartbeat"

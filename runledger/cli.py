@@ -16,6 +16,7 @@ import typer
 from runledger import runcli, stack
 from runledger.agentcli import agent
 from runledger.controllercli import controller
+from runledger.datasetcli import dataset_app
 from runledger.errors import StackError
 from runledger.eventscli import events_app
 
@@ -34,6 +35,7 @@ stack_app = typer.Typer(
 )
 app.add_typer(stack_app, name="stack")
 app.add_typer(events_app, name="events")
+app.add_typer(dataset_app, name="dataset")
 app.command()(runcli.submit)
 app.command()(runcli.status)
 app.command()(runcli.cancel)

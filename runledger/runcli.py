@@ -24,10 +24,13 @@ from pathlib import Path
 from typing import Annotated, NoReturn, TypeVar
 
 import typer
+import yaml
 from confluent_kafka import KafkaError, Message
 
-from controller.errors import ControllerError
-from controller.spec import load_spec, parse_spec_json, run_id_for
+from controller.errors import ControllerError, SpecError
+from controller.spec import load_spec, parse_spec, parse_spec_json, run_id_for
+from dataplane.catalog import Catalog, default_catalog_url, is_manifest_id
+from dataplane.errors import CatalogError, DataPlaneError
 from events.consume import read_log
 from events.errors import EventsError, KafkaOperationError
 from events.kafka import EventProducer, Quarantined, bootstrap_from_env, check_broker
@@ -52,12 +55,30 @@ def submit(
     principal: Principal = None,
     as_json: AsJson = False,
     bootstrap: Bootstrap = None,
+    catalog: Annotated[
+        str | None,
+        typer.Option("--catalog", metavar="URL",
+                     help="Dataset catalog that resolves an alias in `dataset` (default"
+                          " $RUNLEDGER_DATASETS or ~/.local/share/runledger/datasets)."),
+    ] = None,
 ) -> None:
     """Validate a run spec and request the run; print its run id.
 
-    An invalid spec is refused with every bad field named, and nothing is written.
+    A dataset alias (e.g. corpus/latest) is resolved through the catalog first,
+    so the run records the manifest id. An invalid spec is refused with every
+    bad field named, and nothing is written.
     """
-    spec = _guard(lambda: load_spec(spec_path))
+    try:
+        text = spec_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        text = None  # load_spec names the file and the reason
+    if text is None:
+        spec = _guard(lambda: load_spec(spec_path))
+    else:
+        resolved, alias = _guard(lambda: _resolving(text, str(spec_path), catalog))
+        spec = _guard(lambda: parse_spec(resolved, str(spec_path)))
+        if alias is not None:
+            typer.echo(f"resolved {alias} -> {spec.dataset}", err=True)
     who = _principal(principal)
     address = _connect(bootstrap)
     # The submission id makes two submissions of one spec two runs; it is made
@@ -77,6 +98,65 @@ def submit(
         typer.echo(json.dumps({"run_id": run_id, "spec_digest": digest}))
     else:
         typer.echo(run_id)
+
+
+def resolve_spec_dataset(text: str, source: str, catalog: Catalog) -> tuple[str, str | None]:
+    """The spec text with an alias in ``dataset`` replaced by the manifest id it names.
+
+    Returns the text and the alias (None when there was none). Only the value's
+    characters change, so comments, key order and a key given twice (which
+    :func:`parse_spec` refuses) stay as written. A manifest id is checked
+    against the catalog only where a catalog exists, so ids made elsewhere keep
+    working. An alias the catalog cannot resolve is a spec problem, reported
+    with the spec's other problems; it raises :class:`CatalogError` alone only
+    if the spec is otherwise valid.
+    """
+    node = _dataset_node(text)
+    if node is None:
+        return text, None  # no (single, plain) dataset value: parse_spec judges it
+    value = str(node.value)
+    if value.lower().startswith("sha256:"):
+        if is_manifest_id(value.lower()) and catalog.exists():
+            catalog.resolve(value.lower())
+        return text, None
+    try:
+        mid = catalog.resolve(value)
+    except CatalogError as exc:
+        try:
+            parse_spec(text, source)
+        except SpecError as err:
+            others = [p for p in err.problems if not p.startswith("dataset:")]
+            if others:
+                problems = [p if p in others else f"{p}; {exc}" for p in err.problems]
+                raise SpecError(source, problems) from None
+        raise
+    return text[:node.start_mark.index] + mid + text[node.end_mark.index:], value
+
+
+def _dataset_node(text: str) -> yaml.ScalarNode | None:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    found = [v for k, v in root.value
+             if isinstance(k, yaml.ScalarNode) and k.value == "dataset"]
+    if len(found) != 1 or not isinstance(found[0], yaml.ScalarNode):
+        return None
+    node = found[0]
+    # Plain or quoted text only: a block scalar or a tagged value is left to the spec check.
+    if node.tag != "tag:yaml.org,2002:str" or node.style not in (None, "'", '"'):
+        return None
+    return node
+
+
+def _resolving(text: str, source: str, catalog_url: str | None) -> tuple[str, str | None]:
+    try:
+        store = Catalog(catalog_url if catalog_url is not None else default_catalog_url())
+        return resolve_spec_dataset(text, source, store)
+    except DataPlaneError as exc:
+        _fail(str(exc))
 
 
 def status(run: RunArg, as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:

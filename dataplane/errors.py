@@ -1,0 +1,61 @@
+"""The data plane's exceptions: one root, specific leaves.
+
+Each message names what is wrong (the field, the source and object, the state
+key) so it reads well on its own at the command line or in a worker's log.
+"""
+
+from __future__ import annotations
+
+
+class DataPlaneError(Exception):
+    """Root of every error raised by the ``dataplane`` package."""
+
+
+class ManifestError(DataPlaneError):
+    """A dataset manifest that cannot be accepted; ``problems`` lists every bad field."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        count = len(self.problems)
+        noun = "problem" if count == 1 else "problems"
+        super().__init__(f"{source}: invalid dataset manifest, {count} {noun}:\n{lines}")
+
+
+class CatalogError(DataPlaneError):
+    """A manifest id or alias that the catalog does not hold, or a stored copy that was altered."""
+
+
+class DataFault(DataPlaneError):
+    """Stored data disagrees with its manifest: missing object, size or digest
+    mismatch, a record outside its logical range, an object outside the access scope.
+
+    Never skipped silently: the sample would be a different sample.
+    """
+
+    def __init__(self, source: str, obj: str, detail: str) -> None:
+        self.source = source
+        self.object = obj
+        self.detail = detail
+        super().__init__(f"data fault in source {source!r}, object {obj!r}: {detail}")
+
+
+class SourceExhausted(DataPlaneError):
+    """A source ran out under the ``error`` exhaustion policy."""
+
+    def __init__(self, source: str, epoch: int) -> None:
+        self.source = source
+        self.epoch = epoch
+        super().__init__(
+            f"source {source!r} is exhausted after epoch {epoch} and the mixture's"
+            " exhaustion policy is 'error'"
+        )
+
+
+class StateError(DataPlaneError):
+    """A loader state that does not belong to this dataset, algorithm or configuration."""
+
+
+class ConfigError(DataPlaneError):
+    """A loader configuration that cannot work (for example a batch that replicas cannot split)."""

@@ -1,1 +1,20 @@
-"""dataplane: filled in by a later issue (see ../shared/DESIGN.md section 1)."""
+"""dataplane: identity-stable samples in a deterministic, resumable order with exact mixing.
+
+- ``manifest``: the immutable dataset manifest (pydantic); its id is the digest
+  of its canonical JSON.
+- ``shards``: the ``rltok-v1`` tokenized-document format (token array plus
+  offsets index, memory-mappable, range-readable through fsspec).
+- ``catalog``: stored manifests and aliases (``corpus/latest`` -> id); building
+  a manifest from shard files.
+- ``synth``: a deterministic synthetic multi-source corpus for tests and the demo.
+- ``permute``: the keyed O(1)-memory Feistel permutation and identity hashes.
+- ``mixing``: pure source-selection rules (exact EDF quotas, expected categorical).
+- ``order``: the pure planner: mixing, per-source epochs, transforms, packing.
+- ``state``: the strict, versioned loader state and the cursor a checkpoint commits.
+- ``store``: checked physical reads of manifest objects.
+- ``pipeline``: bounded parallel fetch with in-order emission, and its metrics.
+- ``loader``: what a training rank iterates; provisional cursors and commit.
+- ``errors``: ``DataPlaneError`` and its leaves.
+
+Depends on ``events`` at most; never on ``controller`` or ``worker``.
+"""

@@ -19,7 +19,11 @@ fresh, but reproducible, order). Changing anything in this module that changes
 outputs requires a new :data:`ALGORITHM` name.
 
 This is a statistical shuffle, not cryptography: the round function is the
-splitmix64 finaliser, fast and well mixed but not secure.
+splitmix64 finaliser, fast and well mixed but not secure. Tiny domains
+(``n <= 64``) use a keyed Fisher-Yates table instead (at most 64 integers, so
+still O(1)): a Feistel network on 2-bit halves can only produce even
+permutations of its 16 points, which would leave whole orders of a handful of
+items (a few shards, a tiny source) unreachable.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
+from typing import SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
@@ -52,6 +57,7 @@ _U_M1 = np.uint64(_M1)
 _U_M2 = np.uint64(_M2)
 _U_GOLDEN = np.uint64(_GOLDEN)
 _CHUNK = 1 << 14  # elements per vectorised block: temporaries stay cache-sized
+_SMALL = 64  # up to here a keyed Fisher-Yates table replaces the network
 
 U64Array = npt.NDArray[np.uint64]
 I64Array = npt.NDArray[np.int64]
@@ -156,6 +162,16 @@ class Permutation:
         self._hmask = (1 << self._h) - 1
         self._offsets = [_stream_offset(keyed_hash(key, r)) for r in range(rounds)]
         self._u_offsets = [np.uint64(o) for o in self._offsets]
+        self._table: npt.NDArray[np.int64] | None = None
+        self._inverse_table: npt.NDArray[np.int64] | None = None
+        if n <= _SMALL:
+            table = list(range(n))
+            shuffle_key = keyed_hash(key, 1 << 40)  # a stream apart from the round keys
+            for j in range(n - 1, 0, -1):
+                r = keyed_hash(shuffle_key, j) % (j + 1)
+                table[j], table[r] = table[r], table[j]
+            self._table = np.array(table, dtype=np.int64)
+            self._inverse_table = np.argsort(self._table).astype(np.int64)
 
     def __repr__(self) -> str:
         return f"Permutation(n={self.n}, key={self.key:#018x}, rounds={self.rounds})"
@@ -165,11 +181,11 @@ class Permutation:
 
     # -- scalar path: pure Python ints ---------------------------------------------
 
-    def _check(self, i: int) -> int:
-        i = operator.index(i)
-        if not 0 <= i < self.n:
-            raise IndexError(f"index {i} outside [0, {self.n})")
-        return i
+    def _check(self, i: SupportsIndex) -> int:
+        k = operator.index(i)
+        if not 0 <= k < self.n:
+            raise IndexError(f"index {k} outside [0, {self.n})")
+        return k
 
     def _network(self, x: int, inverse: bool) -> int:
         h, shift = self._h, 64 - self._h
@@ -188,10 +204,14 @@ class Permutation:
             x = self._network(x, inverse)
         return x
 
-    def __call__(self, i: int) -> int:
+    def __call__(self, i: SupportsIndex) -> int:
+        if self._table is not None:
+            return int(self._table[self._check(i)])
         return self._walk(self._check(i), inverse=False)
 
-    def inverse(self, j: int) -> int:
+    def inverse(self, j: SupportsIndex) -> int:
+        if self._inverse_table is not None:
+            return int(self._inverse_table[self._check(j)])
         return self._walk(self._check(j), inverse=True)
 
     # -- vectorised path: numpy uint64, memory proportional to the input only -------
@@ -230,6 +250,9 @@ class Permutation:
         if (arr.dtype.kind == "i" and int(flat.min()) < 0) or int(flat.max()) >= self.n:
             pos = int(np.flatnonzero((flat < 0) | (flat >= self.n))[0])
             raise ValueError(f"index {int(flat[pos])} at position {pos} outside [0, {self.n})")
+        table = self._inverse_table if inverse else self._table
+        if table is not None:
+            return table[flat].reshape(arr.shape)
         n = np.uint64(self.n)
         out = result.reshape(-1).view(np.uint64)
         for start in range(0, flat.size, _CHUNK):

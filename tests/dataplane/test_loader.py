@@ -281,3 +281,34 @@ def test_range_reads_through_fsspec_retry_transient_errors(corpus: DatasetManife
         stats = dl.stats()
     assert stats["retries"] == 3 and stats["bytes_read"] > 0 and stats["cache_hits"] > 0
     assert stats["fetch_p99_s"] >= stats["fetch_p50_s"] > 0
+
+
+def test_worker_count_and_buffer_size_never_change_the_order(corpus: DatasetManifest) -> None:
+    runs = []
+    for workers, items in ((1, 1), (4, 64), (2, 5)):
+        config = LoaderConfig(seed=5, global_batch_size=4, workers=workers, max_items=items)
+        with DataLoader(corpus, config) as dl:
+            runs.append([key(next(dl)) for _ in range(25)])
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_ranks_of_one_replica_share_its_samples(corpus: DatasetManifest) -> None:
+    # tensor/pipeline ranks of one data-parallel replica pass the same replica id
+    config = LoaderConfig(seed=5, global_batch_size=6)
+    with (DataLoader(corpus, config, replica=1, replicas=3) as tp0,
+          DataLoader(corpus, config, replica=1, replicas=3) as tp1):
+        for _ in range(5):
+            a, b = next(tp0), next(tp1)
+            assert key(a) == key(b) and a.tokens.shape == (2, 16)
+
+
+def test_bad_loader_configs_are_refused_before_reading(corpus: DatasetManifest) -> None:
+    from dataplane.errors import ConfigError
+    with pytest.raises(ConfigError, match="global_batch_size"):
+        LoaderConfig(seed=0, global_batch_size=0)
+    with pytest.raises(ConfigError, match="seed"):
+        LoaderConfig(seed=-1, global_batch_size=2)
+    with pytest.raises(ConfigError, match="replicas"):
+        DataLoader(corpus, LoaderConfig(seed=0, global_batch_size=2), replicas=3)
+    with pytest.raises(ConfigError, match="replica must"):
+        DataLoader(corpus, LoaderConfig(seed=0, global_batch_size=2), replica=2, replicas=2)

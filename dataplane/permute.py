@@ -252,7 +252,8 @@ class Permutation:
             raise ValueError(f"index {int(flat[pos])} at position {pos} outside [0, {self.n})")
         table = self._inverse_table if inverse else self._table
         if table is not None:
-            return table[flat].reshape(arr.shape)
+            small: I64Array = table[flat].reshape(arr.shape)
+            return small
         n = np.uint64(self.n)
         out = result.reshape(-1).view(np.uint64)
         for start in range(0, flat.size, _CHUNK):

@@ -171,7 +171,8 @@ class DataLoader:
         out = self.metrics.snapshot(time.monotonic())
         c = self.store.counters
         out.update(bytes_read=c.bytes_read, records_read=c.records_read, retries=c.retries,
-                   cache_hits=c.cache_hits, cache_misses=c.cache_misses)
+                   cache_hits=c.cache_hits, cache_misses=c.cache_misses,
+                   index_lookups=c.index_lookups)
         return out
 
     def close(self) -> None:
@@ -226,18 +227,22 @@ class DataLoader:
 
     def _assemble(self, plan: Sequence_) -> Sample:
         n = self.seq_len
+        pieces = self.store.read_many(plan)
+        sizes = [p.size for p in pieces]
+        used = sum(sizes)
         tokens = np.full(n, self._pad, dtype=np.int64)
         segments = np.zeros(n, dtype=np.int32)
         positions = np.zeros(n, dtype=np.int32)
         mask = np.zeros(n, dtype=np.bool_)
-        at = 0
-        for seg, span in enumerate(plan, start=1):
-            piece = self.store.read(span)
-            end = at + piece.size
-            tokens[at:end] = piece
-            segments[at:end] = seg
-            positions[at:end] = np.arange(span.start - span.origin, span.stop - span.origin,
-                                          dtype=np.int32)
-            mask[at:end - 1] = True  # the span's last token has no target in this row
-            at = end
+        if used:
+            tokens[:used] = np.concatenate(pieces)
+            segments[:used] = np.repeat(np.arange(1, len(plan) + 1, dtype=np.int32), sizes)
+            # position within the record's kept part: a running index restarted per span
+            starts = np.cumsum([0, *sizes[:-1]])
+            first = np.array([s.start - s.origin for s in plan], dtype=np.int32)
+            positions[:used] = (np.arange(used, dtype=np.int32)
+                                - np.repeat(starts, sizes) + np.repeat(first, sizes))
+            mask[:used] = True
+            ends = np.cumsum(sizes) - 1
+            mask[ends[np.asarray(sizes) > 0]] = False  # a span's last token has no target here
         return Sample(tokens, segments, positions, mask)

@@ -1,17 +1,18 @@
 """Pure mixing rules: which source supplies the next item.
 
-``exact`` is earliest-deadline-first over integer targets. With normalized
-weights ``w_i = a_i / A`` (exact rationals: 0.1 is 1/10) and ``c_i`` units
-taken from source ``i`` out of ``n`` in all, the next item of size ``s_i`` may
-come from ``i`` once ``c_i <= w_i * (n + s_i)`` (its release), and among those
-the one whose virtual finish ``(c_i + s_i) / w_i`` is earliest goes first
-(ties to the lower source index). For unit sizes this is the classic
-chairman-assignment schedule: every item has a release and a deadline one
-window of ``1/w_i`` apart, EDF meets every deadline, and so
-``|c_i - w_i * n| <= 1`` at every prefix; the integer quota of every prefix is
-carried in the counts themselves (the rounding debt is ``w_i * n - c_i``), so
-nothing drifts. With sized units (tokens) the bound is one item's size.
-All comparisons are integer cross-multiplications: no float ever decides.
+``exact`` is Balinski and Young's quota method, read as earliest deadline
+first. With normalized weights ``w_i = a_i / A`` (exact rationals: 0.1 is
+1/10) and ``c_i`` units taken from source ``i`` out of ``n`` in all, the next
+item of size ``s_i`` may come from ``i`` only while ``c_i < w_i * (n + s_i)``
+(it would not pass its upper quota), and among those the one whose virtual
+finish ``(c_i + s_i) / w_i`` is earliest goes first (ties to the lower source
+index). For unit sizes this keeps every prefix within quota:
+``floor(w_i * n) <= c_i <= ceil(w_i * n)``, so ``|c_i - w_i * n| < 1``, and
+the counts equal the targets exactly whenever those are integers. The integer
+quota of every prefix is carried in the counts themselves (the rounding debt
+is ``w_i * n - c_i``), so nothing drifts however long the stream. With sized
+units (tokens) the bound is one item's size. All comparisons are integer
+cross-multiplications: no float ever decides.
 
 ``expected`` draws a seeded categorical at each draw position from a keyed
 uniform, so draw ``t``'s source is a pure function of ``(key, t)``: random
@@ -51,14 +52,14 @@ def exact_pick(counts: Sequence[int], sizes: Sequence[int], a: Sequence[int], bi
     for i, (c, s, ai, on) in enumerate(zip(counts, sizes, a, active, strict=True)):
         if not on or ai == 0:
             continue
-        if c * big_a > ai * (total + s):  # not yet released
+        if c * big_a >= ai * (total + s):  # taking it would pass its upper quota
             continue
         num = c + s  # virtual finish (c + s) / w_i = (c + s) * A / a_i; compare num/ai
         if best < 0 or num * best_den < best_num * ai:
             best, best_num, best_den = i, num, ai
     if best < 0:
         # Unreachable when sum(counts) == total and some active weight is positive:
-        # some source always has c_i <= w_i * total. Kept as a loud guard.
+        # sum(c_i) = n < sum(w_i * (n + s_i)), so some source is below its quota.
         raise ValueError("no source is eligible; counts and total disagree")
     return best
 

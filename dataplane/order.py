@@ -12,9 +12,11 @@ so the replica count never changes what a global batch holds.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
+
+import numpy as np
 
 from dataplane.errors import ConfigError, DataPlaneError, SourceExhausted
 from dataplane.manifest import DatasetManifest
@@ -58,18 +60,49 @@ class OrderState:
     finished: bool = False
 
 
-@dataclass(frozen=True, slots=True)
 class _Doc:
-    source: int
-    index: int
-    epoch: int
-    origin: int
-    stop: int
-    accepted: bool
+    """A drawn record: what the transforms keep of it, and whether the filters pass it."""
+
+    __slots__ = ("accepted", "epoch", "index", "origin", "source", "stop")
+
+    def __init__(self, source: int, index: int, epoch: int, origin: int, stop: int,
+                 accepted: bool) -> None:
+        self.source, self.index, self.epoch = source, index, epoch
+        self.origin, self.stop, self.accepted = origin, stop, accepted
 
     @property
     def size(self) -> int:
         return self.stop - self.origin
+
+
+class _Work:
+    """A mutable copy of an :class:`OrderState` for the length of one planning call.
+
+    Planning thousands of records per batch through frozen copies cost more
+    than the planning itself; the state handed out is still frozen.
+    """
+
+    __slots__ = ("active", "base_units", "draws", "draws_total", "finished", "position",
+                 "residue", "units")
+
+    def __init__(self, st: OrderState) -> None:
+        self.position = st.position
+        self.draws_total = st.draws_total
+        self.draws = list(st.draws)
+        self.units = list(st.units)
+        self.base_units = list(st.base_units)
+        self.active = st.active
+        self.residue = st.residue
+        self.finished = st.finished
+
+    def freeze(self) -> OrderState:
+        return OrderState(position=self.position, draws_total=self.draws_total,
+                          draws=tuple(self.draws), units=tuple(self.units),
+                          base_units=tuple(self.base_units), active=self.active,
+                          residue=self.residue, finished=self.finished)
+
+
+_BLOCK = 1024  # permutation outputs computed per vectorised call
 
 
 class Planner:
@@ -104,6 +137,10 @@ class Planner:
                                       f" the mixture counts {self.unit}")
         self._peeked: dict[int, tuple[int, _Doc]] = {}
         self._barren = [0] * len(self.names)
+        self._blocks: dict[int, tuple[int, int, list[int]]] = {}
+        self._unit_sized = self.unit in ("documents", "samples")
+        self._ones = [1] * len(self.names)
+        self._without_replacement = not mix.replacement
 
     # -- state -----------------------------------------------------------------
 
@@ -122,69 +159,90 @@ class Planner:
 
     def plan_batch(self, st: OrderState, size: int) -> tuple[list[Sequence_], OrderState] | None:
         """The next ``size`` sequences, or None when the stream ends before the batch fills."""
+        w = _Work(st)
         out: list[Sequence_] = []
         for _ in range(size):
-            seq, st = self.next_sequence(st)
+            seq = self._sequence(w)
             if seq is None:
                 return None
             out.append(seq)
-        return out, st
+        return out, w.freeze()
 
     def next_sequence(self, st: OrderState) -> tuple[Sequence_ | None, OrderState]:
+        w = _Work(st)
+        seq = self._sequence(w)
+        return seq, w.freeze()
+
+    def next_document(self, st: OrderState) -> tuple[_Doc | None, OrderState]:
+        w = _Work(st)
+        doc = self._document(w)
+        return doc, w.freeze()
+
+    def _sequence(self, w: _Work) -> Sequence_ | None:
         if self.manifest.packing.mode == "none":
             while True:
-                doc, st = self.next_document(st)
+                doc = self._document(w)
                 if doc is None:
-                    return None, st
-                if doc.size:
-                    span = Span(doc.source, doc.index, doc.epoch, doc.origin, doc.origin,
-                                min(doc.stop, doc.origin + self.seq_len))
-                    return (span,), replace(st, position=st.position + 1)
+                    return None
+                if doc.stop > doc.origin:
+                    w.position += 1
+                    return (Span(doc.source, doc.index, doc.epoch, doc.origin, doc.origin,
+                                 min(doc.stop, doc.origin + self.seq_len)),)
         spans: list[Span] = []
         fill = 0
-        residue = st.residue
+        residue = w.residue
         while fill < self.seq_len:
             if residue is None:
-                doc, st = self.next_document(st)
+                doc = self._document(w)
                 if doc is None:
-                    return None, st
-                if not doc.size:
+                    return None
+                if doc.stop == doc.origin:
                     continue
                 residue = Span(doc.source, doc.index, doc.epoch, doc.origin, doc.origin, doc.stop)
-            take = min(self.seq_len - fill, residue.size)
-            spans.append(replace(residue, stop=residue.start + take))
+            take = min(self.seq_len - fill, residue.stop - residue.start)
+            if take == residue.stop - residue.start:
+                spans.append(residue)
+                residue = None
+            else:
+                cut = residue.start + take
+                spans.append(Span(residue.source, residue.index, residue.epoch, residue.origin,
+                                  residue.start, cut))
+                residue = Span(residue.source, residue.index, residue.epoch, residue.origin,
+                               cut, residue.stop)
             fill += take
-            residue = None if take == residue.size else replace(residue,
-                                                                start=residue.start + take)
-        return tuple(spans), replace(st, residue=residue, position=st.position + 1)
+        w.residue = residue
+        w.position += 1
+        return tuple(spans)
 
     # -- documents -------------------------------------------------------------
 
-    def next_document(self, st: OrderState) -> tuple[_Doc | None, OrderState]:
+    def _document(self, w: _Work) -> _Doc | None:
         while True:
-            if st.finished:
-                return None, st
-            i = self._pick(st)
+            if w.finished:
+                return None
+            i = self._pick(w)
             if i is None:
-                return None, replace(st, finished=True)
+                w.finished = True
+                return None
             n = self.records[i]
-            if not self.manifest.mixture.replacement and st.draws[i] >= n:
+            if self._without_replacement and w.draws[i] >= n:
                 policy = self.manifest.mixture.exhaustion
                 if policy == "error":
-                    raise SourceExhausted(self.names[i], st.draws[i] // n - 1)
+                    raise SourceExhausted(self.names[i], w.draws[i] // n - 1)
                 if policy == "stop":
-                    return None, replace(st, finished=True)
+                    w.finished = True
+                    return None
                 if policy == "renormalize":
-                    active = tuple(on and j != i for j, on in enumerate(st.active))
-                    st = replace(st, active=active, base_units=st.units)
+                    w.active = tuple(on and j != i for j, on in enumerate(w.active))
+                    w.base_units = list(w.units)
                     continue
                 # "repeat": the next draw opens the source's next epoch.
-            doc = self._doc(i, st.draws[i])
-            units = list(st.units)
+            peeked = self._peeked.get(i)
+            doc = peeked[1] if peeked and peeked[0] == w.draws[i] else self._doc(i, w.draws[i])
             counted = self._unit_size(doc, counted=True)
-            units[i] += counted
-            st = replace(st, draws_total=st.draws_total + 1,
-                         draws=_bump(st.draws, i), units=tuple(units))
+            w.units[i] += counted
+            w.draws[i] += 1
+            w.draws_total += 1
             # A whole epoch of draws that count nothing (filtered out, or empty
             # under a token unit) would let the mixer serve this source forever.
             self._barren[i] = 0 if counted else self._barren[i] + 1
@@ -193,30 +251,37 @@ class Planner:
                     f"source {self.names[i]!r}: a whole epoch of records passes no filter or"
                     f" holds no {self.unit}")
             if doc.accepted:
-                return doc, st
+                return doc
 
-    def _pick(self, st: OrderState) -> int | None:
-        if not any(st.active):
+    def _pick(self, w: _Work) -> int | None:
+        if not any(w.active):
             return None
-        mix = self.manifest.mixture
-        if mix.mode == "expected":
-            u = keyed_uniform(self._mix_key, st.draws_total)
-            return expected_pick(u, cumulative(self._probs, st.active))
-        a, big_a = self._integer_weights(st.active)
-        counts = [u - b for u, b in zip(st.units, st.base_units, strict=True)]
-        total = sum(c for c, on in zip(counts, st.active, strict=True) if on)
-        sizes = [self._peek_size(st, i) if on else 0 for i, on in enumerate(st.active)]
-        return exact_pick(counts, sizes, a, big_a, total, st.active)
+        if self.manifest.mixture.mode == "expected":
+            u = keyed_uniform(self._mix_key, w.draws_total)
+            return expected_pick(u, self._cumulative(w.active))
+        a, big_a = self._integer_weights(w.active)
+        counts = [u - b for u, b in zip(w.units, w.base_units, strict=True)]
+        total = 0
+        for c, on in zip(counts, w.active, strict=True):
+            if on:
+                total += c
+        if self._unit_sized:
+            sizes = self._ones
+        else:
+            sizes = [self._peek_size(w, i) if on else 0 for i, on in enumerate(w.active)]
+        return exact_pick(counts, sizes, a, big_a, total, w.active)
 
     @lru_cache(maxsize=64)  # noqa: B019 - one planner per loader; a handful of masks
     def _integer_weights(self, active: tuple[bool, ...]) -> tuple[list[int], int]:
         ws = [w if on else Fraction(0) for w, on in zip(self.weights, active, strict=True)]
         return integer_weights(ws)
 
-    def _peek_size(self, st: OrderState, i: int) -> int:
-        if self.unit in ("documents", "samples"):
-            return 1
-        draw = st.draws[i]
+    @lru_cache(maxsize=64)  # noqa: B019 - as above
+    def _cumulative(self, active: tuple[bool, ...]) -> list[float]:
+        return cumulative(self._probs, active)
+
+    def _peek_size(self, w: _Work, i: int) -> int:
+        draw = w.draws[i]
         hit = self._peeked.get(i)
         if hit is None or hit[0] != draw:
             hit = (draw, self._doc(i, draw))
@@ -241,7 +306,7 @@ class Planner:
         if self.manifest.mixture.replacement:
             index = keyed_hash(self._draw_key[i], draw) % n
         else:
-            index = self._permutation(i, epoch)(k)
+            index = self._permuted(i, epoch, k)
         length = self._lengths(i, index)
         origin, stop = 0, length
         for max_tokens, mode in self._crops:
@@ -257,9 +322,17 @@ class Planner:
                 accepted = False
         return _Doc(i, index, epoch, origin, stop, accepted)
 
-    @lru_cache(maxsize=256)  # noqa: B019 - bounded; a permutation is a few ints
-    def _permutation(self, i: int, epoch: int) -> Permutation:
-        return Permutation(self.records[i], derive_key(self._perm_key[i], epoch))
+    def _permuted(self, i: int, epoch: int, k: int) -> int:
+        """Position ``k`` of source ``i``'s epoch order, computed a block at a time."""
+        block = self._blocks.get(i)
+        if block is None or block[0] != epoch or not block[1] <= k < block[1] + len(block[2]):
+            start = k - k % _BLOCK
+            stop = min(start + _BLOCK, self.records[i])
+            perm = Permutation(self.records[i], derive_key(self._perm_key[i], epoch))
+            block = (epoch, start, perm.many(np.arange(start, stop, dtype=np.int64)).tolist())
+            self._blocks[i] = block
+        index: int = block[2][k - block[1]]
+        return index
 
     def _mean_size(self, i: int) -> float:
         src = self.manifest.sources[i]
@@ -268,8 +341,3 @@ class Planner:
         tokens = src.tokens - (src.records if self.unit == "loss_tokens" else 0)
         return max(tokens / src.records, 1.0)
 
-
-def _bump(values: tuple[int, ...], i: int) -> tuple[int, ...]:
-    out = list(values)
-    out[i] += 1
-    return tuple(out)

@@ -14,6 +14,7 @@ import bisect
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -45,6 +46,7 @@ class StoreCounters:
     retries: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
+    index_lookups: int = 0  # record lengths the planner read from cached indexes
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **deltas: int) -> None:
@@ -57,6 +59,7 @@ class StoreCounters:
 class _Open:
     header: Header
     offsets: Offsets
+    lengths: np.ndarray[Any, np.dtype[np.int64]]
     tokens: np.ndarray[Any, Any] | None  # a memmap for local files
 
 
@@ -76,25 +79,43 @@ class ObjectStore:
         self._opening: dict[tuple[int, int], threading.Lock] = {}
         self._verified: set[tuple[int, int]] = set()
         self._firsts = [[o.first for o in s.objects] for s in manifest.sources]
+        self._records = [s.records for s in manifest.sources]
 
     # -- lookups ---------------------------------------------------------------
 
     def locate(self, source: int, index: int) -> tuple[int, int]:
         """``(object number, record within it)`` for a source's logical index."""
-        src = self.manifest.sources[source]
-        if not 0 <= index < src.records:
+        if not 0 <= index < self._records[source]:
+            src = self.manifest.sources[source]
             raise DataFault(src.name, "-", f"logical index {index} is outside the source's"
                             f" range [0, {src.records})")
-        k = bisect.bisect_right(self._firsts[source], index) - 1
-        return k, index - src.objects[k].first
+        firsts = self._firsts[source]
+        k = bisect.bisect_right(firsts, index) - 1
+        return k, index - firsts[k]
 
     def length(self, source: int, index: int) -> int:
+        """A record's token count. Called for every planned record, so a cached
+        index is read without taking the lock (a dict lookup is atomic)."""
         k, r = self.locate(source, index)
-        off = self._open(source, k).offsets
-        return int(off[r + 1]) - int(off[r])
+        opened = self._cache.get((source, k)) or self._open(source, k)
+        self.counters.index_lookups += 1  # the planner's thread is its only writer
+        return int(opened.lengths[r])
+
+    def read_many(self, spans: Sequence[Span]) -> list[Tokens]:
+        """The tokens of each span, in order (one row's worth). Local objects come
+        back as read-only views of their mapping: the caller copies once, when it
+        assembles the row, instead of once per span."""
+        out = [self._read(span, view=True) for span in spans]
+        self.counters.add(bytes_read=sum(a.nbytes for a in out), records_read=len(out))
+        return out
 
     def read(self, span: Span) -> Tokens:
         """The tokens of one span, as a fresh array (never a view into a mapping)."""
+        out = self._read(span, view=False)
+        self.counters.add(bytes_read=out.nbytes, records_read=1)
+        return out
+
+    def _read(self, span: Span, view: bool) -> Tokens:
         k, r = self.locate(span.source, span.index)
         opened = self._open(span.source, k)
         base = int(opened.offsets[r])
@@ -106,14 +127,14 @@ class ObjectStore:
                             f" {span.stop})")
         lo, hi = base + span.start, base + span.stop
         if opened.tokens is not None:
-            out: Tokens = np.array(opened.tokens[lo:hi])
+            piece = opened.tokens[lo:hi]
+            out: Tokens = piece if view else np.array(piece)
         else:
             item = opened.header.itemsize
             raw = self._retrying(span.source, k, lambda: self._range(
                 span.source, k, opened.header.tokens_at + lo * item,
                 opened.header.tokens_at + hi * item))
             out = np.frombuffer(raw, dtype=np.dtype(DTYPES[item]).newbyteorder("<")).copy()
-        self.counters.add(bytes_read=out.nbytes, records_read=1)
         return out
 
     # -- opening ---------------------------------------------------------------
@@ -177,7 +198,8 @@ class ObjectStore:
             dtype = np.dtype(DTYPES[header.itemsize]).newbyteorder("<")
             tokens = np.memmap(path, dtype=dtype, mode="r", offset=header.tokens_at,
                                shape=(header.tokens,)) if header.tokens else np.zeros(0, dtype)
-        return _Open(header=header, offsets=offsets, tokens=tokens)
+        lengths = np.diff(offsets.astype(np.int64)).astype(np.int64)
+        return _Open(header=header, offsets=offsets, lengths=lengths, tokens=tokens)
 
     def _range(self, source: int, k: int, start: int, end: int) -> bytes:
         entry = self.manifest.sources[source].objects[k]

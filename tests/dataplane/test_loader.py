@@ -223,10 +223,10 @@ def test_a_slow_object_shows_backpressure_not_memory_growth(corpus: DatasetManif
     release = threading.Event()
 
     class SlowStore(ObjectStore):
-        def read(self, span: Span) -> Any:
+        def _read(self, span: Span, view: bool) -> Any:
             if span.source == 1:  # every read of source b waits
                 release.wait(10)
-            return super().read(span)
+            return super()._read(span, view)
 
     bound = 6
     config = LoaderConfig(seed=5, global_batch_size=2, workers=3, max_items=bound)

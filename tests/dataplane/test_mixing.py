@@ -39,17 +39,17 @@ def run_exact(raw: list[int], n: int, sizes: list[list[int]] | None = None) -> l
     return out
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(weights_st, st.integers(min_value=1, max_value=1500))
-def test_exact_is_within_one_at_every_prefix(raw: list[int], n: int) -> None:
+def test_exact_stays_within_quota_at_every_prefix(raw: list[int], n: int) -> None:
     a, big_a = integer_weights([Fraction(w) for w in raw])
     seq = run_exact(raw, n)
     counts = [0] * len(raw)
     for m, s in enumerate(seq, start=1):
         counts[s] += 1
         for i in range(len(raw)):
-            # |c_i - (a_i/A) m| <= 1, in integers
-            assert abs(counts[i] * big_a - a[i] * m) <= big_a, (raw, m, i, counts)
+            # floor(w_i m) <= c_i <= ceil(w_i m), i.e. |c_i - (a_i/A) m| < 1, in integers
+            assert abs(counts[i] * big_a - a[i] * m) < big_a, (raw, m, i, counts)
         assert raw[s] > 0, "a zero-weight source was served"
 
 
@@ -87,7 +87,7 @@ def test_decimal_weights_are_exact_rationals() -> None:
     a, big_a = integer_weights([Fraction("0.1"), Fraction("0.2"), Fraction("0.7")])
     assert (a, big_a) == ([1, 2, 7], 10)
     seq = run_exact([1, 2, 7], 1000)
-    assert max_deviation(seq, [Fraction(1, 10), Fraction(2, 10), Fraction(7, 10)]) <= 1
+    assert max_deviation(seq, [Fraction(1, 10), Fraction(2, 10), Fraction(7, 10)]) < 1
     # at every multiple of 10 the counts are exactly the quotas: no rounding debt left
     for m in range(10, 1001, 10):
         prefix = seq[:m]
@@ -136,7 +136,7 @@ def test_greedy_baseline_is_a_valid_blend() -> None:
         seq.append(i)
     exact = run_exact([61, 30, 9], 3000)
     fr = [Fraction(61, 100), Fraction(30, 100), Fraction(9, 100)]
-    assert max_deviation(exact, fr) <= 1
+    assert max_deviation(exact, fr) < 1
     # the benchmark's baseline must be a sensible blend, or the comparison means nothing
     assert max_deviation(seq, fr) < 2
 

@@ -243,13 +243,16 @@ class Planner:
             w.units[i] += counted
             w.draws[i] += 1
             w.draws_total += 1
-            # A whole epoch of draws that count nothing (filtered out, or empty
-            # under a token unit) would let the mixer serve this source forever.
-            self._barren[i] = 0 if counted else self._barren[i] + 1
-            if self._barren[i] > n:
+            # A source whose every record is filtered out or empty would be
+            # drawn forever. Without replacement, more than n useless draws in a
+            # row is a whole epoch of them; with replacement, 64n in a row has
+            # odds below e^-64 unless nothing in the source is usable.
+            useful = doc.accepted and doc.stop > doc.origin
+            self._barren[i] = 0 if useful else self._barren[i] + 1
+            if self._barren[i] > (64 * n if self.manifest.mixture.replacement else n):
                 raise DataPlaneError(
-                    f"source {self.names[i]!r}: a whole epoch of records passes no filter or"
-                    f" holds no {self.unit}")
+                    f"source {self.names[i]!r}: no record passes its filters with a token left"
+                    " (a whole epoch of draws was unusable)")
             if doc.accepted:
                 return doc
 

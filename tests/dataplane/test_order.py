@@ -83,6 +83,7 @@ def run(p: Planner, start: OrderState, batches: int, size: int) -> tuple[list[An
     return out, states
 
 
+@pytest.mark.timeout(240)  # a planner that loops forever fails here, not at the suite limit
 @settings(max_examples=300, deadline=None)
 @given(configs(), st.integers(min_value=1, max_value=5), st.data())
 def test_resume_from_any_batch_boundary_equals_the_uninterrupted_order(
@@ -196,6 +197,18 @@ def test_token_mixing_tracks_token_weights_not_document_counts() -> None:
     short, long_ = st_.units
     assert abs(short - long_) <= 50  # within one item of the larger size
     assert st_.draws[0] > 10 * st_.draws[1]
+
+
+@pytest.mark.parametrize("replacement", [False, True])
+@pytest.mark.parametrize("unit", ["documents", "samples", "tokens"])
+def test_a_source_with_nothing_usable_is_an_error_not_a_hang(replacement: bool,
+                                                             unit: str) -> None:
+    # every record is shorter than the filter allows; before this was caught, a
+    # "documents" mixture drew the filtered records forever
+    p = planner_for({"a": [[1, 0, 1]]}, mixture={"unit": unit, "replacement": replacement},
+                    filters={"a": [{"kind": "min_tokens", "value": 2}]})
+    with pytest.raises(DataPlaneError, match="'a'"):
+        run(p, p.initial(), 5, 1)
 
 
 def test_a_weighted_source_without_tokens_is_refused_for_token_units() -> None:

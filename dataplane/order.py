@@ -244,12 +244,12 @@ class Planner:
             w.draws[i] += 1
             w.draws_total += 1
             # A source whose every record is filtered out or empty would be
-            # drawn forever. Without replacement, more than n useless draws in a
-            # row is a whole epoch of them; with replacement, 64n in a row has
-            # odds below e^-64 unless nothing in the source is usable.
+            # drawn forever. Without replacement, 2n useless draws in a row hold a
+            # whole epoch (a run can straddle two epochs); with replacement, 64n
+            # in a row has odds below e^-64 unless nothing in the source is usable.
             useful = doc.accepted and doc.stop > doc.origin
             self._barren[i] = 0 if useful else self._barren[i] + 1
-            if self._barren[i] > (64 * n if self.manifest.mixture.replacement else n):
+            if self._barren[i] >= (64 * n if self.manifest.mixture.replacement else 2 * n):
                 raise DataPlaneError(
                     f"source {self.names[i]!r}: no record passes its filters with a token left"
                     " (a whole epoch of draws was unusable)")

@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from controller import admission, policy, workerenv
+from controller import admission, checkpoints, policy, workerenv
 from controller.inventory import EMPTY, Inventory, observe
 from controller.runplan import RunPlan
 from events.fold import UNKNOWN_RUN, apply
@@ -25,6 +25,8 @@ from events.model import (
     AgentHeartbeatRecorded,
     AgentRegistered,
     CancelRequested,
+    CheckpointStaged,
+    CheckpointVerificationFailed,
     Event,
     FailureClassified,
     GenerationStarted,
@@ -42,6 +44,7 @@ from events.model import (
     RunFinished,
     RunQueued,
     RunSubmitted,
+    ShardWritten,
     WriteRejected,
     node_key,
 )
@@ -62,6 +65,10 @@ class Model:
     plans: dict[str, RunPlan] = field(default_factory=dict)
     inventory: Inventory = EMPTY
     node_failures: dict[str, int] = field(default_factory=dict)
+    # Who reported ShardWritten per (run, generation, step) not yet committed.
+    shards: dict[checkpoints.ShardKey, frozenset[str]] = field(default_factory=dict)
+    # The last CheckpointStaged per run, for the auto interval's step time.
+    staged: dict[str, checkpoints.Staged] = field(default_factory=dict)
 
 
 PlanOf = Callable[[RunSubmitted], RunPlan]
@@ -80,7 +87,21 @@ def absorb(model: Model, event: Event, plan_of: PlanOf) -> Model:
     if isinstance(event, FailureClassified) and event.node:
         node_failures = {**node_failures, event.node: node_failures.get(event.node, 0) + 1}
     runs = {**runs, event.run_id: transition.state}
-    return replace(model, runs=runs, plans=plans, node_failures=node_failures)
+    return _note(replace(model, runs=runs, plans=plans, node_failures=node_failures), event)
+
+
+def _note(model: Model, event: Event) -> Model:
+    """The checkpoint bookkeeping an accepted fact adds (live and on replay alike)."""
+    match event:
+        case ShardWritten():
+            return replace(model, shards=checkpoints.track_shard(model.shards, event))
+        case ManifestCommitted():
+            return replace(model, shards=checkpoints.prune_shards(model.shards, event.run_id,
+                                                                  event.step))
+        case CheckpointStaged():
+            staged = checkpoints.Staged(event.step, event.header.occurred_at, event.stall_ms)
+            return replace(model, staged={**model.staged, event.run_id: staged})
+    return model
 
 
 class _Emitter:
@@ -94,6 +115,11 @@ class _Emitter:
         self, run_id: str, generation: int, event_id: str, cause: str | None = None
     ) -> Header:
         return Header(event_id, run_id, generation, self.now, PRODUCER, cause)
+
+    def header_for(self, event: Event) -> checkpoints.HeaderFor:
+        """Headers for facts caused by ``event``, in its run and generation."""
+        return lambda event_id, cause: self.header(event.run_id, event.generation, event_id,
+                                                   cause)
 
     def emit(self, topic: str, event: Event) -> None:
         self.out.append((topic, event))
@@ -123,23 +149,42 @@ def handle(model: Model, event: Event, now: int, plan_of: PlanOf) -> tuple[Model
             _report(em, event, copy=False)
         case ManifestProposed():
             _propose(em, event)
+        case CheckpointVerificationFailed():
+            if _report(em, event, copy=True):
+                state = em.model.runs[event.run_id]
+                revoked = checkpoints.revocation(state, event, em.header_for(event))
+                if revoked is not None:
+                    em.emit(RUNS, revoked)
+        case CheckpointStaged():
+            previous = em.model.staged.get(event.run_id)
+            if _report(em, event, copy=True):
+                plan = em.model.plans.get(event.run_id)
+                if plan is not None and plan.auto_interval is not None:
+                    change = checkpoints.interval_decision(
+                        plan.auto_interval, em.model.runs[event.run_id], previous, event,
+                        em.header_for(event))
+                    if change is not None:
+                        em.emit(RUNS, change)
         case _:
             _report(em, event, copy=True)
     return em.model, em.out
 
 
-def _report(em: _Emitter, event: Event, copy: bool) -> None:
+def _report(em: _Emitter, event: Event, copy: bool) -> bool:
     """Accepted reports are folded (and, except heartbeats, kept as facts)."""
     state = em.model.runs.get(event.run_id)
     transition = apply(state, event)
     if not transition.verdict.accepted:
         em.reject(event, transition.verdict.reason, transition.verdict.detail)
-        return
+        return False
     if copy:
         # Kept as a fact; its state is the one just computed, not folded again.
         em.out.append((RUNS, event))
     if transition.state is not None:
         em.model = replace(em.model, runs={**em.model.runs, event.run_id: transition.state})
+    if copy:
+        em.model = _note(em.model, event)
+    return True
 
 
 def _propose(em: _Emitter, event: ManifestProposed) -> None:
@@ -148,10 +193,14 @@ def _propose(em: _Emitter, event: ManifestProposed) -> None:
     if not verdict.accepted:
         em.reject(event, verdict.reason, verdict.detail)
         return
-    h = em.header(event.run_id, event.generation, f"{event.header.event_id}/ManifestCommitted",
-                  event.header.event_id)
-    em.emit(RUNS, ManifestCommitted(header=h, step=event.step, manifest_path=event.manifest_path,
-                                    manifest_digest=event.manifest_digest))
+    assert state is not None
+    missing = checkpoints.missing_shards(state, em.model.shards, event)
+    if missing:
+        em.reject(event, checkpoints.INCOMPLETE_SHARDS,
+                  f"no ShardWritten for step {event.step} from {', '.join(missing)}")
+        return
+    for fact in checkpoints.commit_events(event, em.header_for(event)):
+        em.emit(RUNS, fact)
 
 
 def _cancel(em: _Emitter, event: CancelRequested) -> None:
@@ -261,7 +310,8 @@ def _start_generation(
     master = nodes[members[0].node].address if members[0].node in nodes else "127.0.0.1"
     digest = hashlib.sha256(f"{state.run_id}/g{gen}".encode()).digest()
     port = 20_000 + int.from_bytes(digest[:4], "big") % 20_000
-    env = {**plan.env, workerenv.RANKS: workerenv.format_ranks([m.logical_id for m in members]),
+    env = {**plan.env, **checkpoints.resume_env(plan.checkpoint, state),
+           workerenv.RANKS: workerenv.format_ranks([m.logical_id for m in members]),
            workerenv.HEARTBEAT_INTERVAL_S: str(plan.heartbeat_interval_ms / 1000)}
     for node in sorted({m.node for m in members}):
         cid = f"{state.run_id}/g{gen}/start/{node}"

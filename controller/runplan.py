@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from controller.checkpoints import AutoInterval
 from controller.errors import SpecError
-from controller.spec import parse_spec_json
-from controller.spec_parts import RetryPolicy
+from controller.spec import RunSpec, parse_spec_json
+from controller.spec_parts import AutoCheckpoint, RetryPolicy, canonical_json
 from events.model import FAILURE_CLASSES, RunSubmitted
+from events.workerenv import CheckpointEnv
 
 DEFAULT_RETRY = RetryPolicy()
 
@@ -34,6 +36,9 @@ class RunPlan:
     start_timeout_ms: int = 60_000
     cancel_authority: frozenset[str] = frozenset()
     retry: Mapping[str, RetryPolicy] = field(default_factory=dict)
+    # What the worker session needs to checkpoint (passed in the start command's env).
+    checkpoint: CheckpointEnv | None = None
+    auto_interval: AutoInterval | None = None
     # Non-empty when the submitted spec could not be read: the run fails at once.
     invalid: str = ""
 
@@ -60,4 +65,24 @@ def plan_from_submission(event: RunSubmitted) -> RunPlan:
         start_timeout_ms=max(60_000, int(hb.timeout_s * 1000)),
         cancel_authority=frozenset(spec.cancel_authority),
         retry={c: spec.retry_for(c) for c in FAILURE_CLASSES},
+        checkpoint=checkpoint_env(spec),
+        auto_interval=_auto(spec),
     )
+
+
+def checkpoint_env(spec: RunSpec) -> CheckpointEnv:
+    c = spec.checkpoint
+    interval = c.initial_interval_steps if isinstance(c, AutoCheckpoint) else c.interval_steps
+    return CheckpointEnv(
+        root=c.root, mode=c.mode, backlog=c.backlog, backlog_policy=c.backlog_policy,
+        interval_steps=interval, keep_last=c.keep_last, keep_every=c.keep_every,
+        rollback_window=c.rollback_window, dataset_id=spec.dataset,
+        code_version=spec.code_version, model_json=canonical_json(spec.model))
+
+
+def _auto(spec: RunSpec) -> AutoInterval | None:
+    c = spec.checkpoint
+    if not isinstance(c, AutoCheckpoint):
+        return None
+    return AutoInterval(mtbf_prior_s=c.mtbf_prior_s, measured_cost_s=c.measured_cost_s,
+                        initial_interval_steps=c.initial_interval_steps)

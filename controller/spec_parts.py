@@ -152,12 +152,43 @@ class HeartbeatPolicy(Part):
         return self
 
 
-class FixedCheckpoint(Part):
+class CheckpointCommon(Part):
+    """Where and how checkpoints are written, whatever decides the interval.
+
+    ``root`` is an fsspec URL every member can reach (shared storage on more
+    than one node); without it the worker uses ``$RUNLEDGER_CHECKPOINT_ROOT``.
+    ``mode: async`` stages a host copy and persists it in the background with
+    at most ``backlog`` staged copies waiting; when full, ``delay`` makes the
+    step wait and ``skip`` drops that checkpoint (both recorded as events).
+    Garbage collection keeps the newest ``keep_last`` committed checkpoints
+    plus every ``keep_every``-th step; restore tries at most
+    ``rollback_window`` committed checkpoints, newest first.
+    """
+
+    root: Text | None = None
+    mode: Literal["sync", "async"] = "sync"
+    backlog: PosInt = 1
+    backlog_policy: Literal["delay", "skip"] = "delay"
+    keep_last: PosInt = 3
+    keep_every: PosInt | None = None
+    rollback_window: PosInt = 3
+
+    @model_validator(mode="after")
+    def _window(self) -> CheckpointCommon:
+        if self.rollback_window > self.keep_last + (1 if self.keep_every else 0) + 64:
+            raise ValueError("rollback_window cannot exceed what retention keeps")
+        if self.rollback_window > self.keep_last and self.keep_every is None:
+            raise ValueError(f"rollback_window {self.rollback_window} exceeds keep_last"
+                             f" {self.keep_last}: the older checkpoints would be collected")
+        return self
+
+
+class FixedCheckpoint(CheckpointCommon):
     policy: Literal["fixed"]
     interval_steps: PosInt
 
 
-class AutoCheckpoint(Part):
+class AutoCheckpoint(CheckpointCommon):
     """Interval from Young's model, ``T = sqrt(2·C·M)`` (DESIGN section 6).
 
     ``mtbf_prior_s`` is M until the run has its own interruption history;
@@ -168,6 +199,8 @@ class AutoCheckpoint(Part):
     policy: Literal["auto"]
     mtbf_prior_s: PosNum
     measured_cost_s: PosNum | None = None
+    # Used until the first checkpoint's stall is measured.
+    initial_interval_steps: PosInt = 100
 
     def interval_s(self, cost_s: float | None = None, mtbf_s: float | None = None) -> float | None:
         """Young's interval; ``None`` while no checkpoint cost is known."""

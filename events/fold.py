@@ -17,6 +17,13 @@ from typing import Any
 from events.model import (
     AlertRaised,
     CancelRequested,
+    CheckpointIntervalChanged,
+    CheckpointRestored,
+    CheckpointRevoked,
+    CheckpointSkipped,
+    CheckpointStaged,
+    CheckpointVerificationFailed,
+    CheckpointWriteFailed,
     CursorAdvanced,
     Event,
     FailureClassified,
@@ -37,7 +44,7 @@ from events.model import (
     WorkerExited,
     WriteRejected,
 )
-from events.state import Checkpoint, Cursor, RunState, Status
+from events.state import CHECKPOINT_HISTORY, Checkpoint, Cursor, RunState, Status
 
 # Verdict reasons: stable strings, recorded in WriteRejected.reason and shown by
 # `runledger events`.
@@ -54,6 +61,7 @@ NOT_A_MEMBER = "not_a_member"
 CURSOR_WITHOUT_CHECKPOINT = "cursor_without_checkpoint"
 RESUME_BEYOND_CHECKPOINT = "resume_beyond_checkpoint"
 RESUME_MISSING = "resume_missing"
+UNKNOWN_CHECKPOINT = "unknown_checkpoint"
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,9 +217,24 @@ def _check(state: RunState, e: Event) -> Verdict:
             return verdict if not verdict.accepted else _member(state, e, e.logical_id)
         case GroupStartCommanded():
             return _fenced(state, e)
-        case ShardWritten():
+        case (ShardWritten() | CheckpointWriteFailed() | CheckpointVerificationFailed()
+              | CheckpointRestored()):
             verdict = _fenced(state, e)
             return verdict if not verdict.accepted else _member(state, e, e.logical_id)
+        case CheckpointStaged() | CheckpointSkipped():
+            return _fenced(state, e)
+        case CheckpointRevoked():
+            verdict = _fenced(state, e)
+            if verdict.accepted and e.manifest_digest not in {
+                    c.manifest_digest for c in state.checkpoints}:
+                return _reject(UNKNOWN_CHECKPOINT,
+                               f"{e.manifest_digest} at step {e.step} is not a committed"
+                               " checkpoint of this run")
+            return verdict
+        case CheckpointIntervalChanged():
+            if e.interval_steps < 1:
+                return _reject(ILLEGAL_TRANSITION, "a checkpoint interval must be >= 1 step")
+            return ACCEPTED
         case StepCommitted():
             verdict = _fenced(state, e)
             if verdict.accepted and e.step <= state.step:
@@ -317,7 +340,23 @@ def _advance(state: RunState, e: Event) -> RunState:
             ckpt = Checkpoint(
                 e.step, e.manifest_path, e.manifest_digest, e.generation, e.header.occurred_at
             )
-            return replace(state, checkpoint=ckpt)
+            history = (*state.checkpoints, ckpt)[-CHECKPOINT_HISTORY:]
+            return replace(state, checkpoint=ckpt, checkpoints=history)
+        case CheckpointRevoked():
+            kept = tuple(c for c in state.checkpoints if c.manifest_digest != e.manifest_digest)
+            latest = kept[-1] if kept else None
+            floor = latest.step if latest else 0
+            cursor = state.cursor
+            if cursor is not None and (latest is None or cursor.step > floor):
+                cursor = None  # it belonged to the revoked checkpoint
+            # A revocation of the latest comes from a restore, before the generation
+            # trains: its progress restarts from the checkpoint it actually loaded.
+            was_latest = (state.checkpoint is not None
+                          and state.checkpoint.manifest_digest == e.manifest_digest)
+            step = min(state.step, floor) if was_latest else state.step
+            return replace(state, checkpoints=kept, checkpoint=latest, cursor=cursor, step=step)
+        case CheckpointIntervalChanged():
+            return replace(state, checkpoint_interval_steps=e.interval_steps)
         case CursorAdvanced():
             cursor = Cursor(
                 e.step, e.dataset_id, e.epoch, e.position, dict(e.source_counts), e.generation

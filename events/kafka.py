@@ -101,7 +101,9 @@ class EventProducer:
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
     ) -> None:
         data = self.codec.encode(event)
-        self.send_bytes(topic, event.run_id, data, _headers(event, event.header.schema_version),
+        # The version the codec wrote (the newest), not the one the event was built with.
+        version = self.codec.registry.latest(event.event_type).version
+        self.send_bytes(topic, event.run_id, data, _headers(event, version),
                         on_delivery)
 
     def send_bytes(
@@ -187,7 +189,7 @@ class TransactionalWriter:
         try:
             self._producer.produce(
                 topic, value=data, key=event.run_id,
-                headers=_headers(event, event.header.schema_version),
+                headers=_headers(event, self.codec.registry.latest(event.event_type).version),
             )
         except KafkaException as exc:
             _raise_txn("produce", exc)

@@ -165,6 +165,33 @@ class CursorAdvanced(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointRevoked(Event):
+    """A committed checkpoint failed verification; "latest" falls back to the one before it."""
+
+    step: int
+    manifest_path: str
+    manifest_digest: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointIntervalChanged(Event):
+    """The controller set the checkpoint interval (Young's model, or the spec's fixed one)."""
+
+    interval_steps: int
+    interval_s: float | None
+    cost_s: float | None
+    mtbf_s: float | None
+    mtbf_source: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+    def __post_init__(self) -> None:
+        _one_of(self.mtbf_source, ("fixed", "prior", "observed"),
+                "CheckpointIntervalChanged.mtbf_source")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WriteRejected(Event):
     """A report or proposal that was computed on but not accepted."""
 
@@ -279,10 +306,101 @@ class ShardWritten(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ManifestProposed(Event):
+    """A coordinator's proposal to commit a checkpoint whose manifest is written.
+
+    v2 adds the data cursor the checkpoint holds, so the controller records
+    ``CursorAdvanced`` with the ``ManifestCommitted`` in one transaction.
+    """
+
     step: int
     manifest_path: str
     manifest_digest: str
     dataset_id: str | None = None
+    epoch: int | None = None
+    position: int | None = None
+    source_counts: dict[str, int] | None = None
+    TOPIC: ClassVar[str] = "runledger.reports"
+
+
+CHECKPOINT_STAGES = ("staging", "shards", "coverage", "manifest", "propose")
+VERIFY_REASONS = (
+    "manifest_missing", "manifest_digest", "manifest_invalid", "wrong_run", "wrong_dataset",
+    "shard_missing", "shard_size", "shard_checksum", "coverage",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointStaged(Event):
+    """The coordinator took an immutable copy of step ``step``'s state.
+
+    ``stall_ms`` is what the training loop waited (the C of Young's model);
+    ``waited_ms`` the part spent waiting for backlog room under the delay policy.
+    """
+
+    step: int
+    mode: str
+    stall_ms: float
+    waited_ms: float
+    bytes: int
+    backlog: int
+    durable_step: int | None = None
+    TOPIC: ClassVar[str] = "runledger.reports"
+
+    def __post_init__(self) -> None:
+        _one_of(self.mode, ("sync", "async"), "CheckpointStaged.mode")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointSkipped(Event):
+    """A due checkpoint was not taken: the async backlog was full under the skip policy."""
+
+    step: int
+    reason: str
+    backlog: int
+    TOPIC: ClassVar[str] = "runledger.reports"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointWriteFailed(Event):
+    """A checkpoint write failed on a rank at a protocol stage (a storage fault)."""
+
+    step: int
+    logical_id: str
+    stage: str
+    detail: str
+    TOPIC: ClassVar[str] = "runledger.reports"
+
+    def __post_init__(self) -> None:
+        _one_of(self.stage, CHECKPOINT_STAGES, "CheckpointWriteFailed.stage")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointVerificationFailed(Event):
+    """A committed checkpoint failed verification before anything was loaded from it."""
+
+    step: int
+    manifest_path: str
+    manifest_digest: str
+    logical_id: str
+    reason: str
+    detail: str
+    TOPIC: ClassVar[str] = "runledger.reports"
+
+    def __post_init__(self) -> None:
+        _one_of(self.reason, VERIFY_REASONS, "CheckpointVerificationFailed.reason")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointRestored(Event):
+    """A rank loaded a verified committed checkpoint; ``fell_back`` newer ones were refused."""
+
+    step: int
+    manifest_path: str
+    manifest_digest: str
+    logical_id: str
+    verify_ms: float
+    load_ms: float
+    fell_back: int
     TOPIC: ClassVar[str] = "runledger.reports"
 
 
@@ -390,6 +508,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MembershipConfirmed,
         ManifestCommitted,
         CursorAdvanced,
+        CheckpointRevoked,
+        CheckpointIntervalChanged,
         WriteRejected,
         FailureClassified,
         AlertRaised,
@@ -399,6 +519,11 @@ EVENT_TYPES: dict[str, type[Event]] = {
         StepCommitted,
         ShardWritten,
         ManifestProposed,
+        CheckpointStaged,
+        CheckpointSkipped,
+        CheckpointWriteFailed,
+        CheckpointVerificationFailed,
+        CheckpointRestored,
         WorkerExited,
         AgentRegistered,
         AgentHeartbeatRecorded,

@@ -33,6 +33,9 @@ TERMINAL = frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED})
 ACTIVE = frozenset({Status.STARTING, Status.RUNNING, Status.RECOVERING})
 
 
+CHECKPOINT_HISTORY = 64
+
+
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """The newest accepted manifest: "latest" comes only from the log."""
@@ -72,6 +75,10 @@ class RunState:
     tokens: int = 0
     loss_tokens: int = 0
     checkpoint: Checkpoint | None = None
+    # Committed checkpoints, oldest first, the newest CHECKPOINT_HISTORY of them:
+    # a restore falls back along this list when the latest fails verification.
+    checkpoints: tuple[Checkpoint, ...] = ()
+    checkpoint_interval_steps: int | None = None
     cursor: Cursor | None = None
     # Last heartbeat time (ms) per logical id, current generation only.
     heartbeats: dict[str, int] = field(default_factory=dict)

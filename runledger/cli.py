@@ -13,8 +13,9 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from runledger import runcli, stack
+from runledger import intervalcli, runcli, stack
 from runledger.agentcli import agent
+from runledger.checkpointcli import checkpoint_app
 from runledger.controllercli import controller
 from runledger.datasetcli import dataset_app
 from runledger.errors import StackError
@@ -35,6 +36,7 @@ stack_app = typer.Typer(
 )
 app.add_typer(stack_app, name="stack")
 app.add_typer(events_app, name="events")
+app.add_typer(checkpoint_app, name="checkpoint")
 app.add_typer(dataset_app, name="dataset")
 app.command()(runcli.submit)
 app.command()(runcli.status)
@@ -42,6 +44,7 @@ app.command()(runcli.cancel)
 app.command()(runcli.runs)
 app.command()(agent)
 app.command()(controller)
+app.command(name="interval")(intervalcli.interval)
 
 T = TypeVar("T")
 

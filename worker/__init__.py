@@ -1,1 +1,15 @@
-"""worker: filled in by a later issue (see ../shared/DESIGN.md section 1)."""
+"""worker: what runs inside a training process on a GPU node.
+
+- ``session``: the ``Session`` a training script uses (restore, step, checkpoint).
+- ``reporter``: reports and heartbeats from a background thread.
+- ``watcher``: follows ``runledger.runs`` for verdicts, interval changes, fencing.
+- ``commit``: writing one checkpoint with torch.distributed.checkpoint, manifest last.
+- ``restore``: verifying committed checkpoints before loading, with fallback.
+- ``persist``: async staging and the bounded background writer.
+- ``manifest``, ``layout``, ``storage``: the checkpoint manifest, paths, fsspec I/O.
+- ``gc``: bounded, retryable garbage collection of checkpoints.
+- ``comm``, ``rng``, ``faults``, ``errors``: collectives, RNG streams, fault injection,
+  ``WorkerError`` and its leaves.
+
+Depends on ``events`` and ``dataplane``; never on ``controller``.
+"""

@@ -22,6 +22,7 @@ from events.model import (
     RunCancelled,
     RunFinished,
     RunSubmitted,
+    ShardWritten,
     StepCommitted,
     WorkerExited,
     WriteRejected,
@@ -235,10 +236,21 @@ def test_accepted_reports_become_facts_and_a_manifest_proposal_is_committed() ->
     out = sim.send(StepCommitted(header=sim.hdr(1), step=1, tokens=10, loss_tokens=9,
                                  step_time_ms=1.0, input_wait_ms=0.0))
     assert types(out) == ["StepCommitted"]
+    early = sim.send(ManifestProposed(header=sim.hdr(1), step=1, manifest_path="m1",
+                                      manifest_digest="d1"))
+    assert types(early) == ["WriteRejected"]  # no member has reported its shard yet
+    assert early[0][1].reason == "incomplete_shards" and "r0, r1" in early[0][1].detail
+    for lid in ("r0", "r1"):
+        out = sim.send(ShardWritten(header=sim.hdr(1), step=1, logical_id=lid,
+                                    path=f"ck/g1/step-1/__{lid}.distcp", bytes=10, crc32c=7))
+        assert types(out) == ["ShardWritten"]
     out = sim.send(ManifestProposed(header=sim.hdr(1), step=1, manifest_path="m1",
-                                    manifest_digest="d1"))
-    assert types(out) == ["ManifestCommitted"]
+                                    manifest_digest="d1", dataset_id="sha256:ds", epoch=0,
+                                    position=64, source_counts={"web": 40, "code": 24}))
+    # model state and data progress commit at the same step boundary, in one batch
+    assert types(out) == ["ManifestCommitted", "CursorAdvanced"]
     assert sim.state.checkpoint is not None and sim.state.checkpoint.step == 1
+    assert sim.state.cursor is not None and sim.state.cursor.position == 64
     assert isinstance(sim.log[-1][1], Event)
     assert not isinstance(sim.log[-1][1], RunFinished)
 

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 from events.model import (
     EVENT_TYPES,
     AgentHeartbeatRecorded,
     AgentRegistered,
     AlertRaised,
     CancelRequested,
+    CheckpointIntervalChanged,
+    CheckpointRestored,
+    CheckpointRevoked,
+    CheckpointSkipped,
+    CheckpointStaged,
+    CheckpointVerificationFailed,
+    CheckpointWriteFailed,
     CursorAdvanced,
     Event,
     FailureClassified,
@@ -31,6 +41,7 @@ from events.model import (
     WorkerExited,
     WriteRejected,
 )
+from events.registry import SchemaRegistry
 
 MEMBERS = (Member("r0", "node-a", 0, "rack-1"), Member("r1", "node-b", 1, None))
 
@@ -40,8 +51,26 @@ def header(run_id: str, n: int, generation: int = 1, producer: str = "test") -> 
                   causation_id=None if n == 0 else f"{run_id}-e{n - 1}")
 
 
+@functools.cache
+def written_versions() -> dict[str, int]:
+    """The schema version today's codec writes for each type (the newest file)."""
+    registry = SchemaRegistry.from_directory()
+    return {name: registry.latest(name).version for name in EVENT_TYPES}
+
+
+def as_written(event: Event) -> Event:
+    """``event`` with the ``header.schema_version`` the codec writes, so that what
+    comes back from a round trip (the writer's version) equals what was sent."""
+    version = written_versions()[event.event_type]
+    if event.header.schema_version == version:
+        return event
+    return dataclasses.replace(
+        event, header=dataclasses.replace(event.header, schema_version=version))
+
+
 def one_of_each(run_id: str) -> list[Event]:
-    """Every event type once, with non-default values in every field."""
+    """Every event type exactly once, with non-default values in every field, each
+    header carrying the schema version its type is written with."""
     h = iter(range(100))
 
     def hd(gen: int = 1) -> Header:
@@ -74,8 +103,10 @@ def one_of_each(run_id: str) -> list[Event]:
                       input_wait_ms=3.25, loss=2.75),
         ShardWritten(header=hd(), step=100, logical_id="r1", path="file:///c/r/g1/s100/__1_0.distcp",
                      bytes=123456789, crc32c=0xFFFFFFFF),
+        # v2: with the data cursor the checkpoint holds (see ``variants`` for v1's shape).
         ManifestProposed(header=hd(), step=100, manifest_path="file:///c/m.json",
-                         manifest_digest="sha256:ef", dataset_id="ds-1"),
+                         manifest_digest="sha256:ef", dataset_id="ds-1", epoch=3,
+                         position=12800, source_counts={"web": 8000, "code": 4800}),
         WorkerExited(header=hd(), logical_id="r1", node="node-b", exit_code=None, signal=9),
         AgentRegistered(header=hd(0), node="node-a", slots=8, domain="rack-1"),
         AgentHeartbeatRecorded(header=hd(0), node="node-a", slots=8, domain="rack-1",
@@ -88,6 +119,39 @@ def one_of_each(run_id: str) -> list[Event]:
                             resume_manifest="file:///c/m.json"),
         GroupStopCommanded(header=hd(), command_id=f"{run_id}/g1/stop/node-a", node="node-a",
                            reason="cancelled"),
+        # The checkpoint protocol (appended, so the indices above stay put).
+        CheckpointStaged(header=hd(), step=200, mode="async", stall_ms=41.5, waited_ms=7.25,
+                         bytes=987654321, backlog=2, durable_step=100),
+        CheckpointSkipped(header=hd(), step=300, reason="backlog full (skip policy)", backlog=2),
+        CheckpointWriteFailed(header=hd(), step=300, logical_id="r1", stage="shards",
+                              detail="OSError: [Errno 28] No space left on device"),
+        CheckpointVerificationFailed(header=hd(2), step=200,
+                                     manifest_path="file:///c/r/g1/s200/manifest.json",
+                                     manifest_digest="sha256:f0", logical_id="r0",
+                                     reason="shard_checksum",
+                                     detail="__1_0.distcp: crc32c 0x1 != 0x2"),
+        CheckpointRevoked(header=hd(2), step=200,
+                          manifest_path="file:///c/r/g1/s200/manifest.json",
+                          manifest_digest="sha256:f0", reason="shard_checksum"),
+        CheckpointRestored(header=hd(2), step=100,
+                           manifest_path="file:///c/r/g1/s100/manifest.json",
+                           manifest_digest="sha256:cd", logical_id="r0", verify_ms=125.5,
+                           load_ms=2048.75, fell_back=1),
+        CheckpointIntervalChanged(header=hd(2), interval_steps=250, interval_s=812.5,
+                                  cost_s=12.25, mtbf_s=27000.0, mtbf_source="observed"),
     ]
+    events = [as_written(e) for e in events]
     assert {type(e).__name__ for e in events} == set(EVENT_TYPES), "sample set is incomplete"
     return events
+
+
+def variants(run_id: str) -> list[Event]:
+    """Second samples of types whose fields have shapes ``one_of_each`` cannot show at
+    once: ManifestProposed as a v1-era writer fills it (no data cursor, no dataset)."""
+    return [as_written(e) for e in (
+        ManifestProposed(header=header(run_id, 100), step=100, manifest_path="file:///c/m.json",
+                         manifest_digest="sha256:ef", dataset_id=None),
+        ManifestProposed(header=header(run_id, 101), step=200, manifest_path="file:///c/m2.json",
+                         manifest_digest="sha256:f1", dataset_id="ds-1", epoch=0, position=0,
+                         source_counts={}),
+    )]

@@ -22,15 +22,24 @@ from hypothesis import strategies as st
 
 from events.fold import evolve
 from events.model import (
+    CHECKPOINT_STAGES,
     EVENT_TYPES,
     FAILURE_ACTIONS,
     FAILURE_CLASSES,
     OUTCOMES,
     SEVERITIES,
+    VERIFY_REASONS,
     AgentHeartbeatRecorded,
     AgentRegistered,
     AlertRaised,
     CancelRequested,
+    CheckpointIntervalChanged,
+    CheckpointRestored,
+    CheckpointRevoked,
+    CheckpointSkipped,
+    CheckpointStaged,
+    CheckpointVerificationFailed,
+    CheckpointWriteFailed,
     CursorAdvanced,
     Event,
     FailureClassified,
@@ -54,7 +63,8 @@ from events.model import (
     WorkerExited,
     WriteRejected,
 )
-from events.state import RunState, Status
+from events.registry import SchemaRegistry
+from events.state import Checkpoint, RunState, Status
 
 LONG_MIN = -(2**63)
 LONG_MAX = 2**63 - 1
@@ -74,7 +84,23 @@ FENCED_TYPES: tuple[type[Event], ...] = (
     WorkerExited,
     MembershipConfirmed,
     GroupStartCommanded,
+    CheckpointStaged,
+    CheckpointSkipped,
+    CheckpointWriteFailed,
+    CheckpointVerificationFailed,
+    CheckpointRestored,
+    CheckpointRevoked,
 )
+# Fenced reports that also name a member: refused from a logical id outside the group.
+MEMBER_TYPES: tuple[type[Event], ...] = (
+    HeartbeatRecorded,
+    WorkerExited,
+    ShardWritten,
+    CheckpointWriteFailed,
+    CheckpointVerificationFailed,
+    CheckpointRestored,
+)
+MTBF_SOURCES = ("fixed", "prior", "observed")
 # Legal even after the run has ended; they never move the status.
 INFORMATIONAL_TYPES: tuple[type[Event], ...] = (WriteRejected, AlertRaised, GroupStopCommanded)
 # Node-scoped inventory events: keyed ``node/<name>``, never a run's.
@@ -146,15 +172,69 @@ class Ev:
                             path=f"ckpt/g{gen}/s{step}/{logical_id}.distcp", bytes=1 << 20,
                             crc32c=0xDEADBEEF)
 
-    def proposed(self, gen: int, step: int) -> ManifestProposed:
+    def proposed(self, gen: int, step: int, with_cursor: bool = False) -> ManifestProposed:
+        """A proposal as v1 wrote it, or (``with_cursor``) with v2's data cursor."""
+        cursor: dict[str, Any] = {}
+        if with_cursor:
+            cursor = dict(epoch=0, position=step * 64,
+                          source_counts={"web": step * 40, "code": step * 24})
         return ManifestProposed(header=self.h(gen), step=step,
                                 manifest_path=f"ckpt/g{gen}/s{step}/manifest.json",
-                                manifest_digest=f"sha256:g{gen}s{step}", dataset_id="ds-1")
+                                manifest_digest=f"sha256:g{gen}s{step}", dataset_id="ds-1",
+                                **cursor)
 
     def committed(self, gen: int, step: int) -> ManifestCommitted:
         return ManifestCommitted(header=self.h(gen), step=step,
                                  manifest_path=f"ckpt/g{gen}/s{step}/manifest.json",
                                  manifest_digest=f"sha256:g{gen}s{step}")
+
+    def staged(self, gen: int, step: int, mode: str = "async", backlog: int = 1,
+               durable_step: int | None = None) -> CheckpointStaged:
+        return CheckpointStaged(header=self.h(gen), step=step, mode=mode, stall_ms=40.0,
+                                waited_ms=0.0, bytes=1 << 30, backlog=backlog,
+                                durable_step=durable_step)
+
+    def skipped(self, gen: int, step: int, backlog: int = 2) -> CheckpointSkipped:
+        return CheckpointSkipped(header=self.h(gen), step=step, reason="backlog full",
+                                 backlog=backlog)
+
+    def write_failed(self, gen: int, step: int, logical_id: str = "w0",
+                     stage: str = "shards") -> CheckpointWriteFailed:
+        return CheckpointWriteFailed(header=self.h(gen), step=step, logical_id=logical_id,
+                                     stage=stage, detail="OSError: disk full")
+
+    def verify_failed(self, gen: int, ckpt: Checkpoint, logical_id: str = "w0",
+                      reason: str = "shard_checksum") -> CheckpointVerificationFailed:
+        return CheckpointVerificationFailed(
+            header=self.h(gen), step=ckpt.step, manifest_path=ckpt.manifest_path,
+            manifest_digest=ckpt.manifest_digest, logical_id=logical_id, reason=reason,
+            detail="crc32c mismatch")
+
+    def restored(self, gen: int, ckpt: Checkpoint, logical_id: str = "w0",
+                 fell_back: int = 0) -> CheckpointRestored:
+        return CheckpointRestored(
+            header=self.h(gen), step=ckpt.step, manifest_path=ckpt.manifest_path,
+            manifest_digest=ckpt.manifest_digest, logical_id=logical_id, verify_ms=12.5,
+            load_ms=250.0, fell_back=fell_back)
+
+    def revoked(self, gen: int, step: int, committed_gen: int | None = None,
+                digest: str | None = None, reason: str = "shard_checksum") -> CheckpointRevoked:
+        """Revoke the checkpoint ``committed(committed_gen, step)`` wrote (by default one
+        committed under ``gen``), or the one with ``digest``."""
+        cg = gen if committed_gen is None else committed_gen
+        return CheckpointRevoked(header=self.h(gen), step=step,
+                                 manifest_path=f"ckpt/g{cg}/s{step}/manifest.json",
+                                 manifest_digest=digest or f"sha256:g{cg}s{step}", reason=reason)
+
+    def revoke(self, gen: int, ckpt: Checkpoint) -> CheckpointRevoked:
+        """Revoke exactly ``ckpt``."""
+        return self.revoked(gen, ckpt.step, digest=ckpt.manifest_digest)
+
+    def interval(self, gen: int, steps: int, source: str = "observed") -> CheckpointIntervalChanged:
+        return CheckpointIntervalChanged(header=self.h(gen), interval_steps=steps,
+                                         interval_s=steps * 0.5, cost_s=10.0,
+                                         mtbf_s=None if source == "fixed" else 36_000.0,
+                                         mtbf_source=source)
 
     def cursor(self, gen: int, step: int, position: int | None = None) -> CursorAdvanced:
         return CursorAdvanced(header=self.h(gen), step=step, dataset_id="ds-1", epoch=0,
@@ -234,16 +314,30 @@ longs = st.one_of(
 nonneg_longs = st.integers(0, LONG_MAX)
 doubles = st.floats(allow_nan=False)  # NaN != NaN would defeat equality, not the codec
 
-headers = st.builds(
-    Header,
-    event_id=nonempty_texts,
-    run_id=nonempty_texts,
-    generation=nonneg_longs,
-    occurred_at=nonneg_longs,
-    producer=nonempty_texts,
-    causation_id=st.none() | texts,
-    schema_version=st.just(1),
-)
+
+
+@functools.cache
+def written_version(event_type: str) -> int:
+    """The schema version the codec writes ``event_type`` with (its newest file);
+    decoding reports that version in ``header.schema_version``."""
+    return SchemaRegistry.from_directory().latest(event_type).version
+
+
+@functools.cache
+def headers_of(version: int = 1) -> st.SearchStrategy[Header]:
+    return st.builds(
+        Header,
+        event_id=nonempty_texts,
+        run_id=nonempty_texts,
+        generation=nonneg_longs,
+        occurred_at=nonneg_longs,
+        producer=nonempty_texts,
+        causation_id=st.none() | texts,
+        schema_version=st.just(version),
+    )
+
+
+headers = headers_of(1)
 members = st.builds(Member, logical_id=texts, node=texts, slot=longs,
                     domain=st.none() | texts)
 
@@ -285,17 +379,37 @@ _CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("RunFinished", "outcome"): st.sampled_from(OUTCOMES),
     ("AgentRegistered", "node"): nonempty_texts,
     ("AgentRegistered", "slots"): st.integers(1, LONG_MAX),
+    ("CheckpointStaged", "mode"): st.sampled_from(("sync", "async")),
+    ("CheckpointWriteFailed", "stage"): st.sampled_from(CHECKPOINT_STAGES),
+    ("CheckpointVerificationFailed", "reason"): st.sampled_from(VERIFY_REASONS),
+    ("CheckpointIntervalChanged", "mtbf_source"): st.sampled_from(MTBF_SOURCES),
+}
+
+# Fields a newer schema version added: also drawn all absent together, as an older
+# writer's record reads (ManifestProposed v2's data cursor).
+_ADDED_IN_LATER_VERSIONS: dict[str, tuple[str, ...]] = {
+    "ManifestProposed": ("epoch", "position", "source_counts"),
 }
 
 
 def event_of(cls: type[Event]) -> st.SearchStrategy[Event]:
-    """Arbitrary valid instances of one event class, derived from its type hints."""
+    """Arbitrary valid instances of one event class, derived from its type hints.
+
+    ``header.schema_version`` is the version the codec writes the class with, so
+    a decoded event equals the one encoded.
+    """
     hints = typing.get_type_hints(cls)
-    kwargs = {}
+    kwargs: dict[str, st.SearchStrategy[Any]] = {}
     for f in dataclasses.fields(cls):
         constrained = _CONSTRAINED.get((cls.__name__, f.name))
         kwargs[f.name] = _for_type(hints[f.name]) if constrained is None else constrained
-    return st.builds(cls, **kwargs)
+    kwargs["header"] = headers_of(written_version(cls.__name__))
+    full = st.builds(cls, **kwargs)
+    added = _ADDED_IN_LATER_VERSIONS.get(cls.__name__)
+    if not added:
+        return full
+    older = st.builds(cls, **{**kwargs, **{name: st.none() for name in added}})
+    return st.one_of(older, full)
 
 
 any_event = st.one_of([event_of(cls) for cls in EVENT_TYPES.values()])
@@ -311,6 +425,9 @@ _HAPPY = ("next",) * 6 + ("step", "step", "committed", "committed", "cursor", "h
 _OTHER = (
     "submitted", "cancel_requested", "queued", "admitted", "gs", "confirmed", "shard",
     "proposed", "exited", "failure", "rejected", "alert", "group_start", "group_stop", "node",
+    # The checkpoint protocol: reports, and the controller's revocations and intervals.
+    "staged", "skipped", "write_failed", "verify_failed", "restored", "revoked",
+    "interval",
 )
 _TERMINAL = ("cancelled", "finished")
 KINDS = _HAPPY * 2 + _OTHER + _TERMINAL
@@ -374,7 +491,35 @@ def _event_near(draw: st.DrawFn, kind: str, state: RunState, ev: Ev) -> Event:
         case "shard":
             return ev.shard(gen, _near(draw, state.step), draw(_IDS))
         case "proposed":
-            return ev.proposed(gen, _near(draw, max(ckpt, state.step), 1, 3))
+            return ev.proposed(gen, _near(draw, max(ckpt, state.step), 1, 3),
+                               with_cursor=draw(st.booleans()))
+        case "staged":
+            return ev.staged(gen, _near(draw, state.step), draw(_one("sync", "async")),
+                             backlog=draw(_ints(0, 2)), durable_step=draw(_one(None, ckpt)))
+        case "skipped":
+            return ev.skipped(gen, _near(draw, state.step))
+        case "write_failed":
+            return ev.write_failed(gen, _near(draw, state.step), draw(_IDS),
+                                   draw(_one(*CHECKPOINT_STAGES)))
+        case "verify_failed" | "restored" | "revoked":
+            # Mostly the latest committed checkpoint, else an older one of the
+            # history, else one the run never committed.
+            history = state.checkpoints
+            unknown = Checkpoint(ckpt + 1, "ckpt/x/manifest.json", f"sha256:unknown{ckpt}", g, 0)
+            pick = draw(_ints(0, 9))
+            if history and pick < 6:
+                target = history[-1]
+            elif history and pick < 8:
+                target = history[draw(_ints(0, len(history) - 1))]
+            else:
+                target = unknown
+            if kind == "revoked":
+                return ev.revoke(gen, target)
+            if kind == "restored":
+                return ev.restored(gen, target, draw(_IDS), fell_back=draw(_ints(0, 2)))
+            return ev.verify_failed(gen, target, draw(_IDS), draw(_one(*VERIFY_REASONS)))
+        case "interval":
+            return ev.interval(gen, draw(_one(0, 1, 50, 500)), draw(_one(*MTBF_SOURCES)))
         case "committed":
             return ev.committed(gen, _near(draw, max(ckpt, state.step), 1, 3))
         case "cursor":
@@ -422,13 +567,68 @@ def run_logs(draw: st.DrawFn, run_id: str = "r1", max_events: int = 50) -> list[
     events: list[Event] = [ev.submitted(draw(_one(0, 0, 0, 1)))]
     state = evolve(None, events[0])
     assert state is not None
-    for _ in range(draw(_ints(0, max_events))):
+    _extend(draw, ev, events, state, draw(_ints(0, max_events)))
+    return events
+
+
+def _extend(draw: st.DrawFn, ev: Ev, events: list[Event], state: RunState, n: int) -> RunState:
+    """Append ``n`` events drawn near ``state`` (the fold of ``events``); the new state."""
+    for _ in range(n):
         ev.tick = draw(_ints(1, 60_000))
         # About one event in 45 ends the run, so most logs get somewhere first.
         ending = draw(_ints(0, 44)) == 44
         e = _event_near(draw, draw(_one(*_TERMINAL)) if ending else draw(_KINDS), state, ev)
         events.append(e)
         state = evolve(state, e) or state
+    return state
+
+
+@st.composite
+def restore_logs(draw: st.DrawFn, run_id: str = "r1", max_events: int = 30) -> list[Event]:
+    """A run that commits 1..6 checkpoints, fails, and restarts; the new generation's
+    restore refuses the newest 1..all of them (``CheckpointVerificationFailed``, then
+    the controller's ``CheckpointRevoked``), loads the one before (``CheckpointRestored``)
+    and trains on; then random events as in ``run_logs``.
+
+    Every log reaches a revocation under the live generation, so the fold's fallback
+    rules are exercised on every example, not on a lucky few; the odd event of the
+    scripted part is also drawn from a stale generation or a non-member.
+    """
+    ev = Ev(run_id, start=draw(_ints(0, 2**40)), tick=draw(_ints(1, 60_000)))
+    events: list[Event] = [ev.submitted(), ev.admitted(), ev.gs(1), ev.confirmed(1)]
+    step = 0
+    for _ in range(draw(_ints(1, 6))):
+        step += draw(_ints(1, 4))
+        events.append(ev.step(1, step))
+        if draw(_ints(0, 3)):  # most steps get a checkpoint, some also a cursor
+            events.append(ev.committed(1, step))
+            if draw(st.booleans()):
+                events.append(ev.cursor(1, step))
+    state = fold_one(events)
+    assert state is not None
+    # Training got past the last checkpoint, then a worker failed: restart from it.
+    events += [ev.step(1, step + 1), ev.failure(1, "restart")]
+    gen = 2
+    latest = state.checkpoint
+    events.append(ev.gs(gen, resume_step=latest.step if latest else None))
+    history = list(state.checkpoints)
+    for _ in range(draw(_ints(1, max(1, len(history))))):
+        if not history:
+            break
+        bad = history.pop()
+        reporter = draw(_one("w0", "w0", "w1", "w9"))  # w9 is no member: refused
+        report_gen = draw(_one(gen, gen, gen, 1))  # generation 1 is revoked: refused
+        events.append(ev.verify_failed(report_gen, bad, reporter,
+                                       draw(_one(*VERIFY_REASONS))))
+        events.append(ev.revoke(draw(_one(gen, gen, gen, gen, 1)), bad))
+    fallback = history[-1] if history else None
+    if fallback is not None:
+        events.append(ev.restored(gen, fallback, "w0",
+                                  fell_back=len(state.checkpoints) - len(history)))
+    events.append(ev.confirmed(gen))
+    state2 = fold_one(events)
+    assert state2 is not None
+    _extend(draw, ev, events, state2, draw(_ints(0, max_events)))
     return events
 
 
@@ -485,8 +685,11 @@ def interleavings(draw: st.DrawFn, runs: int = 3) -> tuple[list[list[Event]], li
     return logs, [next(iters[i]) for i in order]
 
 
-def stale_probe(kind: type[Event], gen: int, ev: Ev, step: int) -> Event:
-    """A fenced report or fact of type ``kind`` carrying generation ``gen``."""
+def stale_probe(kind: type[Event], gen: int, ev: Ev, step: int,
+                ckpt: Checkpoint | None = None) -> Event:
+    """A fenced report or fact of type ``kind`` carrying generation ``gen``; the
+    checkpoint events name ``ckpt`` (the state's latest, so only the fence refuses)."""
+    probe_ckpt = ckpt or Checkpoint(step, f"ckpt/s{step}/manifest.json", f"sha256:s{step}", 0, 0)
     builders: dict[type[Event], Any] = {
         HeartbeatRecorded: lambda: ev.heartbeat(gen, "w0", step),
         StepCommitted: lambda: ev.step(gen, step + 1),
@@ -498,5 +701,11 @@ def stale_probe(kind: type[Event], gen: int, ev: Ev, step: int) -> Event:
         MembershipConfirmed: lambda: ev.confirmed(gen),
         GroupStartCommanded: lambda: ev.group_start(gen),
         FailureClassified: lambda: ev.failure(gen, "restart"),
+        CheckpointStaged: lambda: ev.staged(gen, step),
+        CheckpointSkipped: lambda: ev.skipped(gen, step),
+        CheckpointWriteFailed: lambda: ev.write_failed(gen, step + 1, "w0"),
+        CheckpointVerificationFailed: lambda: ev.verify_failed(gen, probe_ckpt, "w0"),
+        CheckpointRestored: lambda: ev.restored(gen, probe_ckpt, "w0"),
+        CheckpointRevoked: lambda: ev.revoke(gen, probe_ckpt),
     }
     return builders[kind]()  # type: ignore[no-any-return]

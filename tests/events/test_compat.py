@@ -26,7 +26,7 @@ import pytest
 
 from events.codec import MAGIC, Codec, Upcasters
 from events.errors import SchemaError
-from events.model import EVENT_TYPES, HeartbeatRecorded, ManifestProposed
+from events.model import EVENT_TYPES, HeartbeatRecorded, RunSubmitted
 from events.registry import SchemaRegistry
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
@@ -367,22 +367,25 @@ HEADER = {"event_id": "e1", "run_id": "r1", "generation": 2, "occurred_at": 1000
           "producer": "worker/r1/w0", "causation_id": None, "schema_version": 1}
 
 
+SUBMITTED = {"header": HEADER, "spec_digest": "sha256:s", "spec_json": "{}",
+             "principal": "alice", "world_size": 2}
+
+
 def test_old_bytes_decode_into_the_newest_shape_with_defaults(tmp_path: Path) -> None:
-    registry, _ = old_registry(tmp_path, "ManifestProposed", "dataset_id")
-    assert check_backward(registry.versions("ManifestProposed")[0].schema,
-                          registry.latest("ManifestProposed").schema) == []
+    registry, _ = old_registry(tmp_path, "RunSubmitted", "dataset_id")
+    assert check_backward(registry.versions("RunSubmitted")[0].schema,
+                          registry.latest("RunSubmitted").schema) == []
     codec = Codec(registry)
-    data = v1_bytes(registry, "ManifestProposed", {
-        "header": HEADER, "step": 7, "manifest_path": "m.json", "manifest_digest": "sha256:x"})
+    data = v1_bytes(registry, "RunSubmitted", SUBMITTED)
     decoded = codec.decode(data)
     assert decoded.writer_version == 1
-    assert decoded.event == ManifestProposed(
-        header=decoded.event.header, step=7, manifest_path="m.json",
-        manifest_digest="sha256:x", dataset_id=None)
+    assert decoded.event == RunSubmitted(
+        header=decoded.event.header, spec_digest="sha256:s", spec_json="{}",
+        principal="alice", world_size=2, dataset_id=None)
     assert decoded.event.header.schema_version == 1
     # Today's writer uses the newest version.
     new = codec.encode(decoded.event)
-    assert new[2:10] == registry.latest("ManifestProposed").fingerprint
+    assert new[2:10] == registry.latest("RunSubmitted").fingerprint
     assert codec.decode(new).writer_version == 2
 
 
@@ -396,43 +399,41 @@ def test_a_default_added_only_in_the_synthetic_copy_is_filled(tmp_path: Path) ->
 
 
 def test_upcasters_apply_to_old_writers_only(tmp_path: Path) -> None:
-    registry, _ = old_registry(tmp_path, "ManifestProposed", "dataset_id")
+    registry, _ = old_registry(tmp_path, "RunSubmitted", "dataset_id")
     upcasters = Upcasters()
     # v1 writers had one dataset per deployment: the meaning of "no dataset_id".
-    upcasters.register("ManifestProposed", 1,
+    upcasters.register("RunSubmitted", 1,
                        lambda r: {**r, "dataset_id": r["dataset_id"] or "ds-legacy"})
     codec = Codec(registry, upcasters)
-    old = v1_bytes(registry, "ManifestProposed", {
-        "header": HEADER, "step": 7, "manifest_path": "m.json", "manifest_digest": "sha256:x"})
+    old = v1_bytes(registry, "RunSubmitted", SUBMITTED)
     event = codec.decode(old).event
-    assert isinstance(event, ManifestProposed) and event.dataset_id == "ds-legacy"
-    current = ManifestProposed(header=event.header, step=8, manifest_path="m2.json",
-                               manifest_digest="sha256:y", dataset_id=None)
+    assert isinstance(event, RunSubmitted) and event.dataset_id == "ds-legacy"
+    current = RunSubmitted(header=event.header, spec_digest="sha256:t", spec_json="{}",
+                           principal="bob", world_size=1, dataset_id=None)
     again = codec.decode(codec.encode(current))
     assert again.writer_version == 2
     assert again.event == replace(current, header=replace(current.header, schema_version=2))
-    assert isinstance(again.event, ManifestProposed) and again.event.dataset_id is None
+    assert isinstance(again.event, RunSubmitted) and again.event.dataset_id is None
 
 
 def test_upcasters_run_in_version_order(tmp_path: Path) -> None:
-    registry, _ = old_registry(tmp_path, "ManifestProposed", "dataset_id")
+    registry, _ = old_registry(tmp_path, "RunSubmitted", "dataset_id")
     calls: list[int] = []
 
     def step(version: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
         def fn(record: dict[str, Any]) -> dict[str, Any]:
             calls.append(version)
-            return {**record, "manifest_path": f"{record['manifest_path']}>{version}"}
+            return {**record, "spec_json": f"{record['spec_json']}>{version}"}
         return fn
 
     upcasters = Upcasters()
-    upcasters.register("ManifestProposed", 2, step(2))  # registered out of order
-    upcasters.register("ManifestProposed", 1, step(1))
+    upcasters.register("RunSubmitted", 2, step(2))  # registered out of order
+    upcasters.register("RunSubmitted", 1, step(1))
     codec = Codec(registry, upcasters)
-    old = v1_bytes(registry, "ManifestProposed", {
-        "header": HEADER, "step": 7, "manifest_path": "m", "manifest_digest": "d"})
+    old = v1_bytes(registry, "RunSubmitted", SUBMITTED)
     event = codec.decode(old).event
     assert calls == [1, 2]
-    assert isinstance(event, ManifestProposed) and event.manifest_path == "m>1>2"
+    assert isinstance(event, RunSubmitted) and event.spec_json == "{}>1>2"
     calls.clear()
     codec.decode(codec.encode(event))
     assert calls == [2]

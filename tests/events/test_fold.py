@@ -20,6 +20,7 @@ from events.fold import (
     RUN_TERMINAL,
     STALE_GENERATION,
     STEP_NOT_FORWARD,
+    UNKNOWN_CHECKPOINT,
     UNKNOWN_RUN,
     WRONG_RUN,
     Transition,
@@ -27,9 +28,14 @@ from events.fold import (
     evolve,
     fold,
 )
-from events.model import EVENT_TYPES, Event, Member
-from events.state import Checkpoint, Cursor, RunState, Status
-from tests.events.strategies import INFORMATIONAL_TYPES, MEMBERS, Ev
+from events.model import EVENT_TYPES, CheckpointRevoked, Event, Member
+from events.state import CHECKPOINT_HISTORY, Checkpoint, Cursor, RunState, Status
+from tests.events.sample_events import variants
+from tests.events.strategies import INFORMATIONAL_TYPES, MEMBER_TYPES, MEMBERS, Ev
+
+# The checkpoint ``running`` commits (generation 1, step 10), as the fold records it
+# (``committed_at`` aside).
+CKPT10 = Checkpoint(10, "ckpt/g1/s10/manifest.json", "sha256:g1s10", 1, 0)
 
 
 def run(events: list[Event]) -> RunState:
@@ -276,6 +282,10 @@ def _scenarios() -> dict[str, Callable[[], tuple[RunState | None, Event]]]:
         ev = Ev()
         return running(ev), ev.gs(2, resume_step=None)
 
+    def unknown_checkpoint() -> tuple[RunState | None, Event]:
+        ev = Ev()
+        return running(ev), ev.revoked(1, 10, digest="sha256:never-committed")
+
     return {
         STALE_GENERATION: stale,
         UNKNOWN_RUN: unknown,
@@ -290,6 +300,7 @@ def _scenarios() -> dict[str, Callable[[], tuple[RunState | None, Event]]]:
         CURSOR_WITHOUT_CHECKPOINT: cursor_without,
         RESUME_BEYOND_CHECKPOINT: resume_beyond,
         RESUME_MISSING: resume_missing,
+        UNKNOWN_CHECKPOINT: unknown_checkpoint,
     }
 
 
@@ -369,14 +380,28 @@ def test_cursor_must_sit_on_the_latest_checkpoint() -> None:
     assert s.cursor is not None and s.cursor.step == 11
 
 
-@pytest.mark.parametrize("make", [
-    lambda ev: ev.heartbeat(1, "w9"),
-    lambda ev: ev.exited(1, "w9"),
-    lambda ev: ev.shard(1, 11, "w9"),
-])
-def test_reports_from_non_members_are_refused(make: Callable[[Ev], Event]) -> None:
+NON_MEMBER_MAKERS: dict[str, Callable[[Ev, str], Event]] = {
+    "HeartbeatRecorded": lambda ev, who: ev.heartbeat(1, who),
+    "WorkerExited": lambda ev, who: ev.exited(1, who),
+    "ShardWritten": lambda ev, who: ev.shard(1, 11, who),
+    "CheckpointWriteFailed": lambda ev, who: ev.write_failed(1, 11, who),
+    "CheckpointVerificationFailed": lambda ev, who: ev.verify_failed(1, CKPT10, who),
+    "CheckpointRestored": lambda ev, who: ev.restored(1, CKPT10, who),
+}
+
+
+def test_every_report_that_names_a_member_is_checked() -> None:
+    assert set(NON_MEMBER_MAKERS) == {t.__name__ for t in MEMBER_TYPES}
+
+
+@pytest.mark.parametrize("name", sorted(NON_MEMBER_MAKERS))
+def test_reports_from_non_members_are_refused(name: str) -> None:
     ev = Ev()
-    rejected(running(ev), make(ev), NOT_A_MEMBER)
+    s = running(ev)
+    t = rejected(s, NON_MEMBER_MAKERS[name](ev, "w9"), NOT_A_MEMBER)
+    assert "'w9'" in t.verdict.detail
+    # A member's report of the same kind is accepted.
+    assert apply(s, NON_MEMBER_MAKERS[name](ev, "w1")).verdict.accepted
 
 
 @pytest.mark.parametrize("make,status", [
@@ -417,6 +442,12 @@ FENCED_MAKERS: dict[str, Callable[[Ev, int], Event]] = {
     "WorkerExited": lambda ev, g: ev.exited(g, "w0"),
     "MembershipConfirmed": lambda ev, g: ev.confirmed(g),
     "GroupStartCommanded": lambda ev, g: ev.group_start(g),
+    "CheckpointStaged": lambda ev, g: ev.staged(g, 11),
+    "CheckpointSkipped": lambda ev, g: ev.skipped(g, 11),
+    "CheckpointWriteFailed": lambda ev, g: ev.write_failed(g, 11, "w0"),
+    "CheckpointVerificationFailed": lambda ev, g: ev.verify_failed(g, CKPT10, "w0"),
+    "CheckpointRestored": lambda ev, g: ev.restored(g, CKPT10, "w0"),
+    "CheckpointRevoked": lambda ev, g: ev.revoke(g, CKPT10),
 }
 
 
@@ -459,7 +490,9 @@ def test_cancel_revokes_and_everything_after_is_refused() -> None:
         ev.cancel_requested(1), ev.admitted(), ev.queued(), ev.submitted(),
         ev.exited(1), ev.shard(1, 11), ev.proposed(1, 11), ev.group_start(1),
         ev.agent_registered(run_id="r1"), ev.agent_heartbeat(run_id="r1"),
-        ev.quarantined(run_id="r1"),
+        ev.quarantined(run_id="r1"), ev.staged(1, 11), ev.skipped(1, 11),
+        ev.write_failed(1, 11), ev.verify_failed(1, CKPT10), ev.restored(1, CKPT10),
+        ev.revoke(1, CKPT10), ev.interval(1, 100),
     ]
     informational = {t.__name__ for t in INFORMATIONAL_TYPES}
     assert informational == {"WriteRejected", "AlertRaised", "GroupStopCommanded"}
@@ -584,6 +617,15 @@ COLUMNS: dict[str, Callable[[Ev, RunState], Event]] = {
     "AgentRegistered": lambda ev, s: ev.agent_registered(run_id=s.run_id),
     "AgentHeartbeatRecorded": lambda ev, s: ev.agent_heartbeat(run_id=s.run_id),
     "NodeQuarantined": lambda ev, s: ev.quarantined(run_id=s.run_id),
+    "ManifestProposed(v2)": lambda ev, s: ev.proposed(s.generation, 20, with_cursor=True),
+    "CheckpointStaged": lambda ev, s: ev.staged(s.generation, s.step),
+    "CheckpointSkipped": lambda ev, s: ev.skipped(s.generation, s.step),
+    "CheckpointWriteFailed": lambda ev, s: ev.write_failed(s.generation, 20, "w1"),
+    "CheckpointVerificationFailed": lambda ev, s: ev.verify_failed(s.generation, CKPT10, "w1"),
+    "CheckpointRestored": lambda ev, s: ev.restored(s.generation, CKPT10, "w1"),
+    # From Starting on the state holds CKPT10 (committed under generation 1).
+    "CheckpointRevoked": lambda ev, s: ev.revoke(s.generation, CKPT10),
+    "CheckpointIntervalChanged": lambda ev, s: ev.interval(s.generation, 100),
 }
 
 SUB, QUE, ADM, STA, RUN, REC = (Status.SUBMITTED, Status.QUEUED, Status.ADMITTED,
@@ -620,11 +662,22 @@ LEGAL: dict[str, set[Status]] = {
     "AgentRegistered": set(),
     "AgentHeartbeatRecorded": set(),
     "NodeQuarantined": set(),
+    "ManifestProposed(v2)": ACTIVE,
+    "CheckpointStaged": ACTIVE,
+    "CheckpointSkipped": ACTIVE,
+    "CheckpointWriteFailed": ACTIVE,
+    "CheckpointVerificationFailed": ACTIVE,
+    "CheckpointRestored": ACTIVE,
+    "CheckpointRevoked": ACTIVE,
+    # The controller's own setting: not fenced, legal until the run ends.
+    "CheckpointIntervalChanged": LIVE,
 }
 
 _FENCED_COLUMNS = {"MembershipConfirmed", "ManifestCommitted", "CursorAdvanced",
                    "HeartbeatRecorded", "StepCommitted", "ShardWritten", "ManifestProposed",
-                   "WorkerExited", "GroupStartCommanded"}
+                   "WorkerExited", "GroupStartCommanded", "ManifestProposed(v2)",
+                   "CheckpointStaged", "CheckpointSkipped", "CheckpointWriteFailed",
+                   "CheckpointVerificationFailed", "CheckpointRestored", "CheckpointRevoked"}
 
 
 def _expected_reason(column: str, status: Status) -> str:
@@ -724,3 +777,238 @@ def test_a_restart_decision_revokes_the_failed_generation_before_the_next_starts
     s = run_from(s, [ev.gs(2, resume_step=10)])
     assert not s.awaiting_generation
     assert run_from(s, [ev.step(2, 11)]).step == 11
+
+
+# --- checkpoint history, revocation and interval (DESIGN section 6.6) -------------------
+
+
+def committed_at(ev: Ev, steps: list[int], gen: int = 1) -> RunState:
+    """Running in generation 1 with a step and a committed checkpoint at each of ``steps``."""
+    log: list[Event] = [ev.submitted(), ev.admitted(), ev.gs(1), ev.confirmed(1)]
+    for step in steps:
+        log += [ev.step(gen, step), ev.committed(gen, step)]
+    return run(log)
+
+
+def test_commits_build_the_history_oldest_first() -> None:
+    ev = Ev()
+    s = committed_at(ev, [5, 10, 15])
+    assert [c.step for c in s.checkpoints] == [5, 10, 15]
+    assert [c.manifest_digest for c in s.checkpoints] == [
+        "sha256:g1s5", "sha256:g1s10", "sha256:g1s15"]
+    assert s.checkpoint == s.checkpoints[-1]
+    # A proposal, and every other checkpoint report, publishes nothing.
+    s2 = run_from(s, [ev.proposed(1, 20, with_cursor=True), ev.staged(1, 15),
+                      ev.skipped(1, 16), ev.write_failed(1, 16), ev.shard(1, 16)])
+    assert (s2.checkpoint, s2.checkpoints, s2.cursor) == (s.checkpoint, s.checkpoints, s.cursor)
+
+
+def test_revoking_the_latest_falls_back_to_the_previous() -> None:
+    ev = Ev()
+    s = run_from(committed_at(ev, [5, 10, 15]), [ev.step(1, 16)])
+    c5, c10, c15 = s.checkpoints
+    s = run_from(s, [ev.revoke(1, c15)])
+    assert s.checkpoint == c10 and s.checkpoints == (c5, c10)
+    assert s.step == 10  # progress restarts from the checkpoint "latest" fell back to
+    s = run_from(s, [ev.revoke(1, c10)])
+    assert s.checkpoint == c5 and s.checkpoints == (c5,)
+    assert s.step == 5
+    assert s.status == Status.RUNNING and s.generation == 1
+
+
+def test_revoking_an_older_checkpoint_keeps_the_latest() -> None:
+    ev = Ev()
+    s = committed_at(ev, [5, 10, 15])
+    c5, c10, c15 = s.checkpoints
+    s = run_from(s, [ev.revoke(1, c10)])
+    assert s.checkpoint == c15 and s.checkpoints == (c5, c15)
+    assert s.step == 15
+    # Revoking the latest now skips the revoked one.
+    s = run_from(s, [ev.revoke(1, c15)])
+    assert s.checkpoint == c5 and s.step == 5
+
+
+def test_history_is_bounded_and_keeps_commit_order() -> None:
+    ev = Ev()
+    s = committed_at(ev, list(range(1, 71)))  # 70 commits
+    assert len(s.checkpoints) == CHECKPOINT_HISTORY == 64
+    assert [c.step for c in s.checkpoints] == list(range(7, 71))
+    assert s.checkpoint is not None and s.checkpoint.step == 70
+    s = run_from(s, [ev.revoke(1, s.checkpoints[-1])])
+    assert s.checkpoint is not None and s.checkpoint.step == 69
+    assert [c.step for c in s.checkpoints] == list(range(7, 70))
+    # A checkpoint that fell out of the history can no longer be revoked.
+    rejected(s, ev.revoked(1, 6), UNKNOWN_CHECKPOINT)
+    rejected(s, ev.revoked(1, 70), UNKNOWN_CHECKPOINT)  # already revoked
+    # A new commit after the revocation is appended at the end, the history bounded again.
+    s = run_from(s, [ev.step(1, 70), ev.committed(1, 70), ev.step(1, 71),
+                     ev.committed(1, 71)])
+    assert [c.step for c in s.checkpoints] == list(range(8, 72))
+
+
+def test_revoking_an_unknown_digest_is_refused() -> None:
+    ev = Ev()
+    s = committed_at(ev, [5, 10])
+    t = rejected(s, ev.revoked(1, 10, digest="sha256:other"), UNKNOWN_CHECKPOINT)
+    assert "sha256:other" in t.verdict.detail
+    # The digest decides, not the step: the right step with a wrong digest is refused.
+    rejected(s, ev.revoked(1, 10, committed_gen=2), UNKNOWN_CHECKPOINT)
+    # Nothing committed yet: nothing can be revoked.
+    ev = Ev()
+    rejected(running(ev, ckpt_step=None), ev.revoked(1, 10), UNKNOWN_CHECKPOINT)
+
+
+def test_a_stale_or_revoked_generation_cannot_revoke() -> None:
+    ev = Ev()
+    s = committed_at(ev, [5, 10])
+    c10 = s.checkpoints[-1]
+    decided = run_from(s, [ev.failure(1, "restart")])  # generation 1 is revoked at once
+    t = rejected(decided, ev.revoke(1, c10), STALE_GENERATION)
+    assert "revoked" in t.verdict.detail
+    s2 = run_from(decided, [ev.gs(2, resume_step=10)])
+    for gen in (1, 3):
+        t = rejected(s2, ev.revoke(gen, c10), STALE_GENERATION)
+        assert f"generation {gen}" in t.verdict.detail
+    # The fence comes first: a stale revocation of an unknown digest is still stale.
+    rejected(s2, ev.revoked(1, 10, digest="sha256:other"), STALE_GENERATION)
+    # The live generation revokes a checkpoint an older generation committed.
+    s3 = run_from(s2, [ev.revoke(2, c10)])
+    assert s3.checkpoint is not None and s3.checkpoint.step == 5
+    # Before any generation, or after the end, there is nothing to revoke.
+    requeued = run_from(s, [ev.failure(1, "requeue")])
+    rejected(requeued, ev.revoke(1, c10), RUN_NOT_ACTIVE)
+    rejected(run_from(s, [ev.cancelled(1)]), ev.revoke(1, c10), RUN_TERMINAL)
+
+
+def test_revoking_the_only_checkpoint_leaves_none() -> None:
+    ev = Ev()
+    s = run_from(running(ev), [ev.cursor(1, 10)])  # steps 1..10, checkpoint and cursor at 10
+    (only,) = s.checkpoints
+    s = run_from(s, [ev.revoke(1, only)])
+    assert (s.checkpoint, s.checkpoints, s.cursor, s.step) == (None, (), None, 0)
+    # With nothing committed, a new generation starts from scratch (no resume step),
+    # and may not claim a resume point.
+    rejected(s, ev.gs(2, resume_step=10), RESUME_BEYOND_CHECKPOINT)
+    s = run_from(s, [ev.gs(2)])
+    assert (s.step, s.checkpoint) == (0, None)
+    # A cursor needs a checkpoint again.
+    rejected(s, ev.cursor(2, 10), CURSOR_WITHOUT_CHECKPOINT)
+
+
+def test_revocation_drops_the_cursor_of_the_revoked_step_only() -> None:
+    ev = Ev()
+    s = committed_at(ev, [5])
+    s = run_from(s, [ev.cursor(1, 5), ev.step(1, 10), ev.committed(1, 10), ev.cursor(1, 10)])
+    assert s.cursor is not None and s.cursor.step == 10
+    s = run_from(s, [ev.revoke(1, s.checkpoints[-1])])
+    assert s.cursor is None  # it belonged to the revoked checkpoint
+    assert s.checkpoint is not None and s.checkpoint.step == 5
+    # A cursor at an older, kept step stays.
+    ev = Ev()
+    s = committed_at(ev, [5])
+    s = run_from(s, [ev.cursor(1, 5), ev.step(1, 10), ev.committed(1, 10)])
+    kept = s.cursor
+    s = run_from(s, [ev.revoke(1, s.checkpoints[-1])])
+    assert s.cursor == kept and kept is not None and kept.step == 5
+
+
+def test_revocation_only_lowers_the_step() -> None:
+    ev = Ev()
+    s = committed_at(ev, [5, 10])
+    s = run_from(s, [ev.failure(1, "restart"), ev.gs(2, resume_step=0)])
+    assert s.step == 0
+    s = run_from(s, [ev.revoke(2, s.checkpoints[-1])])
+    assert s.step == 0  # below the fallback: left where it is
+    assert s.checkpoint is not None and s.checkpoint.step == 5
+
+
+def test_after_a_revocation_progress_moves_forward_from_the_fallback() -> None:
+    ev = Ev()
+    s = run_from(committed_at(ev, [5, 10]), [ev.cursor(1, 10)])
+    c5, c10 = s.checkpoints
+    # The usual path: a restart, the restore refuses step 10 and loads step 5.
+    s = run_from(s, [ev.failure(1, "restart"), ev.gs(2, resume_step=10),
+                     ev.verify_failed(2, c10, "w0"), ev.revoke(2, c10),
+                     ev.restored(2, c5, "w0", fell_back=1), ev.confirmed(2)])
+    assert (s.status, s.step, s.checkpoint, s.cursor) == (Status.RUNNING, 5, c5, None)
+    # A checkpoint at a step between the fallback and the revoked one is accepted...
+    rejected(s, ev.proposed(2, 5), STEP_NOT_FORWARD)
+    rejected(s, ev.committed(2, 5), STEP_NOT_FORWARD)
+    s = run_from(s, [ev.step(2, 6), ev.step(2, 7), ev.proposed(2, 7, with_cursor=True),
+                     ev.committed(2, 7), ev.cursor(2, 7)])
+    assert s.checkpoint is not None and (s.checkpoint.step, s.checkpoint.generation) == (7, 2)
+    assert [c.step for c in s.checkpoints] == [5, 7]
+    assert s.cursor is not None and s.cursor.step == 7
+    # ... and so is one at the revoked step itself, with its new manifest.
+    s = run_from(s, [ev.step(2, 8), ev.step(2, 9), ev.step(2, 10), ev.committed(2, 10)])
+    assert s.checkpoint is not None and s.checkpoint.manifest_digest == "sha256:g2s10"
+    assert [c.manifest_digest for c in s.checkpoints] == [
+        "sha256:g1s5", "sha256:g2s7", "sha256:g2s10"]
+
+
+def test_a_new_generation_resumes_at_most_from_the_fallback() -> None:
+    ev = Ev()
+    s = committed_at(ev, [5, 10])
+    s = run_from(s, [ev.revoke(1, s.checkpoints[-1]), ev.failure(1, "restart")])
+    rejected(s, ev.gs(2, resume_step=10), RESUME_BEYOND_CHECKPOINT)
+    rejected(s, ev.gs(2, resume_step=None), RESUME_MISSING)
+    assert run_from(s, [ev.gs(2, resume_step=5)]).step == 5
+
+
+def test_checkpoint_interval_is_set_by_its_fact() -> None:
+    ev = Ev()
+    s = run([ev.submitted()])
+    assert s.checkpoint_interval_steps is None
+    s = run_from(s, [ev.interval(0, 500, "fixed")])
+    assert s.checkpoint_interval_steps == 500
+    s = run_from(s, [ev.admitted(), ev.gs(1), ev.confirmed(1), ev.interval(1, 1, "prior")])
+    assert s.checkpoint_interval_steps == 1
+    for bad in (0, -1):
+        t = rejected(s, ev.interval(1, bad), ILLEGAL_TRANSITION)
+        assert ">= 1" in t.verdict.detail
+    # Survives a restart; gone with nothing after the end.
+    s = run_from(s, [ev.failure(1, "restart"), ev.gs(2), ev.interval(2, 42)])
+    assert s.checkpoint_interval_steps == 42
+    rejected(run_from(s, [ev.cancelled(2)]), ev.interval(2, 7), RUN_TERMINAL)
+
+
+def test_checkpoint_reports_change_nothing_but_the_time() -> None:
+    ev = Ev()
+    s = committed_at(ev, [5, 10])
+    c5, c10 = s.checkpoints
+    reports = [ev.proposed(1, 11, with_cursor=True), ev.staged(1, 10, "sync"),
+               ev.skipped(1, 10), ev.write_failed(1, 11, "w1", "manifest"),
+               ev.verify_failed(1, c10, "w1"), ev.restored(1, c5, "w0", fell_back=1)]
+    for e in reports:
+        t = apply(s, e)
+        assert t.verdict.accepted, f"{e.event_type}: {t.verdict}"
+        assert t.state == replace(s, updated_at=e.header.occurred_at), e.event_type
+
+
+def test_revocation_is_a_runs_fact_and_proposals_carry_the_cursor_in_v2() -> None:
+    assert CheckpointRevoked.TOPIC == "runledger.runs"
+    e = Ev().proposed(1, 10, with_cursor=True)
+    assert (e.epoch, e.position, e.source_counts) == (0, 640, {"web": 400, "code": 240})
+    e1 = Ev().proposed(1, 10)
+    assert (e1.epoch, e1.position, e1.source_counts) == (None, None, None)
+
+
+def test_proposals_of_either_schema_version_are_accepted_alike() -> None:
+    ev = Ev()
+    s = running(ev)  # generation 1, checkpoint at step 10
+    for e in [ev.proposed(1, 11), ev.proposed(1, 11, with_cursor=True), *variants("r1")]:
+        t = apply(s, e)
+        assert t.verdict.accepted, f"{e}: {t.verdict}"
+        assert t.state == replace(s, updated_at=max(s.updated_at, e.header.occurred_at))
+
+
+def test_revoking_the_only_checkpoint_at_step_0_drops_its_cursor() -> None:
+    # A checkpoint before the first step (step 0) with its cursor: revoking it leaves
+    # no checkpoint, so no cursor can stand either (a cursor sits on a checkpoint).
+    ev = Ev()
+    s = run([ev.submitted(), ev.admitted(), ev.gs(1), ev.confirmed(1), ev.committed(1, 0),
+             ev.cursor(1, 0)])
+    assert s.cursor is not None and s.cursor.step == 0
+    s = run_from(s, [ev.revoke(1, s.checkpoints[-1])])
+    assert s.checkpoint is None
+    assert s.cursor is None, "a cursor survived the revocation of the only checkpoint"

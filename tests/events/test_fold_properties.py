@@ -8,17 +8,21 @@ ones), the same events in fully random orders, and several runs interleaved.
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Iterator
+from dataclasses import replace
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from events import fold as fold_module
 from events.fold import (
     ILLEGAL_TRANSITION,
+    NOT_A_MEMBER,
     RUN_NOT_ACTIVE,
     RUN_TERMINAL,
     STALE_GENERATION,
+    UNKNOWN_CHECKPOINT,
     WRONG_RUN,
     Transition,
     apply,
@@ -27,6 +31,11 @@ from events.fold import (
 from events.model import (
     AlertRaised,
     CancelRequested,
+    CheckpointIntervalChanged,
+    CheckpointRestored,
+    CheckpointRevoked,
+    CheckpointVerificationFailed,
+    CheckpointWriteFailed,
     CursorAdvanced,
     Event,
     FailureClassified,
@@ -43,15 +52,17 @@ from events.model import (
     WorkerExited,
     WriteRejected,
 )
-from events.state import RunState, Status
+from events.state import CHECKPOINT_HISTORY, RunState, Status
 from tests.events.strategies import (
     FENCED_TYPES,
     INFORMATIONAL_TYPES,
+    MEMBER_TYPES,
     NODE_TYPES,
     Ev,
     fold_one,
     interleavings,
     random_logs,
+    restore_logs,
     run_logs,
     stale_probe,
     terminated_logs,
@@ -93,9 +104,13 @@ EDGES: dict[tuple[Status, Status], tuple[type[Event], ...]] = {
 # Which event types may change which part of the state.
 WRITERS: dict[str, tuple[type[Event], ...]] = {
     "generation": (GenerationStarted,),
-    "checkpoint": (ManifestCommitted,),
-    "cursor": (CursorAdvanced,),
-    "step": (StepCommitted, GenerationStarted),
+    "checkpoint": (ManifestCommitted, CheckpointRevoked),
+    "checkpoints": (ManifestCommitted, CheckpointRevoked),
+    "checkpoint_interval_steps": (CheckpointIntervalChanged,),
+    # A revocation drops a cursor newer than the checkpoint "latest" falls back to.
+    "cursor": (CursorAdvanced, CheckpointRevoked),
+    # ... and lowers the step to that checkpoint's.
+    "step": (StepCommitted, GenerationStarted, CheckpointRevoked),
     "tokens": (StepCommitted,),
     "loss_tokens": (StepCommitted,),
     "members": (RunAdmitted, GenerationStarted),
@@ -162,6 +177,24 @@ def check_effect(before: RunState, e: Event, after: RunState) -> None:
             assert ckpt is None or e.step > ckpt
             assert after.checkpoint is not None and after.checkpoint.step == e.step
             assert after.checkpoint.manifest_digest == e.manifest_digest
+            assert after.checkpoints == (*before.checkpoints, after.checkpoint)[
+                -CHECKPOINT_HISTORY:]
+        case CheckpointRevoked():  # "latest" falls back along the committed history
+            assert e.manifest_digest in {c.manifest_digest for c in before.checkpoints}
+            kept = tuple(c for c in before.checkpoints if c.manifest_digest != e.manifest_digest)
+            assert after.checkpoints == kept
+            assert after.checkpoint == (kept[-1] if kept else None)
+            floor = kept[-1].step if kept else 0
+            assert after.step == min(before.step, floor)
+            # A cursor sits on a checkpoint: one past the new latest, or with none
+            # left, is dropped.
+            if before.cursor is not None and (not kept or before.cursor.step > floor):
+                assert after.cursor is None
+            else:
+                assert after.cursor == before.cursor
+            assert after.generation == before.generation and after.status == before.status
+        case CheckpointIntervalChanged():
+            assert e.interval_steps >= 1 and after.checkpoint_interval_steps == e.interval_steps
         case CursorAdvanced():  # data progress commits with a checkpoint
             assert ckpt is not None and e.step == ckpt
             assert before.cursor is None or e.step > before.cursor.step
@@ -172,7 +205,8 @@ def check_effect(before: RunState, e: Event, after: RunState) -> None:
             # committed checkpoint.
             assert after.heartbeats == {} and after.exits == {}
             assert after.step == (e.resume_step or 0) <= (ckpt or 0)
-        case HeartbeatRecorded() | WorkerExited() | ShardWritten():
+        case (HeartbeatRecorded() | WorkerExited() | ShardWritten() | CheckpointWriteFailed()
+              | CheckpointVerificationFailed() | CheckpointRestored()):
             assert e.logical_id in {m.logical_id for m in before.members}
         case _:
             pass
@@ -211,7 +245,8 @@ def test_stale_generation_reports_change_nothing(log: list[Event], data: st.Data
         kind = data.draw(st.sampled_from((*FENCED_TYPES, FailureClassified)))
         gen = data.draw(st.integers(0, state.generation + 3).filter(
             lambda g, cur=state.generation: g != cur))
-        probe = stale_probe(kind, gen, Ev(state.run_id, start=state.updated_at), state.step)
+        probe = stale_probe(kind, gen, Ev(state.run_id, start=state.updated_at), state.step,
+                            state.checkpoint)
         t = apply(state, probe)
         assert not t.verdict.accepted
         assert t.state is state
@@ -237,6 +272,58 @@ def test_accepted_checkpoints_and_progress_carry_the_live_generation(log: list[E
         if isinstance(e, ManifestCommitted):
             assert t.state is not None and t.state.checkpoint is not None
             assert t.state.checkpoint.generation == before.generation
+
+
+@PROPS
+@given(run_logs(), st.data())
+def test_reports_naming_a_non_member_are_refused(log: list[Event], data: st.DataObject) -> None:
+    for before, e, t in walk(log):
+        if before is None or not isinstance(e, MEMBER_TYPES):
+            continue
+        ids = {m.logical_id for m in before.members}
+        who: str = getattr(e, "logical_id")  # noqa: B009  (every MEMBER_TYPES has one)
+        if t.verdict.accepted:
+            assert who in ids
+        elif who not in ids and before.members and t.verdict.reason not in (
+                STALE_GENERATION, RUN_NOT_ACTIVE, RUN_TERMINAL):
+            assert t.verdict.reason == NOT_A_MEMBER
+    # Probes of every member-naming type from an outsider, at reached live states.
+    live = [s for s in states_of(log) if s.status.active and not s.awaiting_generation
+            and s.members]
+    if not live:
+        return
+    state = data.draw(st.sampled_from(live))
+    kind = data.draw(st.sampled_from(MEMBER_TYPES))
+    probe = stale_probe(kind, state.generation, Ev(state.run_id, start=state.updated_at),
+                        state.step, state.checkpoint)
+    probe = replace(probe, logical_id="w9")  # type: ignore[call-arg]
+    t = apply(state, probe)
+    assert not t.verdict.accepted and t.state is state
+    assert t.verdict.reason == NOT_A_MEMBER, t.verdict
+
+
+@PROPS
+@given(run_logs(), st.data())
+def test_only_a_committed_checkpoint_can_be_revoked(log: list[Event],
+                                                    data: st.DataObject) -> None:
+    for before, e, t in walk(log):
+        if before is None or not isinstance(e, CheckpointRevoked):
+            continue
+        known = e.manifest_digest in {c.manifest_digest for c in before.checkpoints}
+        if t.verdict.reason == UNKNOWN_CHECKPOINT:
+            assert not known and t.state is before
+        if t.verdict.accepted:
+            assert known
+    # A probe naming a digest the history does not hold, under the live generation.
+    live = [s for s in states_of(log) if s.status.active and not s.awaiting_generation]
+    if not live:
+        return
+    state = data.draw(st.sampled_from(live))
+    ev = Ev(state.run_id, start=state.updated_at)
+    step = state.checkpoint.step if state.checkpoint else data.draw(st.integers(0, 5))
+    t = apply(state, ev.revoked(state.generation, step, digest="sha256:never-committed"))
+    assert not t.verdict.accepted and t.state is state
+    assert t.verdict.reason == UNKNOWN_CHECKPOINT, t.verdict
 
 
 # --- determinism ----------------------------------------------------------------------
@@ -293,6 +380,17 @@ def test_refusals_change_nothing_in_random_orders(log: list[Event]) -> None:
     check_counters(log)
 
 
+@PROPS
+@given(restore_logs(), st.data())
+def test_restores_that_revoke_checkpoints_follow_the_rules(log: list[Event],
+                                                         data: st.DataObject) -> None:
+    check_verdicts(log)
+    check_counters(log)
+    check_monotone(log)
+    k = data.draw(st.integers(0, len(log)))
+    assert fold(log[k:], fold(log[:k])) == fold(log) == {"r1": fold_one(log)}
+
+
 # --- terminal states absorb -----------------------------------------------------------
 
 
@@ -302,8 +400,9 @@ def test_terminal_states_absorb(case: tuple[list[Event], list[Event]]) -> None:
     log, suffix = case
     end = fold_one(log)
     assert end is not None and end.status.terminal
-    frozen = ("status", "generation", "checkpoint", "cursor", "step", "tokens",
-              "loss_tokens", "members", "outcome_reason", "failures", "cancel_requested")
+    frozen = ("status", "generation", "checkpoint", "checkpoints", "cursor", "step", "tokens",
+              "loss_tokens", "members", "outcome_reason", "failures", "cancel_requested",
+              "checkpoint_interval_steps")
     state = end
     for _, e, t in walk(suffix, end):
         assert t.state is not None
@@ -323,25 +422,55 @@ def test_terminal_states_absorb(case: tuple[list[Event], list[Event]]) -> None:
 # --- monotonicity ---------------------------------------------------------------------
 
 
+def check_history(state: RunState) -> None:
+    """"Latest" is the newest entry of the committed history, which is bounded and
+    strictly ordered by step."""
+    history = state.checkpoints
+    assert len(history) <= CHECKPOINT_HISTORY
+    assert state.checkpoint == (history[-1] if history else None)
+    assert all(a.step < b.step for a, b in itertools.pairwise(history))
+    assert len({c.manifest_digest for c in history}) == len(history)
+    if state.checkpoint_interval_steps is not None:
+        assert state.checkpoint_interval_steps >= 1
+
+
 def check_monotone(log: list[Event]) -> None:
-    prev: RunState | None = None
-    for state in states_of(log):
+    for prev, e, t in walk(log):
+        state = t.state
+        if state is None:
+            continue
+        check_history(state)
         if state.cursor is not None:
             # The data cursor never runs ahead of the newest committed checkpoint.
             assert state.checkpoint is not None and state.cursor.step <= state.checkpoint.step
         if state.checkpoint is not None:
             assert state.checkpoint.generation <= state.generation
-        if prev is not None:
-            assert state.generation >= prev.generation
-            assert state.updated_at >= prev.updated_at
-            assert state.tokens >= prev.tokens and state.loss_tokens >= prev.loss_tokens
-            assert state.failure_count >= prev.failure_count
-            if prev.checkpoint is not None:
+        if prev is None or state is prev:
+            continue
+        assert state.generation >= prev.generation
+        assert state.updated_at >= prev.updated_at
+        assert state.tokens >= prev.tokens and state.loss_tokens >= prev.loss_tokens
+        assert state.failure_count >= prev.failure_count
+        # Checkpoint and cursor move back only by an accepted revocation, and then
+        # only to the checkpoint committed before the revoked one.
+        revoked = t.verdict.accepted and isinstance(e, CheckpointRevoked)
+        if prev.checkpoint is not None:
+            if revoked:
+                assert isinstance(e, CheckpointRevoked)
+                assert state.checkpoint in (None, *prev.checkpoints)
+                assert state.checkpoint is None or state.checkpoint.step <= prev.checkpoint.step
+                if state.checkpoint != prev.checkpoint:
+                    assert prev.checkpoint.manifest_digest == e.manifest_digest
+                    assert state.checkpoint == (prev.checkpoints[-2]
+                                                if len(prev.checkpoints) > 1 else None)
+            else:
                 assert state.checkpoint is not None
                 assert state.checkpoint.step >= prev.checkpoint.step
-            if prev.cursor is not None:
+        if prev.cursor is not None:
+            if revoked and state.cursor is None:
+                assert state.checkpoint is None or prev.cursor.step > state.checkpoint.step
+            else:
                 assert state.cursor is not None and state.cursor.step >= prev.cursor.step
-        prev = state
 
 
 @PROPS
@@ -370,19 +499,69 @@ FEATURES = {
     "requeued after a failure": lambda s: s.status == QUE and s.failure_count > 0,
     "cancelled after progress": lambda s: s.status == Status.CANCELLED and s.step > 0,
     "failed": lambda s: s.status == Status.FAILED,
+    "two or more committed checkpoints in the history":
+        lambda s: len(s.checkpoints) >= 2,
+    "a checkpoint interval set": lambda s: s.checkpoint_interval_steps is not None,
 }
+
+# Accepted transitions the generator must produce, by (state before, event, state after).
+TRANSITIONS = {
+    "revocation falling back to an earlier checkpoint":
+        lambda b, e, a: isinstance(e, CheckpointRevoked) and a.checkpoint is not None
+        and b.checkpoint is not None and a.checkpoint.step < b.checkpoint.step,
+    "revocation of the only checkpoint":
+        lambda b, e, a: isinstance(e, CheckpointRevoked) and a.checkpoint is None,
+    "revocation that drops the cursor":
+        lambda b, e, a: isinstance(e, CheckpointRevoked) and b.cursor is not None
+        and a.cursor is None,
+    "revocation that lowers the step":
+        lambda b, e, a: isinstance(e, CheckpointRevoked) and a.step < b.step,
+}
+# Seen over a whole log: after a revocation, a checkpoint committed at a step no
+# later than the revoked one (the step moves forward again from the fallback).
+RECOMMIT = "a commit at or below a revoked step"
 
 
 def test_plausible_logs_reach_deep_states() -> None:
-    """Guards the properties above against a generator that never gets far."""
+    """Guards the properties above against a generator that never gets far.
+
+    One run of 500 examples missed a rare feature (success with a checkpoint) about
+    one time in seven, even before the checkpoint events: Hypothesis' examples
+    within a run are correlated. Three runs with fixed seeds make the guard
+    deterministic, and a change to the generator must lose a feature in all three
+    to fail it.
+    """
     seen: set[str] = set()
 
-    @settings(max_examples=500, deadline=None, database=None,
+    @settings(max_examples=400, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(run_logs())
     def collect(log: list[Event]) -> None:
         for state in states_of(log):
             seen.update(name for name, pred in FEATURES.items() if pred(state))
 
-    collect()
+    for n in range(3):
+        seed(n)(collect)()
     assert seen == set(FEATURES)
+
+
+def test_restore_logs_reach_every_kind_of_revocation() -> None:
+    """Guards the revocation properties against a generator that never revokes."""
+    seen: set[str] = set()
+
+    @settings(max_examples=300, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(restore_logs())
+    def collect(log: list[Event]) -> None:
+        revoked_steps: list[int] = []
+        for before, e, t in walk(log):
+            if before is None or t.state is None or not t.verdict.accepted:
+                continue
+            seen.update(name for name, pred in TRANSITIONS.items() if pred(before, e, t.state))
+            if isinstance(e, CheckpointRevoked):
+                revoked_steps.append(e.step)
+            elif isinstance(e, ManifestCommitted) and any(e.step <= r for r in revoked_steps):
+                seen.add(RECOMMIT)
+
+    collect()
+    assert seen == set(TRANSITIONS) | {RECOMMIT}

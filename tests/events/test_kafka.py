@@ -75,7 +75,11 @@ def test_every_event_type_round_trips_through_the_broker(bootstrap: str) -> None
         name = headers["event_type"].decode()
         assert name == event.event_type
         assert value[:2] == b"\xc3\x01"
-        schema = fastavro.parse_schema(json.loads((SCHEMAS / f"{name}.v1.avsc").read_text()))
+        version = headers["schema_version"].decode() if "schema_version" in headers else None
+        newest = max(SCHEMAS.glob(f"{name}.v*.avsc"),
+                     key=lambda p: int(p.name.split(".v")[1].split(".")[0]))
+        path = SCHEMAS / f"{name}.v{version}.avsc" if version else newest
+        schema = fastavro.parse_schema(json.loads(path.read_text()))
         body = io.BytesIO(value[10:])
         record = fastavro.schemaless_reader(body, schema, None)
         assert record["header"]["event_id"] == event.header.event_id

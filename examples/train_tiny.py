@@ -1,0 +1,116 @@
+"""A small real training job for runledger: a tiny causal transformer on the data plane.
+
+Launched by a node agent (``examples/tiny.yaml``); everything it needs comes
+from the environment the agent and controller set (``events.workerenv``):
+its rank, the checkpoint settings, the dataset id, and the model config as
+``RUNLEDGER_MODEL`` JSON. The manifest is read from the dataset catalog
+(``$RUNLEDGER_DATASETS``). It uses torch.distributed DDP (gloo on CPU, NCCL on
+GPUs), reports every step through the worker session, checkpoints by policy
+and resumes from the latest committed checkpoint after a restart.
+
+Model config keys (all optional): ``steps`` (40), ``dim`` (32), ``heads`` (2),
+``lr`` (3e-3), ``global_batch`` (8), ``seed`` (0), ``dropout`` (0.1),
+``step_sleep_s`` (0: pause per step, to make a run long enough to interrupt).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from dataplane.catalog import Catalog, default_catalog_url
+from dataplane.errors import DataPlaneError
+from dataplane.loader import DataLoader, LoaderConfig
+from worker.errors import WorkerError
+from worker.session import Session
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab: int, dim: int, heads: int, seq_len: int, dropout: float) -> None:
+        super().__init__()
+        self.seq_len = seq_len
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(seq_len, dim)
+        self.block = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=2 * dim,
+                                                dropout=dropout, batch_first=True)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        x = self.tok(tokens) + self.pos(positions.clamp(max=self.seq_len - 1))
+        n = tokens.shape[1]
+        causal = torch.triu(torch.full((n, n), float("-inf")), diagonal=1)
+        return self.head(self.block(x, src_mask=causal, is_causal=True))
+
+
+def config() -> dict[str, Any]:
+    cfg: dict[str, Any] = json.loads(os.environ.get("RUNLEDGER_MODEL") or "{}")
+    defaults = {"steps": 40, "dim": 32, "heads": 2, "lr": 3e-3, "global_batch": 8, "seed": 0,
+                "dropout": 0.1, "step_sleep_s": 0.0}
+    return {**defaults, **cfg}
+
+
+def main() -> int:
+    cfg = config()
+    with Session.from_env() as session:
+        manifest = Catalog(default_catalog_url()).get(session.ckpt.dataset_id or "")
+        torch.manual_seed(cfg["seed"])  # identical initial weights on every rank
+        model = TinyLM(manifest.tokenizer.vocab_size, cfg["dim"], cfg["heads"],
+                       manifest.packing.seq_len, cfg["dropout"])
+        ddp: nn.Module = model
+        if session.world_size > 1:
+            ddp = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"])
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 10))
+        loader = DataLoader(manifest, LoaderConfig(seed=cfg["seed"],
+                                                   global_batch_size=cfg["global_batch"]),
+                            replica=session.rank, replicas=session.world_size)
+        session.attach(model=model, optimizer=opt, scheduler=sched, loader=loader)
+        start = session.restore()
+        # Per-rank dropout streams differ, as they would on real hardware.
+        if start == 0:
+            torch.manual_seed(cfg["seed"] * 1000 + session.rank + 1)
+        for step in range(start + 1, cfg["steps"] + 1):
+            t0 = time.monotonic()
+            wait0 = loader.metrics.input_wait_s
+            batch = next(loader)
+            tokens = torch.from_numpy(batch.tokens)
+            positions = torch.from_numpy(batch.positions.astype("int64"))
+            mask = torch.from_numpy(batch.loss_mask[:, :-1])
+            logits = ddp(tokens, positions)
+            losses = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                     tokens[:, 1:].reshape(-1), reduction="none")
+            local = torch.stack([(losses * mask.reshape(-1)).sum(), mask.sum().to(losses.dtype)])
+            opt.zero_grad(set_to_none=True)
+            (local[0] / local[1].clamp(min=1)).backward()
+            opt.step()
+            sched.step()
+            totals = local.detach().clone()
+            if session.world_size > 1:
+                dist.all_reduce(totals)
+            loss = float(totals[0] / totals[1].clamp(min=1))
+            if cfg["step_sleep_s"]:
+                time.sleep(cfg["step_sleep_s"])
+            session.step(step, loss=loss, tokens=tokens.numel() * session.world_size,
+                         loss_tokens=int(totals[1]), step_time_s=time.monotonic() - t0,
+                         input_wait_s=loader.metrics.input_wait_s - wait0, cursor=batch.cursor)
+        loader.close()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except WorkerError as exc:
+        print(f"train_tiny: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except DataPlaneError as exc:
+        print(f"train_tiny: {exc}", file=sys.stderr)
+        sys.exit(65)

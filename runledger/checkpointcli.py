@@ -1,0 +1,66 @@
+"""``runledger checkpoint list|gc``: a run's checkpoints as the log records them.
+
+"Latest" and "committed" come only from ``runledger.runs``; the storage
+listing only says what is there to remove.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from events.consume import read_log
+from events.model import CheckpointRevoked, ManifestCommitted
+from events.topics import RUNS
+from runledger.runcli import AsJson, Bootstrap, RunArg, _connect, _fail, _guard
+from worker.errors import WorkerError
+from worker.gc import Retention, collect, history
+
+checkpoint_app = typer.Typer(help="A run's checkpoints: what the log committed; collection.",
+                             no_args_is_help=True)
+
+
+def _facts(bootstrap: str, run: str) -> list:  # type: ignore[type-arg]
+    events = [r.event for r in read_log(bootstrap, RUNS) if r.event.run_id == run]
+    if not events:
+        _fail(f"no run {run!r} on {RUNS}; `runledger runs` lists the runs")
+    return events
+
+
+@checkpoint_app.command("list")
+def list_(run: RunArg, as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
+    """Every committed checkpoint of a run, oldest first, with revocations."""
+    facts = _guard(lambda: _facts(_connect(bootstrap), run))
+    revoked = {e.manifest_digest: e.reason for e in facts if isinstance(e, CheckpointRevoked)}
+    rows = [{"generation": e.generation, "step": e.step, "manifest": e.manifest_path,
+             "digest": e.manifest_digest, "revoked": revoked.get(e.manifest_digest)}
+            for e in facts if isinstance(e, ManifestCommitted)]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        mark = f"  REVOKED ({r['revoked']})" if r["revoked"] else ""
+        typer.echo(f"g{r['generation']:<4} step {r['step']:<8} {r['manifest']}{mark}")
+
+
+@checkpoint_app.command("gc")
+def gc(
+    run: RunArg,
+    root: Annotated[str, typer.Option("--root", help="The checkpoint root (an fsspec URL).")],
+    keep_last: Annotated[int, typer.Option("--keep-last", min=1)] = 3,
+    keep_every: Annotated[int | None, typer.Option("--keep-every", min=1)] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Directories per pass.")] = 16,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would go.")] = False,
+    bootstrap: Bootstrap = None,
+) -> None:
+    """Remove checkpoints outside retention and fenced staging residue; never the latest."""
+    facts = _guard(lambda: _facts(_connect(bootstrap), run))
+    try:
+        urls = collect(root, run, history(facts), Retention(keep_last, keep_every, limit),
+                       dry_run=dry_run)
+    except WorkerError as exc:
+        _fail(str(exc))
+    for url in urls:
+        typer.echo(("would remove " if dry_run else "removed ") + url)

@@ -1,0 +1,85 @@
+"""The controller's checkpoint decisions as pure functions."""
+
+from __future__ import annotations
+
+import math
+
+from controller.checkpoints import (
+    AutoInterval,
+    Staged,
+    interval_decision,
+    missing_shards,
+    resume_env,
+)
+from events.model import CheckpointStaged, Header, ManifestProposed, Member
+from events.state import Checkpoint, RunState, Status
+from events.workerenv import CheckpointEnv
+
+RUN = "run-1"
+
+
+def hdr(at: int, gen: int = 1, eid: str = "e") -> Header:
+    return Header(event_id=eid, run_id=RUN, generation=gen, occurred_at=at, producer="w")
+
+
+def state(**kw: object) -> RunState:
+    base = RunState(run_id=RUN, status=Status.RUNNING, spec_digest="s", principal="p",
+                    world_size=2, dataset_id=None, submitted_at=0, updated_at=0, generation=1,
+                    members=(Member("r0", "n", 0), Member("r1", "n", 1)))
+    return RunState(**{**{f: getattr(base, f) for f in base.__slots__}, **kw})  # type: ignore[arg-type]
+
+
+def header_for(eid: str, cause: str | None) -> Header:
+    return Header(event_id=eid, run_id=RUN, generation=1, occurred_at=0, producer="controller",
+                  causation_id=cause)
+
+
+def staged(step: int, at_ms: int, stall_ms: float) -> CheckpointStaged:
+    return CheckpointStaged(header=hdr(at_ms, eid=f"s{step}"), step=step, mode="sync",
+                            stall_ms=stall_ms, waited_ms=0.0, bytes=1, backlog=0)
+
+
+def test_young_interval_in_steps_from_the_measured_stall_and_step_time() -> None:
+    auto = AutoInterval(mtbf_prior_s=3600.0, measured_cost_s=None, initial_interval_steps=100)
+    # 100 steps took 52 s, 2 s of which was the previous checkpoint's stall: 0.5 s a step
+    change = interval_decision(auto, state(), Staged(100, 0, 2000.0),
+                               staged(200, 52_000, 2000.0), header_for)
+    assert change is not None
+    expected_s = math.sqrt(2 * 2.0 * 3600.0)  # 120 s
+    assert math.isclose(change.interval_s or 0, expected_s)
+    assert change.interval_steps == round(expected_s / 0.5) == 240
+    assert change.mtbf_source == "prior" and change.cost_s == 2.0
+
+
+def test_observed_failures_replace_the_prior_and_small_changes_are_not_facts() -> None:
+    auto = AutoInterval(mtbf_prior_s=3600.0, measured_cost_s=1.0, initial_interval_steps=100)
+    st = state(failure_count=4, submitted_at=0)
+    change = interval_decision(auto, st, Staged(10, 0, 0.0), staged(20, 4_000_000, 0.0),
+                               header_for)
+    assert change is not None and change.mtbf_source == "observed"
+    assert change.mtbf_s == 1_000_000 / 1000  # 4000 s over 4 failures
+    same = interval_decision(auto, state(checkpoint_interval_steps=change.interval_steps),
+                             Staged(10, 0, 0.0), staged(20, 4_000_000, 0.0), header_for)
+    assert same is None or abs(same.interval_steps - change.interval_steps) >= 1
+
+
+def test_no_decision_without_a_previous_checkpoint_to_time_steps() -> None:
+    auto = AutoInterval(mtbf_prior_s=3600.0, measured_cost_s=None, initial_interval_steps=100)
+    assert interval_decision(auto, state(), None, staged(5, 1000, 10.0), header_for) is None
+
+
+def test_missing_shards_names_members_without_a_report() -> None:
+    e = ManifestProposed(header=hdr(1), step=8, manifest_path="m", manifest_digest="d")
+    assert missing_shards(state(), {(RUN, 1, 8): frozenset({"r1"})}, e) == ["r0"]
+    assert missing_shards(state(), {(RUN, 1, 8): frozenset({"r0", "r1"})}, e) == []
+    assert missing_shards(state(), {(RUN, 0, 8): frozenset({"r0", "r1"})}, e) == ["r0", "r1"]
+
+
+def test_resume_env_lists_committed_checkpoints_newest_first_within_the_window() -> None:
+    ckpts = tuple(Checkpoint(s, f"m{s}", f"d{s}", 1, s) for s in (4, 8, 12, 16))
+    env = resume_env(CheckpointEnv(rollback_window=3), state(checkpoints=ckpts,
+                                                             checkpoint_interval_steps=7))
+    back = CheckpointEnv.from_environ(env)
+    assert back.candidates == ((16, "m16", "d16"), (12, "m12", "d12"), (8, "m8", "d8"))
+    assert back.interval_steps == 7
+    assert resume_env(None, state()) == {}

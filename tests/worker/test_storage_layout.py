@@ -1,0 +1,120 @@
+"""Checkpoint paths (worker.layout) and the fsspec storage helpers (worker.storage)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import crc32c
+import pytest
+
+from worker import storage
+from worker.errors import StorageFault
+from worker.layout import (
+    MANIFEST,
+    CheckpointDir,
+    dir_of_manifest,
+    parse_generation,
+    parse_step,
+    run_dir,
+)
+
+
+def test_checkpoint_dir_url_names_run_generation_and_step() -> None:
+    d = CheckpointDir("/data/ckpt", "run-a", 3, 42)
+    assert d.url == "/data/ckpt/run-a/g000003/step-0000000042"
+    assert d.manifest_url == "/data/ckpt/run-a/g000003/step-0000000042/manifest.json"
+    assert d.file("__0_0.distcp") == "/data/ckpt/run-a/g000003/step-0000000042/__0_0.distcp"
+    # A trailing slash on the root does not double up, and URLs keep their scheme.
+    assert CheckpointDir("/data/ckpt/", "run-a", 3, 42).url == d.url
+    assert (CheckpointDir("s3://bucket/ck", "r", 12, 7).url
+            == "s3://bucket/ck/r/g000012/step-0000000007")
+    assert run_dir("/data/ckpt/", "run-a") == "/data/ckpt/run-a"
+
+
+def test_parse_step_and_generation_round_trip_the_directory_names() -> None:
+    d = CheckpointDir("/r", "run", 3, 42)
+    gen_name, step_name = d.url.split("/")[-2:]
+    assert parse_generation(gen_name) == 3
+    assert parse_step(step_name) == 42
+    assert parse_step("step-0000000000") == 0
+    assert parse_generation("g999999") == 999999
+    for bad in ("step-42", "step-00000000042", "xstep-0000000042", "step-0000000042.tmp",
+                "g000003", ""):
+        assert parse_step(bad) is None, bad
+    for bad in ("g3", "g0000003", "step-0000000042", "G000003", "g000003x", ""):
+        assert parse_generation(bad) is None, bad
+
+
+def test_dir_of_manifest() -> None:
+    d = CheckpointDir("/r", "run", 1, 2)
+    assert dir_of_manifest(d.manifest_url) == d.url
+    for bad in (d.url, f"{d.url}/other.json", f"{d.url}x{MANIFEST}", MANIFEST):
+        with pytest.raises(ValueError, match=MANIFEST):
+            dir_of_manifest(bad)
+
+
+def test_write_once_writes_then_refuses_an_existing_file(tmp_path: Path) -> None:
+    target = tmp_path / "step" / MANIFEST
+    target.parent.mkdir()
+    storage.write_once(str(target), b"first")
+    assert target.read_bytes() == b"first"
+    assert sorted(os.listdir(target.parent)) == [MANIFEST]
+
+    with pytest.raises(StorageFault) as info:
+        storage.write_once(str(target), b"second")
+    assert info.value.stage == "writing the manifest"
+    assert "immutable" in info.value.detail
+    assert target.read_bytes() == b"first"
+    assert sorted(os.listdir(target.parent)) == [MANIFEST]  # no .partial left behind
+
+
+def test_write_once_into_a_missing_directory_is_a_storage_fault(tmp_path: Path) -> None:
+    target = tmp_path / "not-there" / MANIFEST
+    with pytest.raises(StorageFault):
+        storage.write_once(str(target), b"x")
+    assert not target.exists()
+
+
+def test_checksum_is_size_and_crc32c_of_the_bytes(tmp_path: Path) -> None:
+    # Larger than the 8 MiB read block, so the CRC is chained across chunks.
+    data = os.urandom(9 * (1 << 20) + 123)
+    f = tmp_path / "blob"
+    f.write_bytes(data)
+    assert storage.checksum(str(f)) == (len(data), crc32c.crc32c(data))
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    assert storage.checksum(str(empty)) == (0, crc32c.crc32c(b""))
+    assert storage.size_of(str(f)) == len(data)
+
+
+def test_checksum_of_a_missing_file_is_a_storage_fault(tmp_path: Path) -> None:
+    with pytest.raises(StorageFault) as info:
+        storage.checksum(str(tmp_path / "nope"))
+    assert info.value.stage == "checksumming"
+    assert storage.size_of(str(tmp_path / "nope")) is None
+    assert storage.read_bytes(str(tmp_path / "nope")) is None
+
+
+def test_list_names_and_remove_tree(tmp_path: Path) -> None:
+    assert storage.list_names(str(tmp_path / "missing")) == []
+    storage.remove_tree(str(tmp_path / "missing"))  # already gone: fine
+
+    root = tmp_path / "d"
+    (root / "sub").mkdir(parents=True)
+    (root / "b.txt").write_bytes(b"b")
+    (root / ".metadata").write_bytes(b"m")
+    (root / "sub" / "x").write_bytes(b"x")
+    assert storage.list_names(str(root)) == [".metadata", "b.txt", "sub"]
+    assert storage.read_bytes(str(root / "b.txt")) == b"b"
+
+    storage.remove_tree(str(root))
+    assert not root.exists()
+    storage.remove_tree(str(root))  # twice is fine
+
+
+def test_local_urls() -> None:
+    assert storage.is_local("/tmp/x")
+    assert storage.is_local("file:///tmp/x")
+    assert storage.local_path("file:///tmp/x") == "/tmp/x"
+    assert not storage.is_local("memory://x")

@@ -1,0 +1,66 @@
+"""The few collectives the checkpoint protocol needs, on one process group.
+
+The protocol runs its collectives on a group of its own (gloo), never on the
+training group: an async save runs them from a background thread, and two
+threads must never interleave collectives on one group. A single process
+(world size 1, no ``torch.distributed``) gets the trivial versions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Comm:
+    rank: int
+    world_size: int
+    group: Any = None  # a ProcessGroup, or None for one process
+
+    @classmethod
+    def single(cls) -> Comm:
+        return cls(rank=0, world_size=1, group=None)
+
+    @classmethod
+    def new_group(cls) -> Comm:
+        """A dedicated gloo group over every rank of the initialised default group."""
+        if not (dist.is_available() and dist.is_initialized()):
+            return cls.single()
+        group = dist.new_group(backend="gloo")
+        return cls(rank=dist.get_rank(), world_size=dist.get_world_size(), group=group)
+
+    @property
+    def distributed(self) -> bool:
+        return self.group is not None and self.world_size > 1
+
+    def all_gather(self, obj: T) -> list[T]:
+        if not self.distributed:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def broadcast(self, obj: T, src: int = 0) -> T:
+        if not self.distributed:
+            return obj
+        box: list[Any] = [obj if self.rank == src else None]
+        dist.broadcast_object_list(box, src=src, group=self.group)
+        result: T = box[0]
+        return result
+
+    def max(self, value: int) -> int:
+        if not self.distributed:
+            return value
+        t = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+        return int(t.item())
+
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier(group=self.group)

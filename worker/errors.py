@@ -1,0 +1,62 @@
+"""The worker package's exceptions: one root, specific leaves.
+
+Exit codes follow the controller's failure classification (README, failure
+policy): a storage fault exits 74 (EX_IOERR), a data fault 65, so the
+controller's policy sees the right class without parsing messages.
+"""
+
+from __future__ import annotations
+
+EXIT_DATA = 65
+EXIT_STORAGE = 74
+EXIT_TEMPFAIL = 75
+EXIT_FENCED = 3
+
+
+class WorkerError(Exception):
+    """Root of every error raised by the ``worker`` package."""
+
+    exit_code = 1
+
+
+class StorageFault(WorkerError):
+    """Checkpoint storage failed (a write, a read-back, a listing)."""
+
+    exit_code = EXIT_STORAGE
+
+    def __init__(self, stage: str, detail: str) -> None:
+        self.stage = stage
+        self.detail = detail
+        super().__init__(f"storage fault while {stage}: {detail}")
+
+
+class VerificationFailed(WorkerError):
+    """A committed checkpoint does not match its manifest; nothing was loaded from it."""
+
+    exit_code = EXIT_STORAGE
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"checkpoint verification failed ({reason}): {detail}")
+
+
+class NoUsableCheckpoint(WorkerError):
+    """Every committed checkpoint within the rollback window failed verification."""
+
+    exit_code = EXIT_STORAGE
+
+
+class CheckpointRejected(WorkerError):
+    """The controller refused a proposal (a stale generation, a step not forward)."""
+
+    exit_code = EXIT_FENCED
+
+    def __init__(self, step: int, reason: str, detail: str) -> None:
+        self.step = step
+        self.reason = reason
+        super().__init__(f"checkpoint at step {step} rejected: {reason} ({detail})")
+
+
+class BacklogFull(WorkerError):
+    """The async backlog is full and the policy is ``error``-free skip; used internally."""

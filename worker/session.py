@@ -1,0 +1,385 @@
+"""The worker session: what a training script on a GPU node uses.
+
+    with Session.from_env() as s:
+        s.attach(model=model, optimizer=opt, scheduler=sched, loader=loader)
+        start = s.restore()                  # latest committed and verified, or 0
+        for step in range(start + 1, total + 1):
+            batch = next(loader)
+            ...                              # forward, backward, optimizer step
+            s.step(step, loss=loss, tokens=n, loss_tokens=m, step_time_s=dt,
+                   input_wait_s=w, cursor=batch.cursor)
+
+From the environment the agent set it joins torch.distributed (NCCL with
+GPUs, gloo otherwise), reports through a background thread (heartbeats too),
+checkpoints when the interval says so with the commit protocol of DESIGN
+section 6, and advances the loader's durable cursor only when the log commits
+the checkpoint that holds it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
+
+from events.consume import read_log
+from events.kafka import EventProducer
+from events.model import (
+    CheckpointRestored,
+    CheckpointSkipped,
+    CheckpointStaged,
+    CheckpointVerificationFailed,
+    CheckpointWriteFailed,
+    ManifestProposed,
+    ShardWritten,
+    StepCommitted,
+)
+from events.topics import RUNS
+from events.workerenv import CheckpointEnv, WorkerEnv
+from worker import restore as restoring
+from worker import rng
+from worker.comm import Comm
+from worker.commit import ManifestFields, write_checkpoint
+from worker.errors import CheckpointRejected, StorageFault, VerificationFailed, WorkerError
+from worker.faults import Faults
+from worker.gc import Retention, collect, history
+from worker.layout import CheckpointDir
+from worker.manifest import FileEntry
+from worker.persist import Persister, nbytes, stage
+from worker.reporter import Reporter
+from worker.watcher import Watcher
+
+VERDICT_TIMEOUT_S = 120.0
+
+
+class Session:
+    def __init__(self, env: WorkerEnv, ckpt: CheckpointEnv, *, comm: Comm, reporter: Reporter,
+                 watcher: Watcher, faults: Faults) -> None:
+        self.env = env
+        self.ckpt = ckpt
+        self.comm = comm
+        self.reporter = reporter
+        self.watcher = watcher
+        self.faults = faults
+        self.interval_steps = ckpt.interval_steps
+        self.tokens = 0
+        self.loss_tokens = 0
+        self.last_checkpoint_step = 0
+        self.durable_step: int | None = None
+        self._parent: str | None = None
+        self._model: torch.nn.Module | None = None
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._scheduler: Any = None
+        self._scaler: Any = None
+        self._loader: Any = None
+        self._persister = Persister(ckpt.backlog) if ckpt.mode == "async" else None
+        self._commits: list[tuple[int, Any]] = []  # (step, cursor) committed in the background
+        self._gc: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Session:
+        environ = os.environ if environ is None else environ
+        env = WorkerEnv.from_environ(environ)
+        ckpt = CheckpointEnv.from_environ(environ)
+        _init_distributed(env)
+        comm = Comm.new_group()
+        producer = EventProducer(env.bootstrap, client_id=f"worker/{env.run_id}/{env.logical_id}")
+        reporter = Reporter(env, producer).start()
+        watcher = Watcher(env.bootstrap, env.run_id, env.generation).start()
+        faults = Faults.from_env(environ, env.rank, env.generation, env.run_id)
+        return cls(env, ckpt, comm=comm, reporter=reporter, watcher=watcher, faults=faults)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self.close(drain=exc_type is None)
+
+    def close(self, drain: bool = True) -> None:
+        try:
+            if self._persister is not None:
+                if drain:
+                    self._persister.drain()
+                self._persister.close()
+            self._apply_commits()
+            if self._gc is not None:
+                self._gc.join(30)
+        finally:
+            self.reporter.close()
+            self.watcher.close()
+
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+    @property
+    def coordinator(self) -> bool:
+        return self.env.rank == 0
+
+    def attach(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+               scheduler: Any = None, scaler: Any = None, loader: Any = None) -> None:
+        """What a checkpoint holds besides RNG and counters."""
+        self._model, self._optimizer = model, optimizer
+        self._scheduler, self._scaler, self._loader = scheduler, scaler, loader
+
+    # -- the step path -----------------------------------------------------------------
+
+    def step(self, step: int, *, loss: float | None, tokens: int, loss_tokens: int,
+             step_time_s: float, input_wait_s: float, cursor: Any = None) -> None:
+        """Report a finished optimizer step (never blocks on Kafka) and checkpoint when due."""
+        self._apply_commits()
+        if self._persister is not None:
+            self._persister.check()
+        self.tokens += tokens
+        self.loss_tokens += loss_tokens
+        self.reporter.step = step
+        if self.coordinator:
+            self.reporter.report(StepCommitted(
+                header=self.reporter.header(f"step/{step}"), step=step, tokens=tokens,
+                loss_tokens=loss_tokens, step_time_ms=step_time_s * 1000.0,
+                input_wait_ms=input_wait_s * 1000.0,
+                loss=None if loss is None else float(loss)))
+        self.faults.hit("step", step)
+        if step - self.last_checkpoint_step >= self.interval_steps:
+            self.checkpoint(step, cursor)
+
+    # -- checkpoint --------------------------------------------------------------------
+
+    def checkpoint(self, step: int, cursor: Any = None) -> None:
+        """Collective: take checkpoint ``step`` (sync: committed when this returns)."""
+        start = time.monotonic()
+        waited = 0.0
+        if self._persister is not None:
+            full = self.comm.max(int(self._persister.pending >= self.ckpt.backlog))
+            if full and self.ckpt.backlog_policy == "skip":
+                if self.coordinator:
+                    self.reporter.report(CheckpointSkipped(
+                        header=self.reporter.header(f"ckpt/{step}/skipped"), step=step,
+                        reason="backlog_full", backlog=self._persister.pending))
+                self.last_checkpoint_step = step
+                return
+            if full:
+                self._persister.wait_for_room()
+                waited = time.monotonic() - start
+        state = self._state()
+        if self._persister is not None:
+            state = stage(state)
+        self.faults.hit("staging", step)
+        self.last_checkpoint_step = step
+        fields = ManifestFields(
+            dataset_id=getattr(cursor, "dataset_id", None) or self.ckpt.dataset_id,
+            data=cursor.state_dict() if cursor is not None else None,
+            counters={"step": step, "tokens": self.tokens, "loss_tokens": self.loss_tokens},
+            code_version=self.ckpt.code_version, parent_digest=self._parent)
+        if self._persister is None:
+            self._commit(step, state, fields, cursor)
+            self._staged(step, "sync", time.monotonic() - start, waited, state)
+            return
+        self._staged(step, "async", time.monotonic() - start, waited, state)
+        self._persister.submit(lambda: self._commit(step, state, fields, cursor))
+
+    def _staged(self, step: int, mode: str, stall_s: float, waited_s: float,
+                state: dict[str, Any]) -> None:
+        if self.coordinator:
+            self.reporter.report(CheckpointStaged(
+                header=self.reporter.header(f"ckpt/{step}/staged"), step=step, mode=mode,
+                stall_ms=stall_s * 1000.0, waited_ms=waited_s * 1000.0, bytes=nbytes(state),
+                backlog=self._persister.pending if self._persister else 0,
+                durable_step=self.durable_step))
+
+    def _commit(self, step: int, state: dict[str, Any], fields: ManifestFields,
+                cursor: Any) -> None:
+        root = self.ckpt.root
+        if root is None:
+            raise StorageFault("checkpointing", "no checkpoint root: set checkpoint.root in the"
+                               " spec or RUNLEDGER_CHECKPOINT_ROOT")
+        ckdir = CheckpointDir(root, self.env.run_id, self.env.generation, step)
+        shards: list[FileEntry] = []
+        required = [f"model.{k}" for k in get_model_state_dict(self._model_or_fail())]
+        try:
+            written = write_checkpoint(ckdir, state, self.comm, required_keys=required,
+                                       fields=fields, faults=self.faults, on_shard=shards.append)
+        except StorageFault as exc:
+            self.reporter.report(CheckpointWriteFailed(
+                header=self.reporter.header(f"ckpt/{step}/failed"), step=step,
+                logical_id=self.env.logical_id, stage=_stage_of(exc.stage), detail=exc.detail))
+            self.reporter.flush()
+            raise
+        for entry in shards:
+            self.reporter.report(ShardWritten(
+                header=self.reporter.header(f"ckpt/{step}/shard/{entry.path}"), step=step,
+                logical_id=self.env.logical_id, path=ckdir.file(entry.path), bytes=entry.bytes,
+                crc32c=entry.crc32c))
+        self.reporter.flush()  # every rank's shards are on the log before the proposal
+        self.comm.barrier()
+        outcome: tuple[bool, str, str, int | None] = (False, "", "", None)
+        if self.coordinator:
+            self.faults.hit("after_manifest", step)
+            proposal = ManifestProposed(
+                header=self.reporter.header(f"ckpt/{step}/proposed"), step=step,
+                manifest_path=written.manifest_url, manifest_digest=written.digest,
+                dataset_id=fields.dataset_id,
+                epoch=getattr(cursor, "epoch", None), position=getattr(cursor, "position", None),
+                source_counts=cursor.source_counts() if cursor is not None else None)
+            self.reporter.report(proposal)
+            self.reporter.flush()
+            verdict = self.watcher.wait_verdict(proposal.header.event_id, written.digest,
+                                                VERDICT_TIMEOUT_S)
+            outcome = (verdict.committed, verdict.reason, verdict.detail,
+                       self.watcher.interval_steps)
+        committed, reason, detail, interval = self.comm.broadcast(outcome)
+        if interval is not None:
+            self.interval_steps = interval  # every rank switches at the same boundary
+        if not committed:
+            raise CheckpointRejected(step, reason, detail)
+        self._parent = written.digest
+        self.durable_step = step
+        self._commits.append((step, cursor))
+        self.faults.hit("after_commit", step)
+        if self.coordinator:
+            self._collect_garbage(root)
+
+    def _collect_garbage(self, root: str) -> None:
+        """One bounded GC pass in the background; a failed pass is simply retried
+        after the next commit, so its errors are printed, not raised."""
+        if self._gc is not None and self._gc.is_alive():
+            return
+        keep = Retention(self.ckpt.keep_last, self.ckpt.keep_every)
+
+        def run() -> None:
+            try:
+                facts = [r.event for r in read_log(self.env.bootstrap, RUNS)
+                         if r.event.run_id == self.env.run_id]
+                collect(root, self.env.run_id, history(facts), keep)
+            except Exception as exc:  # best effort by design: see the docstring
+                print(f"runledger worker: checkpoint gc pass failed: {exc}", file=sys.stderr)
+
+        self._gc = threading.Thread(target=run, name="rl-gc", daemon=True)
+        self._gc.start()
+
+    def _apply_commits(self) -> None:
+        """Advance the loader's durable cursor for checkpoints the log committed."""
+        while self._commits:
+            _, cursor = self._commits.pop(0)
+            if cursor is not None and self._loader is not None:
+                self._loader.commit(cursor)
+
+    # -- restore -----------------------------------------------------------------------
+
+    def restore(self) -> int:
+        """Load the newest committed checkpoint that verifies; the step to continue after."""
+        candidates = [restoring.Candidate(s, p, d)
+                      for s, p, d in self.ckpt.candidates[: self.ckpt.rollback_window]]
+        if not candidates:
+            return 0
+        start = time.monotonic()
+
+        def rejected(c: restoring.Candidate, exc: VerificationFailed) -> None:
+            if self.coordinator:
+                self.reporter.report(CheckpointVerificationFailed(
+                    header=self.reporter.header(f"restore/{c.step}/rejected"), step=c.step,
+                    manifest_path=c.manifest_url, manifest_digest=c.manifest_digest,
+                    logical_id=self.env.logical_id, reason=exc.reason, detail=exc.detail))
+                self.reporter.flush()
+
+        chosen, manifest, fell_back = restoring.choose(
+            candidates, self.comm, run_id=self.env.run_id, dataset_id=self.ckpt.dataset_id,
+            on_rejected=rejected)
+        verified = time.monotonic()
+        template = self._state()
+        own_rng = f"rng.rank{self.rank}"
+        if not any(k.startswith(own_rng + ".") for k in manifest.keys):
+            del template[own_rng]  # a rank the checkpoint did not have (world size grew)
+        restoring.load(chosen, template, self.comm)
+        self._load_state(template)
+        if own_rng in template:
+            rng.restore(template[own_rng])
+        else:
+            rng.seed_all(hash((self.env.run_id, self.rank, manifest.step)) & 0x7FFFFFFF)
+        if self._loader is not None and manifest.data is not None:
+            self._loader.load_state_dict(manifest.data)
+        self.tokens = manifest.counters.get("tokens", 0)
+        self.loss_tokens = manifest.counters.get("loss_tokens", 0)
+        self.last_checkpoint_step = manifest.step
+        self.durable_step = manifest.step
+        self._parent = chosen.manifest_digest
+        self.reporter.step = manifest.step
+        self.reporter.report(CheckpointRestored(
+            header=self.reporter.header(f"restore/{manifest.step}/loaded"), step=manifest.step,
+            manifest_path=chosen.manifest_url, manifest_digest=chosen.manifest_digest,
+            logical_id=self.env.logical_id, verify_ms=(verified - start) * 1000.0,
+            load_ms=(time.monotonic() - verified) * 1000.0, fell_back=fell_back))
+        return manifest.step
+
+    # -- state -------------------------------------------------------------------------
+
+    def _model_or_fail(self) -> torch.nn.Module:
+        if self._model is None:
+            raise WorkerError("attach(model=...) before restore() or checkpoint()")
+        return self._model
+
+    def _state(self) -> dict[str, Any]:
+        model = self._model_or_fail()
+        state: dict[str, Any] = {}
+        if self._optimizer is not None:
+            msd, osd = get_state_dict(model, [self._optimizer])
+            state["model"], state["optim"] = msd, osd
+        else:
+            state["model"] = get_model_state_dict(model)
+        if self._scheduler is not None:
+            state["scheduler"] = self._scheduler.state_dict()
+        if self._scaler is not None:
+            state["scaler"] = self._scaler.state_dict()
+        state[f"rng.rank{self.rank}"] = rng.capture()
+        return state
+
+    def _load_state(self, state: dict[str, Any]) -> None:
+        model = self._model_or_fail()
+        if self._optimizer is not None:
+            set_state_dict(model, [self._optimizer], model_state_dict=state["model"],
+                           optim_state_dict=state["optim"])
+        else:
+            set_model_state_dict(model, state["model"])
+        if self._scheduler is not None:
+            self._scheduler.load_state_dict(state["scheduler"])
+        if self._scaler is not None:
+            self._scaler.load_state_dict(state["scaler"])
+
+
+def _stage_of(what: str) -> str:
+    if "coverage" in what:
+        return "coverage"
+    if "manifest" in what:
+        return "manifest"
+    return "shards"
+
+
+def _init_distributed(env: WorkerEnv) -> None:
+    if env.world_size == 1 or dist.is_initialized():
+        return
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(env.local_rank)
+    dist.init_process_group(
+        backend="nccl" if cuda else "gloo",
+        init_method=f"tcp://{env.master_addr}:{env.master_port}",
+        rank=env.rank, world_size=env.world_size, timeout=timedelta(minutes=10))

@@ -1,0 +1,107 @@
+"""Checkpoint storage through fsspec: checksums, write-once files, listings, removal.
+
+Every error from the store becomes a :class:`~worker.errors.StorageFault`
+naming the stage and the URL, so a worker reports it and exits with the
+storage exit code instead of dying on a bare ``OSError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import TypeVar
+
+import crc32c
+import fsspec
+
+from worker.errors import StorageFault
+
+T = TypeVar("T")
+_BLOCK = 8 << 20
+
+
+def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs, path
+
+
+def guarded(stage: str, url: str, action: Callable[[], T]) -> T:
+    try:
+        return action()
+    except StorageFault:
+        raise
+    except (OSError, ValueError) as exc:
+        raise StorageFault(stage, f"{url}: {exc}") from exc
+
+
+def checksum(url: str) -> tuple[int, int]:
+    """``(bytes, crc32c)`` of a stored file, read back in full from the store."""
+    def run() -> tuple[int, int]:
+        fs, path = _fs(url)
+        crc = 0
+        size = 0
+        with fs.open(path, "rb") as f:
+            while chunk := f.read(_BLOCK):
+                crc = crc32c.crc32c(chunk, crc)
+                size += len(chunk)
+        return size, crc
+    return guarded("checksumming", url, run)
+
+
+def size_of(url: str) -> int | None:
+    fs, path = _fs(url)
+    try:
+        return int(fs.size(path))
+    except FileNotFoundError:
+        return None
+
+
+def write_once(url: str, data: bytes) -> None:
+    """Write a file that must not exist yet (a manifest is never rewritten)."""
+    def run() -> None:
+        fs, path = _fs(url)
+        if fs.exists(path):
+            raise StorageFault("writing the manifest", f"{url} already exists; manifests are"
+                               " immutable")
+        tmp = path + ".partial"
+        with fs.open(tmp, "wb") as f:
+            f.write(data)
+        fs.mv(tmp, path)
+    guarded("writing the manifest", url, run)
+
+
+def read_bytes(url: str) -> bytes | None:
+    """The file's bytes, or None when it does not exist."""
+    fs, path = _fs(url)
+    try:
+        data: bytes = fs.cat_file(path)
+    except FileNotFoundError:
+        return None
+    return data
+
+
+def list_names(url: str) -> list[str]:
+    """Entry names directly under a directory URL (none when it does not exist)."""
+    fs, path = _fs(url)
+    try:
+        entries = fs.ls(path, detail=False)
+    except FileNotFoundError:
+        return []
+    return sorted(str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries)
+
+
+def remove_tree(url: str) -> None:
+    fs, path = _fs(url)
+    with contextlib.suppress(FileNotFoundError):  # already gone: removal is retried safely
+        fs.rm(path, recursive=True)
+
+
+def is_local(url: str) -> bool:
+    fs, _ = _fs(url)
+    proto = fs.protocol
+    return "file" in ((proto,) if isinstance(proto, str) else tuple(proto))
+
+
+def local_path(url: str) -> str:
+    _, path = _fs(url)
+    return path

@@ -67,10 +67,14 @@ VERDICT_TIMEOUT_S = 120.0
 
 class Session:
     def __init__(self, env: WorkerEnv, ckpt: CheckpointEnv, *, comm: Comm, reporter: Reporter,
-                 watcher: Watcher, faults: Faults) -> None:
+                 watcher: Watcher, faults: Faults, control: Comm | None = None) -> None:
         self.env = env
         self.ckpt = ckpt
         self.comm = comm
+        # The background writer runs its collectives on ``comm``; decisions the
+        # training thread takes together (is the backlog full?) need a group of
+        # their own, or two threads would interleave collectives on one group.
+        self.control = control or comm
         self.reporter = reporter
         self.watcher = watcher
         self.faults = faults
@@ -98,11 +102,13 @@ class Session:
         ckpt = CheckpointEnv.from_environ(environ)
         _init_distributed(env)
         comm = Comm.new_group()
+        control = Comm.new_group() if ckpt.mode == "async" else comm
         producer = EventProducer(env.bootstrap, client_id=f"worker/{env.run_id}/{env.logical_id}")
         reporter = Reporter(env, producer).start()
         watcher = Watcher(env.bootstrap, env.run_id, env.generation).start()
         faults = Faults.from_env(environ, env.rank, env.generation, env.run_id)
-        return cls(env, ckpt, comm=comm, reporter=reporter, watcher=watcher, faults=faults)
+        return cls(env, ckpt, comm=comm, reporter=reporter, watcher=watcher, faults=faults,
+                   control=control)
 
     def __enter__(self) -> Session:
         return self
@@ -169,7 +175,7 @@ class Session:
         start = time.monotonic()
         waited = 0.0
         if self._persister is not None:
-            full = self.comm.max(int(self._persister.pending >= self.ckpt.backlog))
+            full = self.control.max(int(self._persister.pending >= self.ckpt.backlog))
             if full and self.ckpt.backlog_policy == "skip":
                 if self.coordinator:
                     self.reporter.report(CheckpointSkipped(

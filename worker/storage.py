@@ -8,6 +8,7 @@ storage exit code instead of dying on a bare ``OSError``.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -64,6 +65,20 @@ def write_once(url: str, data: bytes) -> None:
             raise StorageFault("writing the manifest", f"{url} already exists; manifests are"
                                " immutable")
         tmp = path + ".partial"
+        if is_local(url):
+            # The manifest is the commit record: it must be on disk before it is
+            # proposed, and so must the rename that makes it visible.
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+            return
         with fs.open(tmp, "wb") as f:
             f.write(data)
         fs.mv(tmp, path)

@@ -214,6 +214,8 @@ def test_async_checkpoints_hold_the_backlog_bound_under_slow_storage(
     facts = cluster.wait_facts(run, succeeded, timeout=300, what="the async run to finish")
     (end,) = of_type(facts, "RunFinished")
     assert end.outcome == "succeeded", cluster.log_of("agent-n1")[-3000:]
+    # one generation: the background writer never disturbed training
+    assert [g.generation for g in of_type(facts, "GenerationStarted")] == [1]
     staged = of_type(facts, "CheckpointStaged")
     skipped = of_type(facts, "CheckpointSkipped")
     assert staged and all(e.mode == "async" and e.backlog <= 1 for e in staged)

@@ -3,6 +3,7 @@ a real broker, real files, a controller and an agent as real processes."""
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -232,3 +233,35 @@ def test_async_checkpoints_hold_the_backlog_bound_under_slow_storage(
         assert sorted(taken + [e.step for e in skipped]) == list(range(2, 17, 2))
         assert commits == taken
         assert all(e.waited_ms == 0 for e in staged)
+
+
+def test_the_auto_policy_sets_youngs_interval_and_every_rank_follows_it(
+        cluster: Cluster) -> None:
+    ds = dataset(cluster)
+    cluster.controller()
+    cluster.agent("n1", 2)
+    doc = tiny_spec(cluster, "auto-interval", ds, steps=30, model={"step_sleep_s": 0.2})
+    doc["checkpoint"] = {"policy": "auto", "mtbf_prior_s": 10.0, "initial_interval_steps": 3,
+                         "root": str(cluster.work / "ckpt")}
+    run = cluster.submit(doc)
+    facts = cluster.wait_facts(run, succeeded, timeout=300, what="the auto-interval run")
+    (end,) = of_type(facts, "RunFinished")
+    assert end.outcome == "succeeded", cluster.log_of("agent-n1")[-3000:]
+    changes = of_type(facts, "CheckpointIntervalChanged")
+    assert changes, "the controller never set an interval from the measured stall"
+    for c in changes:
+        assert c.mtbf_source == "prior" and c.mtbf_s == 10.0 and (c.cost_s or 0) > 0
+        assert math.isclose(c.interval_s or 0, math.sqrt(2 * (c.cost_s or 0) * 10.0))
+    # every gap between commits is the initial interval or one the controller
+    # had already set when that checkpoint's interval was fixed
+    allowed = {3}
+    last = 0
+    gaps = []
+    for e in facts:
+        if e.event_type == "CheckpointIntervalChanged":
+            allowed.add(e.interval_steps)  # type: ignore[attr-defined]
+        elif isinstance(e, ManifestCommitted):
+            assert e.step - last in allowed, (e.step, last, allowed)
+            gaps.append(e.step - last)
+            last = e.step
+    assert gaps[:2] == [3, 3] and any(g != 3 for g in gaps[2:]), gaps

@@ -309,7 +309,8 @@ def _start_generation(
     nodes = em.model.inventory.nodes
     master = nodes[members[0].node].address if members[0].node in nodes else "127.0.0.1"
     digest = hashlib.sha256(f"{state.run_id}/g{gen}".encode()).digest()
-    port = 20_000 + int.from_bytes(digest[:4], "big") % 20_000
+    # Below the kernel's ephemeral range (32768+), so no outgoing connection can hold it.
+    port = 10_000 + int.from_bytes(digest[:4], "big") % 22_000
     env = {**plan.env, **checkpoints.resume_env(plan.checkpoint, state),
            workerenv.RANKS: workerenv.format_ranks([m.logical_id for m in members]),
            workerenv.HEARTBEAT_INTERVAL_S: str(plan.heartbeat_interval_ms / 1000)}

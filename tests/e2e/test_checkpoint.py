@@ -265,3 +265,26 @@ def test_the_auto_policy_sets_youngs_interval_and_every_rank_follows_it(
             gaps.append(e.step - last)
             last = e.step
     assert gaps[:2] == [3, 3] and any(g != 3 for g in gaps[2:]), gaps
+
+
+def test_a_storage_error_mid_write_is_a_storage_fault_for_the_policy(cluster: Cluster) -> None:
+    ds = dataset(cluster)
+    blocker = cluster.work / "not-a-directory"
+    blocker.write_text("a file where the checkpoint root's parent should be")
+    cluster.controller()
+    cluster.agent("n1", 2)
+    doc = tiny_spec(cluster, "storage-fault", ds, steps=12, interval=4)
+    doc["checkpoint"]["root"] = str(blocker / "ckpt")
+    doc["retry"] = {"default": doc["retry"]["default"],
+                    "storage": {"attempts": 0, "escalate_after": 1}}
+    run = cluster.submit(doc)
+    facts = cluster.wait_facts(run, succeeded, timeout=180, what="the run to end")
+    (end,) = of_type(facts, "RunFinished")
+    assert end.outcome == "failed"
+    failures = of_type(facts, "FailureClassified")
+    assert failures and failures[0].failure_class == "storage"
+    assert failures[0].signature == "storage:exit=74"
+    written = [r.event for r in cluster.records(run, REPORTS)
+               if r.event.event_type == "CheckpointWriteFailed"]
+    assert written and written[0].step == 4 and written[0].stage == "shards"
+    assert not of_type(facts, "ManifestCommitted")

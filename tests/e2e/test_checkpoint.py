@@ -3,6 +3,7 @@ a real broker, real files, a controller and an agent as real processes."""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -144,6 +145,22 @@ def test_a_damaged_latest_checkpoint_is_caught_and_the_previous_one_restored(
     assert revoked.manifest_digest == eight.manifest_digest
     commits = [(c.generation, c.step) for c in facts if isinstance(c, ManifestCommitted)]
     assert commits == [(1, 4), (1, 8), (2, 8), (2, 12), (2, 16)]
+    # what an operator sees: the log's checkpoints, the revoked one marked
+    listed = cluster.cli("checkpoint", "list", run, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [(r["generation"], r["step"]) for r in rows] == commits
+    assert [r["revoked"] for r in rows] == [None, failed.reason, None, None, None]
+    dry = cluster.cli("checkpoint", "gc", run, "--root", str(cluster.work / "ckpt"),
+                      "--keep-last", "2", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    # the session's own collection already removed the revoked checkpoint and the
+    # one outside its retention (keep_last 3); keeping 2 would remove one more
+    run_dir = cluster.work / "ckpt" / run
+    assert not (run_dir / "g000001" / "step-0000000008").exists()
+    assert not (run_dir / "g000001" / "step-0000000004").exists()
+    assert [u.rsplit("/", 2)[-2:] for u in dry.stdout.split() if "/" in u] == [
+        ["g000002", "step-0000000008"]]
 
 
 def test_a_stale_generation_that_wakes_and_publishes_is_rejected(cluster: Cluster) -> None:

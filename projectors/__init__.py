@@ -1,1 +1,6 @@
-"""projectors: filled in by a later issue (see ../shared/DESIGN.md section 1)."""
+"""projectors: Kafka -> DuckDB read models, rebuilt from the log at will.
+
+- ``tables``: the tables and the pure mapping from a log record to rows.
+- ``projector``: the batch loop with offsets in the same transaction, replay,
+  and per-table content digests for comparing a replay with the live tables.
+"""

@@ -20,6 +20,7 @@ from runledger.controllercli import controller
 from runledger.datasetcli import dataset_app
 from runledger.errors import StackError
 from runledger.eventscli import events_app
+from runledger.projectcli import project, replay
 
 app = typer.Typer(
     name="runledger",
@@ -37,6 +38,8 @@ stack_app = typer.Typer(
 app.add_typer(stack_app, name="stack")
 app.add_typer(events_app, name="events")
 app.add_typer(checkpoint_app, name="checkpoint")
+app.command()(project)
+app.command()(replay)
 app.add_typer(dataset_app, name="dataset")
 app.command()(runcli.submit)
 app.command()(runcli.status)

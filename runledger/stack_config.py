@@ -66,8 +66,16 @@ class Layout:
 
 
 def new_cluster_id() -> str:
-    """16 random bytes, base64url without padding: the format StorageTool expects."""
-    return base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+    """16 random bytes, base64url without padding: the format StorageTool expects.
+
+    Never starting with '-': StorageTool's argument parser would read such an id
+    as an option ("--cluster-id: expected one argument"), one start in 64.
+    Kafka's own Uuid.randomUuid() makes the same exclusion.
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
 
 
 def node_dir(data_dir: Path, node_id: int) -> Path:

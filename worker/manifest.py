@@ -12,11 +12,11 @@ manifest that changed after commit is caught too.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from dataplane.manifest import sha256_digest
 from worker.errors import VerificationFailed
 
 FORMAT = "runledger-checkpoint/v1"
@@ -63,7 +63,7 @@ class CheckpointManifest:
 
 
 def digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    return sha256_digest(data)
 
 
 def parse(data: bytes, where: str) -> CheckpointManifest:

@@ -35,6 +35,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from dataplane.permute import derive_key
 from events.consume import read_log
 from events.kafka import EventProducer
 from events.model import (
@@ -320,7 +321,8 @@ class Session:
         if own_rng in template:
             rng.restore(template[own_rng])
         else:
-            rng.seed_all(hash((self.env.run_id, self.rank, manifest.step)) & 0x7FFFFFFF)
+            # A stable seed: Python's hash() of a str differs from process to process.
+            rng.seed_all(derive_key(self.env.run_id, self.rank, manifest.step) & 0x7FFFFFFF)
         if self._loader is not None and manifest.data is not None:
             self._loader.load_state_dict(manifest.data)
         self.tokens = manifest.counters.get("tokens", 0)

@@ -45,6 +45,7 @@ from events.model import (
     RunQueued,
     RunSubmitted,
     ShardWritten,
+    StepTimesRecorded,
     WriteRejected,
     node_key,
 )
@@ -145,7 +146,7 @@ def handle(model: Model, event: Event, now: int, plan_of: PlanOf) -> tuple[Model
                 em.emit(RUNS, event)
         case CancelRequested():
             _cancel(em, event)
-        case HeartbeatRecorded():
+        case HeartbeatRecorded() | StepTimesRecorded():
             _report(em, event, copy=False)
         case ManifestProposed():
             _propose(em, event)

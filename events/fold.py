@@ -16,6 +16,7 @@ from typing import Any
 
 from events.model import (
     AlertRaised,
+    AlertResolved,
     CancelRequested,
     CheckpointIntervalChanged,
     CheckpointRestored,
@@ -41,6 +42,7 @@ from events.model import (
     RunSubmitted,
     ShardWritten,
     StepCommitted,
+    StepTimesRecorded,
     WorkerExited,
     WriteRejected,
 )
@@ -89,7 +91,7 @@ class Transition:
 
 # Records that never change status and stay legal after the end: rejections and
 # alerts are about the run, and stop commands follow a cancellation by design.
-_INFORMATIONAL = (WriteRejected, AlertRaised, GroupStopCommanded)
+_INFORMATIONAL = (WriteRejected, AlertRaised, AlertResolved, GroupStopCommanded)
 
 
 def apply(state: RunState | None, event: Event) -> Transition:
@@ -212,7 +214,7 @@ def _check(state: RunState, e: Event) -> Verdict:
             if verdict.accepted and s == Status.RUNNING:
                 return _reject(ILLEGAL_TRANSITION, "MembershipConfirmed while already Running")
             return verdict
-        case HeartbeatRecorded() | WorkerExited():
+        case HeartbeatRecorded() | WorkerExited() | StepTimesRecorded():
             verdict = _fenced(state, e)
             return verdict if not verdict.accepted else _member(state, e, e.logical_id)
         case GroupStartCommanded():
@@ -277,7 +279,7 @@ def _check(state: RunState, e: Event) -> Verdict:
             return ACCEPTED
         case (
             CancelRequested() | RunCancelled() | WriteRejected() | AlertRaised()
-            | GroupStopCommanded()
+            | AlertResolved() | GroupStopCommanded()
         ):
             return ACCEPTED
     return _reject(ILLEGAL_TRANSITION, f"the fold has no rule for {e.event_type}")
@@ -386,6 +388,14 @@ def _advance(state: RunState, e: Event) -> RunState:
         case WriteRejected():
             return replace(state, rejections=state.rejections + 1)
         case AlertRaised():
-            return replace(state, alerts=state.alerts + 1)
+            if e.key in state.open_alerts:  # a duplicate of an open alert changes nothing
+                return state
+            return replace(state, alerts=state.alerts + 1,
+                           open_alerts={**state.open_alerts, e.key: e.header.event_id})
+        case AlertResolved():
+            if state.open_alerts.get(e.key) != e.raised_event_id:
+                return state
+            return replace(state, open_alerts={k: v for k, v in state.open_alerts.items()
+                                               if k != e.key})
     # ShardWritten, ManifestProposed, commands: accepted, recorded by projections.
     return state

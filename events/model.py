@@ -237,15 +237,47 @@ SEVERITIES = ("info", "warning", "critical")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlertRaised(Event):
+    """A rule's condition holds; raised once per (alert, subject) while it holds.
+
+    v2 adds ``subject``, ``threshold`` and ``value``; v1 records read with their defaults.
+    """
+
     alert: str
     severity: str
     owner: str
     runbook: str
     detail: str
+    subject: str = ""
+    threshold: str = ""
+    value: float | None = None
     TOPIC: ClassVar[str] = "runledger.runs"
 
     def __post_init__(self) -> None:
         _one_of(self.severity, SEVERITIES, "AlertRaised.severity")
+
+    @property
+    def key(self) -> str:
+        return alert_key(self.alert, self.subject)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlertResolved(Event):
+    """The condition of an open alert no longer holds (or the run ended)."""
+
+    alert: str
+    subject: str
+    raised_event_id: str
+    detail: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+    @property
+    def key(self) -> str:
+        return alert_key(self.alert, self.subject)
+
+
+def alert_key(alert: str, subject: str) -> str:
+    """The deduplication key of an alert within its run."""
+    return f"{alert}/{subject}" if subject else alert
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -292,6 +324,25 @@ class StepCommitted(Event):
     input_wait_ms: float
     loss: float | None = None
     TOPIC: ClassVar[str] = "runledger.reports"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepTimesRecorded(Event):
+    """One rank's own times for consecutive steps, batched; the coordinator's
+    ``StepCommitted`` carries only its own view, so stragglers need these."""
+
+    logical_id: str
+    node: str
+    first_step: int
+    step_time_ms: tuple[float, ...]
+    input_wait_ms: tuple[float, ...]
+    TOPIC: ClassVar[str] = "runledger.reports"
+
+    def __post_init__(self) -> None:
+        if len(self.step_time_ms) != len(self.input_wait_ms):
+            raise InvalidEvent("StepTimesRecorded.input_wait_ms must have one entry per step time")
+        if not self.step_time_ms:
+            raise InvalidEvent("StepTimesRecorded.step_time_ms must not be empty")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -513,10 +564,12 @@ EVENT_TYPES: dict[str, type[Event]] = {
         WriteRejected,
         FailureClassified,
         AlertRaised,
+        AlertResolved,
         RunCancelled,
         RunFinished,
         HeartbeatRecorded,
         StepCommitted,
+        StepTimesRecorded,
         ShardWritten,
         ManifestProposed,
         CheckpointStaged,

@@ -95,5 +95,7 @@ class RunState:
     last_progress_at: int = 0
     rejections: int = 0
     alerts: int = 0
+    # Open alerts: dedup key (alert/subject) -> the AlertRaised event id.
+    open_alerts: dict[str, str] = field(default_factory=dict)
     cancel_requested: bool = False
     outcome_reason: str = ""

@@ -18,6 +18,7 @@ from typing import Any
 from events.kafka import Record
 from events.model import (
     AlertRaised,
+    AlertResolved,
     CheckpointRestored,
     CheckpointRevoked,
     CheckpointStaged,
@@ -32,6 +33,8 @@ from events.model import (
     RunSubmitted,
     ShardWritten,
     StepCommitted,
+    StepTimesRecorded,
+    WorkerExited,
     WriteRejected,
 )
 from events.topics import REPORTS, RUNS
@@ -76,8 +79,16 @@ DDL = {
                 "logical_id VARCHAR, node VARCHAR, backoff_ms BIGINT, occurred_at BIGINT",
     "endings": f"{POS}, run_id VARCHAR, generation BIGINT, outcome VARCHAR, reason VARCHAR, "
                "occurred_at BIGINT",
-    "alerts": f"{POS}, run_id VARCHAR, generation BIGINT, alert VARCHAR, severity VARCHAR, "
-              "owner VARCHAR, runbook VARCHAR, detail VARCHAR, occurred_at BIGINT",
+    "alerts": f"{POS}, run_id VARCHAR, generation BIGINT, event_id VARCHAR, alert VARCHAR, "
+              "subject VARCHAR, severity VARCHAR, owner VARCHAR, runbook VARCHAR, "
+              "threshold VARCHAR, value DOUBLE, detail VARCHAR, occurred_at BIGINT",
+    "alert_resolutions": f"{POS}, run_id VARCHAR, generation BIGINT, alert VARCHAR, "
+                         "subject VARCHAR, raised_event_id VARCHAR, detail VARCHAR, "
+                         "occurred_at BIGINT",
+    "rank_steps": f"{POS}, run_id VARCHAR, generation BIGINT, logical_id VARCHAR, node VARCHAR, "
+                  "step BIGINT, step_time_ms DOUBLE, input_wait_ms DOUBLE, occurred_at BIGINT",
+    "exits": f"{POS}, run_id VARCHAR, generation BIGINT, logical_id VARCHAR, node VARCHAR, "
+             "exit_code INTEGER, signal INTEGER, occurred_at BIGINT",
     "quarantine": f"{POS}, key VARCHAR, reason VARCHAR, detail VARCHAR, raw BLOB",
 }
 
@@ -117,8 +128,13 @@ _FACTS: dict[type[Event], _Map] = {
     RunFinished: lambda e: [("endings", (e.run_id, e.generation, e.outcome, e.reason, _at(e)))],
     RunCancelled: lambda e: [("endings", (e.run_id, e.generation, "cancelled", e.reason,
                                           _at(e)))],
-    AlertRaised: lambda e: [("alerts", (e.run_id, e.generation, e.alert, e.severity, e.owner,
-                                        e.runbook, e.detail, _at(e)))],
+    AlertRaised: lambda e: [("alerts", (e.run_id, e.generation, e.header.event_id, e.alert,
+                                        e.subject, e.severity, e.owner, e.runbook, e.threshold,
+                                        e.value, e.detail, _at(e)))],
+    AlertResolved: lambda e: [("alert_resolutions", (e.run_id, e.generation, e.alert, e.subject,
+                                                     e.raised_event_id, e.detail, _at(e)))],
+    WorkerExited: lambda e: [("exits", (e.run_id, e.generation, e.logical_id, e.node,
+                                        e.exit_code, e.signal, _at(e)))],
     CheckpointStaged: lambda e: [("staging", (e.run_id, e.generation, e.step, e.mode,
                                               e.stall_ms, e.waited_ms, e.bytes, e.backlog,
                                               e.durable_step, _at(e)))],
@@ -127,6 +143,10 @@ _FACTS: dict[type[Event], _Map] = {
 _REPORTS: dict[type[Event], _Map] = {
     HeartbeatRecorded: lambda e: [("heartbeats", (e.run_id, e.generation, e.logical_id,
                                                   e.node, e.step, _at(e)))],
+    StepTimesRecorded: lambda e: [
+        ("rank_steps", (e.run_id, e.generation, e.logical_id, e.node, e.first_step + i, t, w,
+                        _at(e)))
+        for i, (t, w) in enumerate(zip(e.step_time_ms, e.input_wait_ms, strict=True))],
     CheckpointRestored: lambda e: [("restores", (e.run_id, e.generation, e.step, e.logical_id,
                                                  e.verify_ms, e.load_ms, e.fell_back,
                                                  _at(e)))],

@@ -47,6 +47,7 @@ from events.model import (
     ManifestProposed,
     ShardWritten,
     StepCommitted,
+    StepTimesRecorded,
 )
 from events.topics import RUNS
 from events.workerenv import CheckpointEnv, WorkerEnv
@@ -64,6 +65,10 @@ from worker.reporter import Reporter
 from worker.watcher import Watcher
 
 VERDICT_TIMEOUT_S = 120.0
+# Each rank reports its own step times in batches of this many steps (and before
+# a checkpoint and at close), so a straggler shows within a few steps at a
+# fraction of one event per step per rank.
+STEP_TIMES_BATCH = 8
 
 
 class Session:
@@ -93,6 +98,7 @@ class Session:
         self._persister = Persister(ckpt.backlog) if ckpt.mode == "async" else None
         self._commits: list[tuple[int, Any]] = []  # (step, cursor) committed in the background
         self._gc: threading.Thread | None = None
+        self._times: list[tuple[int, float, float]] = []  # (step, step ms, input wait ms)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -127,6 +133,7 @@ class Session:
             if self._gc is not None:
                 self._gc.join(30)
         finally:
+            self._report_times()
             self.reporter.close()
             self.watcher.close()
 
@@ -165,9 +172,27 @@ class Session:
                 loss_tokens=loss_tokens, step_time_ms=step_time_s * 1000.0,
                 input_wait_ms=input_wait_s * 1000.0,
                 loss=None if loss is None else float(loss)))
+        self._times.append((step, step_time_s * 1000.0, input_wait_s * 1000.0))
+        due = step - self.last_checkpoint_step >= self.interval_steps
+        if due or len(self._times) >= STEP_TIMES_BATCH:
+            self._report_times()
         self.faults.hit("step", step)
-        if step - self.last_checkpoint_step >= self.interval_steps:
+        if due:
             self.checkpoint(step, cursor)
+
+    def _report_times(self) -> None:
+        """This rank's step times since the last report, as runs of consecutive steps."""
+        times, self._times = self._times, []
+        while times:
+            n = 1
+            while n < len(times) and times[n][0] == times[0][0] + n:
+                n += 1
+            run, times = times[:n], times[n:]
+            self.reporter.report(StepTimesRecorded(
+                header=self.reporter.header(f"steptimes/{run[0][0]}"),
+                logical_id=self.env.logical_id, node=self.env.node, first_step=run[0][0],
+                step_time_ms=tuple(t for _, t, _ in run),
+                input_wait_ms=tuple(w for _, _, w in run)))
 
     # -- checkpoint --------------------------------------------------------------------
 

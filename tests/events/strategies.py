@@ -32,6 +32,7 @@ from events.model import (
     AgentHeartbeatRecorded,
     AgentRegistered,
     AlertRaised,
+    AlertResolved,
     CancelRequested,
     CheckpointIntervalChanged,
     CheckpointRestored,
@@ -60,6 +61,7 @@ from events.model import (
     RunSubmitted,
     ShardWritten,
     StepCommitted,
+    StepTimesRecorded,
     WorkerExited,
     WriteRejected,
 )
@@ -102,7 +104,8 @@ MEMBER_TYPES: tuple[type[Event], ...] = (
 )
 MTBF_SOURCES = ("fixed", "prior", "observed")
 # Legal even after the run has ended; they never move the status.
-INFORMATIONAL_TYPES: tuple[type[Event], ...] = (WriteRejected, AlertRaised, GroupStopCommanded)
+INFORMATIONAL_TYPES: tuple[type[Event], ...] = (WriteRejected, AlertRaised, AlertResolved,
+                                               GroupStopCommanded)
 # Node-scoped inventory events: keyed ``node/<name>``, never a run's.
 NODE_TYPES: tuple[type[Event], ...] = (AgentRegistered, AgentHeartbeatRecorded, NodeQuarantined)
 
@@ -160,6 +163,12 @@ class Ev:
                   at: int | None = None) -> HeartbeatRecorded:
         return HeartbeatRecorded(header=self.h(gen, at), logical_id=logical_id, node="node-a",
                                  step=step)
+
+    def step_times(self, gen: int, first: int = 1, logical_id: str = "w0",
+                   times: tuple[float, ...] = (100.0, 101.0)) -> StepTimesRecorded:
+        return StepTimesRecorded(header=self.h(gen), logical_id=logical_id, node="node-a",
+                                 first_step=first, step_time_ms=times,
+                                 input_wait_ms=tuple(1.0 for _ in times))
 
     def step(self, gen: int, step: int, tokens: int = 1000,
              loss_tokens: int = 900) -> StepCommitted:
@@ -261,6 +270,10 @@ class Ev:
     def alert(self, gen: int = 0, severity: str = "warning") -> AlertRaised:
         return AlertRaised(header=self.h(gen), alert="stalled", severity=severity,
                            owner="ml-infra", runbook="runbooks/stall.md", detail="no progress")
+
+    def alert_resolved(self, gen: int = 0) -> AlertResolved:
+        return AlertResolved(header=self.h(gen), alert="stalled", subject="",
+                             raised_event_id="r1-e1", detail="progress resumed")
 
     def cancelled(self, gen: int = 0) -> RunCancelled:
         return RunCancelled(header=self.h(gen), principal="bob", reason="budget")
@@ -383,6 +396,9 @@ _CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("CheckpointWriteFailed", "stage"): st.sampled_from(CHECKPOINT_STAGES),
     ("CheckpointVerificationFailed", "reason"): st.sampled_from(VERIFY_REASONS),
     ("CheckpointIntervalChanged", "mtbf_source"): st.sampled_from(MTBF_SOURCES),
+    # Both lists have one entry per step: three steps each.
+    ("StepTimesRecorded", "step_time_ms"): st.lists(doubles, min_size=3, max_size=3).map(tuple),
+    ("StepTimesRecorded", "input_wait_ms"): st.lists(doubles, min_size=3, max_size=3).map(tuple),
 }
 
 # Fields a newer schema version added: also drawn all absent together, as an older

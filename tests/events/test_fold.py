@@ -492,10 +492,11 @@ def test_cancel_revokes_and_everything_after_is_refused() -> None:
         ev.agent_registered(run_id="r1"), ev.agent_heartbeat(run_id="r1"),
         ev.quarantined(run_id="r1"), ev.staged(1, 11), ev.skipped(1, 11),
         ev.write_failed(1, 11), ev.verify_failed(1, CKPT10), ev.restored(1, CKPT10),
-        ev.revoke(1, CKPT10), ev.interval(1, 100),
+        ev.revoke(1, CKPT10), ev.interval(1, 100), ev.step_times(1),
     ]
     informational = {t.__name__ for t in INFORMATIONAL_TYPES}
-    assert informational == {"WriteRejected", "AlertRaised", "GroupStopCommanded"}
+    assert informational == {"WriteRejected", "AlertRaised", "AlertResolved",
+                             "GroupStopCommanded"}
     assert {type(e).__name__ for e in after} | informational == set(EVENT_TYPES)
     for e in after:
         rejected(s, e, RUN_TERMINAL)
@@ -513,7 +514,7 @@ def test_informational_records_after_the_end_only_count() -> None:
     # Cancellation is recorded first; the stop commands follow it (DESIGN section 4).
     t3 = apply(t2.state, ev.group_stop(1))
     assert t3.verdict.accepted and t3.state is not None
-    unchanged = {"rejections", "alerts", "updated_at"}
+    unchanged = {"rejections", "alerts", "open_alerts", "updated_at"}
     for f in fields(RunState):
         if f.name not in unchanged:
             assert getattr(t3.state, f.name) == getattr(s, f.name), f.name
@@ -626,6 +627,8 @@ COLUMNS: dict[str, Callable[[Ev, RunState], Event]] = {
     # From Starting on the state holds CKPT10 (committed under generation 1).
     "CheckpointRevoked": lambda ev, s: ev.revoke(s.generation, CKPT10),
     "CheckpointIntervalChanged": lambda ev, s: ev.interval(s.generation, 100),
+    "AlertResolved": lambda ev, s: ev.alert_resolved(s.generation),
+    "StepTimesRecorded": lambda ev, s: ev.step_times(s.generation, s.step + 1, "w1"),
 }
 
 SUB, QUE, ADM, STA, RUN, REC = (Status.SUBMITTED, Status.QUEUED, Status.ADMITTED,
@@ -671,13 +674,16 @@ LEGAL: dict[str, set[Status]] = {
     "CheckpointRevoked": ACTIVE,
     # The controller's own setting: not fenced, legal until the run ends.
     "CheckpointIntervalChanged": LIVE,
+    "AlertResolved": ALL,
+    "StepTimesRecorded": ACTIVE,
 }
 
 _FENCED_COLUMNS = {"MembershipConfirmed", "ManifestCommitted", "CursorAdvanced",
                    "HeartbeatRecorded", "StepCommitted", "ShardWritten", "ManifestProposed",
                    "WorkerExited", "GroupStartCommanded", "ManifestProposed(v2)",
                    "CheckpointStaged", "CheckpointSkipped", "CheckpointWriteFailed",
-                   "CheckpointVerificationFailed", "CheckpointRestored", "CheckpointRevoked"}
+                   "CheckpointVerificationFailed", "CheckpointRestored", "CheckpointRevoked",
+                   "StepTimesRecorded"}
 
 
 def _expected_reason(column: str, status: Status) -> str:
@@ -1012,3 +1018,42 @@ def test_revoking_the_only_checkpoint_at_step_0_drops_its_cursor() -> None:
     s = run_from(s, [ev.revoke(1, s.checkpoints[-1])])
     assert s.checkpoint is None
     assert s.cursor is None, "a cursor survived the revocation of the only checkpoint"
+
+
+# --- alerts and per-rank step times ------------------------------------------------------
+
+
+def test_an_alert_is_open_once_per_key_until_its_own_resolution() -> None:
+    from events.model import AlertRaised, AlertResolved
+
+    ev = Ev()
+    s = running(ev)
+
+    def raised(subject: str, eid: str) -> AlertRaised:
+        return AlertRaised(header=replace(ev.h(1), event_id=eid), alert="straggler_rank",
+                           severity="warning", owner="ml", runbook="rb", detail="slow",
+                           subject=subject)
+
+    def resolved(subject: str, raised_id: str) -> AlertResolved:
+        return AlertResolved(header=ev.h(1), alert="straggler_rank", subject=subject,
+                             raised_event_id=raised_id, detail="fine again")
+
+    s = run_from(s, [raised("w0", "a1"), raised("w0", "a1-dup"), raised("w1", "a2")])
+    assert s.open_alerts == {"straggler_rank/w0": "a1", "straggler_rank/w1": "a2"}
+    assert s.alerts == 2  # the duplicate of an open alert is not a new alert
+    s = run_from(s, [resolved("w0", "a1-dup")])  # not the open one: nothing changes
+    assert set(s.open_alerts) == {"straggler_rank/w0", "straggler_rank/w1"}
+    s = run_from(s, [resolved("w0", "a1")])
+    assert s.open_alerts == {"straggler_rank/w1": "a2"}
+    s = run_from(s, [raised("w0", "a3")])  # the condition came back: a new alert
+    assert s.open_alerts["straggler_rank/w0"] == "a3" and s.alerts == 3
+
+
+def test_step_times_are_fenced_like_heartbeats() -> None:
+    ev = Ev()
+    s = running(ev)
+    assert apply(s, ev.step_times(s.generation)).verdict.accepted
+    stale = apply(s, ev.step_times(s.generation - 1)).verdict
+    assert (stale.accepted, stale.reason) == (False, STALE_GENERATION)
+    stranger = apply(s, ev.step_times(s.generation, logical_id="nobody")).verdict
+    assert (stranger.accepted, stranger.reason) == (False, NOT_A_MEMBER)

@@ -30,6 +30,7 @@ from events.fold import (
 )
 from events.model import (
     AlertRaised,
+    AlertResolved,
     CancelRequested,
     CheckpointIntervalChanged,
     CheckpointRestored,
@@ -220,7 +221,17 @@ def check_counters(events: list[Event]) -> None:
         return
     mine = [e for e in accepted if e.run_id == state.run_id]
     assert state.rejections == sum(isinstance(e, WriteRejected) for e in mine)
-    assert state.alerts == sum(isinstance(e, AlertRaised) for e in mine)
+    # An alert counts when it opens its key; a repeat while open is a duplicate.
+    open_keys: dict[str, str] = {}
+    opened = 0
+    for e in mine:
+        if isinstance(e, AlertRaised) and e.key not in open_keys:
+            open_keys[e.key] = e.header.event_id
+            opened += 1
+        elif isinstance(e, AlertResolved) and open_keys.get(e.key) == e.raised_event_id:
+            del open_keys[e.key]
+    assert state.alerts == opened
+    assert state.open_alerts == open_keys
     assert state.failure_count == sum(isinstance(e, FailureClassified) for e in mine)
     assert sum(state.failures.values()) == state.failure_count
 

@@ -87,7 +87,8 @@ def commit_events(e: ManifestProposed, header_for: HeaderFor) -> list[Event]:
         out.append(CursorAdvanced(
             header=header_for(f"{cause}/CursorAdvanced", cause), step=e.step,
             dataset_id=e.dataset_id, epoch=e.epoch, position=e.position,
-            source_counts=dict(e.source_counts)))
+            source_counts=dict(e.source_counts),
+            mixture_targets=None if e.mixture_targets is None else dict(e.mixture_targets)))
     return out
 
 

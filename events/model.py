@@ -161,6 +161,8 @@ class CursorAdvanced(Event):
     epoch: int
     position: int
     source_counts: dict[str, int]
+    # v2: the mixture's normalized target weights, for drift checks and reports.
+    mixture_targets: dict[str, float] | None = None
     TOPIC: ClassVar[str] = "runledger.runs"
 
 
@@ -370,6 +372,8 @@ class ManifestProposed(Event):
     epoch: int | None = None
     position: int | None = None
     source_counts: dict[str, int] | None = None
+    # v3: the mixture's normalized target weights, copied into CursorAdvanced.
+    mixture_targets: dict[str, float] | None = None
     TOPIC: ClassVar[str] = "runledger.reports"
 
 

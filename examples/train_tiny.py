@@ -19,7 +19,8 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 import torch
 import torch.distributed as dist
@@ -57,6 +58,18 @@ def config() -> dict[str, Any]:
     return {**defaults, **cfg}
 
 
+def _tracer(session: Session) -> TextIO | None:
+    """``RUNLEDGER_TRACE_BATCHES=<dir>``: each rank appends, per step, the global
+    positions its batch came from, so a test can compare what was served with the
+    provenance the log records."""
+    where = os.environ.get("RUNLEDGER_TRACE_BATCHES")
+    if not where:
+        return None
+    Path(where).mkdir(parents=True, exist_ok=True)
+    name = f"g{session.env.generation}-r{session.rank}.jsonl"
+    return open(Path(where) / name, "a", encoding="utf-8")
+
+
 def main() -> int:
     cfg = config()
     with Session.from_env() as session:
@@ -77,6 +90,7 @@ def main() -> int:
         # Per-rank dropout streams differ, as they would on real hardware.
         if start == 0:
             torch.manual_seed(cfg["seed"] * 1000 + session.rank + 1)
+        trace = _tracer(session)
         for step in range(start + 1, cfg["steps"] + 1):
             t0 = time.monotonic()
             wait0 = loader.metrics.input_wait_s
@@ -101,7 +115,17 @@ def main() -> int:
             session.step(step, loss=loss, tokens=tokens.numel() * session.world_size,
                          loss_tokens=int(totals[1]), step_time_s=time.monotonic() - t0,
                          input_wait_s=loader.metrics.input_wait_s - wait0, cursor=batch.cursor)
+            if trace is not None:
+                size = cfg["global_batch"]
+                trace.write(json.dumps({
+                    "generation": session.env.generation, "rank": session.rank, "step": step,
+                    "batch": batch.index, "start": batch.index * size,
+                    "end": (batch.index + 1) * size, "cursor": batch.cursor.position,
+                    "rows": len(batch.samples)}) + "\n")
+                trace.flush()
         loader.close()
+        if trace is not None:
+            trace.close()
     return 0
 
 

@@ -65,7 +65,8 @@ DDL = {
               "path VARCHAR, bytes BIGINT, crc32c BIGINT",
     "cursors": f"{POS}, run_id VARCHAR, generation BIGINT, step BIGINT, dataset_id VARCHAR, "
                "epoch BIGINT, position BIGINT",
-    "source_counts": f"{POS}, run_id VARCHAR, step BIGINT, source VARCHAR, count BIGINT",
+    "source_counts": f"{POS}, run_id VARCHAR, step BIGINT, source VARCHAR, count BIGINT, "
+                     "target DOUBLE",
     "staging": f"{POS}, run_id VARCHAR, generation BIGINT, step BIGINT, mode VARCHAR, "
                "stall_ms DOUBLE, waited_ms DOUBLE, bytes BIGINT, backlog INTEGER, "
                "durable_step BIGINT, occurred_at BIGINT",
@@ -118,7 +119,8 @@ _FACTS: dict[type[Event], _Map] = {
                                          e.bytes, e.crc32c))],
     CursorAdvanced: lambda e: [("cursors", (e.run_id, e.generation, e.step, e.dataset_id,
                                             e.epoch, e.position))]
-    + [("source_counts", (e.run_id, e.step, s, n)) for s, n in sorted(e.source_counts.items())],
+    + [("source_counts", (e.run_id, e.step, s, n, (e.mixture_targets or {}).get(s)))
+       for s, n in sorted(e.source_counts.items())],
     WriteRejected: lambda e: [("rejections", (e.run_id, e.generation, e.rejected_event_id,
                                               e.rejected_event_type, e.reason, e.detail,
                                               _at(e)))],

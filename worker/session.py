@@ -180,6 +180,13 @@ class Session:
         if due:
             self.checkpoint(step, cursor)
 
+    def _mixture_targets(self) -> dict[str, float] | None:
+        """The attached loader's normalized mixture weights, when it has a manifest."""
+        mixture = getattr(getattr(self._loader, "manifest", None), "mixture", None)
+        if mixture is None:
+            return None
+        return {name: float(w) for name, w in sorted(mixture.fractions().items())}
+
     def _report_times(self) -> None:
         """This rank's step times since the last report, as runs of consecutive steps."""
         times, self._times = self._times, []
@@ -271,7 +278,8 @@ class Session:
                 manifest_path=written.manifest_url, manifest_digest=written.digest,
                 dataset_id=fields.dataset_id,
                 epoch=getattr(cursor, "epoch", None), position=getattr(cursor, "position", None),
-                source_counts=cursor.source_counts() if cursor is not None else None)
+                source_counts=cursor.source_counts() if cursor is not None else None,
+                mixture_targets=self._mixture_targets() if cursor is not None else None)
             self.reporter.report(proposal)
             self.reporter.flush()
             verdict = self.watcher.wait_verdict(proposal.header.event_id, written.digest,

@@ -404,7 +404,8 @@ _CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
 # Fields a newer schema version added: also drawn all absent together, as an older
 # writer's record reads (ManifestProposed v2's data cursor).
 _ADDED_IN_LATER_VERSIONS: dict[str, tuple[str, ...]] = {
-    "ManifestProposed": ("epoch", "position", "source_counts"),
+    "ManifestProposed": ("epoch", "position", "source_counts", "mixture_targets"),
+    "CursorAdvanced": ("mixture_targets",),
 }
 
 

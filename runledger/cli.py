@@ -18,9 +18,11 @@ from runledger.agentcli import agent
 from runledger.checkpointcli import checkpoint_app
 from runledger.controllercli import controller
 from runledger.datasetcli import dataset_app
+from runledger.democli import demo
 from runledger.errors import StackError
 from runledger.eventscli import events_app
 from runledger.projectcli import project, replay
+from runledger.querycli import query
 
 app = typer.Typer(
     name="runledger",
@@ -40,6 +42,7 @@ app.add_typer(events_app, name="events")
 app.add_typer(checkpoint_app, name="checkpoint")
 app.command()(project)
 app.command()(replay)
+app.command()(query)
 app.add_typer(dataset_app, name="dataset")
 app.command()(runcli.submit)
 app.command()(runcli.status)
@@ -48,6 +51,7 @@ app.command()(runcli.runs)
 app.command()(agent)
 app.command()(controller)
 app.command(name="interval")(intervalcli.interval)
+app.command()(demo)
 
 T = TypeVar("T")
 

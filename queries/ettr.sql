@@ -1,0 +1,113 @@
+-- ETTR: effective training time ratio, T_productive / T_allocated, with every
+-- millisecond of the allocation assigned to exactly one part.
+--
+-- Allocated time runs from the run's admission to its end (RunFinished or
+-- RunCancelled; for a live run, its latest event). Each part is a set of
+-- intervals built from the log; an instant covered by several takes the part of
+-- highest precedence, and an instant covered by none is "other", so the parts
+-- always sum to the allocation. Precedence, highest first:
+--   detection    a failure happened and was not yet classified: from the fault
+--                (the first abnormal WorkerExited of the generation, else its
+--                last step) to FailureClassified;
+--   recovery     from FailureClassified to the first step of the next
+--                generation (stop, backoff, relaunch, rendezvous, restore);
+--   checkpoint   the training loop blocked on a checkpoint (CheckpointStaged.stall_ms);
+--   lost_work    steps a later generation had to redo (after its resume step);
+--   input_stall  the input-wait part of surviving steps;
+--   productive   the rest of surviving steps;
+--   idle         allocated but not training: the first launch, and the tail
+--                after the last step;
+--   other        anything else (between steps: logging, reporting, the loop).
+-- Times come from the events' occurred_at (writers' clocks, in ms).
+--
+-- DuckDB CLI: SET VARIABLE run_id = '<run>'; .read queries/ettr.sql
+WITH
+bounds AS (
+    SELECT
+        min(occurred_at) FILTER (WHERE event_type = 'RunAdmitted') AS a,
+        coalesce(max(occurred_at) FILTER (WHERE event_type IN ('RunFinished', 'RunCancelled')),
+                 max(occurred_at)) AS z
+    FROM events
+    WHERE run_id = getvariable('run_id') AND topic = 'runledger.runs'
+),
+gens AS (
+    SELECT generation, started_at, coalesce(resume_step, 0) AS resume_step,
+           lead(started_at) OVER (ORDER BY generation) AS next_start
+    FROM generations WHERE run_id = getvariable('run_id')
+),
+step_iv AS (
+    SELECT s.generation, s.step, s.occurred_at AS e,
+           s.occurred_at - s.step_time_ms AS b, s.input_wait_ms AS w,
+           EXISTS (SELECT 1 FROM gens g WHERE g.generation > s.generation
+                   AND g.resume_step < s.step) AS lost
+    FROM steps s WHERE s.run_id = getvariable('run_id')
+),
+first_step AS (
+    SELECT generation, min(b) AS b, max(e) AS e FROM step_iv GROUP BY generation
+),
+faults AS (
+    SELECT f.generation, f.occurred_at AS classified,
+           least(f.occurred_at, coalesce(
+               (SELECT min(x.occurred_at) FROM exits x
+                WHERE x.run_id = f.run_id AND x.generation = f.generation
+                  AND (x.signal IS NOT NULL OR x.exit_code <> 0)),
+               (SELECT max(e) FROM step_iv WHERE generation = f.generation),
+               (SELECT started_at FROM gens WHERE generation = f.generation))) AS fault_at,
+           (SELECT min(fs.b) FROM first_step fs WHERE fs.generation > f.generation) AS resumed
+    FROM failures f WHERE f.run_id = getvariable('run_id')
+),
+iv(part, prio, b, e) AS (
+    SELECT 'detection', 1, fault_at, classified FROM faults
+    UNION ALL
+    SELECT 'recovery', 2, classified, resumed FROM faults WHERE resumed IS NOT NULL
+    UNION ALL
+    SELECT 'checkpoint', 3, occurred_at - stall_ms, occurred_at
+    FROM staging WHERE run_id = getvariable('run_id')
+    UNION ALL
+    SELECT 'lost_work', 4, b, e FROM step_iv WHERE lost
+    UNION ALL
+    SELECT 'input_stall', 5, b, b + w FROM step_iv WHERE NOT lost
+    UNION ALL
+    SELECT 'productive', 6, b + w, e FROM step_iv WHERE NOT lost
+    UNION ALL
+    SELECT 'idle', 7, g.started_at, fs.b FROM gens g JOIN first_step fs USING (generation)
+    WHERE g.generation = (SELECT min(generation) FROM gens)
+    UNION ALL
+    SELECT 'idle', 7, (SELECT max(e) FROM step_iv), (SELECT z FROM bounds)
+    WHERE NOT EXISTS (SELECT 1 FROM faults WHERE classified >= (SELECT max(e) FROM step_iv))
+),
+clipped AS (
+    SELECT part, prio, greatest(iv.b, bounds.a) AS b, least(iv.e, bounds.z) AS e
+    FROM iv, bounds
+    WHERE least(iv.e, bounds.z) > greatest(iv.b, bounds.a)
+),
+points AS (
+    SELECT a AS t FROM bounds UNION SELECT z FROM bounds
+    UNION SELECT b FROM clipped UNION SELECT e FROM clipped
+),
+segments AS (
+    SELECT t AS b, lead(t) OVER (ORDER BY t) AS e FROM points
+),
+labelled AS (
+    SELECT seg.b, seg.e, coalesce(arg_min(c.part, c.prio), 'other') AS part
+    FROM segments seg LEFT JOIN clipped c ON c.b <= seg.b AND c.e >= seg.e
+    WHERE seg.e IS NOT NULL AND seg.e > seg.b
+    GROUP BY seg.b, seg.e
+),
+parts(part, ord) AS (
+    VALUES ('productive', 1), ('checkpoint', 2), ('lost_work', 3), ('detection', 4),
+           ('recovery', 5), ('input_stall', 6), ('idle', 7), ('other', 8)
+),
+totals AS (
+    SELECT p.part, p.ord, coalesce(sum(l.e - l.b), 0) / 1000.0 AS seconds
+    FROM parts p LEFT JOIN labelled l USING (part) GROUP BY p.part, p.ord
+),
+alloc AS (SELECT (z - a) / 1000.0 AS seconds FROM bounds WHERE a IS NOT NULL)
+SELECT part, seconds, share FROM (
+    SELECT part, ord, round(seconds, 3) AS seconds,
+           round(seconds / nullif((SELECT seconds FROM alloc), 0), 4) AS share
+    FROM totals WHERE (SELECT count(*) FROM alloc) > 0
+    UNION ALL
+    SELECT 'allocated', 0, round(seconds, 3), 1.0 FROM alloc
+)
+ORDER BY ord;

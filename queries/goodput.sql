@@ -1,0 +1,53 @@
+-- Goodput: accepted loss-bearing tokens per end-to-end second, and the cost per
+-- accepted token when the spec gives budget.price_per_gpu_hour.
+--
+-- Accepted tokens are those of steps no later generation redid (a restart from
+-- step r discards every step after r of the generations before it). End to end
+-- runs from submission to the run's end (or its latest event while it lives);
+-- GPU hours are the world size times the allocated time (admission to end).
+--
+-- DuckDB CLI: SET VARIABLE run_id = '<run>'; .read queries/goodput.sql
+WITH
+run AS (
+    SELECT r.world_size, r.submitted_at,
+           TRY_CAST(json_extract(json_extract_string(e.payload, '$.spec_json'),
+                                 '$.budget.price_per_gpu_hour') AS DOUBLE) AS price
+    FROM runs r JOIN events e ON e.topic = r.topic AND e.part = r.part AND e.ofs = r.ofs
+    WHERE r.run_id = getvariable('run_id')
+),
+bounds AS (
+    SELECT
+        min(occurred_at) FILTER (WHERE event_type = 'RunAdmitted') AS admitted,
+        coalesce(max(occurred_at) FILTER (WHERE event_type IN ('RunFinished', 'RunCancelled')),
+                 max(occurred_at)) AS ended
+    FROM events
+    WHERE run_id = getvariable('run_id') AND topic = 'runledger.runs'
+),
+gens AS (
+    SELECT generation, coalesce(resume_step, 0) AS resume_step
+    FROM generations WHERE run_id = getvariable('run_id')
+),
+accepted AS (
+    SELECT count(*) AS steps, coalesce(sum(tokens), 0) AS tokens,
+           coalesce(sum(loss_tokens), 0) AS loss_tokens
+    FROM steps s WHERE s.run_id = getvariable('run_id')
+      AND NOT EXISTS (SELECT 1 FROM gens g WHERE g.generation > s.generation
+                      AND g.resume_step < s.step)
+),
+all_steps AS (
+    SELECT coalesce(sum(loss_tokens), 0) AS loss_tokens FROM steps
+    WHERE run_id = getvariable('run_id')
+)
+SELECT
+    a.steps AS accepted_steps,
+    a.tokens AS accepted_tokens,
+    a.loss_tokens AS accepted_loss_tokens,
+    all_steps.loss_tokens - a.loss_tokens AS discarded_loss_tokens,
+    round((b.ended - run.submitted_at) / 1000.0, 3) AS end_to_end_s,
+    round(a.loss_tokens / nullif((b.ended - run.submitted_at) / 1000.0, 0), 1)
+        AS loss_tokens_per_s,
+    round(run.world_size * (b.ended - b.admitted) / 3600000.0, 6) AS gpu_hours,
+    run.price AS price_per_gpu_hour,
+    run.price * run.world_size * (b.ended - b.admitted) / 3600000.0
+        / nullif(a.loss_tokens, 0) AS cost_per_loss_token
+FROM accepted a, all_steps, bounds b, run;

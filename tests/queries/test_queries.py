@@ -1,0 +1,162 @@
+"""The queries against projections of hand-timed logs (no broker: the SQL is the subject)."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import pytest
+
+from queries.errors import QueryError
+from queries.runner import names, run_query
+from tests.queries.timeline import Timeline, crash_and_recover, project
+
+
+@pytest.fixture
+def con() -> duckdb.DuckDBPyConnection:
+    return duckdb.connect()
+
+
+def parts(con: duckdb.DuckDBPyConnection, run: str) -> dict[str, float]:
+    return {r["part"]: r["seconds"] for r in run_query(con, "ettr", run).records()}
+
+
+def test_ettr_assigns_every_millisecond_to_the_part_worked_out_by_hand(con) -> None:
+    tl = Timeline()
+    expected = crash_and_recover(tl)
+    project(con, tl)
+    got = parts(con, tl.run_id)
+    for part, ms in expected.items():
+        assert got[part] == pytest.approx(ms / 1000), part
+    assert got["allocated"] == pytest.approx(sum(expected.values()) / 1000)
+    assert sum(v for k, v in got.items() if k != "allocated") == pytest.approx(got["allocated"])
+
+
+def test_ettr_of_a_run_without_failures_has_no_lost_work(con) -> None:
+    tl = Timeline()
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    tl.advance(200)
+    for s in range(1, 6):
+        tl.step(1, s, ms=100, wait=0)
+    tl.finish(1)
+    project(con, tl)
+    got = parts(con, tl.run_id)
+    assert got["productive"] == pytest.approx(0.5)
+    assert got["idle"] == pytest.approx(0.2)
+    assert got["lost_work"] == got["detection"] == got["recovery"] == 0
+
+
+def test_goodput_counts_only_steps_that_survived(con) -> None:
+    tl = Timeline()
+    crash_and_recover(tl)
+    project(con, tl)
+    (row,) = run_query(con, "goodput", tl.run_id).records()
+    assert row["accepted_steps"] == 30
+    assert row["accepted_loss_tokens"] == 30 * 4000
+    assert row["discarded_loss_tokens"] == 5 * 4000
+    submitted = tl.events[0].header.occurred_at
+    end = tl.events[-1].header.occurred_at
+    assert row["end_to_end_s"] == pytest.approx((end - submitted) / 1000)
+    assert row["loss_tokens_per_s"] == pytest.approx(120000 / ((end - submitted) / 1000), rel=1e-3)
+    assert row["price_per_gpu_hour"] == 2.5
+    assert row["cost_per_loss_token"] == pytest.approx(
+        2.5 * row["gpu_hours"] / (30 * 4000), rel=1e-3)
+
+
+def test_incidents_report_detection_rto_and_rpo(con) -> None:
+    tl = Timeline()
+    crash_and_recover(tl)
+    project(con, tl)
+    (inc,) = run_query(con, "incidents", tl.run_id).records()
+    assert inc["detection_s"] == pytest.approx(0.030)
+    assert inc["rto_s"] == pytest.approx(0.030 + 0.500)
+    assert (inc["last_step"], inc["resumed_from"], inc["rpo_steps"]) == (25, 20, 5)
+    # Since step 20 ended: its 50 ms checkpoint, steps 21-25 (500 ms), 20 ms to the kill.
+    assert inc["rpo_s"] == pytest.approx(0.570)
+    assert inc["member"] == "r1" and inc["failure_class"] == "worker_crash"
+
+
+def test_provenance_follows_the_lineage_through_the_restart(con) -> None:
+    tl = Timeline()
+    crash_and_recover(tl)
+    project(con, tl)
+    chain = run_query(con, "provenance", tl.run_id).records()
+    assert [(c["generation"], c["step"], c["step_from"]) for c in chain] == [
+        (2, 30, 20), (1, 20, 10), (1, 10, 0)]
+    assert [(c["position_from"], c["position_to"]) for c in chain] == [
+        (160, 240), (80, 160), (0, 80)]
+    assert json.loads(chain[0]["source_counts"]) == {"code": 90, "web": 150}
+    assert json.loads(chain[0]["source_delta"]) == {"code": 30, "web": 50}
+    assert chain[0]["code_version"] == "3f1c2a9b7d4e5f60718293a4b5c6d7e8f9012345"
+    assert chain[-1]["parent_digest"] is None
+    older = run_query(con, "provenance", tl.run_id, checkpoint_step=20).records()
+    assert [c["step"] for c in older] == [20, 10]
+
+
+def test_audit_lists_every_fact_in_log_order(con) -> None:
+    tl = Timeline()
+    crash_and_recover(tl)
+    project(con, tl)
+    rows = run_query(con, "audit", tl.run_id).records()
+    facts = [e for e in tl.events if type(e).__name__ not in
+             ("StepTimesRecorded", "HeartbeatRecorded", "CheckpointRestored")]
+    assert [r["event_type"] for r in rows] == [type(e).__name__ for e in facts]
+    assert [r["log_offset"] for r in rows] == sorted(r["log_offset"] for r in rows)
+    (gen2,) = [r for r in rows if r["event_type"] == "GenerationStarted" and r["generation"] == 2]
+    assert gen2["summary"] == "restart from step 20"
+
+
+def test_stragglers_flag_the_slow_rank(con) -> None:
+    tl = Timeline()
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    for s in range(1, 21):
+        tl.step(1, s, rank_ms=(100.0, 100.0 + 20 * (s % 3 == 0)))
+    tl.start(2, resume=None)  # the latest generation is the one reported
+    for s in range(1, 21):
+        tl.step(2, s, rank_ms=(100.0, 190.0))
+    project(con, tl)
+    rows = {r["member"]: r for r in run_query(con, "stragglers", tl.run_id).records()}
+    assert rows["r1"]["straggler"] and not rows["r0"]["straggler"]
+    assert rows["r1"]["p50_ms"] == 190.0 and rows["r1"]["generation"] == 2
+    relaxed = run_query(con, "stragglers", tl.run_id, straggler_ratio=2.0).records()
+    assert not any(r["straggler"] for r in relaxed)
+
+
+def test_mixture_compares_counts_with_targets(con) -> None:
+    tl = Timeline()
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    tl.step(1, 1)
+    tl.checkpoint(1, 1, counts={"web": 6, "code": 2})
+    project(con, tl)
+    rows = {r["source"]: r for r in run_query(con, "mixture", tl.run_id).records()}
+    assert rows["web"]["target_count"] == 5.0 and rows["web"]["drift"] == 1.0
+    assert rows["code"]["drift"] == -1.0 and rows["code"]["drift_share"] == 0.125
+
+
+def test_unknown_names_and_runs_list_what_exists(con) -> None:
+    tl = Timeline()
+    crash_and_recover(tl)
+    project(con, tl)
+    with pytest.raises(QueryError, match="unknown query 'etr'; queries: alerts, audit"):
+        run_query(con, "etr", tl.run_id)
+    with pytest.raises(QueryError, match=r"unknown run 'run-b'; .*run-a"):
+        run_query(con, "ettr", "run-b")
+    assert {"ettr", "goodput", "provenance", "audit", "incidents", "stragglers"} <= set(names())
+
+
+def test_queries_run_in_the_duckdb_cli_form(con) -> None:
+    """Each file is plain SQL over getvariable(): what the DuckDB CLI runs after SET VARIABLE."""
+    tl = Timeline()
+    crash_and_recover(tl)
+    project(con, tl)
+    from queries.runner import sql_text
+
+    con.execute("SET VARIABLE run_id = 'run-a'")
+    for name in names():
+        con.execute(sql_text(name)).fetchall()

@@ -1,0 +1,174 @@
+"""A run's log written by hand with exact times, projected into DuckDB without Kafka.
+
+The projection goes through the projector's own pure mapping (``rows_for``), so
+the queries see the tables a real projector writes; only the broker is left out.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from events.kafka import Record
+from events.model import (
+    CheckpointRestored,
+    CheckpointStaged,
+    CursorAdvanced,
+    Event,
+    FailureClassified,
+    GenerationStarted,
+    Header,
+    HeartbeatRecorded,
+    ManifestCommitted,
+    Member,
+    RunAdmitted,
+    RunFinished,
+    RunSubmitted,
+    StepCommitted,
+    StepTimesRecorded,
+    WorkerExited,
+)
+from events.topics import REPORTS, RUNS
+from projectors.tables import DDL, rows_for
+
+MEMBERS = (Member("r0", "node-a", 0), Member("r1", "node-a", 1))
+_REPORT_ONLY = (HeartbeatRecorded, StepTimesRecorded, CheckpointRestored)
+SPEC = {"code_version": "3f1c2a9b7d4e5f60718293a4b5c6d7e8f9012345",
+        "budget": {"price_per_gpu_hour": 2.5}}
+
+
+@dataclass
+class Timeline:
+    run_id: str = "run-a"
+    t: int = 1_000_000
+    events: list[Event] = field(default_factory=list)
+    batch: int = 8  # global batch size: positions per step
+    _n: int = 0
+
+    def h(self, gen: int, at: int | None = None) -> Header:
+        self._n += 1
+        return Header(f"{self.run_id}/e{self._n}", self.run_id, gen,
+                      self.t if at is None else at, "test")
+
+    def add(self, event: Event) -> Event:
+        self.events.append(event)
+        return event
+
+    def advance(self, ms: int) -> None:
+        self.t += ms
+
+    # -- facts -------------------------------------------------------------------------
+
+    def submit(self, world_size: int = 2) -> None:
+        self.add(RunSubmitted(header=self.h(0), spec_digest="sha256:s", spec_json=json.dumps(SPEC),
+                              principal="alice", world_size=world_size, dataset_id="sha256:d"))
+
+    def admit(self) -> None:
+        self.add(RunAdmitted(header=self.h(0), members=MEMBERS))
+
+    def start(self, gen: int, resume: int | None = None) -> None:
+        manifest = None if resume is None else f"ck/s{resume}/manifest.json"
+        self.add(GenerationStarted(header=self.h(gen), members=MEMBERS,
+                                   reason="admitted" if resume is None else "restart",
+                                   resume_step=resume, resume_manifest=manifest))
+
+    def step(self, gen: int, step: int, ms: int = 100, wait: int = 10,
+             loss: float = 2.0, rank_ms: tuple[float, float] | None = None) -> None:
+        """A step of ``ms`` starting now; the clock moves to its end."""
+        self.t += ms
+        self.add(StepCommitted(header=self.h(gen), step=step, tokens=4096, loss_tokens=4000,
+                               step_time_ms=float(ms), input_wait_ms=float(wait), loss=loss))
+        times = rank_ms or (float(ms), float(ms))
+        for m, t in zip(MEMBERS, times, strict=True):
+            self.add(StepTimesRecorded(header=self.h(gen), logical_id=m.logical_id,
+                                       node=m.node, first_step=step, step_time_ms=(t,),
+                                       input_wait_ms=(float(wait),)))
+
+    def checkpoint(self, gen: int, step: int, stall: int = 50,
+                   counts: dict[str, int] | None = None) -> None:
+        """A sync checkpoint: the loop blocks ``stall`` ms, then it is committed."""
+        self.t += stall
+        self.add(CheckpointStaged(header=self.h(gen), step=step, mode="sync",
+                                  stall_ms=float(stall), waited_ms=0.0, bytes=1 << 20, backlog=0,
+                                  durable_step=step))
+        digest = f"sha256:g{gen}s{step}"
+        self.add(ManifestCommitted(header=self.h(gen), step=step,
+                                   manifest_path=f"ck/s{step}/manifest.json",
+                                   manifest_digest=digest))
+        position = step * self.batch
+        counts = counts or {"web": position * 5 // 8, "code": position - position * 5 // 8}
+        self.add(CursorAdvanced(header=self.h(gen), step=step, dataset_id="sha256:d", epoch=0,
+                                position=position, source_counts=counts,
+                                mixture_targets={"web": 0.625, "code": 0.375}))
+
+    def exit(self, gen: int, lid: str = "r1", signal: int | None = 9) -> None:
+        self.add(WorkerExited(header=self.h(gen), logical_id=lid, node="node-a",
+                              exit_code=None if signal else 0, signal=signal))
+
+    def fail(self, gen: int, action: str = "restart") -> None:
+        self.add(FailureClassified(header=self.h(gen), failure_class="worker_crash",
+                                   signature="crash:r1:signal 9", action=action, attempt=1,
+                                   detail="r1 killed", logical_id="r1", node="node-a",
+                                   backoff_ms=0))
+
+    def finish(self, gen: int, outcome: str = "succeeded") -> None:
+        self.add(RunFinished(header=self.h(gen), outcome=outcome, reason="done"))
+
+    # -- projection ------------------------------------------------------------------
+
+    def records(self) -> list[Record]:
+        out, offsets = [], {RUNS: 0, REPORTS: 0}
+        for e in self.events:
+            topic = REPORTS if isinstance(e, _REPORT_ONLY) else RUNS
+            out.append(Record(topic, 0, offsets[topic], e.header.occurred_at, e,
+                              e.header.schema_version))
+            offsets[topic] += 1
+        return out
+
+
+def project(con: duckdb.DuckDBPyConnection, *timelines: Timeline) -> None:
+    for table, columns in DDL.items():
+        con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({columns})")
+    offsets = {RUNS: 0, REPORTS: 0}
+    for tl in timelines:
+        for rec in tl.records():
+            ofs = offsets[rec.topic]
+            offsets[rec.topic] += 1
+            for table, values in rows_for(rec):
+                row: tuple[Any, ...] = (rec.topic, 0, ofs, *values)
+                marks = ", ".join("?" * len(row))
+                con.execute(f"INSERT INTO {table} VALUES ({marks})", row)
+
+
+def crash_and_recover(tl: Timeline) -> dict[str, int]:
+    """Steps 1-25 (checkpoints at 10 and 20), r1 killed, restart from 20, steps 21-30.
+
+    Returns the expected ETTR parts in ms, worked out by hand from the times below.
+    """
+    tl.submit()
+    tl.advance(500)
+    tl.admit()
+    tl.start(1)
+    tl.advance(1000)  # launch: idle
+    for s in range(1, 26):
+        tl.step(1, s)
+        if s in (10, 20):
+            tl.checkpoint(1, s)
+    tl.advance(20)  # loop overhead until the kill: other
+    tl.exit(1)
+    tl.advance(30)  # detection
+    tl.fail(1)
+    tl.advance(100)
+    tl.start(2, resume=20)
+    tl.advance(400)  # relaunch and restore: recovery
+    for s in range(21, 31):
+        tl.step(2, s)
+    tl.checkpoint(2, 30)
+    tl.advance(100)  # teardown: idle
+    tl.finish(2)
+    return {"productive": 30 * 90, "input_stall": 30 * 10, "lost_work": 5 * 100,
+            "checkpoint": 3 * 50, "detection": 30, "recovery": 500, "idle": 1100,
+            "other": 20}

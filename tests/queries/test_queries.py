@@ -160,3 +160,15 @@ def test_queries_run_in_the_duckdb_cli_form(con) -> None:
     con.execute("SET VARIABLE run_id = 'run-a'")
     for name in names():
         con.execute(sql_text(name)).fetchall()
+
+
+def test_the_python_oracle_agrees_with_the_hand_worked_parts() -> None:
+    from events.topics import RUNS
+    from tests.queries.ettr_oracle import ettr_parts
+
+    tl = Timeline()
+    expected = crash_and_recover(tl)
+    facts = [r.event for r in tl.records() if r.topic == RUNS]
+    got = ettr_parts(facts)
+    for part, ms in expected.items():
+        assert got[part] == pytest.approx(ms / 1000), part

@@ -1,0 +1,85 @@
+"""ETTR recomputed from raw events in plain Python, independently of queries/ettr.sql.
+
+Same definitions as the SQL (the README's ETTR section), different machinery:
+each part's intervals are cut into elementary pieces at every boundary and each
+piece goes to the highest-precedence part covering it. Used to check the SQL on
+hand-made logs and on the demo's real log.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from events.model import (
+    CheckpointStaged,
+    Event,
+    FailureClassified,
+    GenerationStarted,
+    RunAdmitted,
+    RunCancelled,
+    RunFinished,
+    StepCommitted,
+    WorkerExited,
+)
+
+ORDER = ("detection", "recovery", "checkpoint", "lost_work", "input_stall", "productive", "idle")
+
+
+def ettr_parts(facts: list[Event]) -> dict[str, float]:
+    """Seconds per part (plus ``allocated``) for one run's facts from runledger.runs."""
+    at = [e.header.occurred_at for e in facts]
+    admitted = min(e.header.occurred_at for e in facts if isinstance(e, RunAdmitted))
+    ends = [e.header.occurred_at for e in facts if isinstance(e, RunFinished | RunCancelled)]
+    end = max(ends) if ends else max(at)
+    gens = {e.generation: e for e in facts if isinstance(e, GenerationStarted)}
+    steps = [e for e in facts if isinstance(e, StepCommitted)]
+
+    def lost(s: StepCommitted) -> bool:
+        return any(g > s.generation and (gs.resume_step or 0) < s.step for g, gs in gens.items())
+
+    iv: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    first_start: dict[int, float] = {}
+    last_end: dict[int, float] = {}
+    for s in steps:
+        b, e = s.header.occurred_at - s.step_time_ms, float(s.header.occurred_at)
+        first_start[s.generation] = min(first_start.get(s.generation, b), b)
+        last_end[s.generation] = max(last_end.get(s.generation, e), e)
+        if lost(s):
+            iv["lost_work"].append((b, e))
+        else:
+            iv["input_stall"].append((b, b + s.input_wait_ms))
+            iv["productive"].append((b + s.input_wait_ms, e))
+    for c in facts:
+        if isinstance(c, CheckpointStaged):
+            iv["checkpoint"].append((c.header.occurred_at - c.stall_ms, c.header.occurred_at))
+    classified_at: list[int] = []
+    for f in facts:
+        if not isinstance(f, FailureClassified):
+            continue
+        g = f.generation
+        exits = [x.header.occurred_at for x in facts if isinstance(x, WorkerExited)
+                 and x.generation == g and (x.signal is not None or x.exit_code != 0)]
+        fault = min(exits) if exits else last_end.get(g, gens[g].header.occurred_at)
+        fault = min(fault, f.header.occurred_at)
+        iv["detection"].append((fault, f.header.occurred_at))
+        later = [first_start[n] for n in first_start if n > g]
+        if later:
+            iv["recovery"].append((f.header.occurred_at, min(later)))
+        classified_at.append(f.header.occurred_at)
+    first_gen = min(gens)
+    if first_gen in first_start:
+        iv["idle"].append((gens[first_gen].header.occurred_at, first_start[first_gen]))
+    if steps:
+        tail = max(last_end.values())
+        if not any(c >= tail for c in classified_at):
+            iv["idle"].append((tail, end))
+
+    cuts = sorted({admitted, end, *(x for ivs in iv.values() for p in ivs for x in p
+                                    if admitted <= x <= end)})
+    out = dict.fromkeys((*ORDER, "other"), 0.0)
+    for lo, hi in zip(cuts, cuts[1:], strict=False):
+        mid = (lo + hi) / 2
+        part = next((p for p in ORDER if any(b <= mid < e for b, e in iv[p])), "other")
+        out[part] += (hi - lo) / 1000
+    out["allocated"] = (end - admitted) / 1000
+    return out

@@ -14,13 +14,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from controller.reconcile import Model, Out, PlanOf, handle, replay, tick
 from events.consume import EventConsumer, read_log
 from events.errors import Fenced, ProducerFenced
 from events.kafka import EventProducer, Quarantine, TransactionalWriter
-from events.topics import REPORTS, REQUESTS, RUNS
+from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS
 
 log = logging.getLogger("runledger.controller")
 
@@ -31,6 +31,22 @@ FENCED_EXIT = 3
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class LoopStats:
+    """What the loop has done since this process started, for ``controller.metrics``.
+
+    Written by the loop thread only; a scrape thread reads single fields, each
+    read atomic, and a scrape that straddles one cycle is harmless.
+    """
+
+    inputs: int = 0
+    facts: int = 0
+    commands: int = 0
+    ticks: int = 0
+    # The wall time of the last cycle: handling its inputs, the tick, and the commit.
+    last_tick_s: float = 0.0
 
 
 class ControllerService:
@@ -51,6 +67,7 @@ class ControllerService:
         self.tick_s = tick_s
         self.clock = clock
         self.model: Model | None = None
+        self.stats = LoopStats()
 
     def run(self, stop: threading.Event | None = None) -> int:
         """Run until ``stop`` is set (exit 0) or a newer controller fences this one."""
@@ -64,6 +81,7 @@ class ControllerService:
         model = replay((r.event for r in read_log(self.bootstrap, RUNS)), self.clock(),
                        self.plan_of)
         log.info("rebuilt %d runs from %s", len(model.runs), RUNS)
+        self.model = model  # scrapes see the rebuilt runs before the first assignment
         quarantine = Quarantine(EventProducer(self.bootstrap, client_id="controller-quarantine"))
         # Static membership under the fencing identity: a restarted controller
         # takes over its predecessor's partitions at once instead of waiting
@@ -75,6 +93,7 @@ class ControllerService:
         try:
             while not stop.is_set():
                 records = consumer.poll(self.tick_s)
+                started = time.monotonic()
                 now = self.clock()
                 if not consumer.assigned:
                     continue
@@ -94,6 +113,7 @@ class ControllerService:
                             tx.send(topic, event)
                         tx.send_offsets(consumer.positions(), consumer.group_metadata())
                 self.model = model
+                self._count(len(records), out, time.monotonic() - started)
         except Fenced:
             log.error(
                 "fenced: another controller with transactional id %r has taken over; "
@@ -102,3 +122,11 @@ class ControllerService:
         finally:
             consumer.close()
         return 0
+
+    def _count(self, inputs: int, out: list[Out], took_s: float) -> None:
+        stats = self.stats
+        stats.inputs += inputs
+        stats.facts += sum(1 for topic, _ in out if topic == RUNS)
+        stats.commands += sum(1 for topic, _ in out if topic == COMMANDS)
+        stats.ticks += 1
+        stats.last_tick_s = took_s

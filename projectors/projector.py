@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,16 @@ class Projector:
         for table, columns in DDL.items():
             self.con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({columns})")
         self.applied = 0
+        # Counters for projectors.metrics. Only this thread writes them; a scrape
+        # thread reads single attributes, and rebinding a whole dict is atomic.
+        self.quarantined = 0
+        self.batches = 0
+        self.last_batch = 0
+        self.last_batch_s = 0.0
+        # The offset each partition's end-of-partition event reported: past the
+        # transaction markers, which the stored next offset (one past the last
+        # record applied) never covers, so a caught-up topic shows no lag.
+        self.reached: dict[tuple[str, int], int] = {}
         crash = os.environ.get(CRASH_ENV, "")
         run, _, n = crash.rpartition(":")
         self._crash = (run, int(n)) if run and n.isdigit() else None
@@ -83,7 +94,9 @@ class Projector:
                     err = msg.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
-                            pending.discard((msg.topic() or "", msg.partition() or 0))
+                            tp = (msg.topic() or "", msg.partition() or 0)
+                            pending.discard(tp)
+                            self.reached = {**self.reached, tp: msg.offset() or 0}
                         continue
                     records.append(msg)
                 if records:
@@ -95,6 +108,7 @@ class Projector:
             consumer.close()
 
     def _apply(self, msgs: Iterable[Message]) -> int:
+        started = time.monotonic()
         by_table: dict[str, list[tuple[Any, ...]]] = {}
         ends: dict[tuple[str, int], int] = {}
         n = 0
@@ -130,6 +144,9 @@ class Projector:
             con.execute("ROLLBACK")
             raise
         self.applied += n
+        self.quarantined += len(by_table.get("quarantine", ()))
+        self.batches += 1
+        self.last_batch, self.last_batch_s = n, time.monotonic() - started
         return n
 
 

@@ -1,4 +1,8 @@
-"""``runledger controller``: run the reconcile loop until stopped or fenced."""
+"""``runledger controller``: run the reconcile loop until stopped or fenced.
+
+With ``--metrics HOST:PORT`` the run model is also served at
+``http://HOST:PORT/metrics`` for Prometheus (``controller.metrics``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from controller import metrics
 from controller.runplan import plan_from_submission
 from controller.service import (
     DEFAULT_GROUP,
@@ -32,6 +37,11 @@ def controller(
         DEFAULT_GROUP
     ),
     tick: Annotated[float, typer.Option(help="Seconds between reconcile ticks.")] = 0.25,
+    metrics_address: Annotated[
+        str | None,
+        typer.Option("--metrics", metavar="ADDR",
+                     help="Serve Prometheus metrics at HOST:PORT (port 0: any free one)."),
+    ] = None,
 ) -> None:
     """Fold the log, reconcile runs with what agents report, append facts and commands."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -42,6 +52,7 @@ def controller(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    server: metrics.MetricsServer | None = None
     try:
         service = ControllerService(
             bootstrap_from_env(bootstrap),
@@ -50,10 +61,14 @@ def controller(
             group_id=group,
             tick_s=tick,
         )
+        server = _serve_metrics(service, metrics_address)
         code = service.run(stop)
     except EventsError as exc:
         typer.echo(f"runledger: {exc}", err=True)
         raise typer.Exit(1) from None
+    finally:
+        if server is not None:
+            server.close()
     if code == FENCED_EXIT:
         typer.echo(
             f"runledger: controller fenced: another controller with transactional id "
@@ -61,3 +76,16 @@ def controller(
             err=True,
         )
     raise typer.Exit(code)
+
+
+def _serve_metrics(service: ControllerService, address: str | None) -> metrics.MetricsServer | None:
+    if address is None:
+        return None
+    try:
+        server = metrics.serve(service, address)
+    except (ValueError, OSError) as exc:
+        typer.echo(f"runledger: --metrics: {exc}", err=True)
+        raise typer.Exit(2) from None
+    # The bound port, not the one asked for: with port 0 only this line tells it.
+    typer.echo(f"metrics at {server.url}", err=True)
+    return server

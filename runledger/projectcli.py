@@ -1,4 +1,8 @@
-"""``runledger project`` and ``runledger replay``: the DuckDB read model from the log."""
+"""``runledger project`` and ``runledger replay``: the DuckDB read model from the log.
+
+``project --metrics HOST:PORT`` also serves Prometheus metrics at
+``http://HOST:PORT/metrics`` while it projects (``projectors.metrics``).
+"""
 
 from __future__ import annotations
 
@@ -11,10 +15,17 @@ from typing import Annotated
 
 import typer
 
+from projectors import metrics
 from projectors.projector import Projector, table_digests
+from queries.ettr import ettr_all
 from runledger.runcli import Bootstrap, _connect, _fail
 
 Db = Annotated[Path, typer.Option("--db", help="The DuckDB file.")]
+
+# Run id -> ETTR for the metrics endpoint; None until the queries package
+# provides it (then: that function), and with None there is no ETTR series.
+# ETTR per run on each scrape: the queries package's SQL over the projector's own cursor.
+ETTR_OF: metrics.EttrOf | None = ettr_all
 
 
 def _default_db() -> Path:
@@ -27,6 +38,11 @@ def project(
                                             " $RUNLEDGER_HOME/projection.duckdb).")] = None,
     once: Annotated[bool, typer.Option("--once", help="Stop when caught up.")] = False,
     bootstrap: Bootstrap = None,
+    metrics_address: Annotated[
+        str | None,
+        typer.Option("--metrics", metavar="ADDR",
+                     help="Serve Prometheus metrics at HOST:PORT (port 0: any free one)."),
+    ] = None,
 ) -> None:
     """Project runledger.runs and runledger.reports into DuckDB, resuming after the
     offsets stored with the last applied batch."""
@@ -37,9 +53,13 @@ def project(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     projector = Projector(path, address)
+    server = None
     try:
+        server = _serve_metrics(projector, metrics_address)
         n = projector.run(until_caught_up=once, stop=stop)
     finally:
+        if server is not None:
+            server.close()  # first: its cursor lives on the projector's connection
         projector.close()
     typer.echo(f"projected {n} records into {path}")
 
@@ -62,3 +82,16 @@ def replay(
         typer.echo(json.dumps({"records": n, "tables": table_digests(db)}, indent=2))
     else:
         typer.echo(f"replayed {n} records into {db}")
+
+
+def _serve_metrics(projector: Projector, address: str | None) -> metrics.MetricsServer | None:
+    if address is None:
+        return None
+    try:
+        server = metrics.serve(projector, address, ettr_of=ETTR_OF)
+    except (ValueError, OSError) as exc:
+        typer.echo(f"runledger: --metrics: {exc}", err=True)
+        raise typer.Exit(2) from None
+    # The bound port, not the one asked for: with port 0 only this line tells it.
+    typer.echo(f"metrics at {server.url}", err=True)
+    return server

@@ -1,0 +1,204 @@
+"""Prometheus ``/metrics`` for the controller: its run model as gauges and counters.
+
+``families`` is a pure function of a model snapshot, the loop's counters and
+the scrape time; ``ControllerCollector`` reads those from a live
+``ControllerService`` on each scrape, and ``MetricsServer`` serves them over
+HTTP from a private registry (never the process-wide default one). The model
+is an immutable value the loop replaces whole, so a scrape thread reads a
+consistent snapshot without locking.
+
+Cardinality: every run keeps its per-run series (status, progress, counts);
+the per-member heartbeat series and the clock-driven ages exist only while a
+run is not terminal, so finished runs add a fixed handful of series each.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from http.server import ThreadingHTTPServer
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import MetricsHandler
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from controller.reconcile import Model
+from controller.service import ControllerService, LoopStats
+from events.state import RunState, Status
+
+DEFAULT_HOST = "127.0.0.1"  # loopback unless asked: run ids and principals are not public
+
+
+def _seconds_since(now_ms: int, then_ms: int) -> float:
+    # Heartbeat and commit times come from other hosts' clocks; a small skew
+    # ahead of ours would read as a negative age, which no alert rule expects.
+    return max(0.0, (now_ms - then_ms) / 1000)
+
+
+def run_families(runs: Iterable[RunState], now_ms: int) -> list[Metric]:
+    """The per-run (and, for live runs, per-member) series."""
+    status = GaugeMetricFamily(
+        "runledger_run_status", "1 for the run's current status (one series per run).",
+        labels=["run", "status"])
+    generation = GaugeMetricFamily(
+        "runledger_run_generation", "Current generation (the fencing token).", labels=["run"])
+    step = GaugeMetricFamily(
+        "runledger_run_step", "Last accepted step of the current generation.", labels=["run"])
+    # A counter: the fold adds every accepted step's tokens, and a restart's
+    # replayed steps add theirs again (the step gauge goes back, this never does).
+    tokens = CounterMetricFamily(
+        "runledger_run_tokens", "Tokens of every accepted step, replayed steps included.",
+        labels=["run"])
+    heartbeat = GaugeMetricFamily(
+        "runledger_run_heartbeat_age_seconds", "Seconds since the member's last heartbeat "
+        "(live runs only).", labels=["run", "member"])
+    ckpt_step = GaugeMetricFamily(
+        "runledger_run_checkpoint_step", "Step of the latest committed checkpoint.",
+        labels=["run"])
+    ckpt_lag = GaugeMetricFamily(
+        "runledger_run_checkpoint_lag_steps", "Last step minus the latest committed "
+        "checkpoint's step (0 without one): the steps a restart now would redo.",
+        labels=["run"])
+    ckpt_age = GaugeMetricFamily(
+        "runledger_run_checkpoint_age_seconds", "Seconds since the latest checkpoint was "
+        "committed (live runs only).", labels=["run"])
+    failures = CounterMetricFamily(
+        "runledger_run_failures", "Failures classified for the run.", labels=["run"])
+    rejections = CounterMetricFamily(
+        "runledger_run_rejections", "Reports and proposals the controller rejected.",
+        labels=["run"])
+    open_alerts = GaugeMetricFamily(
+        "runledger_run_open_alerts", "Alerts raised and not yet resolved.", labels=["run"])
+    alert_open = GaugeMetricFamily(
+        "runledger_run_alert_open", "1 per open alert (its alert/subject key).",
+        labels=["run", "alert"])
+    for s in sorted(runs, key=lambda s: s.run_id):
+        run = s.run_id
+        status.add_metric([run, s.status.value], 1)
+        generation.add_metric([run], s.generation)
+        step.add_metric([run], s.step)
+        tokens.add_metric([run], s.tokens)
+        # Without a committed checkpoint a restart begins at step 0.
+        committed = s.checkpoint.step if s.checkpoint is not None else 0
+        ckpt_lag.add_metric([run], max(0, s.step - committed))
+        if s.checkpoint is not None:
+            ckpt_step.add_metric([run], s.checkpoint.step)
+        failures.add_metric([run], s.failure_count)
+        rejections.add_metric([run], s.rejections)
+        open_alerts.add_metric([run], len(s.open_alerts))
+        for key in sorted(s.open_alerts):
+            alert_open.add_metric([run, key], 1)
+        if s.status.terminal:
+            continue  # ages of a finished run only grow: bounded cardinality, no noise
+        for member, seen_ms in sorted(s.heartbeats.items()):
+            heartbeat.add_metric([run, member], _seconds_since(now_ms, seen_ms))
+        if s.checkpoint is not None:
+            ckpt_age.add_metric([run], _seconds_since(now_ms, s.checkpoint.committed_at))
+    return [status, generation, step, tokens, heartbeat, ckpt_step, ckpt_lag, ckpt_age,
+            failures, rejections, open_alerts, alert_open]
+
+
+def loop_families(model: Model | None, stats: LoopStats) -> list[Metric]:
+    """The controller's own series: how much it has done and how many runs it holds."""
+    by_status = GaugeMetricFamily(
+        "runledger_controller_runs", "Runs in the model by status.", labels=["status"])
+    counts = {status: 0 for status in Status}
+    for s in model.runs.values() if model is not None else ():
+        counts[s.status] += 1
+    for status_, n in counts.items():
+        by_status.add_metric([status_.value], n)
+    return [
+        by_status,
+        CounterMetricFamily("runledger_controller_inputs", "Requests and reports handled.",
+                            value=stats.inputs),
+        CounterMetricFamily("runledger_controller_facts_appended",
+                            "Records appended to runledger.runs.", value=stats.facts),
+        CounterMetricFamily("runledger_controller_commands_appended",
+                            "Records appended to runledger.commands.", value=stats.commands),
+        CounterMetricFamily("runledger_controller_ticks", "Reconcile cycles completed.",
+                            value=stats.ticks),
+        GaugeMetricFamily("runledger_controller_last_tick_seconds",
+                          "Wall time of the last cycle: its inputs, the tick and the commit.",
+                          value=stats.last_tick_s),
+        GaugeMetricFamily("runledger_controller_model_loaded",
+                          "1 once the model has been rebuilt from runledger.runs.",
+                          value=0 if model is None else 1),
+    ]
+
+
+def families(model: Model | None, stats: LoopStats, now_ms: int) -> list[Metric]:
+    """Everything one scrape exposes, as a pure function of its inputs."""
+    runs = model.runs.values() if model is not None else ()
+    return loop_families(model, stats) + run_families(runs, now_ms)
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ControllerCollector(Collector):
+    """Reads a live service's model and counters at scrape time."""
+
+    def __init__(self, service: ControllerService, clock: Callable[[], int] = wall_ms) -> None:
+        self.service = service
+        self.clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        # One read of the reference: the loop swaps in whole new models.
+        model = self.service.model
+        yield from families(model, self.service.stats, self.clock())
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[V6]:PORT``, ``:PORT`` or ``PORT``; the host defaults to loopback."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "", text
+    host = host.strip("[]") or DEFAULT_HOST
+    if not port.isdigit() or int(port) > 65_535:
+        raise ValueError(f"metrics address {text!r}: expected HOST:PORT with a port 0-65535")
+    return host, int(port)
+
+
+class _V6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+class MetricsServer:
+    """An HTTP server for one collector on its own registry, in a daemon thread.
+
+    Port 0 binds an ephemeral port; ``url`` reports the one bound.
+    """
+
+    def __init__(self, collector: Collector, host: str = DEFAULT_HOST, port: int = 0) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(collector)
+        server = _V6Server if ":" in host else ThreadingHTTPServer
+        self._httpd = server((host, port), MetricsHandler.factory(self.registry))
+        self._httpd.daemon_threads = True  # a hung scraper never blocks shutdown
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        name="runledger-metrics", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._httpd.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+
+def serve(service: ControllerService, address: str) -> MetricsServer:
+    """Start serving ``service``'s metrics at ``address`` (``HOST:PORT``)."""
+    host, port = parse_address(address)
+    return MetricsServer(ControllerCollector(service), host, port)

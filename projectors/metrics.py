@@ -1,0 +1,260 @@
+"""Prometheus ``/metrics`` for the projector: throughput, quarantine, lag and ETTR.
+
+``families`` and ``lags`` are pure functions of a ``Snapshot``;
+``ProjectorCollector`` takes the snapshot at scrape time from a live
+``Projector`` (its counters), the database (stored offsets, ETTR) and the
+broker (log end offsets), and ``MetricsServer`` serves it over HTTP from a
+private registry.
+
+Threads: DuckDB connections are not shared between threads, so the collector
+opens its own cursor on the projector's database when it is built (on the
+projector's thread, before ``run``) and uses it only under its lock. Log end
+offsets come from a consumer of its own that never joins a group, and are
+cached for a few seconds, so frequent or concurrent scrapes never hammer the
+broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import ThreadingHTTPServer
+
+import duckdb
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import MetricsHandler
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from projectors.projector import TOPICS, Projector
+
+log = logging.getLogger("runledger.projector.metrics")
+
+DEFAULT_HOST = "127.0.0.1"  # loopback unless asked: run ids are not public
+END_OFFSETS_TTL_S = 5.0
+BROKER_TIMEOUT_S = 2.0
+
+# Run id -> ETTR ratio, computed on the scrape thread's own DuckDB cursor.
+EttrOf = Callable[[duckdb.DuckDBPyConnection], dict[str, float]]
+Partition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What one scrape exposes, gathered once so the series agree with each other."""
+
+    applied: int = 0
+    quarantined: int = 0
+    batches: int = 0
+    last_batch: int = 0
+    last_batch_s: float = 0.0
+    lag: dict[Partition, int] = field(default_factory=dict)
+    ettr: dict[str, float] | None = None
+
+
+def lags(ends: dict[Partition, tuple[int, int]], stored: dict[Partition, int],
+         reached: dict[Partition, int]) -> dict[Partition, int]:
+    """Records still to project per partition, from its (low, high) watermarks.
+
+    The position is the furthest of the stored next offset (committed with the
+    tables), the end the consumer last reached (past transaction markers, which
+    no record covers), and the low watermark (retention may have removed what
+    was never projected: nothing below it can still be read).
+    """
+    out = {}
+    for tp, (low, high) in ends.items():
+        position = max(low, stored.get(tp, low), reached.get(tp, low))
+        out[tp] = max(0, high - position)
+    return out
+
+
+def families(snap: Snapshot) -> list[Metric]:
+    """The exposition of one snapshot: a pure function."""
+    lag = GaugeMetricFamily(
+        "runledger_projector_lag_records", "Log end offset minus the projected position.",
+        labels=["topic", "partition"])
+    for (topic, part), n in sorted(snap.lag.items()):
+        lag.add_metric([topic, str(part)], n)
+    out: list[Metric] = [
+        CounterMetricFamily("runledger_projector_records_applied",
+                            "Records applied to the tables (quarantined ones included).",
+                            value=snap.applied),
+        CounterMetricFamily("runledger_projector_quarantined",
+                            "Records that could not be decoded, kept as quarantine rows.",
+                            value=snap.quarantined),
+        CounterMetricFamily("runledger_projector_batches",
+                            "Batches committed, each with its offsets in one transaction.",
+                            value=snap.batches),
+        GaugeMetricFamily("runledger_projector_last_batch_records",
+                          "Records in the last committed batch.", value=snap.last_batch),
+        GaugeMetricFamily("runledger_projector_last_batch_seconds",
+                          "Wall time to decode and commit the last batch.",
+                          value=snap.last_batch_s),
+        lag,
+    ]
+    if snap.ettr is not None:
+        ettr = GaugeMetricFamily(
+            "runledger_run_ettr_ratio", "Effective training time ratio: T_productive / "
+            "T_allocated.", labels=["run"])
+        for run, ratio in sorted(snap.ettr.items()):
+            ettr.add_metric([run], ratio)
+        out.append(ettr)
+    return out
+
+
+class EndOffsets:
+    """Watermarks of every partition of ``topics``, cached for ``ttl_s``.
+
+    A failed lookup is cached too (as no answer), so a broker that is down
+    costs one timeout per TTL, not one per partition per scrape.
+    """
+
+    def __init__(self, bootstrap: str, topics: tuple[str, ...] = TOPICS, *,
+                 ttl_s: float = END_OFFSETS_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.topics, self.ttl_s, self.clock = topics, ttl_s, clock
+        # read_committed: the high watermark is then the last stable offset, so
+        # an open transaction's records do not count as lag before they can be read.
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap, "group.id": "runledger-projector-metrics",
+            "enable.auto.commit": False, "isolation.level": "read_committed"})
+        self._cached: dict[Partition, tuple[int, int]] | None = None
+        self._at: float | None = None
+
+    def get(self) -> dict[Partition, tuple[int, int]] | None:
+        now = self.clock()
+        if self._at is None or now - self._at >= self.ttl_s:
+            self._cached, self._at = self._query(), now
+        return self._cached
+
+    def _query(self) -> dict[Partition, tuple[int, int]] | None:
+        out = {}
+        try:
+            for topic in self.topics:
+                meta = self._consumer.list_topics(topic, timeout=BROKER_TIMEOUT_S)
+                for part in sorted(meta.topics[topic].partitions):
+                    low, high = self._consumer.get_watermark_offsets(
+                        TopicPartition(topic, part), timeout=BROKER_TIMEOUT_S, cached=False)
+                    out[(topic, part)] = (low, high)
+        except KafkaException as exc:
+            log.warning("log end offsets unavailable, no lag series this time: %s", exc)
+            return None
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class ProjectorCollector(Collector):
+    """Reads a live projector, its database and the broker at scrape time."""
+
+    def __init__(self, projector: Projector, *, ettr_of: EttrOf | None = None,
+                 ttl_s: float = END_OFFSETS_TTL_S) -> None:
+        self.projector = projector
+        self.ettr_of = ettr_of
+        # Built here, on the thread that owns the projector's connection.
+        self._cursor = projector.con.cursor()
+        self._ends = EndOffsets(projector.bootstrap, ttl_s=ttl_s)
+        # The HTTP server answers scrapes on threads of their own; the cursor
+        # and the consumer serve one at a time.
+        self._lock = threading.Lock()
+
+    def snapshot(self) -> Snapshot:
+        p = self.projector
+        with self._lock:
+            ends = self._ends.get()
+            lag = {} if ends is None else lags(ends, self._stored(), p.reached)
+            ettr = self._ettr()
+        return Snapshot(applied=p.applied, quarantined=p.quarantined, batches=p.batches,
+                        last_batch=p.last_batch, last_batch_s=p.last_batch_s, lag=lag,
+                        ettr=ettr)
+
+    def _stored(self) -> dict[Partition, int]:
+        rows = self._cursor.execute("SELECT topic, part, next_offset FROM offsets").fetchall()
+        return {(t, p): o for t, p, o in rows}
+
+    def _ettr(self) -> dict[str, float] | None:
+        if self.ettr_of is None:
+            return None
+        try:
+            return self.ettr_of(self._cursor)
+        except Exception as exc:
+            # The callable is the queries package's; whatever fails in it costs
+            # the ETTR series, never the whole scrape.
+            log.warning("ETTR query failed, no ETTR series this time: %s", exc)
+            return None
+
+    def collect(self) -> Iterator[Metric]:
+        yield from families(self.snapshot())
+
+    def close(self) -> None:
+        with self._lock:
+            self._ends.close()
+            self._cursor.close()
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[V6]:PORT``, ``:PORT`` or ``PORT``; the host defaults to loopback."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "", text
+    host = host.strip("[]") or DEFAULT_HOST
+    if not port.isdigit() or int(port) > 65_535:
+        raise ValueError(f"metrics address {text!r}: expected HOST:PORT with a port 0-65535")
+    return host, int(port)
+
+
+class _V6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+class MetricsServer:
+    """An HTTP server for the projector's collector on its own registry, in a daemon thread.
+
+    Port 0 binds an ephemeral port; ``url`` reports the one bound. Close it
+    before the projector: the collector's cursor lives on its connection.
+    """
+
+    def __init__(self, collector: ProjectorCollector, host: str = DEFAULT_HOST,
+                 port: int = 0) -> None:
+        self.collector = collector
+        self.registry = CollectorRegistry()
+        self.registry.register(collector)
+        server = _V6Server if ":" in host else ThreadingHTTPServer
+        self._httpd = server((host, port), MetricsHandler.factory(self.registry))
+        self._httpd.daemon_threads = True  # a hung scraper never blocks shutdown
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        name="runledger-metrics", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._httpd.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+        self.collector.close()
+
+
+def serve(projector: Projector, address: str, *, ettr_of: EttrOf | None = None,
+          ttl_s: float = END_OFFSETS_TTL_S) -> MetricsServer:
+    """Start serving ``projector``'s metrics at ``address`` (``HOST:PORT``)."""
+    host, port = parse_address(address)
+    collector = ProjectorCollector(projector, ettr_of=ettr_of, ttl_s=ttl_s)
+    try:
+        return MetricsServer(collector, host, port)
+    except OSError:
+        collector.close()
+        raise

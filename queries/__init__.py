@@ -1,11 +1,13 @@
 """queries: the questions people ask of the DuckDB projection, as ``.sql`` files.
 
 - ``*.sql``: one query each (ettr, goodput, provenance, audit, incidents,
-  stragglers, alerts, mixture). Each reads its run from ``getvariable('run_id')``,
+  stragglers, alerts, mixture, timeline). Each reads its run from ``getvariable('run_id')``,
   so it also runs in the DuckDB CLI after ``SET VARIABLE run_id = '...'``.
 - ``runner``: finds the files, checks the query name and the run, runs them.
 - ``ettr``: the ETTR breakdown as a typed result.
 - ``lineage``: provenance as W3C PROV-JSON and as an OpenLineage run event.
 - ``render``: results as aligned text for a terminal.
+- ``report`` (with ``report_sections``, ``report_html``, ``report_svg`` and
+  ``timeline.sql``): the self-contained HTML postmortem of a run.
 - ``errors``: ``QueryError``, the package's root exception.
 """

@@ -23,6 +23,7 @@ from runledger.errors import StackError
 from runledger.eventscli import events_app
 from runledger.projectcli import project, replay
 from runledger.querycli import query
+from runledger.reportcli import report
 
 app = typer.Typer(
     name="runledger",
@@ -43,6 +44,7 @@ app.add_typer(checkpoint_app, name="checkpoint")
 app.command()(project)
 app.command()(replay)
 app.command()(query)
+app.command()(report)
 app.add_typer(dataset_app, name="dataset")
 app.command()(runcli.submit)
 app.command()(runcli.status)

@@ -21,7 +21,7 @@ FORMATS = ("table", "json", "prov", "openlineage")
 
 def query(
     name: Annotated[str, typer.Argument(help="ettr, goodput, provenance, audit, incidents,"
-                                        " stragglers, alerts or mixture.")],
+                                        " stragglers, alerts, mixture or timeline.")],
     run: Annotated[str, typer.Argument(help="The run id.")],
     db: Annotated[Path | None, typer.Option("--db", help="The projection (default"
                                             " $RUNLEDGER_HOME/projection.duckdb).")] = None,

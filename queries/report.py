@@ -1,0 +1,116 @@
+"""One run as a self-contained HTML postmortem (``runledger report RUN --html FILE``).
+
+:func:`gather` reads everything from a projection through the package's
+queries (``timeline``, ``ettr``, ``goodput``, ``stragglers``, ``mixture``,
+``incidents``, ``alerts``, ``audit``, ``provenance``) plus one small lookup for
+the header; :func:`render` turns that into the page, a pure function of the
+data, so the same projection always gives the same bytes. The sections live in
+``report_sections``, their building blocks in ``report_html`` (tables, formats,
+CSS) and ``report_svg`` (the charts). The page loads nothing: inline CSS and
+SVG, no script, every string from the log escaped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from queries import report_sections as sections
+from queries.ettr import Ettr, ettr
+from queries.report_html import CSS, esc
+from queries.runner import check_run, run_query
+
+Rows = list[dict[str, Any]]
+
+_SUMMARY = """
+SELECT r.dataset_id, r.world_size, r.principal, r.submitted_at,
+       (SELECT min(occurred_at) FROM events WHERE run_id = r.run_id
+          AND topic = 'runledger.runs' AND event_type = 'RunAdmitted') AS admitted_at,
+       (SELECT count(*) FROM generations WHERE run_id = r.run_id) AS generations,
+       (SELECT max(step) FROM steps WHERE run_id = r.run_id) AS final_step,
+       (SELECT json_extract_string(json_extract_string(payload, '$.spec_json'),
+                                   '$.code_version')
+          FROM events WHERE topic = r.topic AND part = r.part AND ofs = r.ofs) AS code_version,
+       (SELECT outcome FROM endings WHERE run_id = r.run_id
+          ORDER BY occurred_at DESC LIMIT 1) AS outcome,
+       (SELECT reason FROM endings WHERE run_id = r.run_id
+          ORDER BY occurred_at DESC LIMIT 1) AS reason
+FROM runs r WHERE r.run_id = ? ORDER BY r.submitted_at LIMIT 1
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ReportData:
+    """Everything the page shows, straight from the queries (one dict per row)."""
+
+    run_id: str
+    summary: dict[str, Any]
+    ettr: Ettr
+    timeline: Rows
+    goodput: dict[str, Any] | None
+    stragglers: Rows
+    mixture: Rows
+    incidents: Rows
+    alerts: Rows
+    audit: Rows
+    provenance: Rows
+
+    @property
+    def origin_ms(self) -> int:
+        """Time zero of the page: admission (submission while the run waits)."""
+        admitted = self.summary.get("admitted_at")
+        return int(admitted if admitted is not None else self.summary["submitted_at"])
+
+
+def gather(con: duckdb.DuckDBPyConnection, run_id: str) -> ReportData:
+    """Run every query the page needs; QueryError for an unknown run."""
+    check_run(con, run_id)
+    cur = con.cursor()
+    try:
+        cur.execute(_SUMMARY, [run_id])
+        cols = [d[0] for d in cur.description or []]
+        row = cur.fetchone()
+    finally:
+        cur.close()
+    summary = dict(zip(cols, row, strict=True)) if row else {}
+
+    def q(name: str) -> Rows:
+        return run_query(con, name, run_id).records()
+
+    goodput = q("goodput")
+    return ReportData(run_id, summary, ettr(con, run_id), q("timeline"),
+                      goodput[0] if goodput else None, q("stragglers"), q("mixture"),
+                      q("incidents"), q("alerts"), q("audit"), q("provenance"))
+
+
+def report(con: duckdb.DuckDBPyConnection, run_id: str, *, max_audit_rows: int = 2000) -> str:
+    """The HTML page for ``run_id``."""
+    return render(gather(con, run_id), max_audit_rows=max_audit_rows)
+
+
+def render(data: ReportData, *, max_audit_rows: int = 2000) -> str:
+    """The page for gathered data; the audit table keeps both ends of a longer trail."""
+    body = sections.body(data, max_audit_rows)
+    outcome = data.summary.get("outcome") or "live"
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        # No network: forbid every fetch, so an escaped-but-odd string can never load anything.
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+        "style-src 'unsafe-inline'\">"
+        f"<title>runledger report: {esc(data.run_id)}</title><style>{CSS}</style></head>"
+        f'<body><header class="top"><div class="inner"><h1 id="run-id">Run '
+        f"{esc(data.run_id)}</h1><p>postmortem from the event log · {esc(outcome)}"
+        f"{_reason(data)}</p></div></header>\n<main>\n" + "\n".join(body) +
+        '\n<p class="note">Every number on this page comes from the projection of the event'
+        " log: <code>runledger query NAME RUN</code> reproduces each section (timeline, ettr,"
+        " goodput, stragglers, mixture, incidents, alerts, audit, provenance).</p>"
+        "\n</main></body></html>\n")
+
+
+def _reason(data: ReportData) -> str:
+    reason = data.summary.get("reason")
+    return f" ({esc(reason)})" if reason else ""

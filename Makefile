@@ -1,7 +1,8 @@
 # runledger developer entry points. `make test` works on a fresh machine with
 # python3.11, java 17+ and mvn on PATH: it builds .venv, fetches the Kafka jars
 # into ~/.cache/runledger (outside the clone), starts a throwaway broker, runs
-# pytest against it and always stops it again.
+# pytest against it and always stops it again. It installs Debian's chromium
+# (scripts/chromium.sh) for the report's browser test when it is missing.
 
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
@@ -12,8 +13,10 @@ RUNLEDGER := $(VENV)/bin/runledger
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 STACK_ARGS ?=
+# e.g. make demo DEMO_ARGS='--workdir /tmp/rl-demo --keep-stack'
+DEMO_ARGS ?=
 
-.PHONY: venv jars test lint stack-up stack-down
+.PHONY: venv jars chromium test lint stack-up stack-down demo
 
 venv: $(STAMP)
 
@@ -27,7 +30,11 @@ $(STAMP): pyproject.toml | $(PY)
 jars: $(STAMP)
 	$(RUNLEDGER) stack jars
 
-test: jars
+# Debian's chromium, for the HTML report's browser test (installed once, as root).
+chromium:
+	scripts/chromium.sh
+
+test: jars chromium
 	scripts/test.sh $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -39,3 +46,9 @@ stack-up: jars
 
 stack-down: $(STAMP)
 	$(RUNLEDGER) stack down $(STACK_ARGS)
+
+# The whole system on this machine: a broker in a fresh work directory, the
+# controller, projector and an agent, a torch run with an injected kill, its
+# recovery, the queries and the HTML report; everything is stopped at the end.
+demo: jars
+	$(RUNLEDGER) demo $(DEMO_ARGS)

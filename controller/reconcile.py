@@ -1,10 +1,11 @@
 """The controller's functional core: ``handle`` inputs and ``tick`` the clock. Pure.
 
 ``Model`` is everything the controller knows: each run's folded state, the
-plan taken from its spec, the inventory, and when this controller started
-(missing heartbeats are only counted from then, so a restarted controller
-does not fail healthy runs it has not heard from yet). Both functions return
-the new model and the records to append, as ``(topic, event)`` pairs with
+plan taken from its spec, the inventory, what the alert rules watch (the rules,
+in ``controller.alerts``, run after inputs and ticks), and when this controller
+started (missing heartbeats are only counted from then, so a restarted
+controller does not fail healthy runs it has not heard from yet). Both functions
+return the new model and the records to append, as ``(topic, event)`` pairs with
 deterministic event ids; the model already includes their effect, so a caller
 that appends them in one Kafka transaction keeps model and log in step. On a
 restart, folding ``runledger.runs`` rebuilds the same model and the level-
@@ -17,7 +18,7 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from controller import admission, checkpoints, policy, workerenv
+from controller import admission, alerts, checkpoints, policy, workerenv
 from controller.inventory import EMPTY, Inventory, observe
 from controller.runplan import RunPlan
 from events.fold import UNKNOWN_RUN, apply
@@ -70,6 +71,8 @@ class Model:
     shards: dict[checkpoints.ShardKey, frozenset[str]] = field(default_factory=dict)
     # The last CheckpointStaged per run, for the auto interval's step time.
     staged: dict[str, checkpoints.Staged] = field(default_factory=dict)
+    # What the alert rules watch per run (controller.alerts).
+    watch: dict[str, alerts.Watch] = field(default_factory=dict)
 
 
 PlanOf = Callable[[RunSubmitted], RunPlan]
@@ -80,7 +83,7 @@ def absorb(model: Model, event: Event, plan_of: PlanOf) -> Model:
     if isinstance(event, NodeQuarantined):
         return replace(model, inventory=observe(model.inventory, event))
     runs, plans, node_failures = model.runs, model.plans, model.node_failures
-    transition = apply(runs.get(event.run_id), event)
+    transition = apply(before := runs.get(event.run_id), event)
     if transition.state is None or not transition.verdict.accepted:
         return model
     if isinstance(event, RunSubmitted) and event.run_id not in plans:
@@ -88,11 +91,13 @@ def absorb(model: Model, event: Event, plan_of: PlanOf) -> Model:
     if isinstance(event, FailureClassified) and event.node:
         node_failures = {**node_failures, event.node: node_failures.get(event.node, 0) + 1}
     runs = {**runs, event.run_id: transition.state}
-    return _note(replace(model, runs=runs, plans=plans, node_failures=node_failures), event)
+    return _note(replace(model, runs=runs, plans=plans, node_failures=node_failures), event,
+                 before)
 
 
-def _note(model: Model, event: Event) -> Model:
-    """The checkpoint bookkeeping an accepted fact adds (live and on replay alike)."""
+def _note(model: Model, event: Event, before: RunState | None) -> Model:
+    """The checkpoint and alert bookkeeping an accepted fact adds (live and on replay alike)."""
+    model = replace(model, watch=alerts.observe_in(model.watch, event, before))
     match event:
         case ShardWritten():
             return replace(model, shards=checkpoints.track_shard(model.shards, event))
@@ -168,7 +173,18 @@ def handle(model: Model, event: Event, now: int, plan_of: PlanOf) -> tuple[Model
                         em.emit(RUNS, change)
         case _:
             _report(em, event, copy=True)
+    if not isinstance(event, alerts.CLOCKED):
+        _alerts(em, event.run_id)
     return em.model, em.out
+
+
+def _alerts(em: _Emitter, run_id: str) -> None:
+    """Raise and resolve the run's alerts (controller.alerts) for the state just reached."""
+    state, plan = em.model.runs.get(run_id), em.model.plans.get(run_id)
+    if state is not None and plan is not None:
+        watch = em.model.watch.get(run_id, alerts.EMPTY)
+        for fact in alerts.facts(state, plan.alerts, watch, em.now, PRODUCER, em.model.since):
+            em.emit(RUNS, fact)
 
 
 def _report(em: _Emitter, event: Event, copy: bool) -> bool:
@@ -183,8 +199,8 @@ def _report(em: _Emitter, event: Event, copy: bool) -> bool:
         em.out.append((RUNS, event))
     if transition.state is not None:
         em.model = replace(em.model, runs={**em.model.runs, event.run_id: transition.state})
-    if copy:
-        em.model = _note(em.model, event)
+    if copy or isinstance(event, StepTimesRecorded):  # no fact, but the alerts watch them
+        em.model = _note(em.model, event, state)
     return True
 
 
@@ -242,6 +258,7 @@ def tick(model: Model, now: int, plan_of: PlanOf) -> tuple[Model, list[Out]]:
     for run_id in sorted(model.runs):
         state = em.model.runs[run_id]
         if state.status.terminal:
+            _alerts(em, run_id)  # closes alerts still open at the end
             continue
         plan = em.model.plans[run_id]
         if plan.invalid:
@@ -256,6 +273,7 @@ def tick(model: Model, now: int, plan_of: PlanOf) -> tuple[Model, list[Out]]:
             _restart(em, state, plan)
         elif state.status.active:
             _watch(em, state, plan)
+        _alerts(em, run_id)
     return em.model, em.out
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from controller.alerts import AlertConfig
 from controller.checkpoints import AutoInterval
 from controller.errors import SpecError
 from controller.spec import RunSpec, parse_spec_json
@@ -39,6 +40,7 @@ class RunPlan:
     # What the worker session needs to checkpoint (passed in the start command's env).
     checkpoint: CheckpointEnv | None = None
     auto_interval: AutoInterval | None = None
+    alerts: AlertConfig = field(default_factory=AlertConfig)
     # Non-empty when the submitted spec could not be read: the run fails at once.
     invalid: str = ""
 
@@ -53,6 +55,7 @@ def plan_from_submission(event: RunSubmitted) -> RunPlan:
     except SpecError as exc:
         return RunPlan(world_size=max(1, event.world_size), argv=(), invalid=str(exc))
     hb = spec.heartbeat
+    ckpt = checkpoint_env(spec)
     return RunPlan(
         world_size=spec.world_size,
         argv=tuple(spec.command),
@@ -65,8 +68,9 @@ def plan_from_submission(event: RunSubmitted) -> RunPlan:
         start_timeout_ms=max(60_000, int(hb.timeout_s * 1000)),
         cancel_authority=frozenset(spec.cancel_authority),
         retry={c: spec.retry_for(c) for c in FAILURE_CLASSES},
-        checkpoint=checkpoint_env(spec),
+        checkpoint=ckpt,
         auto_interval=_auto(spec),
+        alerts=_alerts(spec, ckpt.interval_steps),
     )
 
 
@@ -86,3 +90,15 @@ def _auto(spec: RunSpec) -> AutoInterval | None:
         return None
     return AutoInterval(mtbf_prior_s=c.mtbf_prior_s, measured_cost_s=c.measured_cost_s,
                         initial_interval_steps=c.initial_interval_steps)
+
+
+def _alerts(spec: RunSpec, interval_steps: int | None) -> AlertConfig:
+    a = spec.alerts
+    # The spec fills progress_stall_s in; the fallback only covers a model built by hand.
+    stall_s = a.progress_stall_s or spec.heartbeat.stall_timeout_s / 2
+    return AlertConfig(
+        owner=a.owner, runbook_base=a.runbook_base, progress_stall_ms=int(stall_s * 1000),
+        window_steps=a.window_steps, straggler_ratio=a.straggler_ratio,
+        input_wait_share=a.input_wait_share, checkpoint_lag_steps=a.checkpoint_lag_steps,
+        plan_interval_steps=interval_steps, mixture_drift=a.mixture_drift,
+        repeated_failure=a.repeated_failure)

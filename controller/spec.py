@@ -28,6 +28,7 @@ from pydantic_core import ErrorDetails
 
 from controller.errors import SpecError
 from controller.spec_parts import (
+    AlertPolicy,
     AutoCheckpoint,
     Budget,
     CheckpointPolicy,
@@ -49,10 +50,10 @@ from controller.spec_parts import (
 from events.model import FAILURE_CLASSES
 
 __all__ = [
-    "AutoCheckpoint", "Budget", "ElasticMembership", "FixedCheckpoint", "FixedMembership",
-    "HeartbeatPolicy", "RetryPolicy", "RunSpec", "SpecError", "Topology", "canonical_json",
-    "load_spec", "parse_spec", "parse_spec_json", "run_id_for", "sha256_digest",
-    "young_interval_s",
+    "AlertPolicy", "AutoCheckpoint", "Budget", "ElasticMembership", "FixedCheckpoint",
+    "FixedMembership", "HeartbeatPolicy", "RetryPolicy", "RunSpec", "SpecError", "Topology",
+    "canonical_json", "load_spec", "parse_spec", "parse_spec_json", "run_id_for",
+    "sha256_digest", "young_interval_s",
 ]
 
 _GIT_SHA = re.compile(r"[0-9a-f]{40}")
@@ -116,6 +117,8 @@ class RunSpec(Part):
     # (see may_cancel) rather than written in here, so the digest does not depend on who submits.
     cancel_authority: Annotated[list[Text], Field(min_length=1)]
     checkpoint: CheckpointPolicy
+    # Last, so the heartbeat it reads its default stall warning from is validated first.
+    alerts: AlertPolicy = Field(default_factory=AlertPolicy, validate_default=True)
 
     @field_validator("name")
     @classmethod
@@ -209,6 +212,22 @@ class RunSpec(Part):
     @classmethod
     def _cancel_authority(cls, v: list[str]) -> list[str]:
         return sorted(set(v))  # a set of principals: order and repeats mean nothing
+
+    @field_validator("alerts")
+    @classmethod
+    def _alerts(cls, v: AlertPolicy, info: ValidationInfo) -> AlertPolicy:
+        heartbeat = info.data.get("heartbeat")
+        if heartbeat is None:  # invalid and already reported
+            return v
+        stall_s = heartbeat.stall_timeout_s
+        if v.progress_stall_s is None:
+            # Filled in, so writing the default out does not change the digest.
+            return v.model_copy(update={"progress_stall_s": stall_s / 2})
+        if v.progress_stall_s >= stall_s:
+            raise ValueError(
+                f"progress_stall_s {v.progress_stall_s} must be below heartbeat.stall_timeout_s"
+                f" {stall_s}: at the stall timeout the run has already failed as hung")
+        return v
 
     @property
     def world_size(self) -> int:

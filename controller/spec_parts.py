@@ -1,4 +1,4 @@
-"""The parts of a run spec: topology, membership, budget, retry, heartbeat, checkpoint.
+"""The parts of a run spec: topology, membership, budget, retry, heartbeat, checkpoint, alerts.
 
 Small frozen pydantic models with ``extra="forbid"``, assembled by
 :class:`controller.spec.RunSpec`; the policy arithmetic the controller needs
@@ -13,6 +13,8 @@ import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
+
+from controller import alerts
 
 RESUME_CONTRACTS = ("exact", "coverage_equivalent", "distribution_equivalent")
 ResumeContract = Literal["exact", "coverage_equivalent", "distribution_equivalent"]
@@ -91,6 +93,7 @@ class Budget(Part):
 
     max_gpu_hours: PosNum | None = None
     max_wall_s: PosNum | None = None
+    price_per_gpu_hour: PosNum | None = None
 
 
 class RetryPolicy(Part):
@@ -215,3 +218,30 @@ def young_interval_s(cost_s: float, mtbf_s: float) -> float:
 
 
 CheckpointPolicy = Annotated[FixedCheckpoint | AutoCheckpoint, Field(discriminator="policy")]
+
+
+Ratio = Annotated[float, Strict(), Field(gt=1)]
+Share = Annotated[float, Strict(), Field(gt=0, lt=1)]
+
+
+class AlertPolicy(Part):
+    """Who gets the run's alerts, where their runbook is, and each rule's threshold.
+
+    The rules live in :mod:`controller.alerts`. ``progress_stall_s`` defaults to
+    half of ``heartbeat.stall_timeout_s`` (filled in by the run spec, so it warns
+    before the controller fails the run as hung); ``checkpoint_lag_steps`` to
+    three times the current checkpoint interval, which the controller may change.
+    ``owner`` defaults to whoever submits the run.
+    """
+
+    owner: Text | None = None
+    runbook_base: Text = alerts.DEFAULT_RUNBOOK_BASE
+    progress_stall_s: PosNum | None = None
+    window_steps: Annotated[int, Strict(), Field(ge=alerts.MIN_SAMPLES, le=alerts.MAX_WINDOW)] = (
+        alerts.DEFAULT_WINDOW_STEPS)
+    straggler_ratio: Ratio = alerts.DEFAULT_STRAGGLER_RATIO
+    input_wait_share: Share = alerts.DEFAULT_INPUT_WAIT_SHARE
+    checkpoint_lag_steps: PosInt | None = None
+    mixture_drift: Share = alerts.DEFAULT_MIXTURE_DRIFT
+    # Twice is the least that is "repeated"; once is what FailureClassified already says.
+    repeated_failure: Annotated[int, Strict(), Field(ge=2)] = alerts.DEFAULT_REPEATED_FAILURE

@@ -1,7 +1,9 @@
 """A stand-in training worker (no torch) with deterministic failures, for controller tests.
 
 ``python -m controller.testworker [--steps N] [--step-time S] [--fail-mode M]
-[--fail-at-step K] [--fail-generation G|any] [--fail-rank R|any]``
+[--fail-at-step K] [--fail-generation G|any] [--fail-rank R|any]
+[--slow-rank R --slow-ms MS] [--input-wait-ms MS] [--nan-from-step K]
+[--step-times-every N]``
 
 Reads its place from the environment (``controller.workerenv``), sends
 ``HeartbeatRecorded`` every heartbeat interval from a background thread, and
@@ -27,14 +29,23 @@ signal, promptly, in every mode. ``--ignore-sigterm`` makes it ignore SIGTERM
 instead (a zombie that goes on reporting until SIGKILL, for fencing tests).
 It writes nothing but its reports (and, for ``fail``, the traceback on stderr).
 
-Event ids are deterministic: ``<run>/g<gen>/<logical id>/hb/<n>`` and
-``<run>/g<gen>/<logical id>/step/<step>``; producer ``worker/<run>/<logical id>``.
+Observations for the alert rules (``controller.alerts``), all off by default:
+``--slow-rank R --slow-ms MS`` makes rank R's steps MS longer (a straggler);
+``--input-wait-ms MS`` makes every step wait MS for input first (reported as
+``input_wait_ms``, inside ``step_time_ms``); ``--nan-from-step K`` reports a
+NaN loss from step K on; ``--step-times-every N`` makes every rank report its
+own ``StepTimesRecorded`` every N steps (and the rest before exiting).
+
+Event ids are deterministic: ``<run>/g<gen>/<logical id>/hb/<n>``,
+``<run>/g<gen>/<logical id>/step/<step>`` and ``.../steptimes/<first step>``;
+producer ``worker/<run>/<logical id>``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -46,7 +57,7 @@ from types import FrameType
 
 from controller.workerenv import WorkerEnv, WorkerEnvError
 from events.kafka import EventProducer
-from events.model import Header, HeartbeatRecorded, StepCommitted
+from events.model import Header, HeartbeatRecorded, StepCommitted, StepTimesRecorded
 from events.topics import REPORTS
 
 MODES = ("none", "crash", "hang", "fail", "stall")
@@ -69,6 +80,20 @@ class Plan:
     fail_generation: int | None  # None: every generation
     fail_rank: int | None  # None: every rank
     ignore_sigterm: bool = False
+    slow_rank: int | None = None
+    slow_ms: float = 0.0
+    input_wait_ms: float = 0.0
+    nan_from_step: int | None = None
+    step_times_every: int = 0  # 0: no StepTimesRecorded
+
+    def extra_s(self, env: WorkerEnv) -> float:
+        """This rank's slowdown per step, beyond the step time."""
+        return self.slow_ms / 1000 if self.slow_rank == env.rank else 0.0
+
+    def loss(self, step: int) -> float:
+        if self.nan_from_step is not None and step >= self.nan_from_step:
+            return math.nan
+        return loss_at(step)
 
     def fails(self, env: WorkerEnv, step: int) -> bool:
         return (
@@ -97,6 +122,7 @@ class Worker:
         self.producer_id = f"worker/{env.run_id}/{env.logical_id}"
         self._prefix = f"{env.run_id}/g{env.generation}/{env.logical_id}"
         self._heartbeats_off = threading.Event()
+        self._times: list[tuple[int, float, float]] = []  # (step, ms, input wait ms) unsent
 
     def _header(self, suffix: str) -> Header:
         return Header(f"{self._prefix}/{suffix}", self.env.run_id, self.env.generation,
@@ -120,18 +146,35 @@ class Worker:
             if self.plan.fails(self.env, step):
                 self._fail(step)
             started = time.monotonic()
-            time.sleep(self.plan.step_time_s)
+            wait_s = self.plan.input_wait_ms / 1000
+            time.sleep(wait_s + self.plan.step_time_s + self.plan.extra_s(self.env))
             self.step = step
+            took_ms = round((time.monotonic() - started) * 1000, 3)
+            wait_ms = min(took_ms, self.plan.input_wait_ms)
             if self.env.rank == 0:
                 self.producer.send(REPORTS, StepCommitted(
                     header=self._header(f"step/{step}"), step=step, tokens=TOKENS_PER_STEP,
-                    loss_tokens=LOSS_TOKENS_PER_STEP,
-                    step_time_ms=round((time.monotonic() - started) * 1000, 3),
-                    input_wait_ms=0.0, loss=loss_at(step)))
+                    loss_tokens=LOSS_TOKENS_PER_STEP, step_time_ms=took_ms,
+                    input_wait_ms=wait_ms, loss=self.plan.loss(step)))
                 self.producer.flush(10)
+            if self.plan.step_times_every:
+                self._times.append((step, took_ms, wait_ms))
+                if len(self._times) >= self.plan.step_times_every:
+                    self._send_times()
+        self._send_times()
         self._heartbeats_off.set()
         self.producer.flush(10)
         return 0
+
+    def _send_times(self) -> None:
+        if not self._times:
+            return
+        times, self._times = self._times, []
+        self.producer.send(REPORTS, StepTimesRecorded(
+            header=self._header(f"steptimes/{times[0][0]}"), logical_id=self.env.logical_id,
+            node=self.env.node, first_step=times[0][0], step_time_ms=tuple(t[1] for t in times),
+            input_wait_ms=tuple(t[2] for t in times)))
+        self.producer.poll(0)
 
     def _fail(self, step: int) -> None:
         mode = self.plan.fail_mode
@@ -180,11 +223,23 @@ def parse_args(argv: Sequence[str] | None = None) -> Plan:
                    help="fail only on this rank, or 'any' (default)")
     p.add_argument("--ignore-sigterm", action="store_true",
                    help="keep running on SIGTERM (only SIGKILL or SIGINT ends it)")
+    p.add_argument("--slow-rank", type=int, default=None, help="this rank is a straggler")
+    p.add_argument("--slow-ms", type=float, default=0.0,
+                   help="how much longer the slow rank's steps take (ms)")
+    p.add_argument("--input-wait-ms", type=float, default=0.0,
+                   help="every step first waits this long for input (ms)")
+    p.add_argument("--nan-from-step", type=int, default=None,
+                   help="rank 0 reports a NaN loss from this step on")
+    p.add_argument("--step-times-every", type=int, default=0,
+                   help="every rank reports StepTimesRecorded every N steps (default 0: never)")
     a = p.parse_args(argv)
     if a.steps < 0 or a.step_time < 0 or a.fail_at_step < 1:
         p.error("--steps and --step-time must be >= 0, --fail-at-step >= 1")
+    if a.slow_ms < 0 or a.input_wait_ms < 0 or a.step_times_every < 0:
+        p.error("--slow-ms, --input-wait-ms and --step-times-every must be >= 0")
     return Plan(a.steps, a.step_time, a.fail_mode, a.fail_at_step, a.fail_generation,
-                a.fail_rank, a.ignore_sigterm)
+                a.fail_rank, a.ignore_sigterm, a.slow_rank, a.slow_ms, a.input_wait_ms,
+                a.nan_from_step, a.step_times_every)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,6 +8,7 @@ hand-made logs and on the demo's real log.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 from events.model import (
@@ -77,7 +78,7 @@ def ettr_parts(facts: list[Event]) -> dict[str, float]:
     cuts = sorted({admitted, end, *(x for ivs in iv.values() for p in ivs for x in p
                                     if admitted <= x <= end)})
     out = dict.fromkeys((*ORDER, "other"), 0.0)
-    for lo, hi in zip(cuts, cuts[1:], strict=False):
+    for lo, hi in itertools.pairwise(cuts):
         mid = (lo + hi) / 2
         part = next((p for p in ORDER if any(b <= mid < e for b, e in iv[p])), "other")
         out[part] += (hi - lo) / 1000

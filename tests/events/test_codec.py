@@ -147,8 +147,8 @@ def test_edge_values_round_trip() -> None:
         input_wait_ms=-0.0, loss=None,
     )
     assert CODEC.decode(CODEC.encode(ev)).event == ev
-    empty = CursorAdvanced(header=Header("e", "r", 0, 0, "p", None, 2), step=0, dataset_id="", epoch=0,
-                           position=0, source_counts={})
+    empty = CursorAdvanced(header=Header("e", "r", 0, 0, "p", None, 2), step=0, dataset_id="",
+                           epoch=0, position=0, source_counts={})
     assert CODEC.decode(CODEC.encode(empty)).event == empty
 
 

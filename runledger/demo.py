@@ -1,0 +1,317 @@
+"""``runledger demo``: the whole system end to end on one machine, in about two minutes.
+
+:func:`run_demo` starts a local Kafka broker in a work directory (or uses an
+existing one), synthesizes a mixed corpus, starts the controller, the
+projector and one two-slot agent as real OS processes, submits a two-process
+torch run of ``examples/train_tiny.py`` whose rank 1 is killed between two
+checkpoints, follows the run through the kill, the automatic recovery from the
+latest committed checkpoint and its success, then lets the projection catch up
+and prints ``status``, the ETTR, provenance and incidents queries, and writes
+the HTML report. Every process it started is stopped on every way out.
+
+Inputs and paths are in :mod:`runledger.demo_setup`, processes in
+:mod:`runledger.demo_procs`, following the log in :mod:`runledger.demo_watch`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from events.errors import EventsError
+from events.kafka import check_broker
+from events.state import Status
+from runledger import stack
+from runledger.demo_procs import DemoError, Services, cli_ok, kill_workers
+from runledger.demo_setup import (
+    DemoOptions,
+    Layout,
+    build_dataset,
+    fault_for,
+    prepare_workdir,
+    write_spec,
+)
+from runledger.demo_watch import RunWatch, Stage, follow
+from runledger.errors import StackError
+
+Say = Callable[[str], None]
+
+
+@dataclass(slots=True)
+class Summary:
+    """What the demo did, as ``--json`` prints it and ``summary.json`` keeps it."""
+
+    workdir: str
+    ok: bool = False
+    error: str | None = None
+    run_id: str | None = None
+    bootstrap: str | None = None
+    stack_started: bool = False
+    db: str | None = None
+    report: str | None = None
+    spec: str | None = None
+    dataset_id: str | None = None
+    state: str | None = None
+    planned_steps: int = 0
+    kill_step: int = 0
+    final_step: int | None = None
+    generations: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints: list[dict[str, int]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    logs: dict[str, str] = field(default_factory=dict)
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+def run_demo(opts: DemoOptions, say: Say) -> Summary:
+    """Run the demo; the summary says whether it worked (``ok``) and what did not.
+
+    KeyboardInterrupt propagates, after everything started is stopped.
+    """
+    problems = opts.problems()
+    if problems:
+        raise DemoError("; ".join(problems))
+    layout = prepare_workdir(opts.workdir)
+    summary = Summary(workdir=str(layout.root), planned_steps=opts.steps,
+                      kill_step=opts.kill_step, spec=str(layout.spec))
+    say(f"runledger demo in {layout.root}")
+    demo = _Demo(opts, layout, summary, say)
+    t0 = time.monotonic()
+    try:
+        demo.run()
+        summary.ok = True
+    except (DemoError, StackError, EventsError) as exc:
+        summary.error = str(exc)
+    except KeyboardInterrupt:
+        summary.error = "interrupted"
+        raise
+    finally:
+        with _no_sigint():
+            demo.close()
+        summary.timings_s["total"] = round(time.monotonic() - t0, 1)
+        layout.summary.write_text(json.dumps(summary.to_json(), indent=2) + "\n")
+        _epilogue(summary, layout, say, opts.keep_stack)
+    return summary
+
+
+class _Demo:
+    def __init__(self, opts: DemoOptions, layout: Layout, summary: Summary, say: Say) -> None:
+        self.opts = opts
+        self.layout = layout
+        self.summary = summary
+        self.say = say
+        self.stack: stack.Stack | None = None
+        self.services: Services | None = None
+        self.watch: RunWatch | None = None
+        self._t = time.monotonic()
+
+    def _lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.summary.timings_s[name] = round(now - self._t, 1)
+        self._t = now
+
+    def run(self) -> None:
+        opts, layout, summary, say = self.opts, self.layout, self.summary, self.say
+        bootstrap = self._broker()
+        summary.bootstrap = bootstrap
+        self._lap("broker")
+        env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap,
+               "RUNLEDGER_HOME": str(layout.root), "RUNLEDGER_DATASETS": str(layout.catalog),
+               "PYTHONUNBUFFERED": "1"}
+        env.pop("RUNLEDGER_FAULT", None)  # only the demo's own fault, only in the agent
+        summary.dataset_id = build_dataset(layout, env, say)
+        domain = write_spec(layout, opts)
+        self._lap("dataset")
+        self.services = services = Services(env)
+        logs = {name: layout.log(name) for name in ("controller", "projector", "agent")}
+        summary.logs = {name: str(path) for name, path in logs.items()}
+        summary.logs["workers"] = str(layout.agent)
+        summary.db = str(layout.db)
+        # Own fencing identity and consumer group: on a shared broker the demo's
+        # controller must never fence (or share offsets with) a real one.
+        tag = domain
+        services.start("controller", ["controller", "--transactional-id", tag, "--group", tag],
+                       logs["controller"])
+        services.start("projector", ["project", "--db", str(layout.db)], logs["projector"])
+        agent_env = {**env, "RUNLEDGER_FAULT": fault_for(opts),
+                     "RUNLEDGER_TRACE_BATCHES": str(layout.batches)}
+        services.start("agent", ["agent", "--node", opts.node, "--slots", "2", "--domain", domain,
+                                 "--work-dir", str(layout.agent), "--heartbeat-interval", "0.5",
+                                 "--grace", "5"], logs["agent"], env=agent_env)
+        say(f"started controller, projector and agent {opts.node} (2 slots); logs in"
+            f" {layout.root / 'logs'}")
+        say(f"$ runledger submit {layout.spec}")
+        out = cli_ok(["submit", str(layout.spec), "--principal", "demo", "--json"], env)
+        run_id = str(json.loads(out)["run_id"])
+        summary.run_id = run_id
+        say(f"  run {run_id}: {opts.steps} steps, a checkpoint every {opts.interval},"
+            f" rank 1 killed after step {opts.kill_step} of generation 1")
+        self._lap("services_and_submit")
+        self._follow(run_id, bootstrap, logs["controller"], logs["agent"])
+        self._check_recovery()
+        self._lap("run")
+        self._project(env)
+        self._lap("projection")
+        self._queries(run_id, env)
+        self._lap("queries")
+
+    def _broker(self) -> str:
+        if self.opts.bootstrap is not None:
+            address = self.opts.bootstrap
+            self.say(f"using the Kafka broker at {address}")
+            check_broker(address)
+            stack.cluster_up(address)  # the topics, where missing
+            return address
+        self.say(f"starting a local Kafka broker in {self.layout.stack} ...")
+        self.stack = stack.Stack(self.layout.stack)
+        self.summary.stack_started = True
+        info = self.stack.up()
+        self.say(f"  broker at {info.bootstrap}")
+        return info.bootstrap
+
+    def _follow(self, run_id: str, bootstrap: str, controller_log: Path, agent_log: Path) -> None:
+        opts, layout = self.opts, self.layout
+        assert self.services is not None
+        self.watch = watch = RunWatch(bootstrap, run_id)
+        watch.open()
+        workers = f" and the worker logs in {layout.agent / run_id}"
+        stages = [
+            Stage("admission of the run", lambda w: w.generation >= 1, controller_log,
+                  f" and {agent_log}"),
+            Stage("training step in generation 1",
+                  lambda w: w.steps.get(1, 0) >= 1 or w.generation > 1,
+                  layout.worker_log(run_id, 1, "r0"), f", {agent_log}{workers}"),
+            Stage(f"kill of rank 1 after step {opts.kill_step}",
+                  lambda w: any(f.generation == 1 for f in w.failures),
+                  layout.worker_log(run_id, 1, "r1"),
+                  f" (RUNLEDGER_FAULT={fault_for(opts)} in the agent's environment)"),
+            Stage("recovery (generation 2 running)",
+                  lambda w: w.generation >= 2 and w.state is not None
+                  and w.state.status == Status.RUNNING, controller_log, workers),
+            Stage("successful end of the run",
+                  lambda w: w.finished is not None and w.finished.outcome == "succeeded",
+                  controller_log, workers),
+        ]
+        deadline = time.monotonic() + opts.timeout_s
+        try:
+            follow(watch, stages, steps=opts.steps, stall_s=opts.stall_s, deadline=deadline,
+                   say=self.say, check=self.services.check_alive)
+        finally:
+            self._record(watch)
+
+    def _record(self, watch: RunWatch) -> None:
+        s = self.summary
+        s.state = watch.state.status.value if watch.state else None
+        s.generations = [{"generation": g.generation, "reason": g.reason,
+                          "resume_step": g.resume_step, "members": len(g.members),
+                          "last_step": watch.steps.get(g.generation)}
+                         for g in watch.generations]
+        s.checkpoints = [{"generation": c.generation, "step": c.step} for c in watch.commits]
+        s.failures = [{"generation": f.generation, "class": f.failure_class,
+                       "signature": f.signature, "action": f.action} for f in watch.failures]
+        s.final_step = watch.state.step if watch.state else None
+
+    def _check_recovery(self) -> None:
+        """The run succeeded; check it did so through a recovery from a committed checkpoint."""
+        s, opts = self.summary, self.opts
+        if len(s.generations) < 2:
+            raise DemoError("the run succeeded without a recovery: the injected kill never hit")
+        resume = s.generations[1]["resume_step"]
+        committed = {c["step"] for c in s.checkpoints if c["generation"] == 1}
+        if resume is None or resume not in committed or resume >= opts.kill_step:
+            raise DemoError(f"generation 2 resumed from step {resume}, not from a checkpoint"
+                            f" committed before the kill at step {opts.kill_step}")
+        if s.final_step != opts.steps:
+            raise DemoError(f"the run ended at step {s.final_step}, not {opts.steps}")
+        self.say(f"recovered: generation 2 resumed from the checkpoint of step {resume};"
+                 f" steps {resume + 1}..{opts.kill_step} were replayed")
+
+    def _project(self, env: dict[str, str]) -> None:
+        """Stop the live projector and catch up to the log's end with ``project --once``.
+
+        DuckDB allows one writing process per file and no reader beside it, so
+        the queries can open the file only after the projector let go of it.
+        """
+        assert self.services is not None
+        for name in ("agent", "controller", "projector"):  # the agent first: it reports exits
+            self.services.stop(name)
+        out = cli_ok(["project", "--db", str(self.layout.db), "--once"], env).strip()
+        self.say(f"projection caught up: {out}")
+
+    def _queries(self, run_id: str, env: dict[str, str]) -> None:
+        say, db = self.say, str(self.layout.db)
+        say(f"\n$ runledger status {run_id}")
+        say(cli_ok(["status", run_id], env).rstrip())
+        if not self.opts.queries:
+            say("\n(--no-queries: skipping the ETTR, provenance and incidents queries and the"
+                " report)")
+            return
+        for name in ("ettr", "provenance", "incidents"):
+            say(f"\n$ runledger query {name} {run_id} --db {db}")
+            say(cli_ok(["query", name, run_id, "--db", db], env).rstrip())
+        report = str(self.layout.report)
+        say(f"\n$ runledger report {run_id} --db {db} --html {report}")
+        out = cli_ok(["report", run_id, "--db", db, "--html", report], env).rstrip()
+        if out:
+            say(out)
+        self.summary.report = report
+
+    def close(self) -> None:
+        """Stop everything this demo started: agent, projector, controller, workers, broker."""
+        if self.watch is not None:
+            self.watch.close()
+        if self.services is not None:
+            self.services.stop_all()
+            stray = kill_workers(self.layout.agent)
+            if stray:
+                self.say(f"killed {len(stray)} worker process(es) the agent left: {stray}")
+        if self.stack is not None:
+            if self.opts.keep_stack:
+                self.say(f"the broker keeps running (--keep-stack); stop it with: runledger"
+                         f" stack down --data-dir {self.layout.stack}")
+            else:
+                self.stack.down()
+
+
+def _epilogue(summary: Summary, layout: Layout, say: Say, kept: bool) -> None:
+    say("")
+    if summary.ok:
+        gens = len(summary.generations)
+        say(f"demo succeeded: run {summary.run_id} {summary.state} at step {summary.final_step}"
+            f" after {gens - 1} recovery(ies), in {summary.timings_s.get('total')} s")
+    else:
+        say(f"demo FAILED: {summary.error}")
+    say(f"workdir  {layout.root}")
+    say(f"report   {summary.report or 'not written'}")
+    say(f"summary  {layout.summary}")
+    if summary.run_id is None:
+        return
+    # How to look further: the projection needs no broker, status and events do.
+    say(f"explore  export RUNLEDGER_HOME={layout.root} RUNLEDGER_BOOTSTRAP={summary.bootstrap}")
+    if summary.stack_started and not kept:
+        say(f"         runledger stack up --data-dir {layout.stack}   # the broker, again")
+    say(f"         runledger query audit {summary.run_id}; runledger events dump --topic"
+        f" runledger.runs --run {summary.run_id}")
+
+
+@contextmanager
+def _no_sigint() -> Iterator[None]:
+    """Hold Ctrl-C off while cleaning up, so a second one cannot leave processes behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,138 @@
+"""``runledger demo`` end to end, as a user runs it: one subprocess, checked from its
+JSON summary and from the run's log.
+
+The end-to-end test starts the demo's own broker in the work directory (``--keep-stack`` leaves it
+up so this test can read the log, and stops it at the end) rather than using
+the session's broker: a controller acts on every run it finds on its broker,
+so the demo's controller would act on other tests' runs, and theirs on the
+demo's (see tests/e2e/harness.py). That costs the broker's start, about 7 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.spec import parse_spec
+from controller.spec_parts import FixedCheckpoint
+from events.consume import read_log
+from events.model import Event, GenerationStarted, ManifestCommitted, StepCommitted
+from events.topics import RUNS
+from runledger.demo_setup import ALIAS, DemoOptions, Layout, fault_for, write_spec
+from runledger.stack import Stack
+from tests.e2e.harness import of_type
+from worker.faults import parse
+
+STEPS, INTERVAL, KILL = 20, 5, 12  # rank 1 dies after step 12: steps 11 and 12 are replayed
+
+
+def _ours(work: Path) -> list[int]:
+    """Live processes the demo started (it gives them RUNLEDGER_HOME=<workdir>)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RUNLEDGER_HOME={work}".encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+def test_the_options_put_the_kill_between_two_checkpoints() -> None:
+    assert DemoOptions().problems() == []
+    assert DemoOptions().resume_step == 20  # killed after step 25, checkpoints every 10
+    (on_checkpoint,) = DemoOptions(kill_step=30).problems()
+    assert "between two checkpoints" in on_checkpoint
+    (too_early,) = DemoOptions(kill_step=5).problems()
+    assert "after the first checkpoint" in too_early
+    assert len(DemoOptions(step_sleep_s=-1, timeout_s=0).problems()) == 2
+
+
+def test_the_spec_is_valid_and_the_fault_hits_rank_1_of_generation_1_once(
+        tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    opts = DemoOptions(steps=30, interval=4, kill_step=9)
+    domain = write_spec(layout, opts)
+    text = layout.spec.read_text()
+    assert f"dataset: {ALIAS}" in text  # submit resolves the alias
+    spec = parse_spec(text.replace(ALIAS, "sha256:" + "ab" * 32), str(layout.spec))
+    assert spec.world_size == 2 and spec.topology.domain == domain
+    assert isinstance(spec.checkpoint, FixedCheckpoint) and spec.checkpoint.interval_steps == 4
+    assert spec.checkpoint.root == str(layout.checkpoints)
+    assert spec.command[0] == sys.executable and spec.env["OMP_NUM_THREADS"] == "1"
+    fault = parse(fault_for(opts))
+    assert fault is not None
+    assert (fault.point, fault.step, fault.rank, fault.generation) == ("step", 9, 1, 1)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_demo_kills_a_worker_recovers_from_a_checkpoint_and_succeeds(
+        tmp_path: Path) -> None:
+    work = tmp_path / "demo"
+    env = {k: v for k, v in os.environ.items() if k != "RUNLEDGER_BOOTSTRAP"}
+    cmd = [sys.executable, "-m", "runledger.cli", "demo", "--workdir", str(work), "--json",
+           "--no-queries", "--keep-stack", "--steps", str(STEPS), "--interval", str(INTERVAL),
+           "--kill-step", str(KILL), "--step-sleep", "0.3", "--timeout", "400"]
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=540,
+                              check=False)
+        assert done.stdout.strip(), done.stderr[-4000:]
+        summary = json.loads(done.stdout)
+        assert done.returncode == 0, f"{summary['error']}\n{done.stderr[-4000:]}"
+        _check_summary(summary, work)
+        facts = [r.event for r in read_log(summary["bootstrap"], RUNS)
+                 if r.event.run_id == summary["run_id"]]
+        _check_log(facts)
+        # Every process the demo started is gone (only the broker stays, --keep-stack).
+        assert _ours(work) == []
+    finally:
+        Stack(work / "stack").down(purge=True)
+
+
+def _check_summary(summary: dict[str, Any], work: Path) -> None:
+    assert summary["ok"] is True and summary["error"] is None
+    assert summary["state"] == "Succeeded"
+    assert summary["workdir"] == str(work) and summary["stack_started"] is True
+    assert summary["db"] == str(work / "projection.duckdb") and Path(summary["db"]).is_file()
+    assert summary["report"] is None  # --no-queries
+    assert summary["run_id"].startswith("demo-")
+    gens = summary["generations"]
+    assert len(gens) >= 2
+    assert gens[0]["resume_step"] is None
+    committed_g1 = {c["step"] for c in summary["checkpoints"] if c["generation"] == 1}
+    assert gens[1]["resume_step"] in committed_g1 and gens[1]["resume_step"] < KILL
+    assert summary["final_step"] == summary["planned_steps"] == STEPS
+    assert summary["kill_step"] == KILL
+    assert (work / "summary.json").is_file()
+    assert json.loads((work / "summary.json").read_text()) == summary
+
+
+def _check_log(facts: list[Event]) -> None:
+    (end,) = of_type(facts, "RunFinished")
+    assert end.outcome == "succeeded"
+    starts: list[GenerationStarted] = of_type(facts, "GenerationStarted")
+    assert [g.generation for g in starts] == [1, 2]
+    resume = starts[1].resume_step
+    assert resume == KILL - KILL % INTERVAL  # the latest checkpoint before the kill
+    # That checkpoint was committed by generation 1 before generation 2 started.
+    before = facts[: facts.index(starts[1])]
+    assert any(isinstance(e, ManifestCommitted) and e.generation == 1 and e.step == resume
+               for e in before)
+    (failure,) = of_type(facts, "FailureClassified")
+    assert failure.generation == 1 and failure.failure_class == "worker_crash"
+    assert failure.action == "restart" and failure.signature.endswith("signal=9")
+    # Generation 2 replays from the checkpoint to the last planned step, each step once.
+    replayed = [e.step for e in facts if isinstance(e, StepCommitted) and e.generation == 2]
+    assert replayed == list(range(resume + 1, STEPS + 1))
+    first = [e.step for e in facts if isinstance(e, StepCommitted) and e.generation == 1]
+    assert resume < max(first) <= KILL  # work past the checkpoint was lost, none past the kill

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 
 from controller.spec import parse_spec
@@ -24,9 +25,11 @@ from controller.spec_parts import FixedCheckpoint
 from events.consume import read_log
 from events.model import Event, GenerationStarted, ManifestCommitted, StepCommitted
 from events.topics import RUNS
+from queries.runner import run_query
 from runledger.demo_setup import ALIAS, DemoOptions, Layout, fault_for, write_spec
 from runledger.stack import Stack
 from tests.e2e.harness import of_type
+from tests.queries.ettr_oracle import ettr_parts
 from worker.faults import parse
 
 STEPS, INTERVAL, KILL = 20, 5, 12  # rank 1 dies after step 12: steps 11 and 12 are replayed
@@ -81,7 +84,7 @@ def test_the_demo_kills_a_worker_recovers_from_a_checkpoint_and_succeeds(
     work = tmp_path / "demo"
     env = {k: v for k, v in os.environ.items() if k != "RUNLEDGER_BOOTSTRAP"}
     cmd = [sys.executable, "-m", "runledger.cli", "demo", "--workdir", str(work), "--json",
-           "--no-queries", "--keep-stack", "--steps", str(STEPS), "--interval", str(INTERVAL),
+           "--keep-stack", "--steps", str(STEPS), "--interval", str(INTERVAL),
            "--kill-step", str(KILL), "--step-sleep", "0.3", "--timeout", "400"]
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=540,
@@ -93,6 +96,9 @@ def test_the_demo_kills_a_worker_recovers_from_a_checkpoint_and_succeeds(
         facts = [r.event for r in read_log(summary["bootstrap"], RUNS)
                  if r.event.run_id == summary["run_id"]]
         _check_log(facts)
+        _check_ettr(summary, facts)
+        _check_provenance(summary, work)
+        assert Path(summary["report"]).is_file()
         # Every process the demo started is gone (only the broker stays, --keep-stack).
         assert _ours(work) == []
     finally:
@@ -104,7 +110,7 @@ def _check_summary(summary: dict[str, Any], work: Path) -> None:
     assert summary["state"] == "Succeeded"
     assert summary["workdir"] == str(work) and summary["stack_started"] is True
     assert summary["db"] == str(work / "projection.duckdb") and Path(summary["db"]).is_file()
-    assert summary["report"] is None  # --no-queries
+    assert summary["report"] == str(work / "report.html")
     assert summary["run_id"].startswith("demo-")
     gens = summary["generations"]
     assert len(gens) >= 2
@@ -136,3 +142,53 @@ def _check_log(facts: list[Event]) -> None:
     assert replayed == list(range(resume + 1, STEPS + 1))
     first = [e.step for e in facts if isinstance(e, StepCommitted) and e.generation == 1]
     assert resume < max(first) <= KILL  # work past the checkpoint was lost, none past the kill
+
+
+def _check_ettr(summary: dict[str, Any], facts: list[Event]) -> None:
+    """The SQL's parts sum to the allocation within 1%, and a Python recomputation
+    from the raw events of the log agrees part by part."""
+    con = duckdb.connect(summary["db"], read_only=True)
+    try:
+        sql = {r["part"]: r["seconds"]
+               for r in run_query(con, "ettr", summary["run_id"]).records()}
+    finally:
+        con.close()
+    allocated = sql.pop("allocated")
+    assert allocated > 0
+    assert abs(sum(sql.values()) - allocated) <= 0.01 * allocated
+    assert sql["productive"] > 0 and sql["lost_work"] > 0 and sql["recovery"] > 0
+    oracle = ettr_parts(facts)
+    assert oracle["allocated"] == pytest.approx(allocated, abs=2e-3)
+    for part, seconds in sql.items():
+        assert seconds == pytest.approx(oracle[part], abs=5e-3), part
+
+
+def _check_provenance(summary: dict[str, Any], work: Path) -> None:
+    """The final checkpoint's provenance lists exactly the positions the data plane
+    served to the steps it holds: per step, the batch of the last generation that
+    trained it (earlier generations' lost steps were redone)."""
+    served: dict[int, tuple[int, int, int]] = {}  # step -> (generation, start, end)
+    for path in sorted((work / "batches").glob("g*-r*.jsonl")):
+        for line in path.read_text().splitlines():
+            t = json.loads(line)
+            assert t["cursor"] == t["end"]
+            seen = served.get(t["step"])
+            if seen is None or t["generation"] > seen[0]:
+                served[t["step"]] = (t["generation"], t["start"], t["end"])
+            elif t["generation"] == seen[0]:
+                assert (t["start"], t["end"]) == seen[1:], "ranks disagree on a global batch"
+    con = duckdb.connect(summary["db"], read_only=True)
+    try:
+        chain = run_query(con, "provenance", summary["run_id"]).records()
+    finally:
+        con.close()
+    head = chain[0]
+    assert head["step"] == STEPS
+    steps = range(1, head["step"] + 1)
+    positions = sorted(p for s in steps for p in range(served[s][1], served[s][2]))
+    assert positions == list(range(0, head["position_to"]))
+    for link in chain:  # each link: exactly the batches of its steps
+        got = sorted(p for s in range(link["step_from"] + 1, link["step"] + 1)
+                     for p in range(served[s][1], served[s][2]))
+        assert got == list(range(link["position_from"], link["position_to"])), link["step"]
+    assert chain[-1]["step_from"] == 0 and chain[-1]["position_from"] == 0

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, Message
 
 from events.kafka import EventProducer
-from events.model import Event, Header, HeartbeatRecorded
+from events.model import Event, Header, HeartbeatRecorded, StepTimesRecorded
 from events.topics import REPORTS
 from events.workerenv import WorkerEnv
 from worker.errors import WorkerError
@@ -55,6 +55,20 @@ class Reporter:
                       run_id=env.run_id, generation=env.generation,
                       occurred_at=int(self.clock() * 1000), producer=self.identity,
                       causation_id=causation_id)
+
+    def step_times(self, times: list[tuple[int, float, float]]) -> None:
+        """This rank's ``(step, step ms, input wait ms)``, as one ``StepTimesRecorded``
+        per run of consecutive steps (a restart can leave a gap). Never blocks."""
+        while times:
+            n = 1
+            while n < len(times) and times[n][0] == times[0][0] + n:
+                n += 1
+            run, times = times[:n], times[n:]
+            self.report(StepTimesRecorded(
+                header=self.header(f"steptimes/{run[0][0]}"), logical_id=self.env.logical_id,
+                node=self.env.node, first_step=run[0][0],
+                step_time_ms=tuple(t for _, t, _ in run),
+                input_wait_ms=tuple(w for _, _, w in run)))
 
     def report(self, event: Event) -> None:
         """Enqueue; never blocks."""

@@ -47,7 +47,6 @@ from events.model import (
     ManifestProposed,
     ShardWritten,
     StepCommitted,
-    StepTimesRecorded,
 )
 from events.topics import RUNS
 from events.workerenv import CheckpointEnv, WorkerEnv
@@ -188,18 +187,8 @@ class Session:
         return {name: float(w) for name, w in sorted(mixture.fractions().items())}
 
     def _report_times(self) -> None:
-        """This rank's step times since the last report, as runs of consecutive steps."""
         times, self._times = self._times, []
-        while times:
-            n = 1
-            while n < len(times) and times[n][0] == times[0][0] + n:
-                n += 1
-            run, times = times[:n], times[n:]
-            self.reporter.report(StepTimesRecorded(
-                header=self.reporter.header(f"steptimes/{run[0][0]}"),
-                logical_id=self.env.logical_id, node=self.env.node, first_step=run[0][0],
-                step_time_ms=tuple(t for _, t, _ in run),
-                input_wait_ms=tuple(w for _, _, w in run)))
+        self.reporter.step_times(times)
 
     # -- checkpoint --------------------------------------------------------------------
 

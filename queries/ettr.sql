@@ -81,18 +81,45 @@ clipped AS (
     FROM iv, bounds
     WHERE least(iv.e, bounds.z) > greatest(iv.b, bounds.a)
 ),
-points AS (
-    SELECT a AS t FROM bounds UNION SELECT z FROM bounds
-    UNION SELECT b FROM clipped UNION SELECT e FROM clipped
+-- A sweep instead of a range join: each interval adds +1 to its part's count at
+-- its start and -1 at its end; between two consecutive boundaries the counts
+-- are constant, and the piece goes to the first part (in precedence) counted.
+deltas AS (
+    SELECT b AS t, part, 1 AS d FROM clipped
+    UNION ALL SELECT e, part, -1 FROM clipped
+    UNION ALL SELECT a, 'other', 0 FROM bounds
+    UNION ALL SELECT z, 'other', 0 FROM bounds
 ),
-segments AS (
-    SELECT t AS b, lead(t) OVER (ORDER BY t) AS e FROM points
+points AS (
+    SELECT t,
+           sum(d) FILTER (WHERE part = 'detection') AS detection,
+           sum(d) FILTER (WHERE part = 'recovery') AS recovery,
+           sum(d) FILTER (WHERE part = 'checkpoint') AS checkpoint,
+           sum(d) FILTER (WHERE part = 'lost_work') AS lost_work,
+           sum(d) FILTER (WHERE part = 'input_stall') AS input_stall,
+           sum(d) FILTER (WHERE part = 'productive') AS productive,
+           sum(d) FILTER (WHERE part = 'idle') AS idle
+    FROM deltas GROUP BY t
+),
+running AS (
+    SELECT t AS b, lead(t) OVER w AS e,
+           sum(coalesce(detection, 0)) OVER w AS detection,
+           sum(coalesce(recovery, 0)) OVER w AS recovery,
+           sum(coalesce(checkpoint, 0)) OVER w AS checkpoint,
+           sum(coalesce(lost_work, 0)) OVER w AS lost_work,
+           sum(coalesce(input_stall, 0)) OVER w AS input_stall,
+           sum(coalesce(productive, 0)) OVER w AS productive,
+           sum(coalesce(idle, 0)) OVER w AS idle
+    FROM points
+    WINDOW w AS (ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 ),
 labelled AS (
-    SELECT seg.b, seg.e, coalesce(arg_min(c.part, c.prio), 'other') AS part
-    FROM segments seg LEFT JOIN clipped c ON c.b <= seg.b AND c.e >= seg.e
-    WHERE seg.e IS NOT NULL AND seg.e > seg.b
-    GROUP BY seg.b, seg.e
+    SELECT b, e, CASE
+        WHEN detection > 0 THEN 'detection' WHEN recovery > 0 THEN 'recovery'
+        WHEN checkpoint > 0 THEN 'checkpoint' WHEN lost_work > 0 THEN 'lost_work'
+        WHEN input_stall > 0 THEN 'input_stall' WHEN productive > 0 THEN 'productive'
+        WHEN idle > 0 THEN 'idle' ELSE 'other' END AS part
+    FROM running WHERE e IS NOT NULL AND e > b
 ),
 parts(part, ord) AS (
     VALUES ('productive', 1), ('checkpoint', 2), ('lost_work', 3), ('detection', 4),

@@ -37,10 +37,20 @@ def ettr(con: duckdb.DuckDBPyConnection, run_id: str) -> Ettr:
     return Ettr(run_id, allocated, {p: rows.get(p, 0.0) for p in PARTS})
 
 
-def ettr_all(con: duckdb.DuckDBPyConnection) -> dict[str, float]:
-    """Run id -> ETTR for every run with allocated time (for the metrics endpoint)."""
+def ettr_all(con: duckdb.DuckDBPyConnection, recent_ended: int = 50) -> dict[str, float]:
+    """Run id -> ETTR for every live run and the ``recent_ended`` runs that ended
+    last (for the metrics endpoint: a scrape stays bounded however long the
+    history grows; older runs are a query away)."""
+    rows = con.execute(
+        """
+        SELECT run_id FROM runs WHERE run_id NOT IN (SELECT run_id FROM endings)
+        UNION
+        SELECT run_id FROM (SELECT run_id, max(occurred_at) AS ended FROM endings
+                            GROUP BY run_id ORDER BY ended DESC, run_id LIMIT ?)
+        ORDER BY run_id
+        """, [recent_ended]).fetchall()
     out: dict[str, float] = {}
-    for (run_id,) in con.execute("SELECT run_id FROM runs ORDER BY run_id").fetchall():
+    for (run_id,) in rows:
         ratio = ettr(con, run_id).ratio
         if ratio is not None:
             out[run_id] = ratio

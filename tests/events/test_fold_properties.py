@@ -551,8 +551,12 @@ def test_plausible_logs_reach_deep_states() -> None:
         for state in states_of(log):
             seen.update(name for name, pred in FEATURES.items() if pred(state))
 
-    for n in range(3):
+    # Up to ten seeded runs, stopping once every feature is seen: with a fixed
+    # three, one CI run missed "succeeded with a checkpoint" in all of them.
+    for n in range(10):
         seed(n)(collect)()
+        if seen == set(FEATURES):
+            break
     assert seen == set(FEATURES)
 
 

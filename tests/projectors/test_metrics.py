@@ -255,7 +255,8 @@ def test_project_cli_prints_the_bound_address_and_serves_metrics(
             ("runledger_projector_records_applied_total", ()), 0) >= 4 else None),
             60, "records applied")
         assert named(got, "runledger_projector_lag_records")
-        assert not named(got, "runledger_run_ettr_ratio")  # no ETTR callable given
+        # The CLI serves the queries package's ETTR: a ratio for each run it covers.
+        assert all(0.0 <= v <= 1.0 for v in named(got, "runledger_run_ettr_ratio").values())
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         code = proc.wait(30)

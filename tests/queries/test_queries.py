@@ -172,3 +172,23 @@ def test_the_python_oracle_agrees_with_the_hand_worked_parts() -> None:
     got = ettr_parts(facts)
     for part, ms in expected.items():
         assert got[part] == pytest.approx(ms / 1000), part
+
+
+def test_ettr_all_covers_live_runs_and_the_latest_ended_ones(con) -> None:
+    from queries.ettr import ettr_all
+
+    runs = []
+    for i, end in enumerate((True, True, False)):
+        tl = Timeline(run_id=f"run-{i}", t=1_000_000 + i * 10_000)
+        tl._n = 0
+        tl.submit()
+        tl.admit()
+        tl.start(1)
+        tl.step(1, 1)
+        if end:
+            tl.finish(1)
+        runs.append(tl)
+    project(con, *runs)
+    assert set(ettr_all(con)) == {"run-0", "run-1", "run-2"}
+    assert set(ettr_all(con, recent_ended=1)) == {"run-1", "run-2"}  # run-1 ended last
+    assert all(0 < v <= 1 for v in ettr_all(con).values())

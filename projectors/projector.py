@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from events.codec import Codec, default_codec
 from events.errors import DecodeError
 from events.kafka import decode_message
 from events.topics import REPORTS, RUNS
-from projectors.tables import DDL, rows_for
+from projectors.tables import DDL, columns, rows_for
 
 TOPICS = (RUNS, REPORTS)
 # Test hook: ``<run id>:<n>`` kills the projector with SIGKILL inside the
@@ -42,8 +43,8 @@ class Projector:
         self.codec = codec or default_codec()
         self.batch = batch
         self.con = duckdb.connect(self.db_path)
-        for table, columns in DDL.items():
-            self.con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({columns})")
+        for table, ddl in DDL.items():
+            self.con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({ddl})")
         self.applied = 0
         # Counters for projectors.metrics. Only this thread writes them; a scrape
         # thread reads single attributes, and rebinding a whole dict is atomic.
@@ -131,8 +132,7 @@ class Projector:
         con.execute("BEGIN TRANSACTION")
         try:
             for table, rows in by_table.items():
-                marks = ", ".join("?" * len(rows[0]))
-                con.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+                _insert(con, table, rows)
                 if table == "events":
                     self._maybe_crash(rows)
             con.executemany(
@@ -157,6 +157,25 @@ class Projector:
         self._seen += sum(1 for r in rows if r[3] == run)
         if self._seen >= n:
             os.kill(os.getpid(), signal.SIGKILL)  # mid-transaction: nothing of it may stick
+
+
+# DuckDB binds ``executemany`` parameters row by row (~1,300 rows/s here); an
+# Arrow table of the batch is scanned as a whole, about 100 times faster.
+_ARROW = {"VARCHAR": pa.string(), "INTEGER": pa.int32(), "BIGINT": pa.int64(),
+          "DOUBLE": pa.float64(), "JSON": pa.string(), "BLOB": pa.binary()}
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple[Any, ...]]) -> None:
+    cols = columns(table)
+    data = list(zip(*rows, strict=True))
+    batch = pa.table([pa.array(values, type=_ARROW[kind])
+                      for values, (_, kind) in zip(data, cols, strict=True)],
+                     names=[name for name, _ in cols])
+    con.register("_batch", batch)
+    try:
+        con.execute(f"INSERT INTO {table} SELECT * FROM _batch")
+    finally:
+        con.unregister("_batch")
 
 
 def table_digests(db_path: str | Path) -> dict[str, str]:

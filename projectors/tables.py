@@ -93,6 +93,16 @@ DDL = {
     "quarantine": f"{POS}, key VARCHAR, reason VARCHAR, detail VARCHAR, raw BLOB",
 }
 
+def columns(table: str) -> list[tuple[str, str]]:
+    """``(name, SQL type)`` of a table's columns, in order, from its DDL."""
+    out = []
+    for item in DDL[table].split(","):
+        name, _, kind = item.strip().partition(" ")
+        if name != "PRIMARY":
+            out.append((name, kind.strip()))
+    return out
+
+
 Row = tuple[str, tuple[Any, ...]]  # (table, values after the position columns)
 _Map = Callable[[Any], list[tuple[str, tuple[Any, ...]]]]
 

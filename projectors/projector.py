@@ -37,7 +37,7 @@ CRASH_ENV = "RUNLEDGER_PROJECTOR_CRASH"
 
 class Projector:
     def __init__(self, db_path: str | Path, bootstrap: str, *, codec: Codec | None = None,
-                 batch: int = 1000) -> None:
+                 batch: int = 5000) -> None:
         self.db_path = str(db_path)
         self.bootstrap = bootstrap
         self.codec = codec or default_codec()

@@ -37,7 +37,7 @@ def ettr(con: duckdb.DuckDBPyConnection, run_id: str) -> Ettr:
     return Ettr(run_id, allocated, {p: rows.get(p, 0.0) for p in PARTS})
 
 
-def ettr_all(con: duckdb.DuckDBPyConnection, recent_ended: int = 50) -> dict[str, float]:
+def ettr_all(con: duckdb.DuckDBPyConnection, recent_ended: int = 20) -> dict[str, float]:
     """Run id -> ETTR for every live run and the ``recent_ended`` runs that ended
     last (for the metrics endpoint: a scrape stays bounded however long the
     history grows; older runs are a query away)."""

@@ -486,3 +486,13 @@ def test_upcasters_refuse_a_second_registration_for_one_version() -> None:
     up.register("RunQueued", 1, lambda r: r)
     with pytest.raises(ValueError, match="RunQueued v1"):
         up.register("RunQueued", 1, lambda r: r)
+
+
+def test_a_corrupt_body_gets_the_same_detail_every_time() -> None:
+    """Quarantine rows are compared across replays: no object addresses in the detail."""
+    good = CODEC.encode(SAMPLES[0])
+    truncated = good[:-3]
+    first = decode_error(truncated)
+    second = decode_error(bytes(truncated))
+    assert first.reason == "body_invalid" and first.detail == second.detail
+    assert " at 0x" not in first.detail

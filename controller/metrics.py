@@ -2,8 +2,8 @@
 
 ``families`` is a pure function of a model snapshot, the loop's counters and
 the scrape time; ``ControllerCollector`` reads those from a live
-``ControllerService`` on each scrape, and ``MetricsServer`` serves them over
-HTTP from a private registry (never the process-wide default one). The model
+``ControllerService`` on each scrape (``runledger.metricsserver`` serves it
+over HTTP). The model
 is an immutable value the loop replaces whole, so a scrape thread reads a
 consistent snapshot without locking.
 
@@ -14,21 +14,15 @@ run is not terminal, so finished runs add a fixed handful of series each.
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from http.server import ThreadingHTTPServer
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import MetricsHandler
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
 from controller.reconcile import Model
 from controller.service import ControllerService, LoopStats
 from events.state import RunState, Status
-
-DEFAULT_HOST = "127.0.0.1"  # loopback unless asked: run ids and principals are not public
 
 
 def _seconds_since(now_ms: int, then_ms: int) -> float:
@@ -149,56 +143,3 @@ class ControllerCollector(Collector):
         # One read of the reference: the loop swaps in whole new models.
         model = self.service.model
         yield from families(model, self.service.stats, self.clock())
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``[V6]:PORT``, ``:PORT`` or ``PORT``; the host defaults to loopback."""
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = "", text
-    host = host.strip("[]") or DEFAULT_HOST
-    if not port.isdigit() or int(port) > 65_535:
-        raise ValueError(f"metrics address {text!r}: expected HOST:PORT with a port 0-65535")
-    return host, int(port)
-
-
-class _V6Server(ThreadingHTTPServer):
-    address_family = socket.AF_INET6
-
-
-class MetricsServer:
-    """An HTTP server for one collector on its own registry, in a daemon thread.
-
-    Port 0 binds an ephemeral port; ``url`` reports the one bound.
-    """
-
-    def __init__(self, collector: Collector, host: str = DEFAULT_HOST, port: int = 0) -> None:
-        self.registry = CollectorRegistry()
-        self.registry.register(collector)
-        server = _V6Server if ":" in host else ThreadingHTTPServer
-        self._httpd = server((host, port), MetricsHandler.factory(self.registry))
-        self._httpd.daemon_threads = True  # a hung scraper never blocks shutdown
-        self._thread = threading.Thread(target=self._httpd.serve_forever,
-                                        name="runledger-metrics", daemon=True)
-        self._thread.start()
-
-    @property
-    def address(self) -> tuple[str, int]:
-        host, port = self._httpd.server_address[:2]
-        return str(host), int(port)
-
-    @property
-    def url(self) -> str:
-        host, port = self.address
-        return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
-
-    def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(5)
-
-
-def serve(service: ControllerService, address: str) -> MetricsServer:
-    """Start serving ``service``'s metrics at ``address`` (``HOST:PORT``)."""
-    host, port = parse_address(address)
-    return MetricsServer(ControllerCollector(service), host, port)

@@ -3,8 +3,7 @@
 ``families`` and ``lags`` are pure functions of a ``Snapshot``;
 ``ProjectorCollector`` takes the snapshot at scrape time from a live
 ``Projector`` (its counters), the database (stored offsets, ETTR) and the
-broker (log end offsets), and ``MetricsServer`` serves it over HTTP from a
-private registry.
+broker (log end offsets); ``runledger.metricsserver`` serves it over HTTP.
 
 Threads: DuckDB connections are not shared between threads, so the collector
 opens its own cursor on the projector's database when it is built (on the
@@ -17,24 +16,20 @@ broker.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
 
 import duckdb
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import MetricsHandler
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import Collector
 
 from projectors.projector import TOPICS, Projector
 
 log = logging.getLogger("runledger.projector.metrics")
 
-DEFAULT_HOST = "127.0.0.1"  # loopback unless asked: run ids are not public
 END_OFFSETS_TTL_S = 5.0
 BROKER_TIMEOUT_S = 2.0
 
@@ -195,66 +190,3 @@ class ProjectorCollector(Collector):
         with self._lock:
             self._ends.close()
             self._cursor.close()
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``[V6]:PORT``, ``:PORT`` or ``PORT``; the host defaults to loopback."""
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = "", text
-    host = host.strip("[]") or DEFAULT_HOST
-    if not port.isdigit() or int(port) > 65_535:
-        raise ValueError(f"metrics address {text!r}: expected HOST:PORT with a port 0-65535")
-    return host, int(port)
-
-
-class _V6Server(ThreadingHTTPServer):
-    address_family = socket.AF_INET6
-
-
-class MetricsServer:
-    """An HTTP server for the projector's collector on its own registry, in a daemon thread.
-
-    Port 0 binds an ephemeral port; ``url`` reports the one bound. Close it
-    before the projector: the collector's cursor lives on its connection.
-    """
-
-    def __init__(self, collector: ProjectorCollector, host: str = DEFAULT_HOST,
-                 port: int = 0) -> None:
-        self.collector = collector
-        self.registry = CollectorRegistry()
-        self.registry.register(collector)
-        server = _V6Server if ":" in host else ThreadingHTTPServer
-        self._httpd = server((host, port), MetricsHandler.factory(self.registry))
-        self._httpd.daemon_threads = True  # a hung scraper never blocks shutdown
-        self._thread = threading.Thread(target=self._httpd.serve_forever,
-                                        name="runledger-metrics", daemon=True)
-        self._thread.start()
-
-    @property
-    def address(self) -> tuple[str, int]:
-        host, port = self._httpd.server_address[:2]
-        return str(host), int(port)
-
-    @property
-    def url(self) -> str:
-        host, port = self.address
-        return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
-
-    def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(5)
-        self.collector.close()
-
-
-def serve(projector: Projector, address: str, *, ettr_of: EttrOf | None = None,
-          ttl_s: float = END_OFFSETS_TTL_S) -> MetricsServer:
-    """Start serving ``projector``'s metrics at ``address`` (``HOST:PORT``)."""
-    host, port = parse_address(address)
-    collector = ProjectorCollector(projector, ettr_of=ettr_of, ttl_s=ttl_s)
-    try:
-        return MetricsServer(collector, host, port)
-    except OSError:
-        collector.close()
-        raise

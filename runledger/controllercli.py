@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from controller import metrics
+from controller.metrics import ControllerCollector
 from controller.runplan import plan_from_submission
 from controller.service import (
     DEFAULT_GROUP,
@@ -24,6 +24,7 @@ from controller.service import (
 )
 from events.errors import EventsError
 from events.kafka import bootstrap_from_env
+from runledger.metricsserver import MetricsServer, serve_or_exit
 
 
 def controller(
@@ -52,7 +53,7 @@ def controller(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    server: metrics.MetricsServer | None = None
+    server: MetricsServer | None = None
     try:
         service = ControllerService(
             bootstrap_from_env(bootstrap),
@@ -61,7 +62,8 @@ def controller(
             group_id=group,
             tick_s=tick,
         )
-        server = _serve_metrics(service, metrics_address)
+        if metrics_address is not None:
+            server = serve_or_exit(ControllerCollector(service), metrics_address)
         code = service.run(stop)
     except EventsError as exc:
         typer.echo(f"runledger: {exc}", err=True)
@@ -76,16 +78,3 @@ def controller(
             err=True,
         )
     raise typer.Exit(code)
-
-
-def _serve_metrics(service: ControllerService, address: str | None) -> metrics.MetricsServer | None:
-    if address is None:
-        return None
-    try:
-        server = metrics.serve(service, address)
-    except (ValueError, OSError) as exc:
-        typer.echo(f"runledger: --metrics: {exc}", err=True)
-        raise typer.Exit(2) from None
-    # The bound port, not the one asked for: with port 0 only this line tells it.
-    typer.echo(f"metrics at {server.url}", err=True)
-    return server

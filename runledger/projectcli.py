@@ -15,9 +15,10 @@ from typing import Annotated
 
 import typer
 
-from projectors import metrics
+from projectors.metrics import EttrOf, ProjectorCollector
 from projectors.projector import Projector, table_digests
 from queries.ettr import ettr_all
+from runledger.metricsserver import MetricsServer, serve_or_exit
 from runledger.runcli import Bootstrap, _connect, _fail
 
 Db = Annotated[Path, typer.Option("--db", help="The DuckDB file.")]
@@ -25,7 +26,7 @@ Db = Annotated[Path, typer.Option("--db", help="The DuckDB file.")]
 # Run id -> ETTR for the metrics endpoint; None until the queries package
 # provides it (then: that function), and with None there is no ETTR series.
 # ETTR per run on each scrape: the queries package's SQL over the projector's own cursor.
-ETTR_OF: metrics.EttrOf | None = ettr_all
+ETTR_OF: EttrOf | None = ettr_all
 
 
 def _default_db() -> Path:
@@ -53,9 +54,11 @@ def project(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     projector = Projector(path, address)
-    server = None
+    server: MetricsServer | None = None
     try:
-        server = _serve_metrics(projector, metrics_address)
+        if metrics_address is not None:
+            collector = ProjectorCollector(projector, ettr_of=ETTR_OF)
+            server = serve_or_exit(collector, metrics_address, on_close=collector.close)
         n = projector.run(until_caught_up=once, stop=stop)
     finally:
         if server is not None:
@@ -82,16 +85,3 @@ def replay(
         typer.echo(json.dumps({"records": n, "tables": table_digests(db)}, indent=2))
     else:
         typer.echo(f"replayed {n} records into {db}")
-
-
-def _serve_metrics(projector: Projector, address: str | None) -> metrics.MetricsServer | None:
-    if address is None:
-        return None
-    try:
-        server = metrics.serve(projector, address, ettr_of=ETTR_OF)
-    except (ValueError, OSError) as exc:
-        typer.echo(f"runledger: --metrics: {exc}", err=True)
-        raise typer.Exit(2) from None
-    # The bound port, not the one asked for: with port 0 only this line tells it.
-    typer.echo(f"metrics at {server.url}", err=True)
-    return server

@@ -2,7 +2,9 @@
 
 ``make test`` starts one broker and exports ``RUNLEDGER_BOOTSTRAP``; a bare
 ``pytest`` run starts its own single-broker stack, lazily, the first time a
-test asks for ``bootstrap``, and stops it at the end of the session.
+test asks for ``bootstrap``, and stops it at the end of the session. Tests that
+run a controller get ``cluster``: a private broker, because a controller acts
+on every run it finds on its log.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from runledger.stack import Stack
+from tests.e2e.harness import Cluster
 
 
 @pytest.fixture(scope="session")
@@ -53,3 +57,18 @@ def topic_name(unique: str) -> str:
 @pytest.fixture
 def run_id(unique: str) -> str:
     return f"run-{unique}"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A private one-node broker and the processes of one scenario, all stopped after."""
+    stack = Stack(tmp_path / "kafka", brokers=1)
+    info = stack.up()
+    work = tmp_path / "work"
+    work.mkdir()
+    c = Cluster(info.bootstrap, work)
+    try:
+        yield c
+    finally:
+        c.close()
+        stack.down(purge=True)

@@ -7,9 +7,7 @@ every run it finds on ``runledger.runs``, so it must not share a log with others
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,7 +44,6 @@ from events.model import (
 )
 from events.state import Checkpoint, RunState, Status
 from events.topics import RUNS
-from runledger.stack import Stack
 from tests.controller.test_reconcile import PLAN, Sim, plan_of, running
 from tests.controller.test_spec import MINIMAL, with_
 from tests.e2e.harness import Cluster, of_type
@@ -412,20 +409,6 @@ def test_testworker_modes_for_alerts_are_off_by_default() -> None:
 
 
 # --- end to end --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    stack = Stack(tmp_path / "kafka", brokers=1)
-    info = stack.up()
-    work = tmp_path / "work"
-    work.mkdir()
-    c = Cluster(info.bootstrap, work)
-    try:
-        yield c
-    finally:
-        c.close()
-        stack.down(purge=True)
 
 
 @pytest.mark.kafka

@@ -8,19 +8,12 @@ import re
 import signal
 import subprocess
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
 from dataclasses import replace
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from prometheus_client import generate_latest
-from prometheus_client.core import Metric
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import Collector, CollectorRegistry
 
-from controller.metrics import ControllerCollector, MetricsServer, families, parse_address
+from controller.metrics import ControllerCollector, families
 from controller.reconcile import Model
 from controller.runplan import plan_from_submission
 from controller.service import ControllerService, LoopStats
@@ -29,29 +22,11 @@ from events.kafka import EventProducer
 from events.model import Header, ManifestProposed, Member, ShardWritten
 from events.state import Checkpoint, RunState, Status
 from events.topics import COMMANDS, REPORTS, RUNS
-from runledger.stack import Stack
+from runledger.metricsserver import MetricsServer, parse_address
 from tests.e2e.harness import PY, Cluster, of_type, spec
+from tests.promtext import Labels, Samples, render, scrape, until
 
-T = TypeVar("T")
-Labels = tuple[tuple[str, str], ...]
-Samples = dict[tuple[str, Labels], float]
 NOW = 1_700_000_000_000
-
-
-def samples(text: str) -> Samples:
-    """Every sample of an exposition, keyed by name and sorted labels."""
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def render(metrics: list[Metric]) -> Samples:
-    class Fixed(Collector):
-        def collect(self) -> Iterator[Metric]:
-            yield from metrics
-
-    registry = CollectorRegistry()
-    registry.register(Fixed())
-    return samples(generate_latest(registry).decode())
 
 
 def of_run(got: Samples, name: str, run: str) -> dict[Labels, float]:
@@ -66,21 +41,6 @@ def of_run(got: Samples, name: str, run: str) -> dict[Labels, float]:
 def one(got: Samples, name: str, run: str) -> float:
     (value,) = of_run(got, name, run).values()
     return value
-
-
-def scrape(url: str) -> Samples:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return samples(response.read().decode())
-
-
-def until(probe: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = probe()
-        if got is not None:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def state(run: str, status: Status, **kw: Any) -> RunState:
@@ -168,7 +128,10 @@ def test_addresses() -> None:
     assert parse_address("0.0.0.0:0") == ("0.0.0.0", 0)
     assert parse_address(":9464") == ("127.0.0.1", 9464)
     assert parse_address("[::1]:0") == ("::1", 0)
-    for bad in ("localhost", "127.0.0.1:-1", "127.0.0.1:65536", ""):
+    assert parse_address(":0") == ("127.0.0.1", 0)
+    assert parse_address("9464") == ("127.0.0.1", 9464)
+    for bad in ("localhost", "127.0.0.1:-1", "127.0.0.1:65536", "", "127.0.0.1:http",
+                "127.0.0.1:70000", "127.0.0.1:"):
         with pytest.raises(ValueError):
             parse_address(bad)
 
@@ -202,21 +165,6 @@ def test_a_bad_metrics_address_is_a_usage_error() -> None:
 
 
 # -- a real controller -----------------------------------------------------------
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    # A private broker: a controller acts on every run it finds on the log.
-    stack = Stack(tmp_path / "kafka", brokers=1)
-    info = stack.up()
-    work = tmp_path / "work"
-    work.mkdir()
-    c = Cluster(info.bootstrap, work)
-    try:
-        yield c
-    finally:
-        c.close()
-        stack.down(purge=True)
 
 
 def start_controller(cluster: Cluster) -> tuple[subprocess.Popen[bytes], str]:

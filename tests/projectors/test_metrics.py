@@ -9,64 +9,19 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import duckdb
 import pytest
 from confluent_kafka import Producer
-from prometheus_client import generate_latest
-from prometheus_client.core import Metric
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.registry import Collector, CollectorRegistry
 
 from events.kafka import EventProducer
 from events.model import GenerationStarted, Header, Member, RunSubmitted, StepCommitted
 from events.topics import REPORTS, RUNS
-from projectors.metrics import EndOffsets, Snapshot, families, lags, parse_address, serve
+from projectors.metrics import EndOffsets, ProjectorCollector, Snapshot, families, lags
 from projectors.projector import Projector
-
-T = TypeVar("T")
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def samples(text: str) -> Samples:
-    """Every sample of an exposition, keyed by name and sorted labels."""
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def render(metrics: list[Metric]) -> Samples:
-    class Fixed(Collector):
-        def collect(self) -> Iterator[Metric]:
-            yield from metrics
-
-    registry = CollectorRegistry()
-    registry.register(Fixed())
-    return samples(generate_latest(registry).decode())
-
-
-def named(got: Samples, name: str) -> dict[tuple[tuple[str, str], ...], float]:
-    return {labels: v for (n, labels), v in got.items() if n == name}
-
-
-def scrape(url: str) -> Samples:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return samples(response.read().decode())
-
-
-def until(probe: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = probe()
-        if got is not None:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
+from runledger.metricsserver import serve
+from tests.promtext import Samples, named, render, scrape, until
 
 # -- pure --------------------------------------------------------------------
 
@@ -108,16 +63,6 @@ def test_without_an_ettr_callable_there_is_no_ettr_series() -> None:
     assert got[("runledger_projector_records_applied_total", ())] == 0
 
 
-def test_addresses() -> None:
-    assert parse_address("127.0.0.1:9464") == ("127.0.0.1", 9464)
-    assert parse_address(":0") == ("127.0.0.1", 0)
-    assert parse_address("9464") == ("127.0.0.1", 9464)
-    assert parse_address("[::1]:0") == ("::1", 0)
-    for bad in ("127.0.0.1:http", "127.0.0.1:70000", "127.0.0.1:"):
-        with pytest.raises(ValueError):
-            parse_address(bad)
-
-
 # -- against the broker --------------------------------------------------------
 
 
@@ -154,6 +99,13 @@ def count(con: duckdb.DuckDBPyConnection, sql: str) -> int:
 
 @pytest.mark.kafka
 def test_end_offsets_are_cached_for_their_ttl(bootstrap: str, run_id: str) -> None:
+    # A broker that has just started may not have elected the partitions'
+    # leaders yet, and a failed lookup is cached too: wait until one answers.
+    probe = EndOffsets(bootstrap, (RUNS,), ttl_s=0.0)
+    try:
+        until(probe.get, 60, "the broker to answer watermark lookups")
+    finally:
+        probe.close()
     now = [0.0]
     ends = EndOffsets(bootstrap, (RUNS,), ttl_s=5.0, clock=lambda: now[0])
     try:
@@ -185,7 +137,8 @@ def test_a_live_projector_reports_applied_records_lag_quarantine_and_ettr(
         return {str(r): float(v) for r, v in rows}
 
     # TTL 0: every scrape asks the broker, so "caught up" is judged on fresh ends.
-    server = serve(projector, "127.0.0.1:0", ettr_of=ettr_of, ttl_s=0.0)
+    collector = ProjectorCollector(projector, ettr_of=ettr_of, ttl_s=0.0)
+    server = serve(collector, "127.0.0.1:0", on_close=collector.close)
     stop = threading.Event()
     worker = threading.Thread(target=projector.run, kwargs={"stop": stop, "poll_s": 0.2})
     try:

@@ -4,25 +4,22 @@
 queries (``timeline``, ``ettr``, ``goodput``, ``stragglers``, ``mixture``,
 ``incidents``, ``alerts``, ``audit``, ``provenance``) plus one small lookup for
 the header; :func:`render` turns that into the page, a pure function of the
-data, so the same projection always gives the same bytes. The sections live in
-``report_sections``, their building blocks in ``report_html`` (tables, formats,
-CSS) and ``report_svg`` (the charts). The page loads nothing: inline CSS and
+data, so the same projection always gives the same bytes. The data
+(``ReportData``) and the sections live in ``report_sections``, their building
+blocks in ``report_html`` (tables, formats, CSS) and ``report_svg`` (the
+charts). The page loads nothing: inline CSS and
 SVG, no script, every string from the log escaped.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import duckdb
 
 from queries import report_sections as sections
-from queries.ettr import Ettr, ettr
+from queries.ettr import ettr
 from queries.report_html import CSS, esc
+from queries.report_sections import ReportData, Rows
 from queries.runner import check_run, run_query
-
-Rows = list[dict[str, Any]]
 
 _SUMMARY = """
 SELECT r.dataset_id, r.world_size, r.principal, r.submitted_at,
@@ -39,29 +36,6 @@ SELECT r.dataset_id, r.world_size, r.principal, r.submitted_at,
           ORDER BY occurred_at DESC LIMIT 1) AS reason
 FROM runs r WHERE r.run_id = ? ORDER BY r.submitted_at LIMIT 1
 """
-
-
-@dataclass(frozen=True, slots=True)
-class ReportData:
-    """Everything the page shows, straight from the queries (one dict per row)."""
-
-    run_id: str
-    summary: dict[str, Any]
-    ettr: Ettr
-    timeline: Rows
-    goodput: dict[str, Any] | None
-    stragglers: Rows
-    mixture: Rows
-    incidents: Rows
-    alerts: Rows
-    audit: Rows
-    provenance: Rows
-
-    @property
-    def origin_ms(self) -> int:
-        """Time zero of the page: admission (submission while the run waits)."""
-        admitted = self.summary.get("admitted_at")
-        return int(admitted if admitted is not None else self.summary["submitted_at"])
 
 
 def gather(con: duckdb.DuckDBPyConnection, run_id: str) -> ReportData:

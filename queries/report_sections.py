@@ -9,9 +9,10 @@ tests and scripts can read the values a person sees.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-from queries.ettr import PARTS
+from queries.ettr import PARTS, Ettr
 from queries.report_html import (
     PART_COLORS,
     PART_HELP,
@@ -32,8 +33,31 @@ from queries.report_html import (
 )
 from queries.report_svg import stacked_bar, timeline
 
-if TYPE_CHECKING:
-    from queries.report import ReportData
+Rows = list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ReportData:
+    """Everything the page shows, straight from the queries (one dict per row)."""
+
+    run_id: str
+    summary: dict[str, Any]
+    ettr: Ettr
+    timeline: Rows
+    goodput: dict[str, Any] | None
+    stragglers: Rows
+    mixture: Rows
+    incidents: Rows
+    alerts: Rows
+    audit: Rows
+    provenance: Rows
+
+    @property
+    def origin_ms(self) -> int:
+        """Time zero of the page: admission (submission while the run waits)."""
+        admitted = self.summary.get("admitted_at")
+        return int(admitted if admitted is not None else self.summary["submitted_at"])
+
 
 
 def body(data: ReportData, max_audit_rows: int) -> list[str]:

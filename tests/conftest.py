@@ -18,7 +18,15 @@ from pathlib import Path
 import pytest
 
 from runledger.stack import Stack
+from tests import reaper
 from tests.e2e.harness import Cluster
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Brokers, controllers, agents and workers started by tests die with this
+    # process, even when it is killed before any teardown runs (tests/reaper.py).
+    if reaper.MARK not in os.environ:
+        reaper.start()
 
 
 @pytest.fixture(scope="session")

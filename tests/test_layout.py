@@ -1,0 +1,151 @@
+"""The shape of the code: the dependency rule, no import cycles, small modules and functions.
+
+The rule is docs/architecture.md §2. Imports are read with ``ast`` from the
+source, so an import inside a function or under ``TYPE_CHECKING`` counts too:
+it is still a dependency a reader has to follow.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Package -> the project packages it may import (besides itself).
+ALLOWED: dict[str, frozenset[str]] = {
+    "events": frozenset(),
+    "schemas": frozenset(),
+    "dataplane": frozenset(),
+    "agent": frozenset({"events"}),
+    "worker": frozenset({"events", "dataplane"}),
+    "controller": frozenset({"events", "dataplane"}),
+    "projectors": frozenset({"events"}),
+    "queries": frozenset({"projectors", "events"}),
+    "runledger": frozenset({"events", "schemas", "dataplane", "agent", "worker", "controller",
+                            "projectors", "queries"}),
+}
+PACKAGES = tuple(ALLOWED)
+
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+# The fold's per-event ``match`` tables read best whole: one case per event type.
+LONG_FUNCTIONS_ALLOWED = {("events/fold.py", "_check"), ("events/fold.py", "_advance")}
+
+
+def _modules() -> Iterator[tuple[str, Path]]:
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            name = ".".join(rel.with_suffix("").parts)
+            yield name.removesuffix(".__init__"), path
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Every module named by an import in ``path``, relative imports resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_package = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = module.split(".")
+                base = parts if is_package else parts[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                prefix = ".".join(base)
+                target = f"{prefix}.{node.module}" if node.module else prefix
+            else:
+                target = node.module or ""
+            out.add(target)
+            # ``from pkg import mod`` imports the module pkg.mod when there is one.
+            out.update(f"{target}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = dict(_modules())
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        graph[name] = {m for m in _imports(path, name) if m in modules and m != name}
+    return graph
+
+
+def test_every_package_imports_only_what_the_dependency_rule_allows() -> None:
+    violations = []
+    for name, path in _modules():
+        package = name.split(".")[0]
+        for target in sorted(_imports(path, name)):
+            top = target.split(".")[0]
+            if top in ALLOWED and top != package and top not in ALLOWED[package]:
+                violations.append(f"{path.relative_to(ROOT)} imports {target}")
+    assert not violations, "\n".join(violations)
+
+
+def test_no_module_import_cycle() -> None:
+    graph = _graph()
+    cycles = _cycles(graph)
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_production_module_is_over_the_limit() -> None:
+    long = []
+    for _, path in _modules():
+        lines = path.read_text(encoding="utf-8").count("\n")
+        if lines > MAX_MODULE_LINES:
+            long.append(f"{path.relative_to(ROOT)}: {lines} lines")
+    assert not long, "\n".join(long)
+
+
+def test_no_function_is_over_the_limit() -> None:
+    long = []
+    for _, path in _modules():
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES and (rel, node.name) not in LONG_FUNCTIONS_ALLOWED:
+                    long.append(f"{rel}:{node.lineno} {node.name}: {lines} lines")
+    assert not long, "\n".join(long)

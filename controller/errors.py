@@ -7,22 +7,28 @@ must read well on its own, without a traceback.
 
 from __future__ import annotations
 
+from dataplane.documents import DocumentKind, InvalidDocument
+
 
 class ControllerError(Exception):
     """Root of every error raised by the ``controller`` package."""
 
 
-class SpecError(ControllerError):
-    """A run spec that cannot be accepted.
+# The tags pydantic puts into error locations of the spec's unions
+# (controller.spec_parts: Membership by ``kind``, CheckpointPolicy by ``policy``);
+# dropped when naming a field, since the user wrote ``membership.min``, not
+# ``membership.elastic.min``.
+RUN_SPEC = DocumentKind("run spec", "(spec)", union_tags={
+    "membership": frozenset({"fixed", "elastic"}),
+    "checkpoint": frozenset({"fixed", "auto"}),
+})
 
-    ``problems`` holds one ``field.path: problem`` line per bad field, so a
-    user fixes every mistake in one round instead of one per submission.
+
+class SpecError(InvalidDocument, ControllerError):
+    """A run spec that cannot be accepted; ``problems`` names every bad field.
+
+    The message and ``problems`` are those of every invalid user document
+    (:class:`dataplane.documents.InvalidDocument`).
     """
 
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = source
-        self.problems = list(problems)
-        lines = "\n".join(f"  {p}" for p in self.problems)
-        count = len(self.problems)
-        noun = "problem" if count == 1 else "problems"
-        super().__init__(f"{source}: invalid run spec, {count} {noun}:\n{lines}")
+    kind = RUN_SPEC

@@ -18,9 +18,10 @@ import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from controller import admission, alerts, checkpoints, policy, workerenv
+from controller import admission, alerts, checkpoints, policy
 from controller.inventory import EMPTY, Inventory, observe
 from controller.runplan import RunPlan
+from events import workerenv
 from events.fold import UNKNOWN_RUN, apply
 from events.model import (
     AgentHeartbeatRecorded,

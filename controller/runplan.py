@@ -14,7 +14,8 @@ from controller.alerts import AlertConfig
 from controller.checkpoints import AutoInterval
 from controller.errors import SpecError
 from controller.spec import RunSpec, parse_spec_json
-from controller.spec_parts import AutoCheckpoint, RetryPolicy, canonical_json
+from controller.spec_parts import AutoCheckpoint, RetryPolicy
+from dataplane.documents import canonical_json
 from events.model import FAILURE_CLASSES, RunSubmitted
 from events.workerenv import CheckpointEnv
 

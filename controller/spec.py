@@ -5,11 +5,12 @@ models with ``extra="forbid"`` (a misspelt field is an error, not a silently
 ignored default), strict numbers (YAML's ``yes`` is not the integer 1), and one
 :class:`~controller.errors.SpecError` naming every bad field at once.
 
-The spec's identity is the digest of its canonical JSON: sorted keys, no
-whitespace, every default filled in, so two YAML files that mean the same run
-(key order, comments, omitted defaults, principals in another order) get the
-same ``spec_digest``. That JSON is what ``RunSubmitted.spec_json`` carries, and
-:func:`parse_spec_json` reads it back. Nothing here reads a clock or makes ids
+The spec's identity is the digest of its canonical JSON (both defined in
+:mod:`dataplane.documents`): sorted keys, no whitespace, every default filled
+in, so two YAML files that mean the same run (key order, comments, omitted
+defaults, principals in another order) get the same ``spec_digest``. That JSON
+is what ``RunSubmitted.spec_json`` carries, and :func:`parse_spec_json` reads
+it back. Nothing here reads a clock or makes ids
 up; the CLI supplies the submission id and the time at the edge.
 """
 
@@ -24,7 +25,6 @@ from typing import Annotated, Any
 
 import yaml
 from pydantic import AfterValidator, Field, Strict, ValidationError, ValidationInfo, field_validator
-from pydantic_core import ErrorDetails
 
 from controller.errors import SpecError
 from controller.spec_parts import (
@@ -43,17 +43,15 @@ from controller.spec_parts import (
     RetryPolicy,
     Text,
     Topology,
-    canonical_json,
-    sha256_digest,
     young_interval_s,
 )
+from dataplane.documents import canonical_json, sha256_digest
 from events.model import FAILURE_CLASSES
 
 __all__ = [
     "AlertPolicy", "AutoCheckpoint", "Budget", "ElasticMembership", "FixedCheckpoint",
     "FixedMembership", "HeartbeatPolicy", "RetryPolicy", "RunSpec", "SpecError", "Topology",
-    "canonical_json", "load_spec", "parse_spec", "parse_spec_json", "run_id_for",
-    "sha256_digest", "young_interval_s",
+    "load_spec", "parse_spec", "parse_spec_json", "run_id_for", "young_interval_s",
 ]
 
 _GIT_SHA = re.compile(r"[0-9a-f]{40}")
@@ -89,11 +87,6 @@ def _retry_key(key: str) -> str:
 # Checked per key, so every bad key is named even when a value is bad too.
 EnvName = Annotated[str, Strict(), AfterValidator(_env_name)]
 RetryKey = Annotated[str, Strict(), AfterValidator(_retry_key)]
-
-# The tags pydantic puts into error locations of the spec's unions; dropped when
-# naming a field, since the user wrote ``membership.min``, not ``membership.elastic.min``.
-_UNION_TAGS = {"membership": {"fixed", "elastic"}, "checkpoint": {"fixed", "auto"}}
-
 
 class RunSpec(Part):
     name: Annotated[str, Strict()]
@@ -283,7 +276,7 @@ def _validate(build: Callable[[], RunSpec], source: str) -> RunSpec:
     try:
         return build()
     except ValidationError as exc:
-        raise SpecError(source, [_problem(e) for e in exc.errors()]) from None
+        raise SpecError.from_validation(source, exc) from None
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -291,51 +284,6 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     problem = getattr(exc, "problem", None) or str(exc)
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
     return f"not valid YAML: {where}{problem}"
-
-
-def _numeric(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _field_path(loc: tuple[int | str, ...]) -> str:
-    parts = list(loc)
-    key = bool(parts) and parts[-1] == "[key]"  # pydantic's marker for a bad mapping key
-    if key:
-        parts.pop()
-    if len(parts) >= 2 and parts[1] in _UNION_TAGS.get(str(parts[0]), ()):
-        del parts[1]
-    out = ""
-    for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return (out or "(spec)") + (" (the key)" if key else "")
-
-
-def _problem(error: ErrorDetails) -> str:
-    kind, msg, given = error["type"], error["msg"], error.get("input")
-    ctx = error.get("ctx") or {}
-    if kind == "missing":
-        msg = "required field is missing"
-    elif kind == "extra_forbidden":
-        msg = "unknown field (not part of the run spec)"
-    elif kind == "union_tag_not_found":
-        msg = f"needs {ctx.get('discriminator', 'a kind')}"
-    elif kind == "union_tag_invalid":
-        msg = (f"{str(ctx.get('discriminator')).strip(chr(39))} must be one of"
-               f" {ctx.get('expected_tags')} (got {ctx.get('tag')!r})")
-    elif kind == "too_short" and ctx.get("actual_length") == 0:
-        msg = "must not be empty"
-    elif kind == "value_error":
-        msg = msg.removeprefix("Value error, ")
-    elif kind in ("float_type", "int_type") and isinstance(given, str) and _numeric(given):
-        # YAML 1.1 reads 1e-3 (no dot) as text; say so instead of only "not a number".
-        msg += f" (got the text {given!r}; write exponents with a dot, 1.0e-3, and no quotes)"
-    elif isinstance(given, Hashable) and not isinstance(given, dict | list):
-        msg += f" (got {given!r:.60})"
-    return f"{_field_path(error['loc'])}: {msg}"
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

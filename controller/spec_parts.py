@@ -7,10 +7,8 @@ Small frozen pydantic models with ``extra="forbid"``, assembled by
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
@@ -25,16 +23,6 @@ NonNegInt = Annotated[int, Strict(), Field(ge=0)]
 PosNum = Annotated[float, Strict(), Field(gt=0)]
 NonNegNum = Annotated[float, Strict(), Field(ge=0)]
 Text = Annotated[str, Strict(), Field(min_length=1)]
-
-
-def canonical_json(value: Any) -> str:
-    """Sorted keys, no whitespace, UTF-8 as is; NaN and infinity are refused."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
-
-
-def sha256_digest(text: str) -> str:
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 class Part(BaseModel):

@@ -1,5 +1,8 @@
 """dataplane: identity-stable samples in a deterministic, resumable order with exact mixing.
 
+- ``documents``: what every user document shares (run specs in ``controller``
+  too): canonical JSON, SHA-256 digests, and the ``field.path: problem`` list
+  of one that failed validation (``InvalidDocument``).
 - ``manifest``: the immutable dataset manifest (pydantic); its id is the digest
   of its canonical JSON.
 - ``shards``: the ``rltok-v1`` tokenized-document format (token array plus
@@ -14,7 +17,8 @@
 - ``store``: checked physical reads of manifest objects.
 - ``pipeline``: bounded parallel fetch with in-order emission, and its metrics.
 - ``loader``: what a training rank iterates; provisional cursors and commit.
-- ``errors``: ``DataPlaneError`` and its leaves.
+- ``errors``: ``DataPlaneError`` and its leaves (``ManifestError`` is also an
+  ``InvalidDocument``).
 
 Depends on ``events`` at most; never on ``controller`` or ``worker``.
 """

@@ -29,8 +29,9 @@ import fsspec
 import yaml
 from pydantic import ValidationError
 
+from dataplane.documents import sha256_digest
 from dataplane.errors import CatalogError, ManifestError
-from dataplane.manifest import DatasetManifest, in_scope, join_url, sha256_digest
+from dataplane.manifest import DatasetManifest, in_scope, join_url
 from dataplane.shards import ShardFormatError, shard_info
 
 _ID = re.compile(r"sha256:([0-9a-f]{64})")
@@ -81,7 +82,7 @@ def build_manifest(template: dict[str, Any] | str, base: str, *,
     try:
         return DatasetManifest.model_validate(doc)
     except ValidationError as exc:
-        raise ManifestError(where, _problems(exc)) from None
+        raise ManifestError.from_validation(where, exc) from None
 
 
 def _load_template(template: dict[str, Any] | str, where: str) -> dict[str, Any]:
@@ -203,14 +204,6 @@ def _entry(label: str, path: str, given: dict[str, Any], root: str, access: list
         problems.append(f"{label}: {'; '.join(bad)}")
         return None
     return {**given, **measured, "path": path}
-
-
-def _problems(exc: ValidationError) -> list[str]:
-    out = []
-    for e in exc.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(manifest)"
-        out.append(f"{loc}: {e['msg'].removeprefix('Value error, ')}")
-    return out
 
 
 # --- the catalog ---------------------------------------------------------------

@@ -6,21 +6,20 @@ key) so it reads well on its own at the command line or in a worker's log.
 
 from __future__ import annotations
 
+from dataplane.documents import DocumentKind, InvalidDocument
+
 
 class DataPlaneError(Exception):
     """Root of every error raised by the ``dataplane`` package."""
 
 
-class ManifestError(DataPlaneError):
+DATASET_MANIFEST = DocumentKind("dataset manifest", "(manifest)")
+
+
+class ManifestError(InvalidDocument, DataPlaneError):
     """A dataset manifest that cannot be accepted; ``problems`` lists every bad field."""
 
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = source
-        self.problems = list(problems)
-        lines = "\n".join(f"  {p}" for p in self.problems)
-        count = len(self.problems)
-        noun = "problem" if count == 1 else "problems"
-        super().__init__(f"{source}: invalid dataset manifest, {count} {noun}:\n{lines}")
+    kind = DATASET_MANIFEST
 
 
 class CatalogError(DataPlaneError):

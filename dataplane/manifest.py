@@ -10,13 +10,11 @@ against any other (see :mod:`dataplane.state`).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Callable
 from fractions import Fraction
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import (
@@ -29,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from dataplane.documents import canonical_json, sha256_digest
 from dataplane.errors import ManifestError
 
 SCHEMA_VERSION = 1
@@ -44,16 +43,6 @@ Weight = Annotated[Annotated[int, Strict()] | Annotated[float, Strict()], Field(
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-
-
-def canonical_json(value: Any) -> str:
-    """Sorted keys, no whitespace, UTF-8 as is; NaN and infinity are refused."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
-
-
-def sha256_digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def _digest(v: str) -> str:
@@ -241,7 +230,7 @@ class DatasetManifest(Part):
 
     @cached_property
     def dataset_id(self) -> str:
-        return sha256_digest(self.canonical_json().encode())
+        return sha256_digest(self.canonical_json())
 
     def source(self, name: str) -> Source:
         for s in self.sources:
@@ -279,9 +268,4 @@ def _validate(build: Callable[[], DatasetManifest], source: str) -> DatasetManif
     try:
         return build()
     except ValidationError as exc:
-        problems = []
-        for e in exc.errors():
-            loc = ".".join(str(p) for p in e["loc"]) or "(manifest)"
-            msg = e["msg"].removeprefix("Value error, ")
-            problems.append(f"{loc}: {msg}")
-        raise ManifestError(source, problems) from None
+        raise ManifestError.from_validation(source, exc) from None

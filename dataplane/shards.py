@@ -29,6 +29,8 @@ import fsspec
 import numpy as np
 import numpy.typing as npt
 
+from dataplane.documents import sha256_digest
+
 MAGIC = b"RLTOK\x00\x01\x00"
 HEADER_BYTES = 64
 _HEADER = struct.Struct("<8sIIQQ32x")
@@ -99,7 +101,7 @@ def write_shard(url: str, docs: Iterable[npt.ArrayLike], itemsize: int) -> Shard
     with fsspec.open(url, "wb") as f:
         f.write(data)
     header = parse_header(data[:HEADER_BYTES])
-    return ShardInfo(digest="sha256:" + hashlib.sha256(data).hexdigest(), bytes=len(data),
+    return ShardInfo(digest=sha256_digest(data), bytes=len(data),
                      records=header.records, tokens=header.tokens)
 
 

@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dataplane.manifest import canonical_json, join_url, sha256_digest
+from dataplane.documents import canonical_json, sha256_digest
+from dataplane.manifest import join_url
 from dataplane.shards import itemsize_for, write_shard
 
 PAD_ID = 0
@@ -98,7 +99,7 @@ def vocab_digest(vocab_size: int) -> str:
     """Digest of a canonical description of the synthetic vocabulary (id n is piece "<n>")."""
     doc = {"tokenizer": TOKENIZER_NAME, "version": TOKENIZER_VERSION, "vocab_size": vocab_size,
            "pad_id": PAD_ID, "eos_id": EOS_ID, "pieces": "<id>"}
-    return sha256_digest(canonical_json(doc).encode())
+    return sha256_digest(canonical_json(doc))
 
 
 def _rng(seed: int, name: str) -> np.random.Generator:

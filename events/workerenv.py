@@ -5,7 +5,7 @@ write it, the worker session (``worker/``) reads it, and neither may import
 the other.
 
 A worker learns everything about its place in a generation from environment
-variables, so any program (the torch worker, ``controller.testworker``, a
+variables, so any program (the torch worker, ``agent.testworker``, a
 user's script under ``torchrun``-style conventions) can read it without
 runledger imports. Names:
 

@@ -1,4 +1,4 @@
-"""``runledger agent``: the node agent's command line. The work is in ``controller.agent``."""
+"""``runledger agent``: the node agent's command line. The work is in ``agent.service``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from controller.agent import Agent, AgentOptions
-from controller.agent_decide import AgentConfig
-from controller.errors import ControllerError
+from agent.decide import AgentConfig
+from agent.errors import AgentError
+from agent.service import Agent, AgentOptions
 from events.errors import EventsError
 from events.kafka import bootstrap_from_env, check_broker
 
@@ -79,7 +79,7 @@ def agent(
         options = AgentOptions(domain=domain, address=address,
                                work_dir=work_dir or default_work_dir(node), grace_s=grace)
         code = Agent(config, options).run()
-    except (ControllerError, EventsError) as exc:
+    except (AgentError, EventsError) as exc:
         typer.echo(f"runledger: {exc}", err=True)
         raise typer.Exit(1) from None
     raise typer.Exit(code)

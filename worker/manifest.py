@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from dataplane.manifest import sha256_digest
+from dataplane.documents import sha256_digest
 from worker.errors import VerificationFailed
 
 FORMAT = "runledger-checkpoint/v1"
@@ -55,6 +55,11 @@ class CheckpointManifest:
             "counters": self.counters, "code_version": self.code_version,
             "parent_digest": self.parent_digest,
         }
+        # Not dataplane.documents.canonical_json on purpose: that keeps non-ASCII
+        # text as UTF-8, this escapes it (\u00e9). The digest of these bytes is
+        # what the log commits, so a state key or path with non-ASCII characters
+        # would get a different digest in the other form; a manifest is verified
+        # against its stored bytes, never re-serialised, so nothing needs both.
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
     @property

@@ -21,8 +21,6 @@ from controller.errors import SpecError
 from controller.reconcile import replay, tick
 from controller.runplan import plan_from_submission
 from controller.spec import parse_spec
-from controller.testworker import loss_at, parse_args
-from controller.workerenv import WorkerEnv
 from events.fold import fold
 from events.model import (
     AlertRaised,
@@ -389,23 +387,6 @@ def test_the_spec_alerts_section_defaults_validates_and_reaches_the_plan() -> No
     with pytest.raises(SpecError, match=r"progress_stall_s 60\.0 must be below heartbeat"):
         parse_spec(yaml.safe_dump(with_("alerts", {"progress_stall_s": 60.0})), "t")
     assert MINIMAL.get("alerts") is None  # the section is optional
-
-
-# --- the test worker's modes -----------------------------------------------------------
-
-
-def test_testworker_modes_for_alerts_are_off_by_default() -> None:
-    env = WorkerEnv(run_id=RUN, generation=1, logical_id="r1", node="n", world_size=2, rank=1,
-                    local_rank=1, master_addr="127.0.0.1", master_port=1, bootstrap="x",
-                    heartbeat_interval_s=1.0)
-    plain = parse_args([])
-    assert (plain.extra_s(env), plain.input_wait_ms, plain.step_times_every) == (0.0, 0.0, 0)
-    assert plain.loss(50) == loss_at(50)
-    p = parse_args(["--slow-rank", "1", "--slow-ms", "200", "--nan-from-step", "5",
-                    "--input-wait-ms", "30", "--step-times-every", "4"])
-    assert p.extra_s(env) == 0.2 and p.extra_s(replace(env, rank=0)) == 0.0
-    assert p.loss(4) == loss_at(4) and math.isnan(p.loss(5)) and math.isnan(p.loss(9))
-    assert (p.input_wait_ms, p.step_times_every) == (30.0, 4)
 
 
 # --- end to end --------------------------------------------------------------------------

@@ -82,6 +82,17 @@ def test_canonical_json_round_trips_through_the_log_form() -> None:
     assert " " not in spec.canonical_json().split('"command"')[0]  # no whitespace added
 
 
+def test_the_digest_of_a_known_spec_is_pinned() -> None:
+    # Recorded in logs (RunSubmitted.spec_digest) and in run ids: the canonical form
+    # of a spec must never change. Edit MINIMAL and these values change with it.
+    spec = spec_of(MINIMAL)
+    assert spec.digest() == (
+        "sha256:cacb3e124cb5dfeb4c7ecf499835bf5b3effa250951e1192c8f178d835fdeb36")
+    assert spec.model_digest == (
+        "sha256:d587695d577184e4026e7bf4352d7cd892de37b021736e5459b375c1d9f14b1c")
+    assert run_id_for(spec, "alice", "sub-1") == "tiny-7c8deb9f56"
+
+
 def test_digest_ignores_key_order_formatting_and_spelled_out_defaults() -> None:
     base = spec_of(MINIMAL)
     reordered = dict(reversed(list(copy.deepcopy(MINIMAL).items())))

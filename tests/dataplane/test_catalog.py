@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from dataplane.catalog import Catalog, build_manifest, default_catalog_url
+from dataplane.documents import sha256_digest
 from dataplane.errors import CatalogError, ManifestError
-from dataplane.manifest import sha256_digest
 from dataplane.shards import shard_info
 from dataplane.synth import DEFAULT_SOURCES, template, write_corpus
 

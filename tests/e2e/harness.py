@@ -32,7 +32,7 @@ def spec(name: str, worker_args: list[str], **overrides: Any) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "name": name,
         "code_version": "3f1c2a9b7d4e5f60718293a4b5c6d7e8f9012345",
-        "command": [PY, "-m", "controller.testworker", *worker_args],
+        "command": [PY, "-m", "agent.testworker", *worker_args],
         "model": {"arch": "tiny"},
         "dataset": "sha256:" + "ab" * 32,
         "topology": {"replicas": 2, "slots_per_node": 2},

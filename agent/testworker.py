@@ -1,11 +1,11 @@
-"""A stand-in training worker (no torch) with deterministic failures, for controller tests.
+"""A stand-in training worker (no torch) with deterministic failures, for tests.
 
-``python -m controller.testworker [--steps N] [--step-time S] [--fail-mode M]
+``python -m agent.testworker [--steps N] [--step-time S] [--fail-mode M]
 [--fail-at-step K] [--fail-generation G|any] [--fail-rank R|any]
 [--slow-rank R --slow-ms MS] [--input-wait-ms MS] [--nan-from-step K]
 [--step-times-every N]``
 
-Reads its place from the environment (``controller.workerenv``), sends
+Reads its place from the environment (``events.workerenv``), sends
 ``HeartbeatRecorded`` every heartbeat interval from a background thread, and
 runs steps ``resume_step + 1 .. N`` (``--steps`` is the run's last step, so a
 resumed generation moves forward instead of starting over), each a
@@ -55,10 +55,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 
-from controller.workerenv import WorkerEnv, WorkerEnvError
 from events.kafka import EventProducer
 from events.model import Header, HeartbeatRecorded, StepCommitted, StepTimesRecorded
 from events.topics import REPORTS
+from events.workerenv import WorkerEnv, WorkerEnvError
 
 MODES = ("none", "crash", "hang", "fail", "stall")
 CRASH_EXIT_CODE = 13
@@ -210,7 +210,7 @@ def _generation_or_any(raw: str) -> int | None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> Plan:
-    p = argparse.ArgumentParser(prog="python -m controller.testworker",
+    p = argparse.ArgumentParser(prog="python -m agent.testworker",
                                 description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--steps", type=int, default=10, help="the run's last step (default 10)")
     p.add_argument("--step-time", type=float, default=0.1, help="seconds per step")

@@ -13,7 +13,7 @@ One agent per node. It writes to ``runledger.reports``:
 
 It reads ``runledger.commands`` in the consumer group ``agent-<node>`` and
 commits offsets only after a batch of commands was acted on. What to do about
-a command is decided by the pure ``controller.agent_decide.decide``; this
+a command is decided by the pure ``agent.decide.decide``; this
 module only performs it. SIGTERM or SIGINT stops every worker (SIGTERM, then
 SIGKILL after the grace period), reports their exits, flushes and returns 0.
 
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from controller.agent_decide import (
+from agent.decide import (
     Action,
     AgentConfig,
     AgentState,
@@ -52,8 +52,8 @@ from controller.agent_decide import (
     shutdown,
     worker_exited,
 )
-from controller.agent_procs import Exit, ProcessTable
-from controller.errors import ControllerError
+from agent.errors import AgentError
+from agent.procs import Exit, ProcessTable
 from events.consume import EventConsumer
 from events.kafka import EventProducer
 from events.model import (
@@ -69,10 +69,6 @@ from events.model import (
 from events.topics import COMMANDS, REPORTS
 
 log = logging.getLogger("runledger.agent")
-
-
-class AgentError(ControllerError):
-    """The agent cannot start or keep running (the message says why)."""
 
 
 def now_ms() -> int:

@@ -3,7 +3,7 @@
 ``decide(config, state, command, now_ms) -> Decision(state, actions)``: no I/O,
 no clock (``now_ms`` is passed in), so every rule about duplicates, revoked
 generations and slots is tested without a broker or a process. The shell in
-``controller.agent`` performs the actions and tells the state about exits
+``agent.service`` performs the actions and tells the state about exits
 with :func:`worker_exited`.
 
 Rules for ``GroupStartCommanded`` of run R, generation G, id C, in this order:
@@ -17,7 +17,7 @@ Rules for ``GroupStartCommanded`` of run R, generation G, id C, in this order:
    replays old commands (a new consumer group, a reused node name) does not
    resurrect finished runs;
 6. no member on this node: ignored. An invalid rank contract
-   (``controller.workerenv``): every member is rejected (``WorkerExited``
+   (``events.workerenv``): every member is rejected (``WorkerExited``
    with exit code 125);
 7. more members than free slots: the command is deferred (``Defer``: the
    shell decides it again shortly) until it is ``slot_wait_ms`` old, then
@@ -40,7 +40,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from controller.workerenv import (
+from events.model import Event, GroupStartCommanded, GroupStopCommanded, Member
+from events.workerenv import (
     HEARTBEAT_INTERVAL_S,
     RANKS,
     WorkerEnv,
@@ -48,7 +49,6 @@ from controller.workerenv import (
     parse_interval,
     parse_ranks,
 )
-from events.model import Event, GroupStartCommanded, GroupStopCommanded, Member
 
 # The exit code reported for a member the agent refused to launch; 125 is what
 # shells and container runtimes use for "the launcher failed", never the worker.

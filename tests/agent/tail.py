@@ -115,6 +115,6 @@ def kill_worker_group(pid: int) -> None:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return  # gone
-    if b"controller.testworker" in cmdline:
+    if b"agent.testworker" in cmdline:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from controller.agent_decide import Launch, WorkerKey
-from controller.workerenv import compose_environ
+from agent.decide import Launch, WorkerKey
+from events.workerenv import compose_environ
 
 log = logging.getLogger("runledger.agent")
 

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 
-from controller.testworker import CRASH_EXIT_CODE, TERM_EXIT_CODE, loss_at, parse_args
-from controller.workerenv import WorkerEnv
+from agent.testworker import CRASH_EXIT_CODE, TERM_EXIT_CODE, loss_at, parse_args
 from events.model import HeartbeatRecorded, StepCommitted
-from tests.controller.tail import Tail
+from events.workerenv import WorkerEnv
+from tests.agent.tail import Tail
 
 pytestmark = pytest.mark.kafka
 
@@ -40,7 +42,7 @@ def spawn(bootstrap: str, run_id: str) -> Iterator[Spawn]:
                         master_addr="127.0.0.1", master_port=29500, bootstrap=bootstrap,
                         heartbeat_interval_s=0.2, resume_step=resume_step)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "controller.testworker", *args],
+            [sys.executable, "-m", "agent.testworker", *args],
             env={**os.environ, **env.to_environ()}, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, start_new_session=True,
         )
@@ -171,7 +173,7 @@ def test_ignore_sigterm_keeps_a_zombie_reporting(spawn: Spawn, tail: Tail, run_i
 
 def test_a_missing_variable_is_named() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RUNLEDGER_")}
-    proc = subprocess.run([sys.executable, "-m", "controller.testworker"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "agent.testworker"], env=env,
                           capture_output=True, timeout=30)
     assert proc.returncode == 2
     assert b"RUNLEDGER_RUN_ID is not set" in proc.stderr
@@ -187,3 +189,17 @@ def test_arguments() -> None:
         parse_args(["--fail-mode", "explode"])
     with pytest.raises(SystemExit):
         parse_args(["--fail-generation", "soon"])
+
+
+def test_the_modes_for_alert_tests_are_off_by_default() -> None:
+    env = WorkerEnv(run_id="run-1", generation=1, logical_id="r1", node="n", world_size=2, rank=1,
+                    local_rank=1, master_addr="127.0.0.1", master_port=1, bootstrap="x",
+                    heartbeat_interval_s=1.0)
+    plain = parse_args([])
+    assert (plain.extra_s(env), plain.input_wait_ms, plain.step_times_every) == (0.0, 0.0, 0)
+    assert plain.loss(50) == loss_at(50)
+    p = parse_args(["--slow-rank", "1", "--slow-ms", "200", "--nan-from-step", "5",
+                    "--input-wait-ms", "30", "--step-times-every", "4"])
+    assert p.extra_s(env) == 0.2 and p.extra_s(replace(env, rank=0)) == 0.0
+    assert p.loss(4) == loss_at(4) and math.isnan(p.loss(5)) and math.isnan(p.loss(9))
+    assert (p.input_wait_ms, p.step_times_every) == (30.0, 4)

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from controller.workerenv import (
+from events.workerenv import (
     RESUME_STEP,
     WorkerEnv,
     WorkerEnvError,

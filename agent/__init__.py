@@ -1,0 +1,16 @@
+"""agent: the node agent, one process per node, between the command log and the workers.
+
+- ``decide``: the pure decisions (numbered rules, a closed set of frozen
+  actions) about a start or stop command, given the agent's memory;
+- ``service``: the process loop (class ``Agent``) that reads
+  ``runledger.commands``, performs those actions and reports registration,
+  heartbeats and worker exits to ``runledger.reports``;
+- ``procs``: the table of worker processes (launch, terminate with a grace
+  period, reap);
+- ``testworker``: a torch-free stand-in worker with deterministic failures,
+  run as ``python -m agent.testworker`` by the tests;
+- ``errors``: ``AgentError``, the package's one root exception.
+
+The worker environment contract the agent writes lives in
+``events.workerenv``; this package imports only ``events``.
+"""

@@ -1,0 +1,158 @@
+"""The node agent's pure decisions (``agent.decide``): no broker, no process, no clock."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from agent.decide import (
+    REJECTED_EXIT_CODE,
+    Action,
+    AgentConfig,
+    AgentState,
+    Decision,
+    Ignore,
+    Launch,
+    Reject,
+    Terminate,
+    WorkerKey,
+    decide,
+    lookahead,
+    shutdown,
+    worker_exited,
+)
+from events.model import GroupStartCommanded, GroupStopCommanded
+from tests.agent.commands import NOW, start_cmd, stop_cmd
+
+CFG = AgentConfig(node="n1", slots=3, bootstrap="kafka:9092", heartbeat_interval_s=1.5)
+
+
+def run_all(*commands: GroupStartCommanded | GroupStopCommanded,
+            state: AgentState | None = None) -> Decision:
+    state = state or AgentState()
+    actions: list[Action] = []
+    for c in commands:
+        d = decide(CFG, state, c, NOW)
+        state = d.state
+        actions += d.actions
+    return Decision(state, tuple(actions))
+
+
+def kinds(d: Decision) -> list[str]:
+    return [type(a).__name__ for a in d.actions]
+
+
+def test_start_launches_each_member_with_its_global_and_local_rank() -> None:
+    cmd = start_cmd("n1", "run", 1, ("b", "d"), ranks=("a", "b", "c", "d"))
+    d = decide(CFG, AgentState(), cmd, NOW)
+    launches = [a for a in d.actions if isinstance(a, Launch)]
+    assert [(a.key.logical_id, a.worker_env.rank, a.worker_env.local_rank) for a in launches] == [
+        ("b", 1, 0), ("d", 3, 1)]
+    env = launches[0].worker_env
+    assert (env.run_id, env.generation, env.node, env.world_size) == ("run", 1, "n1", 4)
+    assert (env.bootstrap, env.heartbeat_interval_s, env.master_port) == ("kafka:9092", 1.5, 29500)
+    assert launches[0].log_path == "run/g1/b.log"
+    assert launches[0].argv == cmd.argv and launches[0].causation_id == cmd.header.event_id
+    assert d.state.busy_slots == 2 and ("run", 1) in d.state.started
+
+
+def test_without_a_rank_list_only_a_whole_group_has_ranks() -> None:
+    whole = start_cmd("n1", "run", 1, ("x", "y"))
+    whole = replace(whole, env={})
+    assert [a.worker_env.rank for a in decide(CFG, AgentState(), whole, NOW).actions
+            if isinstance(a, Launch)] == [0, 1]
+    part = replace(whole, world_size=4)
+    d = decide(CFG, AgentState(), part, NOW)
+    assert kinds(d) == ["Reject", "Reject"] and d.state.busy_slots == 0
+    assert "RUNLEDGER_RANKS is missing" in d.actions[0].reason  # type: ignore[union-attr]
+
+
+def test_duplicates_are_ignored_by_id_and_by_run_generation() -> None:
+    cmd = start_cmd("n1", "run", 1, ("r0",))
+    same_gen_new_id = start_cmd("n1", "run", 1, ("r0",), cid="reissued")
+    d = run_all(cmd, cmd, same_gen_new_id)
+    assert kinds(d) == ["Launch", "Ignore", "Ignore"]
+    assert [a.reason for a in d.actions[1:]] == [  # type: ignore[union-attr]
+        "duplicate command id", "start of run g1 was already handled"]
+
+
+def test_older_and_revoked_generations_are_ignored() -> None:
+    d = run_all(start_cmd("n1", "run", 2, ("r0",)), start_cmd("n1", "run", 1, ("r0",)))
+    assert kinds(d) == ["Launch", "Ignore"]
+    assert "older than g2" in d.actions[1].reason  # type: ignore[union-attr]
+    d = run_all(stop_cmd("n1", "run", 3), start_cmd("n1", "run", 3, ("r0",)),
+                start_cmd("n1", "run", 4, ("r0",)))
+    assert kinds(d) == ["Ignore", "Launch"]
+    assert "revoked" in d.actions[0].reason  # type: ignore[union-attr]
+
+
+def test_stop_terminates_that_generation_and_older_only() -> None:
+    d = run_all(start_cmd("n1", "run", 1, ("a",)), start_cmd("n1", "other", 5, ("b",)))
+    d = run_all(stop_cmd("n1", "run", 2), stop_cmd("n1", "other", 4), state=d.state)
+    assert d.actions == (Terminate(WorkerKey("run", 1, "a"), "stop g2: test"),)
+    assert d.state.revoked == {"run": 2, "other": 4}
+    assert run_all(stop_cmd("n1", "run", 2), state=d.state).actions[0] == Ignore(
+        "run/g2/n1/stop", "duplicate command id")
+
+
+def test_a_new_generation_fences_the_old_one_and_takes_its_slots() -> None:
+    d = run_all(start_cmd("n1", "run", 1, ("a", "b", "c")), start_cmd("n1", "run", 2, ("a", "b")))
+    assert kinds(d) == ["Launch"] * 3 + ["Terminate"] * 3 + ["Launch"] * 2
+    assert all(a.reason == "fenced by generation 2" for a in d.actions if isinstance(a, Terminate))
+    state = d.state
+    for lid in "abc":
+        state = worker_exited(state, WorkerKey("run", 1, lid))
+    assert state.busy_slots == 2
+    assert {a.key for a in shutdown(state)} == {WorkerKey("run", 2, "a"), WorkerKey("run", 2, "b")}
+
+
+def test_a_group_that_does_not_fit_is_rejected_whole() -> None:
+    late = NOW - CFG.slot_wait_ms
+    d = run_all(start_cmd("n1", "a", 1, ("x", "y")), start_cmd("n1", "b", 1, ("p", "q"), at=late))
+    assert kinds(d) == ["Launch", "Launch", "Reject", "Reject"]
+    reject = d.actions[2]
+    assert isinstance(reject, Reject) and reject.exit_code == REJECTED_EXIT_CODE == 125
+    assert reject.reason == "needs 2 slots, 1 of 3 free"
+    assert d.state.busy_slots == 2 and ("b", 1) in d.state.started
+
+
+def test_a_group_waits_a_while_for_busy_slots() -> None:
+    waiting = start_cmd("n1", "b", 1, ("p", "q", "r"))
+    d = run_all(start_cmd("n1", "a", 1, ("x", "y")), stop_cmd("n1", "a", 1), waiting)
+    assert kinds(d) == ["Launch", "Launch", "Terminate", "Terminate", "Defer"]
+    assert "b/g1/n1/start" not in d.state.seen and ("b", 1) not in d.state.started
+    state = worker_exited(d.state, WorkerKey("a", 1, "x"))
+    assert kinds(decide(CFG, state, waiting, NOW + 1000)) == ["Defer"]
+    assert kinds(decide(CFG, state, waiting, NOW + CFG.slot_wait_ms)) == ["Reject"] * 3
+    state = worker_exited(state, WorkerKey("a", 1, "y"))
+    assert kinds(decide(CFG, state, waiting, NOW + 1000)) == ["Launch"] * 3
+    # More members than the node has slots: no point in waiting.
+    assert kinds(run_all(start_cmd("n1", "b", 1, ("p", "q", "r", "s")))) == ["Reject"] * 4
+
+
+def test_other_nodes_stale_starts_and_bad_intervals() -> None:
+    assert kinds(run_all(start_cmd("n2", "run", 1, ("r0",)))) == ["Ignore"]
+    stale = start_cmd("n1", "run", 1, ("r0",), at=NOW - CFG.max_start_age_ms - 1)
+    d = run_all(stale)
+    assert kinds(d) == ["Ignore"] and "stale" in d.actions[0].reason  # type: ignore[union-attr]
+    bad = start_cmd("n1", "run", 2, ("r0",), env={"RUNLEDGER_HEARTBEAT_INTERVAL_S": "-1"})
+    assert kinds(run_all(bad)) == ["Reject"]
+    ok = start_cmd("n1", "run", 2, ("r0",), env={"RUNLEDGER_HEARTBEAT_INTERVAL_S": "0.25"})
+    launch = run_all(ok).actions[0]
+    assert isinstance(launch, Launch) and launch.worker_env.heartbeat_interval_s == 0.25
+
+
+def test_lookahead_skips_starts_a_batch_already_superseded() -> None:
+    batch: list[GroupStartCommanded | GroupStopCommanded] = [
+        start_cmd("n1", "run", 1, ("r0",)), stop_cmd("n1", "run", 1),
+        start_cmd("n1", "run", 2, ("r0",))]
+    d = run_all(*batch, state=lookahead(CFG, AgentState(), batch))
+    assert kinds(d) == ["Ignore", "Launch"]
+    assert [a.key.generation for a in d.actions if isinstance(a, Launch)] == [2]
+
+
+def test_remembered_ids_are_bounded() -> None:
+    cfg = AgentConfig(node="n1", slots=1, bootstrap="k", seen_limit=3)
+    state = AgentState()
+    for gen in range(1, 6):
+        state = decide(cfg, state, stop_cmd("n1", "run", gen), NOW).state
+    assert state.seen == ("run/g3/n1/stop", "run/g4/n1/stop", "run/g5/n1/stop")

@@ -1,0 +1,211 @@
+"""The node agent process (``agent.service``) against a real broker, with real workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from agent.decide import REJECTED_EXIT_CODE
+from agent.testworker import CRASH_EXIT_CODE, TERM_EXIT_CODE
+from events.kafka import EventProducer
+from events.model import (
+    AgentHeartbeatRecorded,
+    AgentRegistered,
+    GroupStartCommanded,
+    GroupStopCommanded,
+    StepCommitted,
+    WorkerExited,
+    node_key,
+)
+from events.topics import COMMANDS
+from tests.agent.commands import start_cmd, stop_cmd
+from tests.agent.tail import STARTED_PID, Tail, kill_tree
+
+
+@dataclass
+class Running:
+    node: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    work_dir: Path
+    tail: Tail
+    producer: EventProducer
+
+    def send(self, *commands: GroupStartCommanded | GroupStopCommanded) -> None:
+        for c in commands:
+            self.producer.send(COMMANDS, c)
+        self.producer.flush()
+
+    def exits(self, run: str) -> dict[str, WorkerExited]:
+        return {e.logical_id: e for e in self.tail.of(run, WorkerExited)}
+
+    def wait_exits(self, run: str, n: int, timeout_s: float = 30) -> dict[str, WorkerExited]:
+        self.tail.wait_for(f"{n} exits of {run}", lambda: len(self.exits(run)) >= n, timeout_s)
+        return self.exits(run)
+
+    def wait_log(self, text: str, timeout_s: float = 20) -> None:
+        self.tail.wait_for(f"agent log line {text!r}",
+                           lambda: text in self.log.read_text(errors="replace"), timeout_s)
+
+
+def start_agent(bootstrap: str, tmp: Path, slots: int) -> Running:
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    tail = Tail(bootstrap)
+    log = tmp / f"{node}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runledger.cli", "agent", "--node", node, "--slots", str(slots),
+             "--domain", "rack-7", "--heartbeat-interval", "0.3", "--grace", "2",
+             "--work-dir", str(tmp / node)],
+            env={**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap}, stdout=out, stderr=out,
+        )
+    agent = Running(node, proc, log, tmp / node, tail, EventProducer(bootstrap))
+    try:
+        tail.wait_for("AgentRegistered", lambda: bool(tail.of(node_key(node), AgentRegistered)))
+    except BaseException:
+        stop_agent(agent)
+        raise
+    return agent
+
+
+def stop_agent(agent: Running) -> None:
+    kill_tree(agent.proc, agent.log)
+    agent.tail.close()
+
+
+@pytest.fixture(scope="module")
+def agent(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    running = start_agent(bootstrap, tmp_path_factory.mktemp("agent"), slots=3)
+    yield running
+    stop_agent(running)
+
+
+@pytest.mark.kafka
+def test_registers_and_heartbeats(agent: Running) -> None:
+    key = node_key(agent.node)
+
+    def beats() -> list[AgentHeartbeatRecorded]:
+        return agent.tail.of(key, AgentHeartbeatRecorded)
+
+    agent.tail.wait_for("2 heartbeats", lambda: len(beats()) >= 2)
+    (reg,) = agent.tail.of(key, AgentRegistered)
+    assert (reg.node, reg.slots, reg.domain, reg.generation) == (agent.node, 3, "rack-7", 0)
+    assert reg.header.producer == f"agent/{agent.node}"
+    beat = beats()[-1]
+    assert (beat.node, beat.slots, beat.domain) == (agent.node, 3, "rack-7")
+    assert beat.busy_slots >= 0 and beat.header.producer == f"agent/{agent.node}"
+
+
+@pytest.mark.kafka
+def test_launches_a_group_once_and_reports_steps_and_exits(agent: Running, run_id: str) -> None:
+    now = int(time.time() * 1000)
+    cmd = start_cmd(agent.node, run_id, 1, ("r0", "r1"), "--steps", "3", "--step-time", "0.1",
+                    at=now, env={"RUNLEDGER_HEARTBEAT_INTERVAL_S": "0.2"})
+    agent.send(cmd, cmd)  # the duplicate must not launch a second group
+    exits = agent.wait_exits(run_id, 2)
+    assert {lid: (e.exit_code, e.signal) for lid, e in exits.items()} == {
+        "r0": (0, None), "r1": (0, None)}
+    assert all(e.generation == 1 and e.node == agent.node for e in exits.values())
+    assert exits["r0"].header.event_id == f"{run_id}/g1/r0/exited"
+    assert exits["r0"].header.causation_id == cmd.header.event_id
+    assert [s.step for s in agent.tail.of(run_id, StepCommitted)] == [1, 2, 3]
+    agent.wait_log("duplicate command id")
+    agent.tail.settle(0.5)
+    assert len(agent.tail.of(run_id, WorkerExited)) == 2
+    assert agent.log.read_text().count(f"{run_id}/g1/r0: started pid") == 1
+    assert (agent.work_dir / run_id / "g1" / "r1.log").read_bytes() == b""
+
+
+@pytest.mark.kafka
+def test_a_start_for_an_older_generation_is_ignored(agent: Running, run_id: str) -> None:
+    now = int(time.time() * 1000)
+    agent.send(start_cmd(agent.node, run_id, 2, ("r0",), "--steps", "1", "--step-time", "0",
+                         at=now))
+    assert agent.wait_exits(run_id, 1)["r0"].generation == 2
+    agent.send(start_cmd(agent.node, run_id, 1, ("r0",), "--steps", "1", at=now))
+    agent.wait_log(f"is older than g2 already commanded for {run_id}")
+    agent.tail.settle(0.5)
+    assert [e.generation for e in agent.tail.of(run_id, WorkerExited)] == [2]
+
+
+@pytest.mark.kafka
+def test_stop_terminates_the_generation_and_older(agent: Running, run_id: str) -> None:
+    now = int(time.time() * 1000)
+    agent.send(start_cmd(agent.node, run_id, 1, ("r0", "r1"), "--steps", "1000",
+                         "--step-time", "0.1", at=now))
+    agent.tail.wait_for("a step", lambda: bool(agent.tail.of(run_id, StepCommitted)))
+    agent.send(stop_cmd(agent.node, run_id, 2, at=now))  # newer than what runs: stops g1 too
+    exits = agent.wait_exits(run_id, 2, timeout_s=15)
+    assert {lid: (e.exit_code, e.generation) for lid, e in exits.items()} == {
+        "r0": (TERM_EXIT_CODE, 1), "r1": (TERM_EXIT_CODE, 1)}
+    # Generation 2 is revoked now: its start is ignored.
+    agent.send(start_cmd(agent.node, run_id, 2, ("r0",), "--steps", "1", at=now))
+    agent.wait_log(f"generation 2 of {run_id} is revoked")
+
+
+@pytest.mark.kafka
+def test_crash_and_unrunnable_and_oversized_groups_are_reported(
+    agent: Running, run_id: str
+) -> None:
+    now = int(time.time() * 1000)
+    crash = start_cmd(agent.node, run_id, 1, ("r0",), "--steps", "5", "--step-time", "0.01",
+                      "--fail-mode", "crash", "--fail-at-step", "1", at=now)
+    too_big = start_cmd(agent.node, f"{run_id}-big", 1, ("a", "b", "c", "d"), at=now)
+    missing = replace(start_cmd(agent.node, f"{run_id}-nx", 1, ("x",), at=now),
+                      argv=("/nonexistent/runledger-worker",))
+    agent.send(crash, too_big, missing)
+    assert agent.wait_exits(run_id, 1)["r0"].exit_code == CRASH_EXIT_CODE
+    big = agent.wait_exits(f"{run_id}-big", 4)
+    assert {e.exit_code for e in big.values()} == {REJECTED_EXIT_CODE}
+    assert agent.wait_exits(f"{run_id}-nx", 1)["x"].exit_code == 127
+
+
+@pytest.mark.kafka
+def test_sigkill_after_grace_and_a_deferred_start_on_the_freed_slots(
+    agent: Running, run_id: str
+) -> None:
+    now = int(time.time() * 1000)
+    stubborn = replace(start_cmd(agent.node, run_id, 1, ("a0", "a1", "a2"), at=now),
+                       argv=("/bin/sh", "-c", "trap '' TERM; sleep 60"))
+    agent.send(stubborn)
+    agent.wait_log(f"{run_id}/g1/a2: started pid")
+    nxt = f"{run_id}-next"
+    # Different runs, so maybe different partitions: either may be read first.
+    agent.send(stop_cmd(agent.node, run_id, 1, at=now),
+               start_cmd(agent.node, nxt, 1, ("b0", "b1"), "--steps", "1", "--step-time", "0",
+                         at=now))
+    agent.wait_log(f"deferred {nxt}/g1/")
+    killed = agent.wait_exits(run_id, 3, timeout_s=20)
+    assert {(e.exit_code, e.signal) for e in killed.values()} == {(None, signal.SIGKILL)}
+    assert {e.exit_code for e in agent.wait_exits(nxt, 2).values()} == {0}
+
+
+@pytest.mark.kafka
+def test_sigterm_stops_workers_reports_them_and_exits_0(
+    bootstrap: str, tmp_path: Path, run_id: str
+) -> None:
+    own = start_agent(bootstrap, tmp_path, slots=2)
+    try:
+        now = int(time.time() * 1000)
+        own.send(start_cmd(own.node, run_id, 1, ("r0", "r1"), "--steps", "1000",
+                           "--step-time", "0.1", at=now))
+        own.tail.wait_for("a step", lambda: bool(own.tail.of(run_id, StepCommitted)))
+        pids = [int(p) for p in STARTED_PID.findall(own.log.read_text())]
+        own.proc.send_signal(signal.SIGTERM)
+        assert own.proc.wait(timeout=20) == 0
+        exits = own.wait_exits(run_id, 2, timeout_s=10)
+        assert {e.exit_code for e in exits.values()} == {TERM_EXIT_CODE}
+        for pid in pids:
+            assert not Path(f"/proc/{pid}").exists() or b"agent.testworker" not in Path(
+                f"/proc/{pid}/cmdline").read_bytes()
+    finally:
+        stop_agent(own)

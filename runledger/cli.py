@@ -13,17 +13,19 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from runledger import intervalcli, runcli, stack
-from runledger.agentcli import agent
-from runledger.checkpointcli import checkpoint_app
-from runledger.controllercli import controller
-from runledger.datasetcli import dataset_app
-from runledger.democli import demo
+from runledger import stack
+from runledger.commands import interval as intervalcli
+from runledger.commands import runs as runcli
+from runledger.commands.agent import agent
+from runledger.commands.checkpoint import checkpoint_app
+from runledger.commands.controller import controller
+from runledger.commands.dataset import dataset_app
+from runledger.commands.demo import demo
+from runledger.commands.events import events_app
+from runledger.commands.project import project, replay
+from runledger.commands.query import query
+from runledger.commands.report import report
 from runledger.errors import StackError
-from runledger.eventscli import events_app
-from runledger.projectcli import project, replay
-from runledger.querycli import query
-from runledger.reportcli import report
 
 app = typer.Typer(
     name="runledger",
@@ -143,7 +145,7 @@ def status(data_dir: DataDir = None, as_json: Json = False) -> None:
 @stack_app.command()
 def jars() -> None:
     """Fetch the Kafka jars into the cache (once) and print their directory."""
-    from runledger.stack_jars import ensure_jars
+    from runledger.stack.jars import ensure_jars
 
     typer.echo(str(_run(ensure_jars)))
 

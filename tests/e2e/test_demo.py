@@ -26,7 +26,7 @@ from events.consume import read_log
 from events.model import Event, GenerationStarted, ManifestCommitted, StepCommitted
 from events.topics import RUNS
 from queries.runner import run_query
-from runledger.demo_setup import ALIAS, DemoOptions, Layout, fault_for, write_spec
+from runledger.demo.setup import ALIAS, DemoOptions, Layout, fault_for, write_spec
 from runledger.stack import Stack
 from tests.e2e.harness import of_type
 from tests.queries.ettr_oracle import ettr_parts

@@ -18,8 +18,8 @@ import typer
 from projectors.metrics import EttrOf, ProjectorCollector
 from projectors.projector import Projector, table_digests
 from queries.ettr import ettr_all
+from runledger.commands.runs import Bootstrap, _connect, _fail
 from runledger.metricsserver import MetricsServer, serve_or_exit
-from runledger.runcli import Bootstrap, _connect, _fail
 
 Db = Annotated[Path, typer.Option("--db", help="The DuckDB file.")]
 

@@ -17,9 +17,9 @@ from typing import Annotated
 
 import typer
 
-from runledger.demo import run_demo
-from runledger.demo_procs import DemoError
-from runledger.demo_setup import DemoOptions
+from runledger.demo.procs import DemoError
+from runledger.demo.run import run_demo
+from runledger.demo.setup import DemoOptions
 
 _D = DemoOptions()
 

@@ -21,9 +21,9 @@ from controller.spec import parse_spec
 from dataplane.catalog import Catalog
 from dataplane.errors import CatalogError
 from runledger.cli import app
-from runledger.runcli import resolve_spec_dataset
+from runledger.commands.runs import resolve_spec_dataset
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "run.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "run.yaml"
 EXAMPLE_ID = "sha256:5b1e1c0f4a7d2e9c8b6a5f4e3d2c1b0a99887766554433221100ffeeddccbbaa"
 
 

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from events.topics import ALL, RUNS
 from runledger.stack import Stack, StackInfo
-from runledger.stack_admin import cluster_nodes, describe_topics
+from runledger.stack.admin import cluster_nodes, describe_topics
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -268,7 +268,7 @@ def test_session_bootstrap_answers(bootstrap: str, topic_name: str, run_id: str)
 
 
 def test_cluster_ids_never_look_like_an_option() -> None:
-    from runledger.stack_config import new_cluster_id
+    from runledger.stack.layout import new_cluster_id
 
     ids = [new_cluster_id() for _ in range(5000)]  # a leading '-' is 1 in 64 without the rule
     assert not [c for c in ids if c.startswith("-")]

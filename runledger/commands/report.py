@@ -15,8 +15,8 @@ import typer
 from queries.errors import QueryError
 from queries.report import report as build_report
 from queries.runner import connect
-from runledger.projectcli import _default_db
-from runledger.runcli import _fail
+from runledger.commands.project import _default_db
+from runledger.commands.runs import _fail
 
 
 def report(

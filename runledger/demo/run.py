@@ -9,8 +9,8 @@ latest committed checkpoint and its success, then lets the projection catch up
 and prints ``status``, the ETTR, provenance and incidents queries, and writes
 the HTML report. Every process it started is stopped on every way out.
 
-Inputs and paths are in :mod:`runledger.demo_setup`, processes in
-:mod:`runledger.demo_procs`, following the log in :mod:`runledger.demo_watch`.
+Inputs and paths are in :mod:`runledger.demo.setup`, processes in
+:mod:`runledger.demo.procs`, following the log in :mod:`runledger.demo.watch`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from events.errors import EventsError
 from events.kafka import check_broker
 from events.state import Status
 from runledger import stack
-from runledger.demo_procs import DemoError, Services, cli_ok, kill_workers
-from runledger.demo_setup import (
+from runledger.demo.procs import DemoError, Services, cli_ok, kill_workers
+from runledger.demo.setup import (
     DemoOptions,
     Layout,
     build_dataset,
@@ -39,7 +39,7 @@ from runledger.demo_setup import (
     prepare_workdir,
     write_spec,
 )
-from runledger.demo_watch import RunWatch, Stage, follow
+from runledger.demo.watch import RunWatch, Stage, follow
 from runledger.errors import StackError
 
 Say = Callable[[str], None]

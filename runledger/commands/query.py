@@ -13,8 +13,8 @@ from dataplane.errors import DataPlaneError
 from queries import lineage, render
 from queries.errors import QueryError
 from queries.runner import Result, connect, names, run_query
-from runledger.projectcli import _default_db
-from runledger.runcli import _fail
+from runledger.commands.project import _default_db
+from runledger.commands.runs import _fail
 
 FORMATS = ("table", "json", "prov", "openlineage")
 

@@ -32,7 +32,7 @@ from events.model import (
 from events.topics import REPORTS, REQUESTS, RUNS
 
 pytestmark = pytest.mark.kafka
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "run.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "run.yaml"
 MEMBERS = (Member("r0", "node-a", 0, "rack-1"), Member("r1", "node-a", 1, "rack-1"))
 
 

@@ -14,7 +14,7 @@ import typer
 from events.consume import read_log
 from events.model import CheckpointRevoked, ManifestCommitted
 from events.topics import RUNS
-from runledger.runcli import AsJson, Bootstrap, RunArg, _connect, _fail, _guard
+from runledger.commands.runs import AsJson, Bootstrap, RunArg, _connect, _fail, _guard
 from worker.errors import WorkerError
 from worker.gc import Retention, collect, history
 

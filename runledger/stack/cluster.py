@@ -8,8 +8,8 @@ processes recorded in that data dir. ``RUNLEDGER_BOOTSTRAP`` points the
 same commands at an existing cluster instead (:func:`cluster_up`,
 :func:`cluster_status`).
 
-Submodules: ``stack_jars`` (Maven), ``stack_config`` (ports and files),
-``stack_proc`` (processes), ``stack_admin`` (admin calls).
+Submodules: ``jars`` (Maven), ``layout`` (ports and files),
+``proc`` (processes), ``admin`` (admin calls).
 """
 
 from __future__ import annotations
@@ -28,12 +28,11 @@ from types import TracebackType
 from typing import Any
 
 from events.topics import replication_for, topic_specs
-from runledger import stack_admin as admin
-from runledger import stack_config as cfg
-from runledger import stack_proc as proc
 from runledger.errors import BrokerUnreachableError, NotRunningError, StackError
-from runledger.stack_admin import TopicInfo
-from runledger.stack_jars import ensure_jars, kafka_version, pom_path
+from runledger.stack import admin, proc
+from runledger.stack import layout as cfg
+from runledger.stack.admin import TopicInfo
+from runledger.stack.jars import ensure_jars, kafka_version, pom_path
 
 __all__ = [
     "BrokerInfo",

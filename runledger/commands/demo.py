@@ -17,46 +17,57 @@ from typing import Annotated
 
 import typer
 
-from runledger.demo.procs import DemoError
 from runledger.demo.run import run_demo
 from runledger.demo.setup import DemoOptions
 
 _D = DemoOptions()
 
+Workdir = Annotated[Path | None, typer.Option(
+    "--workdir", help="A new or empty directory for everything the demo writes (default:"
+                      " a fresh temporary directory).")]
+DemoBootstrap = Annotated[str | None, typer.Option(
+    "--bootstrap", envvar="RUNLEDGER_BOOTSTRAP",
+    help="Use this Kafka cluster (default $RUNLEDGER_BOOTSTRAP) instead of starting a"
+         " broker in the workdir; it should run no other controller.")]
+Steps = Annotated[int, typer.Option("--steps", help="Training steps of the run.")]
+Interval = Annotated[int, typer.Option("--interval", help="Checkpoint every this many steps.")]
+KillStep = Annotated[int, typer.Option(
+    "--kill-step", help="Rank 1 of generation 1 is SIGKILLed after this step (between two"
+                        " checkpoints).")]
+StepSleep = Annotated[float, typer.Option(
+    "--step-sleep", help="Seconds each step pauses, so the run is long enough to watch.")]
+Timeout = Annotated[float, typer.Option("--timeout", help="Seconds the whole run may take.")]
+StallTimeout = Annotated[float, typer.Option(
+    "--stall-timeout", help="Seconds without any progress before the demo gives up and"
+                            " names what did not happen.")]
+Queries = Annotated[bool, typer.Option(
+    "--queries/--no-queries", help="Run the ETTR, provenance and incidents queries and"
+                                   " write the HTML report at the end.")]
+KeepStack = Annotated[bool, typer.Option(
+    "--keep-stack", help="Leave the broker the demo started running, for inspection.")]
+SummaryJson = Annotated[bool, typer.Option(
+    "--json", help="Print the summary as JSON on stdout (progress goes to stderr).")]
+SummaryFile = Annotated[Path | None, typer.Option(
+    "--summary", help="Also write the JSON summary to this file.")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(demo)
+
 
 def demo(
-    workdir: Annotated[Path | None, typer.Option(
-        "--workdir", help="A new or empty directory for everything the demo writes (default:"
-                          " a fresh temporary directory).")] = None,
-    bootstrap: Annotated[str | None, typer.Option(
-        "--bootstrap", envvar="RUNLEDGER_BOOTSTRAP",
-        help="Use this Kafka cluster (default $RUNLEDGER_BOOTSTRAP) instead of starting a"
-             " broker in the workdir; it should run no other controller.")] = None,
-    steps: Annotated[int, typer.Option("--steps", help="Training steps of the run.")] = _D.steps,
-    interval: Annotated[int, typer.Option(
-        "--interval", help="Checkpoint every this many steps.")] = _D.interval,
-    kill_step: Annotated[int, typer.Option(
-        "--kill-step", help="Rank 1 of generation 1 is SIGKILLed after this step (between two"
-                            " checkpoints).")] = _D.kill_step,
-    step_sleep: Annotated[float, typer.Option(
-        "--step-sleep", help="Seconds each step pauses, so the run is long enough to"
-                             " watch.")] = _D.step_sleep_s,
-    timeout: Annotated[float, typer.Option(
-        "--timeout", help="Seconds the whole run may take.")] = _D.timeout_s,
-    stall_timeout: Annotated[float, typer.Option(
-        "--stall-timeout", help="Seconds without any progress before the demo gives up and"
-                                " names what did not happen.")] = _D.stall_s,
-    queries: Annotated[bool, typer.Option(
-        "--queries/--no-queries", help="Run the ETTR, provenance and incidents queries and"
-                                       " write the HTML report at the end.")] = True,
-    keep_stack: Annotated[bool, typer.Option(
-        "--keep-stack", help="Leave the broker the demo started running, for inspection.")
-    ] = False,
-    as_json: Annotated[bool, typer.Option(
-        "--json", help="Print the summary as JSON on stdout (progress goes to stderr).")
-    ] = False,
-    summary_file: Annotated[Path | None, typer.Option(
-        "--summary", help="Also write the JSON summary to this file.")] = None,
+    workdir: Workdir = None,
+    bootstrap: DemoBootstrap = None,
+    steps: Steps = _D.steps,
+    interval: Interval = _D.interval,
+    kill_step: KillStep = _D.kill_step,
+    step_sleep: StepSleep = _D.step_sleep_s,
+    timeout: Timeout = _D.timeout_s,
+    stall_timeout: StallTimeout = _D.stall_s,
+    queries: Queries = True,
+    keep_stack: KeepStack = False,
+    as_json: SummaryJson = False,
+    summary_file: SummaryFile = None,
 ) -> None:
     """Run the whole system on this machine: a broker, a controller, a projector and an
     agent as processes, a 2-process torch run with a worker killed between checkpoints,
@@ -75,12 +86,6 @@ def demo(
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
         summary = run_demo(opts, say)
-    except DemoError as exc:  # refused before anything started
-        typer.echo(f"runledger: {exc}", err=True)
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        typer.echo("runledger: demo interrupted; everything it started is stopped", err=True)
-        raise typer.Exit(130) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
     text = json.dumps(summary.to_json(), indent=2)

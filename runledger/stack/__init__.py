@@ -7,6 +7,8 @@
 - ``layout``: ports, ``stack.json`` and each node's ``server.properties``;
 - ``proc``: starting, finding and stopping the broker JVMs;
 - ``admin``: admin calls against any running cluster (readiness, topics).
+
+Every error it reports is a :class:`~runledger.errors.StackError`.
 """
 
 from runledger.stack.cluster import (
@@ -16,10 +18,8 @@ from runledger.stack.cluster import (
     StackInfo,
     StackStatus,
     TopicInfo,
-    bootstrap_from_env,
     cluster_status,
     cluster_up,
-    default_data_dir,
 )
 
 __all__ = [
@@ -29,8 +29,6 @@ __all__ = [
     "StackInfo",
     "StackStatus",
     "TopicInfo",
-    "bootstrap_from_env",
     "cluster_status",
     "cluster_up",
-    "default_data_dir",
 ]

@@ -302,13 +302,12 @@ def _resolved(data: dict[Any, Any], source: str, resolve: DatasetResolver) -> di
         return {**data, "dataset": resolve(ref)}
     except CatalogError as exc:
         try:
-            RunSpec.model_validate(data)
-        except ValidationError as err:
-            problems = [_problem(e) for e in err.errors()]
-            others = [p for p in problems if not p.startswith("dataset:")]
-            if others and len(others) < len(problems):
-                raise SpecError(
-                    source, [p if p in others else f"{p}; {exc}" for p in problems]) from None
+            _validate(lambda: RunSpec.model_validate(data), source)
+        except SpecError as err:
+            others = [p for p in err.problems if not p.startswith("dataset:")]
+            if others and len(others) < len(err.problems):
+                problems = [p if p in others else f"{p}; {exc}" for p in err.problems]
+                raise SpecError(source, problems) from None
         raise
 
 

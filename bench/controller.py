@@ -126,7 +126,7 @@ from events.model import (
 from events.state import RunState
 from events.topics import REPORTS, REQUESTS, RUNS, TopicSpec, replication_for, topic_specs
 from runledger.stack import Stack
-from runledger.stack_admin import admin_client, ensure_topics
+from runledger.stack.admin import admin_client, ensure_topics
 
 NAME = "controller"
 SEED = 20240607

@@ -93,7 +93,7 @@ from projectors.projector import Projector, table_digests
 from queries.ettr import ettr
 from queries.runner import sql_text
 from runledger.stack import Stack
-from runledger.stack_admin import ensure_topics
+from runledger.stack.admin import ensure_topics
 
 NAME = "projector"
 EXPLAIN_OVER_S = 0.25  # the big run's ETTR median above which EXPLAIN ANALYZE runs anyway

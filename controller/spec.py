@@ -46,6 +46,7 @@ from controller.spec_parts import (
     young_interval_s,
 )
 from dataplane.documents import canonical_json, sha256_digest
+from dataplane.errors import CatalogError
 from events.model import FAILURE_CLASSES
 
 __all__ = [
@@ -247,16 +248,27 @@ def run_id_for(spec: RunSpec, principal: str, submission_id: str) -> str:
     return f"{spec.name}-{hashlib.sha256(material.encode()).hexdigest()[:10]}"
 
 
-def load_spec(path: str | Path) -> RunSpec:
+# Turns the ``dataset`` a spec names (an alias such as corpus/latest, or a
+# manifest id) into the manifest id the run records; raises CatalogError when
+# the catalog cannot. The CLI supplies one backed by the dataset catalog.
+DatasetResolver = Callable[[str], str]
+
+
+def load_spec(path: str | Path, *, resolve_dataset: DatasetResolver | None = None) -> RunSpec:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(str(path), [f"cannot read the file: {exc}"]) from None
-    return parse_spec(text, str(path))
+    return parse_spec(text, str(path), resolve_dataset=resolve_dataset)
 
 
-def parse_spec(text: str, source: str) -> RunSpec:
-    """A spec from YAML text; ``source`` names it in error messages."""
+def parse_spec(text: str, source: str, *,
+               resolve_dataset: DatasetResolver | None = None) -> RunSpec:
+    """A spec from YAML text; ``source`` names it in error messages.
+
+    With ``resolve_dataset``, a textual ``dataset`` is replaced by what it
+    returns before validation, so the spec (and its digest) holds the manifest id.
+    """
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no object tags
     except yaml.YAMLError as exc:
@@ -264,7 +276,32 @@ def parse_spec(text: str, source: str) -> RunSpec:
     if not isinstance(data, dict):
         got = "an empty document" if data is None else type(data).__name__
         raise SpecError(source, [f"(spec): must be a mapping of fields, got {got}"])
+    if resolve_dataset is not None:
+        data = _resolved(data, source, resolve_dataset)
     return _validate(lambda: RunSpec.model_validate(data), source)
+
+
+def _resolved(data: dict[Any, Any], source: str, resolve: DatasetResolver) -> dict[Any, Any]:
+    """``data`` with its ``dataset`` resolved.
+
+    A reference the catalog cannot resolve is a spec problem, named with the
+    spec's other problems; its :class:`CatalogError` is raised alone when the
+    spec has no other problem or the reference itself is a valid manifest id.
+    """
+    ref = data.get("dataset")
+    if not isinstance(ref, str):
+        return data  # missing or not text: validation names it
+    try:
+        return {**data, "dataset": resolve(ref)}
+    except CatalogError as exc:
+        try:
+            _validate(lambda: RunSpec.model_validate(data), source)
+        except SpecError as err:
+            others = [p for p in err.problems if not p.startswith("dataset:")]
+            if others and len(others) < len(err.problems):
+                problems = [p if p in others else f"{p}; {exc}" for p in err.problems]
+                raise SpecError(source, problems) from None
+        raise
 
 
 def parse_spec_json(text: str, source: str = "spec_json") -> RunSpec:

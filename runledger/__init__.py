@@ -1,7 +1,15 @@
-"""runledger: the command line and the local Kafka stack.
+"""runledger: the command line, the local Kafka stack and the demo.
 
-- ``cli``: the ``runledger`` console script (typer), thin wiring only.
-- ``stack``: starting, stopping and inspecting a local Apache Kafka (KRaft)
-  cluster built from the Maven Central jars.
-- ``eventscli``: ``runledger events tail|dump``.
+- ``cli``: the ``runledger`` console script; assembles the commands and is the
+  one place where an error becomes a message and an exit status;
+- ``commands``: one module per command or command group, each with ``register(app)``;
+- ``config``: the shared edge: option types, configuration from the environment
+  (``RUNLEDGER_HOME``, ``RUNLEDGER_BOOTSTRAP``, ``RUNLEDGER_DATASETS``) and the
+  broker connection;
+- ``errors``: :class:`~runledger.errors.RunledgerError`, the package's root
+  error, and the exit-status table;
+- ``runview``: what ``status`` and ``runs`` show, computed from events (pure);
+- ``metricsserver``: the HTTP server of ``controller|project --metrics``;
+- ``stack``: a local Apache Kafka (KRaft) cluster;
+- ``demo``: ``runledger demo``, the whole system end to end on one machine.
 """

@@ -1,13 +1,43 @@
-"""Errors raised by the ``runledger`` package (the CLI and the local stack).
+"""Errors raised by the ``runledger`` package, and the one exit-status policy of the CLI.
 
-The CLI turns every :class:`StackError` into a one-line message on stderr and
-a non-zero exit, so messages must read well on their own, without a traceback.
+:class:`RunledgerError` is the package's root; the local stack's
+:class:`StackError` and the demo's ``DemoError`` derive from it. The command
+line (:mod:`runledger.cli`) turns every error in :data:`EXIT_STATUS` into one
+line, ``runledger: <message>``, on stderr and the status that table gives, so
+messages must read well on their own, without a traceback; anything else is a
+bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
+from agent.errors import AgentError
+from controller.errors import ControllerError
+from dataplane.errors import DataPlaneError
+from events.errors import EventsError
+from queries.errors import QueryError
+from worker.errors import WorkerError
 
-class StackError(Exception):
+
+class RunledgerError(Exception):
+    """Root of every error the ``runledger`` package reports to a user."""
+
+
+class UsageError(RunledgerError):
+    """A command line that cannot be carried out as given (exit 2, as Typer's own)."""
+
+
+class Interrupted(RunledgerError):
+    """Stopped by Ctrl-C or SIGTERM, after cleaning up (exit 130)."""
+
+    def __init__(self, message: str = "interrupted") -> None:
+        super().__init__(message)
+
+
+class ControllerFenced(RunledgerError):
+    """A newer controller with the same transactional id took over (exit 3)."""
+
+
+class StackError(RunledgerError):
     """Root of every error the local stack reports to a user."""
 
 
@@ -21,3 +51,27 @@ class BrokerUnreachableError(StackError):
 
 class NotRunningError(StackError):
     """The data directory holds no running stack."""
+
+
+# The exit status of each error a command may raise, most specific first; the
+# first row that matches wins. Typer's own usage errors exit 2 before any
+# command runs, and a command whose documented status is no error (``agent``,
+# ``demo``) exits with it through ``typer.Exit``.
+EXIT_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (ControllerFenced, 3),
+    (UsageError, 2),
+    (Interrupted, 130),
+    (RunledgerError, 1),
+    (EventsError, 1),
+    (AgentError, 1),
+    (ControllerError, 1),
+    (DataPlaneError, 1),
+    (WorkerError, 1),
+    (QueryError, 1),
+)
+REPORTED: tuple[type[Exception], ...] = tuple(kind for kind, _ in EXIT_STATUS)
+
+
+def exit_status(exc: Exception) -> int:
+    """The status :data:`EXIT_STATUS` gives ``exc`` (one of :data:`REPORTED`)."""
+    return next(status for kind, status in EXIT_STATUS if isinstance(exc, kind))

@@ -18,6 +18,8 @@ import typer
 from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from runledger.errors import UsageError
+
 DEFAULT_HOST = "127.0.0.1"  # loopback unless asked: run ids and principals are not public
 
 
@@ -86,14 +88,14 @@ def serve(collector: Collector, address: str, *,
         raise
 
 
-def serve_or_exit(collector: Collector, address: str, *,
+def serve_metrics(collector: Collector, address: str, *,
                   on_close: Callable[[], None] | None = None) -> MetricsServer:
-    """``serve`` for a command: a bad address exits 2 with one line; the bound URL is
+    """``serve`` for a command: an address it cannot serve at is a
+    :class:`~runledger.errors.UsageError` naming ``--metrics``; the bound URL is
     printed on stderr (with port 0 only this line tells the port)."""
     try:
         server = serve(collector, address, on_close=on_close)
     except (ValueError, OSError) as exc:
-        typer.echo(f"runledger: --metrics: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise UsageError(f"--metrics: {exc}") from None
     typer.echo(f"metrics at {server.url}", err=True)
     return server

@@ -35,15 +35,7 @@ def status_document(
     """Everything ``status`` shows about one run, or None for an unknown run."""
     requests = [e for e in requests if e.run_id == run_id]
     facts = [e for e in facts if e.run_id == run_id]
-    state: RunState | None = None
-    last_failure: FailureClassified | None = None
-    retries = 0
-    for event in facts:
-        transition = apply(state, event)
-        state = transition.state
-        if transition.verdict.accepted and isinstance(event, FailureClassified):
-            last_failure = event
-            retries += event.action in _RETRY_ACTIONS
+    state, last_failure, retries = _fold_facts(facts)
     submitted = _first_submission(facts) or _first_submission(requests)
     seen = state is not None
     if state is None:
@@ -57,27 +49,13 @@ def status_document(
         members=_members(state, reports, now_ms),
         step=state.step,
         tokens=state.tokens,
-        checkpoint=None if state.checkpoint is None else {
-            "step": state.checkpoint.step, "path": state.checkpoint.manifest_path,
-            "digest": state.checkpoint.manifest_digest,
-            "generation": state.checkpoint.generation,
-            "committed_at": state.checkpoint.committed_at,
-        },
-        cursor=None if state.cursor is None else {
-            "step": state.cursor.step, "dataset_id": state.cursor.dataset_id,
-            "epoch": state.cursor.epoch, "position": state.cursor.position,
-            "source_counts": dict(state.cursor.source_counts),
-        },
+        checkpoint=_checkpoint(state),
+        cursor=_cursor(state),
         failures=dict(state.failures),
         failure_count=state.failure_count,
         retries=retries,
         retry_not_before=state.retry_not_before or None,
-        last_failure=None if last_failure is None else {
-            "failure_class": last_failure.failure_class, "signature": last_failure.signature,
-            "action": last_failure.action, "attempt": last_failure.attempt,
-            "backoff_ms": last_failure.backoff_ms, "detail": last_failure.detail,
-            "generation": last_failure.generation,
-        },
+        last_failure=_failure(last_failure),
         queue_reason=state.queue_reason,
         rejections=state.rejections,
         alerts=state.alerts,
@@ -89,6 +67,44 @@ def status_document(
         outcome_reason=state.outcome_reason,
     )
     return doc
+
+
+def _fold_facts(facts: Sequence[Event]) -> tuple[RunState | None, FailureClassified | None, int]:
+    """The run's state, its last accepted failure and how many of them were retried."""
+    state: RunState | None = None
+    last_failure: FailureClassified | None = None
+    retries = 0
+    for event in facts:
+        transition = apply(state, event)
+        state = transition.state
+        if transition.verdict.accepted and isinstance(event, FailureClassified):
+            last_failure = event
+            retries += event.action in _RETRY_ACTIONS
+    return state, last_failure, retries
+
+
+def _checkpoint(state: RunState) -> dict[str, Any] | None:
+    c = state.checkpoint
+    if c is None:
+        return None
+    return {"step": c.step, "path": c.manifest_path, "digest": c.manifest_digest,
+            "generation": c.generation, "committed_at": c.committed_at}
+
+
+def _cursor(state: RunState) -> dict[str, Any] | None:
+    c = state.cursor
+    if c is None:
+        return None
+    return {"step": c.step, "dataset_id": c.dataset_id, "epoch": c.epoch,
+            "position": c.position, "source_counts": dict(c.source_counts)}
+
+
+def _failure(f: FailureClassified | None) -> dict[str, Any] | None:
+    if f is None:
+        return None
+    return {"failure_class": f.failure_class, "signature": f.signature, "action": f.action,
+            "attempt": f.attempt, "backoff_ms": f.backoff_ms, "detail": f.detail,
+            "generation": f.generation}
 
 
 def list_rows(requests: Sequence[Event], facts: Sequence[Event]) -> list[dict[str, Any]]:

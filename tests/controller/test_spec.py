@@ -1,8 +1,10 @@
-"""Run specs: the example loads, digests ignore form, and every bad field is named."""
+"""Run specs: the example loads, digests ignore form, every bad field is named, and a
+dataset alias is resolved before validation."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from controller.spec import (
     run_id_for,
     young_interval_s,
 )
+from dataplane.errors import CatalogError
 from events.model import FAILURE_CLASSES
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "run.yaml"
@@ -271,3 +274,80 @@ def test_run_ids_are_deterministic_per_submission() -> None:
 def test_top_level_key_order_never_changes_the_digest(order: list[str]) -> None:
     doc = {k: MINIMAL[k] for k in order}
     assert spec_of(doc, sort_keys=False).digest() == spec_of(MINIMAL).digest()
+
+
+# --- a dataset alias resolved before validation ------------------------------------
+
+ALIAS = "corpus/latest"
+
+
+def pins(known: dict[str, str], asked: list[str] | None = None) -> Callable[[str], str]:
+    """A resolver over ``known``, failing as the catalog does; records what it was asked."""
+
+    def resolve(ref: str) -> str:
+        if asked is not None:
+            asked.append(ref)
+        if ref not in known:
+            raise CatalogError(f"unknown dataset alias {ref!r}; known aliases: corpus/latest")
+        return known[ref]
+
+    return resolve
+
+
+_ALIASES = st.from_regex(r"[a-z][a-z0-9_-]{0,12}/[a-z0-9_-]{1,12}", fullmatch=True)
+
+
+@given(alias=_ALIASES, quote=st.sampled_from(["", "'", '"']),
+       digest=st.text("0123456789abcdef", min_size=64, max_size=64))
+def test_a_resolved_alias_gives_the_digest_of_the_spec_naming_the_id(
+    alias: str, quote: str, digest: str
+) -> None:
+    manifest_id = f"sha256:{digest}"
+    text = yaml.safe_dump(with_("dataset", "PLACEHOLDER")).replace(
+        "PLACEHOLDER", f"{quote}{alias}{quote}")
+    resolved = parse_spec(text, "test.yaml", resolve_dataset=pins({alias: manifest_id}))
+    assert resolved.dataset == manifest_id
+    assert resolved.digest() == spec_of(with_("dataset", manifest_id)).digest()
+    assert resolved.canonical_json() == spec_of(with_("dataset", manifest_id)).canonical_json()
+
+
+def test_an_unresolved_alias_is_named_with_the_other_problems() -> None:
+    text = yaml.safe_dump(with_("rpo_s", -1, with_("dataset", "corpus/old")))
+    with pytest.raises(SpecError) as info:
+        parse_spec(text, "test.yaml", resolve_dataset=pins({ALIAS: DATASET}))
+    [dataset] = [p for p in info.value.problems if p.startswith("dataset:")]
+    assert "aliases must be resolved first" in dataset
+    assert dataset.endswith("; unknown dataset alias 'corpus/old'; known aliases: corpus/latest")
+    assert len(info.value.problems) == 2 and any(p.startswith("rpo_s:") for p in
+                                                 info.value.problems)
+
+
+def test_an_unresolved_alias_alone_is_the_catalog_error() -> None:
+    text = yaml.safe_dump(with_("dataset", "corpus/old"))
+    with pytest.raises(CatalogError, match="unknown dataset alias 'corpus/old'"):
+        parse_spec(text, "test.yaml", resolve_dataset=pins({ALIAS: DATASET}))
+
+
+def test_an_id_the_catalog_refuses_is_its_error_even_beside_other_problems() -> None:
+    text = yaml.safe_dump(with_("rpo_s", -1))  # names DATASET, a well-formed id
+    with pytest.raises(CatalogError):
+        parse_spec(text, "test.yaml", resolve_dataset=pins({}))
+
+
+def test_only_a_textual_dataset_is_resolved(tmp_path: Path) -> None:
+    asked: list[str] = []
+    missing = {k: v for k, v in MINIMAL.items() if k != "dataset"}
+    for doc in (missing, with_("dataset", 5)):
+        with pytest.raises(SpecError) as info:
+            parse_spec(yaml.safe_dump(doc), "test.yaml", resolve_dataset=pins({}, asked))
+        assert any(p.startswith("dataset:") for p in info.value.problems)
+    assert asked == []
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(with_("dataset", ALIAS)))
+    assert load_spec(path, resolve_dataset=pins({ALIAS: DATASET}, asked)).dataset == DATASET
+    assert asked == [ALIAS]
+
+
+def test_without_a_resolver_an_alias_is_refused() -> None:
+    [problem] = problems_of(with_("dataset", ALIAS))
+    assert problem.startswith("dataset: 'corpus/latest' is not a resolved dataset manifest id")

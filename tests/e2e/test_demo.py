@@ -1,7 +1,7 @@
 """``runledger demo`` end to end, as a user runs it: one subprocess, checked from its
 JSON summary and from the run's log.
 
-The end-to-end test starts the demo's own broker in the work directory (``--keep-stack`` leaves it
+It starts the demo's own broker in the work directory (``--keep-stack`` leaves it
 up so this test can read the log, and stops it at the end) rather than using
 the session's broker: a controller acts on every run it finds on its broker,
 so the demo's controller would act on other tests' runs, and theirs on the
@@ -20,17 +20,13 @@ from typing import Any
 import duckdb
 import pytest
 
-from controller.spec import parse_spec
-from controller.spec_parts import FixedCheckpoint
 from events.consume import read_log
 from events.model import Event, GenerationStarted, ManifestCommitted, StepCommitted
 from events.topics import RUNS
 from queries.runner import run_query
-from runledger.demo_setup import ALIAS, DemoOptions, Layout, fault_for, write_spec
 from runledger.stack import Stack
 from tests.e2e.harness import of_type
 from tests.queries.ettr_oracle import ettr_parts
-from worker.faults import parse
 
 STEPS, INTERVAL, KILL = 20, 5, 12  # rank 1 dies after step 12: steps 11 and 12 are replayed
 
@@ -48,33 +44,6 @@ def _ours(work: Path) -> list[int]:
         if f"RUNLEDGER_HOME={work}".encode() in environ:
             found.append(int(entry.name))
     return found
-
-
-def test_the_options_put_the_kill_between_two_checkpoints() -> None:
-    assert DemoOptions().problems() == []
-    assert DemoOptions().resume_step == 20  # killed after step 25, checkpoints every 10
-    (on_checkpoint,) = DemoOptions(kill_step=30).problems()
-    assert "between two checkpoints" in on_checkpoint
-    (too_early,) = DemoOptions(kill_step=5).problems()
-    assert "after the first checkpoint" in too_early
-    assert len(DemoOptions(step_sleep_s=-1, timeout_s=0).problems()) == 2
-
-
-def test_the_spec_is_valid_and_the_fault_hits_rank_1_of_generation_1_once(
-        tmp_path: Path) -> None:
-    layout = Layout(tmp_path)
-    opts = DemoOptions(steps=30, interval=4, kill_step=9)
-    domain = write_spec(layout, opts)
-    text = layout.spec.read_text()
-    assert f"dataset: {ALIAS}" in text  # submit resolves the alias
-    spec = parse_spec(text.replace(ALIAS, "sha256:" + "ab" * 32), str(layout.spec))
-    assert spec.world_size == 2 and spec.topology.domain == domain
-    assert isinstance(spec.checkpoint, FixedCheckpoint) and spec.checkpoint.interval_steps == 4
-    assert spec.checkpoint.root == str(layout.checkpoints)
-    assert spec.command[0] == sys.executable and spec.env["OMP_NUM_THREADS"] == "1"
-    fault = parse(fault_for(opts))
-    assert fault is not None
-    assert (fault.point, fault.step, fault.rank, fault.generation) == ("step", 9, 1, 1)
 
 
 @pytest.mark.e2e

@@ -27,7 +27,7 @@ MARKER = ".complete"
 
 def pom_path() -> Path:
     """``stack/pom.xml`` of the checkout this package is installed (editable) from."""
-    return Path(__file__).resolve().parent.parent / "stack" / "pom.xml"
+    return Path(__file__).resolve().parents[2] / "stack" / "pom.xml"
 
 
 def cache_root() -> Path:

@@ -1,22 +1,18 @@
-"""A local Apache Kafka (KRaft) cluster for development and tests (DESIGN section 2).
+"""The local cluster of one data directory (:class:`Stack`), and an existing one.
 
 ``Stack(data_dir, brokers).up()`` fetches the broker jars (once, into a cache
 outside the clone), writes one combined broker+controller ``server.properties``
 per node, formats storage, starts the JVMs detached, waits until every broker
 is registered and creates the runledger topics. ``down()`` stops exactly the
-processes recorded in that data dir. ``RUNLEDGER_BOOTSTRAP`` points the
-same commands at an existing cluster instead (:func:`cluster_up`,
-:func:`cluster_status`).
-
-Submodules: ``stack_jars`` (Maven), ``stack_config`` (ports and files),
-``stack_proc`` (processes), ``stack_admin`` (admin calls).
+processes recorded in that data dir. :func:`cluster_up` and
+:func:`cluster_status` do the same for an existing cluster
+(``RUNLEDGER_BOOTSTRAP``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 import shutil
 import signal
 import socket
@@ -28,12 +24,12 @@ from types import TracebackType
 from typing import Any
 
 from events.topics import replication_for, topic_specs
-from runledger import stack_admin as admin
-from runledger import stack_config as cfg
-from runledger import stack_proc as proc
+from runledger.config import stack_data_dir
 from runledger.errors import BrokerUnreachableError, NotRunningError, StackError
-from runledger.stack_admin import TopicInfo
-from runledger.stack_jars import ensure_jars, kafka_version, pom_path
+from runledger.stack import admin, proc
+from runledger.stack import layout as cfg
+from runledger.stack.admin import TopicInfo
+from runledger.stack.jars import ensure_jars, kafka_version, pom_path
 
 __all__ = [
     "BrokerInfo",
@@ -42,21 +38,9 @@ __all__ = [
     "StackInfo",
     "StackStatus",
     "TopicInfo",
-    "bootstrap_from_env",
     "cluster_status",
     "cluster_up",
-    "default_data_dir",
 ]
-
-
-def default_data_dir() -> Path:
-    home = os.environ.get("RUNLEDGER_HOME") or "~/.local/state/runledger"
-    return Path(home).expanduser() / "stack"
-
-
-def bootstrap_from_env() -> str | None:
-    """``RUNLEDGER_BOOTSTRAP`` when set and non-empty: an existing cluster to use."""
-    return os.environ.get("RUNLEDGER_BOOTSTRAP") or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +111,7 @@ class Stack:
     def __init__(self, data_dir: Path | str | None = None, brokers: int = 1) -> None:
         if brokers not in (1, 3):
             raise StackError(f"--brokers must be 1 or 3, not {brokers}")
-        self.data_dir = Path(data_dir or default_data_dir()).expanduser().resolve()
+        self.data_dir = Path(data_dir or stack_data_dir()).expanduser().resolve()
         self.brokers = brokers
 
     # -- public API ---------------------------------------------------------

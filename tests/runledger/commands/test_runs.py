@@ -1,4 +1,8 @@
-"""``runledger submit|status|cancel|runs`` as a user runs them: subprocesses, a real broker."""
+"""``runledger submit|status|cancel|runs`` as a user runs them: subprocesses, a real broker.
+
+The tests marked ``kafka`` use the session's broker; the dataset alias tests
+resolve through a real catalog in a temporary directory and need none.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,12 @@ from pathlib import Path
 import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
+from typer.testing import CliRunner
 
 from controller.spec import load_spec, parse_spec
+from dataplane.catalog import Catalog, build_manifest
+from dataplane.errors import CatalogError
+from dataplane.synth import template, write_corpus
 from events.consume import read_log
 from events.kafka import EventProducer
 from events.model import (
@@ -30,9 +38,10 @@ from events.model import (
     RunSubmitted,
 )
 from events.topics import REPORTS, REQUESTS, RUNS
+from runledger.cli import app
+from runledger.commands.runs import DatasetPin
 
-pytestmark = pytest.mark.kafka
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "run.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "run.yaml"
 MEMBERS = (Member("r0", "node-a", 0, "rack-1"), Member("r1", "node-a", 1, "rack-1"))
 
 
@@ -63,6 +72,7 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
+@pytest.mark.kafka
 def test_submit_writes_the_canonical_spec_to_requests(
     bootstrap: str, unique: str, tmp_path: Path
 ) -> None:
@@ -90,6 +100,7 @@ def test_submit_writes_the_canonical_spec_to_requests(
     assert isinstance(again, RunSubmitted) and again.principal == "alice"
 
 
+@pytest.mark.kafka
 def test_a_bad_spec_names_every_bad_field_and_writes_nothing(
     bootstrap: str, unique: str, tmp_path: Path
 ) -> None:
@@ -113,6 +124,7 @@ def test_a_bad_spec_names_every_bad_field_and_writes_nothing(
         assert mine == []
 
 
+@pytest.mark.kafka
 def test_status_and_cancel_of_an_unknown_run_fail_cleanly(bootstrap: str, run_id: str) -> None:
     for args in (["status", run_id], ["cancel", run_id, "--reason", "nope"]):
         out = cli(bootstrap, *args)
@@ -131,6 +143,7 @@ def test_an_unreachable_broker_is_one_line_and_exit_1() -> None:
         assert line.startswith("runledger: no Kafka broker answered at 127.0.0.1:1")
 
 
+@pytest.mark.kafka
 def test_cancel_writes_cancel_requested_and_status_shows_the_unseen_run(
     bootstrap: str, unique: str, tmp_path: Path
 ) -> None:
@@ -159,6 +172,7 @@ def test_cancel_writes_cancel_requested_and_status_shows_the_unseen_run(
         assert "requested by mallory" in human
 
 
+@pytest.mark.kafka
 def test_status_and_runs_show_facts_from_the_runs_topic(
     bootstrap: str, run_id: str, unique: str
 ) -> None:
@@ -221,3 +235,84 @@ def spec_file_text(name: str) -> str:
     doc["topology"] = {"replicas": 2, "slots_per_node": 2}
     doc["membership"] = {"kind": "fixed"}
     return yaml.safe_dump(doc)
+
+
+# --- the dataset alias at submit -------------------------------------------------
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> tuple[str, str]:
+    """A synthetic corpus stored in a fresh catalog as corpus/latest: (catalog URL, id)."""
+    root = str(tmp_path / "corpus")
+    write_corpus(root, seed=3)
+    url = str(tmp_path / "cat")
+    store = Catalog(url)
+    manifest_id = store.put(build_manifest(template(root, seed=3), root))
+    store.set_alias("corpus/latest", manifest_id)
+    return url, manifest_id
+
+
+def test_the_pin_resolves_an_alias_and_remembers_it(catalog: tuple[str, str]) -> None:
+    url, manifest_id = catalog
+    pin = DatasetPin(url)
+    assert pin("corpus/latest") == manifest_id and pin.alias == "corpus/latest"
+    with pytest.raises(CatalogError, match="known aliases: corpus/latest"):
+        DatasetPin(url)("corpus/old")
+
+
+def test_the_pin_checks_an_id_only_where_a_catalog_exists(
+    catalog: tuple[str, str], tmp_path: Path
+) -> None:
+    url, manifest_id = catalog
+    elsewhere = "sha256:" + "5b" * 32
+    nowhere = DatasetPin(str(tmp_path / "no-catalog"))
+    assert nowhere(elsewhere) == elsewhere and nowhere.alias is None
+    pin = DatasetPin(url)
+    shouted = "SHA256:" + manifest_id.removeprefix("sha256:").upper()
+    assert pin(shouted) == shouted  # found in the catalog; the spec check lowercases it
+    assert pin.alias is None
+    with pytest.raises(CatalogError, match="unknown dataset manifest"):
+        pin(elsewhere)
+    assert pin("sha256:not-an-id") == "sha256:not-an-id"  # the spec check names it
+
+
+def test_submit_prints_the_resolution_before_connecting(
+    catalog: tuple[str, str], tmp_path: Path
+) -> None:
+    url, manifest_id = catalog
+    doc = yaml.safe_load(EXAMPLE.read_text()) | {"dataset": "corpus/latest"}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    env = {"RUNLEDGER_DATASETS": None, "RUNLEDGER_BOOTSTRAP": None}
+    out = CliRunner().invoke(app, ["submit", str(path), "--catalog", url, "--principal", "bob"],
+                             env=env)
+    assert out.exit_code == 1  # no broker configured: the failure comes after resolution
+    first, second = out.stderr.splitlines()
+    assert first == f"resolved corpus/latest -> {manifest_id}"
+    assert second.startswith("runledger: no Kafka bootstrap address")
+
+    path.write_text(yaml.safe_dump(doc | {"dataset": "corpus/old"}))
+    out = CliRunner().invoke(app, ["submit", str(path), "--catalog", url], env=env)
+    assert out.exit_code == 1 and out.stdout == ""
+    [line] = out.stderr.splitlines()
+    assert line.startswith("runledger: unknown dataset alias 'corpus/old'")
+
+
+@pytest.mark.kafka
+def test_submit_records_the_resolved_id(
+    bootstrap: str, unique: str, catalog: tuple[str, str], tmp_path: Path
+) -> None:
+    url, manifest_id = catalog
+    path = spec_file(tmp_path, unique, dataset="corpus/latest")
+    env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap, "RUNLEDGER_DATASETS": url}
+    out = subprocess.run([sys.executable, "-m", "runledger.cli", "submit", str(path), "--json"],
+                         capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == f"resolved corpus/latest -> {manifest_id}\n"
+    doc = json.loads(out.stdout)
+    [event] = events_of(bootstrap, REQUESTS, doc["run_id"])
+    assert isinstance(event, RunSubmitted) and event.dataset_id == manifest_id
+    assert json.loads(event.spec_json)["dataset"] == manifest_id
+    # The spec digest is that of the spec with the id written in place of the alias.
+    pinned = load_spec(spec_file(tmp_path, unique, dataset=manifest_id))
+    assert doc["spec_digest"] == pinned.digest()

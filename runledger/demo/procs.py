@@ -20,10 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runledger.errors import RunledgerError
+
 CLI = (sys.executable, "-m", "runledger.cli")
 
 
-class DemoError(Exception):
+class DemoError(RunledgerError):
     """Something the demo needed did not happen; the message names it and the log to read."""
 
 

@@ -12,27 +12,32 @@ from typing import Annotated
 import typer
 
 from events.consume import read_log
-from events.model import CheckpointRevoked, ManifestCommitted
+from events.model import CheckpointRevoked, Event, ManifestCommitted
 from events.topics import RUNS
-from runledger.runcli import AsJson, Bootstrap, RunArg, _connect, _fail, _guard
-from worker.errors import WorkerError
+from runledger import config
+from runledger.config import AsJson, Bootstrap, RunArg
+from runledger.errors import RunledgerError
 from worker.gc import Retention, collect, history
 
-checkpoint_app = typer.Typer(help="A run's checkpoints: what the log committed; collection.",
-                             no_args_is_help=True)
+
+def register(app: typer.Typer) -> None:
+    checkpoint_app = typer.Typer(
+        help="A run's checkpoints: what the log committed; collection.", no_args_is_help=True)
+    checkpoint_app.command("list")(list_)
+    checkpoint_app.command("gc")(gc)
+    app.add_typer(checkpoint_app, name="checkpoint")
 
 
-def _facts(bootstrap: str, run: str) -> list:  # type: ignore[type-arg]
+def _facts(bootstrap: str, run: str) -> list[Event]:
     events = [r.event for r in read_log(bootstrap, RUNS) if r.event.run_id == run]
     if not events:
-        _fail(f"no run {run!r} on {RUNS}; `runledger runs` lists the runs")
+        raise RunledgerError(f"no run {run!r} on {RUNS}; `runledger runs` lists the runs")
     return events
 
 
-@checkpoint_app.command("list")
 def list_(run: RunArg, as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
     """Every committed checkpoint of a run, oldest first, with revocations."""
-    facts = _guard(lambda: _facts(_connect(bootstrap), run))
+    facts = _facts(config.connect(bootstrap), run)
     revoked = {e.manifest_digest: e.reason for e in facts if isinstance(e, CheckpointRevoked)}
     rows = [{"generation": e.generation, "step": e.step, "manifest": e.manifest_path,
              "digest": e.manifest_digest, "revoked": revoked.get(e.manifest_digest)}
@@ -45,7 +50,6 @@ def list_(run: RunArg, as_json: AsJson = False, bootstrap: Bootstrap = None) -> 
         typer.echo(f"g{r['generation']:<4} step {r['step']:<8} {r['manifest']}{mark}")
 
 
-@checkpoint_app.command("gc")
 def gc(
     run: RunArg,
     root: Annotated[str, typer.Option("--root", help="The checkpoint root (an fsspec URL).")],
@@ -56,11 +60,8 @@ def gc(
     bootstrap: Bootstrap = None,
 ) -> None:
     """Remove checkpoints outside retention and fenced staging residue; never the latest."""
-    facts = _guard(lambda: _facts(_connect(bootstrap), run))
-    try:
-        urls = collect(root, run, history(facts), Retention(keep_last, keep_every, limit),
-                       dry_run=dry_run)
-    except WorkerError as exc:
-        _fail(str(exc))
+    facts = _facts(config.connect(bootstrap), run)
+    urls = collect(root, run, history(facts), Retention(keep_last, keep_every, limit),
+                   dry_run=dry_run)
     for url in urls:
         typer.echo(("would remove " if dry_run else "removed ") + url)

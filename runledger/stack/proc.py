@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from runledger.errors import StackError
-from runledger.stack_config import LOG4J_FILE, Layout, node_dir
+from runledger.stack.layout import LOG4J_FILE, Layout, node_dir
 
 HEAP = ["-Xms256m", "-Xmx512m"]
 PID_FILE = "kafka.pid"

@@ -35,7 +35,7 @@ from events.model import (
 )
 from events.state import RunState
 from events.topics import RUNS
-from runledger.demo_procs import DemoError, tail
+from runledger.demo.procs import DemoError, tail
 
 
 @dataclass(slots=True)

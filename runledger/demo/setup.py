@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from runledger.demo_procs import DemoError, cli_ok
+from runledger.demo.procs import DemoError, cli_ok
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_SPEC = REPO / "examples" / "tiny.yaml"
 EXAMPLE_SCRIPT = REPO / "examples" / "train_tiny.py"
 ALIAS = "demo/latest"
@@ -29,7 +29,7 @@ ALIAS = "demo/latest"
 
 @dataclass(frozen=True, slots=True)
 class DemoOptions:
-    """What ``runledger demo`` was asked to do (see :mod:`runledger.democli`)."""
+    """What ``runledger demo`` was asked to do (see :mod:`runledger.commands.demo`)."""
 
     workdir: Path | None = None
     bootstrap: str | None = None  # an existing broker; None starts one in the workdir

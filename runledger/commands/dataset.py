@@ -1,68 +1,84 @@
-"""``runledger dataset synth|build|show|alias|resolve|list``: dataset manifests and their catalog.
+r"""``runledger dataset synth|build|show|alias|resolve|list``: dataset manifests and their catalog.
 
 Thin: templates are built by :func:`dataplane.catalog.build_manifest`, stored
 and named by :class:`dataplane.catalog.Catalog`, the demo corpus comes from
-:mod:`dataplane.synth`. Every :class:`~dataplane.errors.DataPlaneError` (and an
-I/O error at the edge) becomes ``runledger: <message>`` on stderr and exit 1.
+:mod:`dataplane.synth`. Their errors (:class:`~dataplane.errors.DataPlaneError`)
+reach the CLI's error policy as they are; an I/O error at this edge is turned
+into a :class:`~runledger.errors.RunledgerError` with the same message.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import Annotated, Any
 
 import typer
 import yaml
 
-from dataplane.catalog import Catalog, build_manifest, default_catalog_url
+from dataplane.catalog import Catalog, build_manifest
 from dataplane.errors import DataPlaneError
 from dataplane.manifest import DatasetManifest
 from dataplane.synth import template, write_corpus
+from runledger import config
+from runledger.config import CatalogUrl, json_option
+from runledger.errors import RunledgerError
 
-T = TypeVar("T")
-
-dataset_app = typer.Typer(
-    help=(
-        "Dataset manifests: build them from templates, store them by id in a catalog"
-        " ($RUNLEDGER_DATASETS or ~/.local/share/runledger/datasets), name them with aliases."
-    ),
-    no_args_is_help=True,
-)
-
-CatalogOpt = Annotated[
-    str | None,
-    typer.Option("--catalog", metavar="URL",
-                 help="Catalog directory or fsspec URL (default $RUNLEDGER_DATASETS or"
-                      " ~/.local/share/runledger/datasets)."),
-]
-AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+AsJson = Annotated[bool, json_option("Print JSON.")]
 Ref = Annotated[str, typer.Argument(metavar="ID|ALIAS", help="A manifest id or an alias.")]
+TemplatePath = Annotated[Path, typer.Argument(metavar="TEMPLATE.yaml",
+                                              help="A manifest template.")]
 
 
-@dataset_app.command()
+def register(app: typer.Typer) -> None:
+    dataset_app = typer.Typer(
+        help=(
+            "Dataset manifests: build them from templates, store them by id in a catalog"
+            " ($RUNLEDGER_DATASETS or ~/.local/share/runledger/datasets), name them with"
+            " aliases."
+        ),
+        no_args_is_help=True,
+    )
+    dataset_app.command()(synth)
+    dataset_app.command()(build)
+    dataset_app.command()(show)
+    dataset_app.command("alias")(alias_cmd)
+    dataset_app.command()(resolve)
+    dataset_app.command("list")(list_cmd)
+    app.add_typer(dataset_app, name="dataset")
+
+
+@contextlib.contextmanager
+def _io_errors() -> Iterator[None]:
+    """An I/O error at this edge (the corpus, the template, the catalog's files) as one line."""
+    try:
+        yield
+    except OSError as exc:
+        raise RunledgerError(str(exc)) from None
+
+
 def synth(
     directory: Annotated[Path, typer.Argument(metavar="DIR", help="Where to write the corpus.")],
     seed: Annotated[int, typer.Option("--seed", min=0, help="Generator seed.")] = 0,
 ) -> None:
     """Write the synthetic three-source corpus and its manifest template DIR/dataset.yaml."""
     root = os.path.abspath(directory)
-    _guard(lambda: write_corpus(root, seed=seed))
     path = Path(root) / "dataset.yaml"
     header = (f"# The synthetic corpus of `runledger dataset synth --seed {seed}`.\n"
               f"# Build it: runledger dataset build {path} --alias synth/latest\n")
-    body = yaml.safe_dump(template(root, seed=seed), sort_keys=False)
-    _guard(lambda: path.write_text(header + body, encoding="utf-8"))
+    with _io_errors():
+        write_corpus(root, seed=seed)
+        body = yaml.safe_dump(template(root, seed=seed), sort_keys=False)
+        path.write_text(header + body, encoding="utf-8")
     typer.echo(str(path))
 
 
-@dataset_app.command()
 def build(
-    template_path: Annotated[Path, typer.Argument(metavar="TEMPLATE.yaml",
-                                                  help="A manifest template.")],
-    catalog: CatalogOpt = None,
+    template_path: TemplatePath,
+    catalog: CatalogUrl = None,
     alias: Annotated[str | None, typer.Option("--alias", help="Point this alias at it.")] = None,
     as_json: AsJson = False,
 ) -> None:
@@ -74,13 +90,14 @@ def build(
     try:
         text = template_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        _fail(f"{where}: cannot read the template: {exc}")
+        raise RunledgerError(f"{where}: cannot read the template: {exc}") from None
     base = os.path.dirname(os.path.abspath(template_path))
-    manifest = _guard(lambda: build_manifest(text, base, source=where))
-    store = _catalog(catalog)
-    mid = _guard(lambda: store.put(manifest))
-    if alias is not None:
-        _guard(lambda: store.set_alias(alias, mid))
+    with _io_errors():
+        manifest = build_manifest(text, base, source=where)
+        store = config.catalog(catalog)
+        mid = store.put(manifest)
+        if alias is not None:
+            store.set_alias(alias, mid)
     if as_json:
         doc = {"id": mid, "name": manifest.name, "alias": alias, "catalog": store.url,
                "sources": [_source_row(manifest, s.name) for s in manifest.sources]}
@@ -89,56 +106,47 @@ def build(
         typer.echo(mid)
 
 
-@dataset_app.command()
-def show(ref: Ref, catalog: CatalogOpt = None, as_json: AsJson = False) -> None:
+def show(ref: Ref, catalog: CatalogUrl = None, as_json: AsJson = False) -> None:
     """A manifest's summary, or (--json) its canonical JSON exactly as stored."""
-    store = _catalog(catalog)
-    mid = _guard(lambda: store.resolve(ref))
-    manifest = _guard(lambda: store.get(mid))
-    if as_json:
-        typer.echo(manifest.canonical_json())
-        return
-    for line in summary_lines(manifest, [a for a, i in store.aliases().items() if i == mid]):
+    with _io_errors():
+        store = config.catalog(catalog)
+        mid = store.resolve(ref)
+        manifest = store.get(mid)
+        if as_json:
+            typer.echo(manifest.canonical_json())
+            return
+        aliases = [a for a, i in store.aliases().items() if i == mid]
+    for line in summary_lines(manifest, aliases):
         typer.echo(line)
 
 
-@dataset_app.command("alias")
 def alias_cmd(
     name: Annotated[str, typer.Argument(metavar="NAME", help="The alias, e.g. corpus/latest.")],
     ref: Ref,
-    catalog: CatalogOpt = None,
+    catalog: CatalogUrl = None,
 ) -> None:
     """Point NAME at a stored manifest (given by id or by another alias)."""
-    store = _catalog(catalog)
-    mid = _guard(lambda: store.resolve(ref))
-    previous = _guard(lambda: store.set_alias(name, mid))
+    with _io_errors():
+        store = config.catalog(catalog)
+        mid = store.resolve(ref)
+        previous = store.set_alias(name, mid)
     was = f" (was {previous})" if previous and previous != mid else ""
     typer.echo(f"{name} -> {mid}{was}")
 
 
-@dataset_app.command()
-def resolve(ref: Ref, catalog: CatalogOpt = None) -> None:
+def resolve(ref: Ref, catalog: CatalogUrl = None) -> None:
     """Print the manifest id an alias (or id) names."""
-    store = _catalog(catalog)
-    typer.echo(_guard(lambda: store.resolve(ref)))
+    with _io_errors():
+        mid = config.catalog(catalog).resolve(ref)
+    typer.echo(mid)
 
 
-@dataset_app.command("list")
-def list_cmd(catalog: CatalogOpt = None, as_json: AsJson = False) -> None:
+def list_cmd(catalog: CatalogUrl = None, as_json: AsJson = False) -> None:
     """Every stored manifest (id, name, records, tokens, aliases). Exit 1 if one is damaged."""
-    store = _catalog(catalog)
-    aliases = _guard(store.aliases)
-    rows: list[dict[str, Any]] = []
-    for mid in _guard(store.ids):
-        names = [a for a, i in aliases.items() if i == mid]
-        try:
-            m = store.get(mid)
-        except DataPlaneError as exc:
-            rows.append({"id": mid, "aliases": names, "error": str(exc)})
-            continue
-        rows.append({"id": mid, "name": m.name, "sources": len(m.sources),
-                     "records": sum(s.records for s in m.sources),
-                     "tokens": sum(s.tokens for s in m.sources), "aliases": names})
+    with _io_errors():
+        store = config.catalog(catalog)
+        aliases = store.aliases()
+        rows = _rows(store, aliases)
     if as_json:
         typer.echo(json.dumps({"catalog": store.url, "manifests": rows, "aliases": aliases},
                               indent=2))
@@ -153,7 +161,24 @@ def list_cmd(catalog: CatalogOpt = None, as_json: AsJson = False) -> None:
                        f" {r['tokens']:>11}  {', '.join(r['aliases']) or '-'}")
     damaged = [r["id"] for r in rows if "error" in r]
     if damaged:
-        _fail(f"{len(damaged)} stored manifest(s) are damaged: {', '.join(damaged)}")
+        raise RunledgerError(
+            f"{len(damaged)} stored manifest(s) are damaged: {', '.join(damaged)}")
+
+
+def _rows(store: Catalog, aliases: dict[str, str]) -> list[dict[str, Any]]:
+    """One row per stored manifest; a damaged one says what is wrong with it."""
+    rows: list[dict[str, Any]] = []
+    for mid in store.ids():
+        names = [a for a, i in aliases.items() if i == mid]
+        try:
+            m = store.get(mid)
+        except DataPlaneError as exc:
+            rows.append({"id": mid, "aliases": names, "error": str(exc)})
+            continue
+        rows.append({"id": mid, "name": m.name, "sources": len(m.sources),
+                     "records": sum(s.records for s in m.sources),
+                     "tokens": sum(s.tokens for s in m.sources), "aliases": names})
+    return rows
 
 
 def summary_lines(m: DatasetManifest, aliases: list[str]) -> list[str]:
@@ -192,26 +217,4 @@ def _source_row(m: DatasetManifest, name: str) -> dict[str, Any]:
             "weight": m.mixture.weights[s.name]}
 
 
-def _catalog(url: str | None) -> Catalog:
-    return _guard(lambda: Catalog(url if url is not None else default_catalog_url()))
-
-
-def _guard(action: Callable[[], T]) -> T:
-    """Run ``action``; data plane and I/O errors become one message on stderr and exit 1."""
-    try:
-        return action()
-    except DataPlaneError as exc:
-        _fail(str(exc))
-    except OSError as exc:
-        _fail(str(exc))
-    except KeyboardInterrupt:
-        typer.echo("runledger: interrupted", err=True)
-        raise typer.Exit(130) from None
-
-
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"runledger: {message}", err=True)
-    raise typer.Exit(1)
-
-
-__all__ = ["dataset_app", "summary_lines"]
+__all__ = ["register", "summary_lines"]

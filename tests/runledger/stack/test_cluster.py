@@ -1,4 +1,4 @@
-"""The local Kafka stack against real broker processes: no mocks.
+"""``runledger.stack`` and ``runledger stack`` against real broker processes: no mocks.
 
 The ``slow`` tests start clusters of their own in temporary directories, so
 they never touch the broker that ``make test`` shares with the other tests.
@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from events.topics import ALL, RUNS
 from runledger.stack import Stack, StackInfo
-from runledger.stack_admin import cluster_nodes, describe_topics
+from runledger.stack.admin import cluster_nodes, describe_topics
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -265,11 +265,3 @@ def test_session_bootstrap_answers(bootstrap: str, topic_name: str, run_id: str)
     assert {t.name for t in describe_topics(bootstrap)} >= set(ALL)
     assert topic_name.startswith("test.test_session_bootstrap_answers-")
     assert run_id.startswith("run-") and run_id[4:] == topic_name[5:]
-
-
-def test_cluster_ids_never_look_like_an_option() -> None:
-    from runledger.stack_config import new_cluster_id
-
-    ids = [new_cluster_id() for _ in range(5000)]  # a leading '-' is 1 in 64 without the rule
-    assert not [c for c in ids if c.startswith("-")]
-    assert all(len(c) == 22 for c in ids) and len(set(ids)) == len(ids)

@@ -1,30 +1,19 @@
-"""``runledger dataset ...`` through the real command tree, and alias resolution at submit.
+"""``runledger dataset ...`` through the real command tree (no broker: it never touches Kafka).
 
-No broker: the dataset commands never touch Kafka, and submit's resolution
-happens before it connects. The one end-to-end submit is marked ``kafka``.
+Resolving a spec's dataset alias is tested with the spec (tests/controller/test_spec.py)
+and with ``submit`` (tests/runledger/commands/test_runs.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from typer.testing import CliRunner, Result
 
-from controller.errors import SpecError
-from controller.spec import parse_spec
-from dataplane.catalog import Catalog
-from dataplane.errors import CatalogError
 from runledger.cli import app
-from runledger.runcli import resolve_spec_dataset
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "run.yaml"
-EXAMPLE_ID = "sha256:5b1e1c0f4a7d2e9c8b6a5f4e3d2c1b0a99887766554433221100ffeeddccbbaa"
 
 
 def cli(*args: str, env: dict[str, str | None] | None = None) -> Result:
@@ -132,93 +121,3 @@ def test_a_bad_template_names_every_problem(tmp_path: Path) -> None:
     assert "sources[web].objects[0] 'web/*.parquet': the glob matches no object" in problems[0]
     assert all("outside the access scope" in p for p in problems[1:])
     assert not (tmp_path / "cat").exists()
-
-
-# --- alias resolution at submit ------------------------------------------------
-
-
-def spec_text(dataset: str) -> str:
-    text = EXAMPLE.read_text()
-    assert text.count(EXAMPLE_ID) == 1
-    return text.replace(EXAMPLE_ID, dataset)
-
-
-def test_submit_resolution_substitutes_the_id(built: tuple[str, str, Path]) -> None:
-    catalog, mid, _ = built
-    store = Catalog(catalog)
-    for written in ("corpus/latest", '"corpus/latest"', "'corpus/latest'"):
-        text, alias = resolve_spec_dataset(spec_text(written), "run.yaml", store)
-        assert alias == "corpus/latest"
-        assert text == spec_text(mid)  # only the value changed: comments and all stay
-        assert parse_spec(text, "run.yaml").dataset == mid
-
-
-def test_submit_resolution_leaves_digests_alone_without_a_catalog(tmp_path: Path) -> None:
-    nowhere = Catalog(str(tmp_path / "no-catalog"))
-    text = spec_text(EXAMPLE_ID)
-    assert resolve_spec_dataset(text, "run.yaml", nowhere) == (text, None)
-    assert resolve_spec_dataset("a: [", "run.yaml", nowhere) == ("a: [", None)
-
-
-def test_submit_resolution_checks_digests_where_a_catalog_exists(
-    built: tuple[str, str, Path]
-) -> None:
-    catalog, mid, _ = built
-    store = Catalog(catalog)
-    assert resolve_spec_dataset(spec_text(mid), "run.yaml", store) == (spec_text(mid), None)
-    with pytest.raises(CatalogError, match="unknown dataset manifest"):
-        resolve_spec_dataset(spec_text(EXAMPLE_ID), "run.yaml", store)
-
-
-def test_an_unknown_alias_is_a_spec_problem(built: tuple[str, str, Path]) -> None:
-    catalog, _, _ = built
-    store = Catalog(catalog)
-    with pytest.raises(CatalogError, match="known aliases: corpus/latest"):
-        resolve_spec_dataset(spec_text("corpus/old"), "run.yaml", store)
-    bad = spec_text("corpus/old").replace("rpo_s: ", "rpo_s: -1 #", 1)
-    with pytest.raises(SpecError) as info:
-        resolve_spec_dataset(bad, "run.yaml", store)
-    [dataset] = [p for p in info.value.problems if p.startswith("dataset:")]
-    assert "aliases must be resolved first" in dataset and "unknown dataset alias" in dataset
-    assert len(info.value.problems) == 2
-
-
-def test_submit_prints_the_resolution_before_connecting(
-    built: tuple[str, str, Path], tmp_path: Path
-) -> None:
-    catalog, mid, _ = built
-    path = tmp_path / "run.yaml"
-    path.write_text(spec_text("corpus/latest"))
-    out = cli("submit", str(path), "--catalog", catalog, "--principal", "bob")
-    assert out.exit_code == 1  # no broker configured: the failure comes after resolution
-    first, second = out.stderr.splitlines()
-    assert first == f"resolved corpus/latest -> {mid}"
-    assert second.startswith("runledger: no Kafka bootstrap address")
-
-    path.write_text(spec_text("corpus/old"))
-    out = cli("submit", str(path), "--catalog", catalog)
-    line = one_line_error(out)
-    assert "unknown dataset alias 'corpus/old'" in line
-
-
-@pytest.mark.kafka
-def test_submit_records_the_resolved_id(
-    bootstrap: str, unique: str, built: tuple[str, str, Path], tmp_path: Path
-) -> None:
-    from events.consume import read_log
-    from events.model import RunSubmitted
-    from events.topics import REQUESTS
-
-    catalog, mid, _ = built
-    doc = yaml.safe_load(spec_text("corpus/latest")) | {"name": unique[:63]}
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap, "RUNLEDGER_DATASETS": catalog}
-    out = subprocess.run([sys.executable, "-m", "runledger.cli", "submit", str(path), "--json"],
-                         capture_output=True, text=True, timeout=60, env=env, check=False)
-    assert out.returncode == 0, out.stderr
-    assert out.stderr == f"resolved corpus/latest -> {mid}\n"
-    run_id = json.loads(out.stdout)["run_id"]
-    [event] = [r.event for r in read_log(bootstrap, REQUESTS) if r.event.run_id == run_id]
-    assert isinstance(event, RunSubmitted) and event.dataset_id == mid
-    assert json.loads(event.spec_json)["dataset"] == mid

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import threading
 from pathlib import Path
@@ -18,37 +17,37 @@ import typer
 from projectors.metrics import EttrOf, ProjectorCollector
 from projectors.projector import Projector, table_digests
 from queries.ettr import ettr_all
-from runledger.metricsserver import MetricsServer, serve_or_exit
-from runledger.runcli import Bootstrap, _connect, _fail
+from runledger import config
+from runledger.config import Bootstrap, MetricsAddress, db_option
+from runledger.errors import RunledgerError
+from runledger.metricsserver import MetricsServer, serve_metrics
 
-Db = Annotated[Path, typer.Option("--db", help="The DuckDB file.")]
+ProjectDb = Annotated[
+    Path | None, db_option("The DuckDB file (default $RUNLEDGER_HOME/projection.duckdb).")
+]
+NewDb = Annotated[Path, db_option("The DuckDB file.")]
+Once = Annotated[bool, typer.Option("--once", help="Stop when caught up.")]
+Digests = Annotated[bool, typer.Option("--json", help="Print the table digests.")]
 
-# Run id -> ETTR for the metrics endpoint; None until the queries package
-# provides it (then: that function), and with None there is no ETTR series.
 # ETTR per run on each scrape: the queries package's SQL over the projector's own cursor.
 ETTR_OF: EttrOf | None = ettr_all
 
 
-def _default_db() -> Path:
-    home = os.environ.get("RUNLEDGER_HOME") or str(Path.home() / ".local/state/runledger")
-    return Path(home) / "projection.duckdb"
+def register(app: typer.Typer) -> None:
+    app.command()(project)
+    app.command()(replay)
 
 
 def project(
-    db: Annotated[Path | None, typer.Option("--db", help="The DuckDB file (default"
-                                            " $RUNLEDGER_HOME/projection.duckdb).")] = None,
-    once: Annotated[bool, typer.Option("--once", help="Stop when caught up.")] = False,
+    db: ProjectDb = None,
+    once: Once = False,
     bootstrap: Bootstrap = None,
-    metrics_address: Annotated[
-        str | None,
-        typer.Option("--metrics", metavar="ADDR",
-                     help="Serve Prometheus metrics at HOST:PORT (port 0: any free one)."),
-    ] = None,
+    metrics_address: MetricsAddress = None,
 ) -> None:
     """Project runledger.runs and runledger.reports into DuckDB, resuming after the
     offsets stored with the last applied batch."""
-    address = _connect(bootstrap)
-    path = db or _default_db()
+    address = config.connect(bootstrap)
+    path = db or config.default_db()
     path.parent.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -58,7 +57,7 @@ def project(
     try:
         if metrics_address is not None:
             collector = ProjectorCollector(projector, ettr_of=ETTR_OF)
-            server = serve_or_exit(collector, metrics_address, on_close=collector.close)
+            server = serve_metrics(collector, metrics_address, on_close=collector.close)
         n = projector.run(until_caught_up=once, stop=stop)
     finally:
         if server is not None:
@@ -67,15 +66,12 @@ def project(
     typer.echo(f"projected {n} records into {path}")
 
 
-def replay(
-    db: Db,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the table digests.")] = False,
-    bootstrap: Bootstrap = None,
-) -> None:
+def replay(db: NewDb, as_json: Digests = False, bootstrap: Bootstrap = None) -> None:
     """Rebuild a projection from offset 0 into a new database file, up to the log's end."""
-    address = _connect(bootstrap)
+    address = config.connect(bootstrap)
     if db.exists():
-        _fail(f"{db} exists; replay builds a new database (remove it or pick another path)")
+        raise RunledgerError(
+            f"{db} exists; replay builds a new database (remove it or pick another path)")
     projector = Projector(db, address)
     try:
         n = projector.run(until_caught_up=True)

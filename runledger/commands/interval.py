@@ -1,14 +1,15 @@
 """``runledger interval``: Young's checkpoint interval and the expected-waste table.
 
 Thin: the arithmetic is :mod:`controller.interval` (pure). This module reads
-the durations, refuses bad ones as ``runledger: --option: problem`` on stderr
-with exit status 1, and prints either the human table or one JSON object.
+the durations, refuses a bad one with a :class:`~runledger.errors.RunledgerError`
+naming the option (``runledger: --option: problem``, exit 1), and prints either
+the human table or one JSON object.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 
@@ -21,6 +22,8 @@ from controller.interval import (
     waste_table,
     young_interval_s,
 )
+from runledger.config import AsJson
+from runledger.errors import RunledgerError
 
 # Inputs outside this range are refused: they are no real checkpoint costs or failure
 # rates, and the arithmetic would underflow or overflow on them.
@@ -29,31 +32,34 @@ MAX_DURATION_S = 1e12  # about 31,700 years
 
 DURATION_HELP = "seconds (90, 1.5) or with a unit: ms, s, m/min, h, d (30m, 6h, 1h30m)"
 
+Cost = Annotated[
+    str,
+    typer.Option("--cost", metavar="S",
+                 help=f"Checkpoint cost C, the training stall per checkpoint; {DURATION_HELP}."),
+]
+Mtbf = Annotated[
+    str,
+    typer.Option("--mtbf", metavar="DURATION",
+                 help="Mean time between failures M; a duration like --cost's (e.g. 6h, 2d)."),
+]
+Restore = Annotated[
+    str,
+    typer.Option("--restore", metavar="S",
+                 help="Restore time R after a failure; a duration like --cost's."),
+]
+Detect = Annotated[
+    str,
+    typer.Option("--detect", metavar="S", help="Failure detection time D; a duration like"
+                                                 " --cost's."),
+]
 
-def interval(
-    cost: Annotated[
-        str,
-        typer.Option("--cost", metavar="S",
-                     help=f"Checkpoint cost C, the training stall per checkpoint;"
-                          f" {DURATION_HELP}."),
-    ],
-    mtbf: Annotated[
-        str,
-        typer.Option("--mtbf", metavar="DURATION",
-                     help="Mean time between failures M; a duration like --cost's (e.g. 6h, 2d)."),
-    ],
-    restore: Annotated[
-        str,
-        typer.Option("--restore", metavar="S",
-                     help="Restore time R after a failure; a duration like --cost's."),
-    ],
-    detect: Annotated[
-        str,
-        typer.Option("--detect", metavar="S",
-                     help="Failure detection time D; a duration like --cost's."),
-    ] = "0",
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-) -> None:
+
+def register(app: typer.Typer) -> None:
+    app.command()(interval)
+
+
+def interval(cost: Cost, mtbf: Mtbf, restore: Restore, detect: Detect = "0",
+             as_json: AsJson = False) -> None:
     """Young's checkpoint interval T = sqrt(2*C*M) and the expected waste around it.
 
     Waste is C/T (checkpoint overhead) + T/(2M) (expected lost work) + (R+D)/M
@@ -142,19 +148,15 @@ def _duration(option: str, text: str, *, positive: bool) -> float:
     try:
         seconds = parse_duration(text)
     except ValueError as exc:
-        _fail(f"{option}: {exc}")
+        raise RunledgerError(f"{option}: {exc}") from None
     if positive and seconds == 0:
-        _fail(f"{option}: must be positive, got {text!r}")
+        raise RunledgerError(f"{option}: must be positive, got {text!r}")
     if positive and seconds < MIN_POSITIVE_S:
-        _fail(f"{option}: {text!r} is below the smallest supported value, 1 microsecond")
+        raise RunledgerError(
+            f"{option}: {text!r} is below the smallest supported value, 1 microsecond")
     if seconds > MAX_DURATION_S:
-        _fail(f"{option}: {text!r} is above the largest supported value, 1e12 s")
+        raise RunledgerError(f"{option}: {text!r} is above the largest supported value, 1e12 s")
     return seconds
 
 
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"runledger: {message}", err=True)
-    raise typer.Exit(1)
-
-
-__all__ = ["interval", "interval_document", "interval_lines"]
+__all__ = ["interval", "interval_document", "interval_lines", "register"]

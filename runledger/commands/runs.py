@@ -18,49 +18,49 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeVar
+from typing import Annotated
 
 import typer
-import yaml
 from confluent_kafka import KafkaError, Message
 
-from controller.errors import ControllerError, SpecError
-from controller.spec import load_spec, parse_spec, parse_spec_json, run_id_for
-from dataplane.catalog import Catalog, default_catalog_url, is_manifest_id
-from dataplane.errors import CatalogError, DataPlaneError
+from controller.errors import ControllerError
+from controller.spec import load_spec, parse_spec_json, run_id_for
+from dataplane.catalog import is_manifest_id
 from events.consume import read_log
-from events.errors import EventsError, KafkaOperationError
-from events.kafka import EventProducer, Quarantined, bootstrap_from_env, check_broker
+from events.errors import KafkaOperationError
+from events.kafka import EventProducer, Quarantined
 from events.model import CancelRequested, Event, Header, RunSubmitted
 from events.topics import REPORTS, REQUESTS, RUNS
+from runledger import config
+from runledger.config import AsJson, Bootstrap, Principal, RunArg, catalog_option
+from runledger.errors import RunledgerError
 from runledger.runview import UNSEEN, list_rows, status_document, status_lines
 
-T = TypeVar("T")
+SpecPath = Annotated[Path, typer.Argument(metavar="SPEC.yaml", help="The run spec.")]
+SubmitCatalog = Annotated[
+    str | None,
+    catalog_option("Dataset catalog that resolves an alias in `dataset` (default"
+                   " $RUNLEDGER_DATASETS or ~/.local/share/runledger/datasets)."),
+]
+Reason = Annotated[str, typer.Option("--reason", help="Why; recorded with the request.")]
 
-AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
-Bootstrap = Annotated[
-    str | None, typer.Option("--bootstrap", help="Kafka bootstrap (default $RUNLEDGER_BOOTSTRAP).")
-]
-Principal = Annotated[
-    str | None, typer.Option("--principal", help="Who asks (default $USER).")
-]
-RunArg = Annotated[str, typer.Argument(help="The run id that `runledger submit` printed.")]
+
+def register(app: typer.Typer) -> None:
+    app.command()(submit)
+    app.command()(status)
+    app.command()(cancel)
+    app.command()(runs)
 
 
 def submit(
-    spec_path: Annotated[Path, typer.Argument(metavar="SPEC.yaml", help="The run spec.")],
+    spec_path: SpecPath,
     principal: Principal = None,
     as_json: AsJson = False,
     bootstrap: Bootstrap = None,
-    catalog: Annotated[
-        str | None,
-        typer.Option("--catalog", metavar="URL",
-                     help="Dataset catalog that resolves an alias in `dataset` (default"
-                          " $RUNLEDGER_DATASETS or ~/.local/share/runledger/datasets)."),
-    ] = None,
+    catalog: SubmitCatalog = None,
 ) -> None:
     """Validate a run spec and request the run; print its run id.
 
@@ -68,19 +68,12 @@ def submit(
     so the run records the manifest id. An invalid spec is refused with every
     bad field named, and nothing is written.
     """
-    try:
-        text = spec_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        text = None  # load_spec names the file and the reason
-    if text is None:
-        spec = _guard(lambda: load_spec(spec_path))
-    else:
-        resolved, alias = _guard(lambda: _resolving(text, str(spec_path), catalog))
-        spec = _guard(lambda: parse_spec(resolved, str(spec_path)))
-        if alias is not None:
-            typer.echo(f"resolved {alias} -> {spec.dataset}", err=True)
+    pin = DatasetPin(catalog)
+    spec = load_spec(spec_path, resolve_dataset=pin)
+    if pin.alias is not None:
+        typer.echo(f"resolved {pin.alias} -> {spec.dataset}", err=True)
     who = _principal(principal)
-    address = _connect(bootstrap)
+    address = config.connect(bootstrap)
     # The submission id makes two submissions of one spec two runs; it is made
     # here, never in the pure code, so run_id_for stays deterministic.
     run_id = run_id_for(spec, who, uuid.uuid4().hex)
@@ -93,79 +86,43 @@ def submit(
         world_size=spec.world_size,
         dataset_id=spec.dataset,
     )
-    _guard(lambda: _send(address, REQUESTS, event))
+    _send(address, REQUESTS, event)
     if as_json:
         typer.echo(json.dumps({"run_id": run_id, "spec_digest": digest}))
     else:
         typer.echo(run_id)
 
 
-def resolve_spec_dataset(text: str, source: str, catalog: Catalog) -> tuple[str, str | None]:
-    """The spec text with an alias in ``dataset`` replaced by the manifest id it names.
+class DatasetPin:
+    """The spec's ``dataset`` as a manifest id, from the catalog; remembers an alias it resolved.
 
-    Returns the text and the alias (None when there was none). Only the value's
-    characters change, so comments, key order and a key given twice (which
-    :func:`parse_spec` refuses) stay as written. A manifest id is checked
-    against the catalog only where a catalog exists, so ids made elsewhere keep
-    working. An alias the catalog cannot resolve is a spec problem, reported
-    with the spec's other problems; it raises :class:`CatalogError` alone only
-    if the spec is otherwise valid.
+    An alias is resolved through the catalog. A manifest id is checked against
+    the catalog only where a catalog exists, so ids made elsewhere keep working;
+    text that is neither is left to the spec's own check.
     """
-    node = _dataset_node(text)
-    if node is None:
-        return text, None  # no (single, plain) dataset value: parse_spec judges it
-    value = str(node.value)
-    if value.lower().startswith("sha256:"):
-        if is_manifest_id(value.lower()) and catalog.exists():
-            catalog.resolve(value.lower())
-        return text, None
-    try:
-        mid = catalog.resolve(value)
-    except CatalogError as exc:
-        try:
-            parse_spec(text, source)
-        except SpecError as err:
-            others = [p for p in err.problems if not p.startswith("dataset:")]
-            if others:
-                problems = [p if p in others else f"{p}; {exc}" for p in err.problems]
-                raise SpecError(source, problems) from None
-        raise
-    return text[:node.start_mark.index] + mid + text[node.end_mark.index:], value
 
+    def __init__(self, catalog_url: str | None) -> None:
+        self.catalog_url = catalog_url
+        self.alias: str | None = None
 
-def _dataset_node(text: str) -> yaml.ScalarNode | None:
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return None
-    if not isinstance(root, yaml.MappingNode):
-        return None
-    found = [v for k, v in root.value
-             if isinstance(k, yaml.ScalarNode) and k.value == "dataset"]
-    if len(found) != 1 or not isinstance(found[0], yaml.ScalarNode):
-        return None
-    node = found[0]
-    # Plain or quoted text only: a block scalar or a tagged value is left to the spec check.
-    if node.tag != "tag:yaml.org,2002:str" or node.style not in (None, "'", '"'):
-        return None
-    return node
-
-
-def _resolving(text: str, source: str, catalog_url: str | None) -> tuple[str, str | None]:
-    try:
-        store = Catalog(catalog_url if catalog_url is not None else default_catalog_url())
-        return resolve_spec_dataset(text, source, store)
-    except DataPlaneError as exc:
-        _fail(str(exc))
+    def __call__(self, ref: str) -> str:
+        store = config.catalog(self.catalog_url)
+        if ref.lower().startswith("sha256:"):
+            if is_manifest_id(ref.lower()) and store.exists():
+                store.resolve(ref.lower())
+            return ref
+        manifest_id = store.resolve(ref)
+        self.alias = ref
+        return manifest_id
 
 
 def status(run: RunArg, as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
     """A run's state: generation, members and heartbeat ages, progress, checkpoint, failures."""
-    address = _connect(bootstrap)
-    view = _guard(lambda: _load(address, run, with_reports=True))
+    address = config.connect(bootstrap)
+    view = _load(address, run, with_reports=True)
     doc = status_document(run, view.requests, view.facts, view.reports, _now_ms())
     if doc is None:
-        _unknown(run)
+        raise _unknown(run)
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
     else:
@@ -175,7 +132,7 @@ def status(run: RunArg, as_json: AsJson = False, bootstrap: Bootstrap = None) ->
 
 def cancel(
     run: RunArg,
-    reason: Annotated[str, typer.Option("--reason", help="Why; recorded with the request.")],
+    reason: Reason,
     principal: Principal = None,
     as_json: AsJson = False,
     bootstrap: Bootstrap = None,
@@ -187,21 +144,21 @@ def cancel(
     """
     who = _principal(principal)
     if not reason.strip():
-        _fail("--reason must say why")
-    address = _connect(bootstrap)
-    view = _guard(lambda: _load(address, run, with_reports=False))
+        raise RunledgerError("--reason must say why")
+    address = config.connect(bootstrap)
+    view = _load(address, run, with_reports=False)
     doc = status_document(run, view.requests, view.facts, (), _now_ms())
     if doc is None:
-        _unknown(run)
+        raise _unknown(run)
     if doc["terminal"]:
-        _fail(f"run {run} is already {doc['state']}; nothing to cancel")
+        raise RunledgerError(f"run {run} is already {doc['state']}; nothing to cancel")
     if not _may_cancel(view.requests + view.facts, who):
         typer.echo(f"runledger: note: {who!r} is not in the cancel authority of {run}; the"
                    " controller will refuse the request and record the refusal", err=True)
     event_id = f"{run}/cancel/{uuid.uuid4().hex[:12]}"
     event = CancelRequested(header=_header(event_id, run, int(doc["generation"]), who),
                             principal=who, reason=reason)
-    _guard(lambda: _send(address, REQUESTS, event))
+    _send(address, REQUESTS, event)
     if as_json:
         typer.echo(json.dumps({"run_id": run, "event_id": event_id, "principal": who}))
     else:
@@ -210,8 +167,8 @@ def cancel(
 
 def runs(as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
     """Every run on the log: id, name, principal, state, generation, submitted at."""
-    address = _connect(bootstrap)
-    view = _guard(lambda: _load(address, None, with_reports=False))
+    address = config.connect(bootstrap)
+    view = _load(address, None, with_reports=False)
     rows = list_rows(view.requests, view.facts)
     if as_json:
         typer.echo(json.dumps({"runs": rows}, indent=2))
@@ -286,13 +243,6 @@ def _send(bootstrap: str, topic: str, event: Event) -> None:
         raise KafkaOperationError(f"write to {topic}: {failures[0]}")
 
 
-def _connect(explicit: str | None) -> str:
-    """The bootstrap address, after one broker has answered (a fast, clear failure)."""
-    address = _guard(lambda: bootstrap_from_env(explicit))
-    _guard(lambda: check_broker(address, timeout_s=5.0))
-    return address
-
-
 def _header(event_id: str, run_id: str, generation: int, principal: str) -> Header:
     return Header(event_id=event_id, run_id=run_id, generation=generation,
                   occurred_at=_now_ms(), producer=f"cli/{principal}")
@@ -306,7 +256,7 @@ def _principal(explicit: str | None) -> str:
         except (OSError, KeyError):
             who = ""
     if not who.strip():
-        _fail("no principal: pass --principal or set USER")
+        raise RunledgerError("no principal: pass --principal or set USER")
     return who.strip()
 
 
@@ -314,24 +264,8 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _guard(action: Callable[[], T]) -> T:
-    """Run ``action``; our errors become one line on stderr and exit 1, no traceback."""
-    try:
-        return action()
-    except (EventsError, ControllerError) as exc:
-        _fail(str(exc))
-    except KeyboardInterrupt:
-        typer.echo("runledger: interrupted", err=True)
-        raise typer.Exit(130) from None
+def _unknown(run: str) -> RunledgerError:
+    return RunledgerError(f"unknown run {run!r}: not on {REQUESTS} or {RUNS}")
 
 
-def _unknown(run: str) -> NoReturn:
-    _fail(f"unknown run {run!r}: not on {REQUESTS} or {RUNS}")
-
-
-def _fail(message: str) -> NoReturn:
-    typer.echo(f"runledger: {message}", err=True)
-    raise typer.Exit(1)
-
-
-__all__ = ["cancel", "runs", "status", "submit"]
+__all__ = ["DatasetPin", "cancel", "register", "runs", "status", "submit"]

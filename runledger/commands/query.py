@@ -3,57 +3,54 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from dataplane.catalog import Catalog, default_catalog_url
 from dataplane.errors import DataPlaneError
 from queries import lineage, render
-from queries.errors import QueryError
 from queries.runner import Result, connect, names, run_query
-from runledger.projectcli import _default_db
-from runledger.runcli import _fail
+from runledger import config
+from runledger.config import Db, ProjectedRun, json_option
+from runledger.errors import RunledgerError
 
 FORMATS = ("table", "json", "prov", "openlineage")
 
+QueryName = Annotated[str, typer.Argument(help="ettr, goodput, provenance, audit, incidents,"
+                                          " stragglers, alerts, mixture or timeline.")]
+AsRows = Annotated[bool, json_option("Rows as JSON objects.")]
+Format = Annotated[str, typer.Option("--format", help="table, json, or for provenance"
+                                     " also prov (W3C PROV-JSON) or openlineage.")]
+Checkpoint = Annotated[int | None, typer.Option(
+    "--checkpoint", help="provenance: the checkpoint's step (default the latest).")]
+Ratio = Annotated[float | None, typer.Option(
+    "--ratio", help="stragglers: flag ranks slower than RATIO x the others (1.5).")]
 
-def query(
-    name: Annotated[str, typer.Argument(help="ettr, goodput, provenance, audit, incidents,"
-                                        " stragglers, alerts, mixture or timeline.")],
-    run: Annotated[str, typer.Argument(help="The run id.")],
-    db: Annotated[Path | None, typer.Option("--db", help="The projection (default"
-                                            " $RUNLEDGER_HOME/projection.duckdb).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Rows as JSON objects.")] = False,
-    fmt: Annotated[str, typer.Option("--format", help="table, json, or for provenance"
-                                     " also prov (W3C PROV-JSON) or openlineage.")] = "table",
-    checkpoint: Annotated[int | None, typer.Option(
-        "--checkpoint", help="provenance: the checkpoint's step (default the latest).")] = None,
-    ratio: Annotated[float | None, typer.Option(
-        "--ratio", help="stragglers: flag ranks slower than RATIO x the others (1.5).")] = None,
-) -> None:
+
+def register(app: typer.Typer) -> None:
+    app.command()(query)
+
+
+def query(name: QueryName, run: ProjectedRun, db: Db = None, as_json: AsRows = False,
+          fmt: Format = "table", checkpoint: Checkpoint = None, ratio: Ratio = None) -> None:
     """Answer a question about a run from the DuckDB projection (`runledger project`)."""
     fmt = "json" if as_json else fmt
     if fmt not in FORMATS:
-        _fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        raise RunledgerError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt in ("prov", "openlineage") and name != "provenance":
-        _fail(f"--format {fmt} is for the provenance query only")
+        raise RunledgerError(f"--format {fmt} is for the provenance query only")
     if name not in names():
-        _fail(f"unknown query {name!r}; queries: {', '.join(names())}")
+        raise RunledgerError(f"unknown query {name!r}; queries: {', '.join(names())}")
     params: dict[str, Any] = {}
     if checkpoint is not None:
         params["checkpoint_step"] = checkpoint
     if ratio is not None:
         params["straggler_ratio"] = ratio
+    con = connect(db or config.default_db())
     try:
-        con = connect(db or _default_db())
-        try:
-            result = run_query(con, name, run, **params)
-        finally:
-            con.close()
-    except QueryError as exc:
-        _fail(str(exc))
+        result = run_query(con, name, run, **params)
+    finally:
+        con.close()
     if name == "provenance":
         _provenance(result, fmt, checkpoint)
     elif fmt == "json":
@@ -83,7 +80,7 @@ def _dataset(dataset_id: str | None) -> dict[str, Any] | None:
     if not dataset_id:
         return None
     try:
-        manifest = Catalog(default_catalog_url()).get(dataset_id)
+        manifest = config.catalog().get(dataset_id)
     except (DataPlaneError, OSError):
         return None
     tok = manifest.tokenizer
@@ -97,7 +94,7 @@ def _provenance(result: Result, fmt: str, checkpoint: int | None) -> None:
     chain = [{k: render.plain(v) for k, v in r.items()} for r in result.records()]
     if not chain:
         which = f"at step {checkpoint}" if checkpoint is not None else "committed yet"
-        _fail(f"run {result.run_id} has no checkpoint {which}")
+        raise RunledgerError(f"run {result.run_id} has no checkpoint {which}")
     dataset = _dataset(chain[0].get("dataset_id"))
     if fmt == "prov":
         typer.echo(json.dumps(lineage.prov(result.run_id, chain, dataset), indent=2))

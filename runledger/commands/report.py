@@ -1,8 +1,7 @@
 """``runledger report RUN --html FILE``: one run as a self-contained HTML postmortem.
 
 The page itself is built by :mod:`queries.report` from the DuckDB projection
-(``runledger project``); this module only finds the projection, writes the file
-and turns a :class:`~queries.errors.QueryError` into one line on stderr.
+(``runledger project``); this module only finds the projection and writes the file.
 """
 
 from __future__ import annotations
@@ -15,37 +14,36 @@ import typer
 from queries.errors import QueryError
 from queries.report import report as build_report
 from queries.runner import connect
-from runledger.projectcli import _default_db
-from runledger.runcli import _fail
+from runledger import config
+from runledger.config import Db, ProjectedRun
+from runledger.errors import RunledgerError
+
+Html = Annotated[Path, typer.Option("--html", help="Write the page to this file.",
+                                    dir_okay=False)]
 
 
-def report(
-    run: Annotated[str, typer.Argument(help="The run id.")],
-    html: Annotated[Path, typer.Option("--html", help="Write the page to this file.",
-                                       dir_okay=False)],
-    db: Annotated[Path | None, typer.Option("--db", help="The projection (default"
-                                            " $RUNLEDGER_HOME/projection.duckdb).")] = None,
-) -> None:
+def register(app: typer.Typer) -> None:
+    app.command()(report)
+
+
+def report(run: ProjectedRun, html: Html, db: Db = None) -> None:
     """Write a run's postmortem as one HTML file: timeline, ETTR, incidents, provenance.
 
     The page needs no network and no script: open it in any browser, or attach it
     to the incident ticket.
     """
-    path = db or _default_db()
+    path = db or config.default_db()
+    if not path.exists():
+        raise QueryError(_missing(path))
+    con = connect(path)
     try:
-        if not path.exists():
-            raise QueryError(_missing(path))
-        con = connect(path)
-        try:
-            page = build_report(con, run)
-        finally:
-            con.close()
-    except QueryError as exc:
-        _fail(str(exc))
+        page = build_report(con, run)
+    finally:
+        con.close()
     try:
         html.write_text(page, encoding="utf-8")
     except OSError as exc:
-        _fail(f"cannot write {html}: {exc.strerror or exc}")
+        raise RunledgerError(f"cannot write {html}: {exc.strerror or exc}") from None
     typer.echo(f"wrote {html} ({len(page.encode()):,} bytes): run {run}", err=True)
 
 

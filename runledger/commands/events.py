@@ -15,23 +15,28 @@ import typer
 
 from events.consume import read_log
 from events.convert import to_record
-from events.errors import EventsError
 from events.fold import UNKNOWN_RUN, apply
-from events.kafka import Quarantined, Record, bootstrap_from_env
+from events.kafka import Quarantined, Record
 from events.state import RunState
 from events.topics import ALL, RUNS
-
-events_app = typer.Typer(
-    help="Read the log: decoded events as JSON lines (type, offset, header, payload, verdict).",
-    no_args_is_help=True,
-)
+from runledger import config
+from runledger.config import Bootstrap, json_option
+from runledger.errors import UsageError
 
 Topic = Annotated[str, typer.Option("--topic", "-t", help=f"One of: {', '.join(ALL)}.")]
 Run = Annotated[str | None, typer.Option("--run", help="Only this run id.")]
-AsJson = Annotated[bool, typer.Option("--json", help="One JSON object per line.")]
-Bootstrap = Annotated[
-    str | None, typer.Option("--bootstrap", help="Kafka bootstrap (default $RUNLEDGER_BOOTSTRAP).")
-]
+JsonLines = Annotated[bool, json_option("One JSON object per line.")]
+
+
+def register(app: typer.Typer) -> None:
+    events_app = typer.Typer(
+        help="Read the log: decoded events as JSON lines (type, offset, header, payload,"
+             " verdict).",
+        no_args_is_help=True,
+    )
+    events_app.command()(dump)
+    events_app.command()(tail)
+    app.add_typer(events_app, name="events")
 
 
 def record_document(record: Record, verdict: dict[str, Any] | None) -> dict[str, Any]:
@@ -88,8 +93,7 @@ def _stream(
     topic: str, run: str | None, as_json: bool, bootstrap: str | None, follow: bool
 ) -> None:
     if topic not in ALL:
-        typer.echo(f"runledger: unknown topic {topic!r}; one of {', '.join(ALL)}", err=True)
-        raise typer.Exit(2)
+        raise UsageError(f"unknown topic {topic!r}; one of {', '.join(ALL)}")
 
     def report(q: Quarantined) -> None:
         if run is not None and q.key != run:
@@ -101,31 +105,23 @@ def _stream(
         typer.echo(f"runledger: {q}", err=True)
 
     tracker = VerdictTracker()
-    try:
-        for record in read_log(bootstrap_from_env(bootstrap), topic, follow=follow,
-                               on_quarantine=report):
-            if run is not None and record.event.run_id != run:
-                continue
-            doc = record_document(record, tracker.judge(record))
-            typer.echo(json.dumps(doc) if as_json else _human(doc))
-            if follow:
-                sys.stdout.flush()
-    except EventsError as exc:
-        typer.echo(f"runledger: {exc}", err=True)
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
+    for record in read_log(config.bootstrap(bootstrap), topic, follow=follow,
+                           on_quarantine=report):
+        if run is not None and record.event.run_id != run:
+            continue
+        doc = record_document(record, tracker.judge(record))
+        typer.echo(json.dumps(doc) if as_json else _human(doc))
+        if follow:
+            sys.stdout.flush()
 
 
-@events_app.command()
-def dump(topic: Topic = RUNS, run: Run = None, as_json: AsJson = False,
+def dump(topic: Topic = RUNS, run: Run = None, as_json: JsonLines = False,
          bootstrap: Bootstrap = None) -> None:
     """Every event on the topic from the beginning to its current end, then exit."""
     _stream(topic, run, as_json, bootstrap, follow=False)
 
 
-@events_app.command()
-def tail(topic: Topic = RUNS, run: Run = None, as_json: AsJson = False,
+def tail(topic: Topic = RUNS, run: Run = None, as_json: JsonLines = False,
          bootstrap: Bootstrap = None) -> None:
     """Every event on the topic from the beginning, then new ones as they arrive."""
     _stream(topic, run, as_json, bootstrap, follow=True)

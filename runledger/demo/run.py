@@ -1,4 +1,4 @@
-"""``runledger demo``: the whole system end to end on one machine, in about two minutes.
+"""The demo's sequence: :func:`run_demo` and the :class:`Summary` it returns.
 
 :func:`run_demo` starts a local Kafka broker in a work directory (or uses an
 existing one), synthesizes a mixed corpus, starts the controller, the
@@ -8,9 +8,6 @@ checkpoints, follows the run through the kill, the automatic recovery from the
 latest committed checkpoint and its success, then lets the projection catch up
 and prints ``status``, the ETTR, provenance and incidents queries, and writes
 the HTML report. Every process it started is stopped on every way out.
-
-Inputs and paths are in :mod:`runledger.demo_setup`, processes in
-:mod:`runledger.demo_procs`, following the log in :mod:`runledger.demo_watch`.
 """
 
 from __future__ import annotations
@@ -30,8 +27,8 @@ from events.errors import EventsError
 from events.kafka import check_broker
 from events.state import Status
 from runledger import stack
-from runledger.demo_procs import DemoError, Services, cli_ok, kill_workers
-from runledger.demo_setup import (
+from runledger.demo.procs import DemoError, Services, cli_ok, kill_workers
+from runledger.demo.setup import (
     DemoOptions,
     Layout,
     build_dataset,
@@ -39,8 +36,8 @@ from runledger.demo_setup import (
     prepare_workdir,
     write_spec,
 )
-from runledger.demo_watch import RunWatch, Stage, follow
-from runledger.errors import StackError
+from runledger.demo.watch import RunWatch, Stage, follow
+from runledger.errors import Interrupted, StackError
 
 Say = Callable[[str], None]
 
@@ -76,7 +73,8 @@ class Summary:
 def run_demo(opts: DemoOptions, say: Say) -> Summary:
     """Run the demo; the summary says whether it worked (``ok``) and what did not.
 
-    KeyboardInterrupt propagates, after everything started is stopped.
+    A KeyboardInterrupt becomes :class:`~runledger.errors.Interrupted`, raised
+    after everything started is stopped.
     """
     problems = opts.problems()
     if problems:
@@ -94,7 +92,7 @@ def run_demo(opts: DemoOptions, say: Say) -> Summary:
         summary.error = str(exc)
     except KeyboardInterrupt:
         summary.error = "interrupted"
-        raise
+        raise Interrupted("demo interrupted; everything it started is stopped") from None
     finally:
         with _no_sigint():
             demo.close()

@@ -1,0 +1,83 @@
+"""``runledger agent``: the node agent's command line. The work is in ``agent.service``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent.decide import AgentConfig
+from agent.service import Agent, AgentOptions
+from runledger import config
+from runledger.config import Bootstrap
+
+Node = Annotated[str, typer.Option("--node", help="This node's name, unique in the cluster.")]
+Slots = Annotated[int, typer.Option("--slots", min=1, help="Worker slots (e.g. GPUs).")]
+Domain = Annotated[
+    str, typer.Option("--domain", help="Topology domain (rack, switch) for placement.")
+]
+Address = Annotated[
+    str,
+    typer.Option("--address",
+                 help="Host name or IP at which other nodes reach this node's workers "
+                      "(the rendezvous master when rank 0 runs here)."),
+]
+HeartbeatInterval = Annotated[
+    float,
+    typer.Option("--heartbeat-interval", min=0.05,
+                 help="Seconds between agent heartbeats; also the workers' default."),
+]
+WorkDir = Annotated[
+    Path | None,
+    typer.Option("--work-dir",
+                 help="Workers' cwd and logs (<dir>/<run>/g<gen>/<logical id>.log); "
+                      "default $RUNLEDGER_HOME/agent/<node>."),
+]
+Grace = Annotated[
+    float, typer.Option("--grace", min=0.0, help="Seconds from SIGTERM to SIGKILL.")
+]
+MaxStartAge = Annotated[
+    float,
+    typer.Option("--max-start-age", min=1.0,
+                 help="Ignore start commands issued longer ago than this (seconds)."),
+]
+SlotWait = Annotated[
+    float,
+    typer.Option("--slot-wait", min=0.0,
+                 help="How long a start that finds its slots busy waits for them before "
+                      "its members are reported as exit code 125 (seconds)."),
+]
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(agent)
+
+
+def agent(
+    node: Node,
+    slots: Slots,
+    domain: Domain = "default",
+    address: Address = "127.0.0.1",
+    bootstrap: Bootstrap = None,
+    heartbeat_interval: HeartbeatInterval = 2.0,
+    work_dir: WorkDir = None,
+    grace: Grace = 5.0,
+    max_start_age: MaxStartAge = 300.0,
+    slot_wait: SlotWait = 15.0,
+) -> None:
+    """Run a node agent: register slots, heartbeat, launch and stop worker groups on command.
+
+    Stops its workers and exits 0 on SIGTERM or Ctrl-C.
+    """
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    kafka = config.connect(bootstrap)
+    agent_config = AgentConfig(node=node, slots=slots, bootstrap=kafka,
+                               heartbeat_interval_s=heartbeat_interval,
+                               max_start_age_ms=int(max_start_age * 1000),
+                               slot_wait_ms=int(slot_wait * 1000))
+    options = AgentOptions(domain=domain, address=address,
+                           work_dir=work_dir or config.agent_work_dir(node), grace_s=grace)
+    raise typer.Exit(Agent(agent_config, options).run())

@@ -1,0 +1,129 @@
+"""The one exit-status policy of ``runledger`` (``runledger.errors.EXIT_STATUS``, applied by
+``runledger.cli``), through the real console script in a subprocess.
+
+Every package's root error is raised by a command added to the real app for the
+test; a few real commands show the same policy without it. The Ctrl-C test tails
+the session's broker and is marked ``kafka``.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.service import FENCED_EXIT
+from events.kafka import EventProducer
+from events.model import Header, HeartbeatRecorded
+from events.topics import ALL, REPORTS
+from runledger.errors import EXIT_STATUS, ControllerFenced, exit_status
+
+# The real app and main, plus one command that raises the error its argument names.
+RAISER = """
+import sys
+from controller.errors import ControllerError
+from dataplane.errors import DataPlaneError
+from events.errors import EventsError
+from queries.errors import QueryError
+from runledger import cli, errors
+from runledger.demo.procs import DemoError
+from worker.errors import WorkerError
+
+KINDS = {k.__name__: k for k in (
+    ControllerError, DataPlaneError, EventsError, QueryError, WorkerError, DemoError,
+    errors.RunledgerError, errors.UsageError, errors.Interrupted, errors.ControllerFenced,
+    errors.StackError, KeyboardInterrupt, ValueError)}
+
+
+@cli.app.command("raise")
+def raise_(kind: str) -> None:
+    raise KINDS[kind](f"what went wrong, said by {kind}")
+
+
+cli.main()
+"""
+
+POLICY = [
+    ("EventsError", 1), ("ControllerError", 1), ("DataPlaneError", 1), ("WorkerError", 1),
+    ("QueryError", 1), ("RunledgerError", 1), ("StackError", 1), ("DemoError", 1),
+    ("UsageError", 2), ("ControllerFenced", 3), ("Interrupted", 130),
+]
+
+
+def run(*args: str, code: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "RUNLEDGER_BOOTSTRAP"}
+    head = ["-c", code] if code is not None else ["-m", "runledger.cli"]
+    return subprocess.run([sys.executable, *head, *args], capture_output=True, text=True,
+                          timeout=120, env=env, check=False)
+
+
+@pytest.mark.parametrize(("kind", "status"), POLICY)
+def test_each_root_error_is_one_line_and_its_status(kind: str, status: int) -> None:
+    done = run("raise", kind, code=RAISER)
+    assert (done.returncode, done.stdout) == (status, "")
+    assert done.stderr == f"runledger: what went wrong, said by {kind}\n"
+
+
+def test_ctrl_c_in_a_command_is_130_and_says_interrupted() -> None:
+    done = run("raise", "KeyboardInterrupt", code=RAISER)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "runledger: interrupted\n")
+
+
+def test_any_other_error_is_a_bug_and_keeps_its_traceback() -> None:
+    done = run("raise", "ValueError", code=RAISER)
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr and not done.stderr.startswith("runledger: ")
+    assert done.stderr.rstrip().endswith("ValueError: what went wrong, said by ValueError")
+
+
+def test_the_fenced_status_is_the_controllers() -> None:
+    assert exit_status(ControllerFenced("x")) == FENCED_EXIT
+    assert [status for _, status in EXIT_STATUS].count(FENCED_EXIT) == 1
+
+
+def test_real_commands_follow_the_policy(tmp_path: Path) -> None:
+    usage = run("events", "dump", "--topic", "nope")
+    assert (usage.returncode, usage.stdout) == (2, "")
+    assert usage.stderr == f"runledger: unknown topic 'nope'; one of {', '.join(ALL)}\n"
+    bad = run("interval", "--cost", "0", "--mtbf", "6h", "--restore", "1")
+    assert (bad.returncode, bad.stderr) == (1, "runledger: --cost: must be positive, got '0'\n")
+    unset = run("status", "some-run")  # an EventsError: no bootstrap address
+    assert unset.returncode == 1
+    assert unset.stderr.startswith("runledger: no Kafka bootstrap address")
+    missing = tmp_path / "none.duckdb"
+    query = run("report", "r", "--html", str(tmp_path / "r.html"), "--db", str(missing))
+    assert (query.returncode, query.stderr.splitlines()) == (
+        1, [f"runledger: no projection at {missing}; run `runledger project --db {missing}`"
+            " first"])
+    typer_usage = run("no-such-command")
+    assert typer_usage.returncode == 2 and "No such command" in typer_usage.stderr
+
+
+@pytest.mark.kafka
+def test_ctrl_c_ends_a_tail_with_130(bootstrap: str, run_id: str) -> None:
+    header = Header(f"{run_id}/hb", run_id, 1, int(time.time() * 1000), "test")
+    producer = EventProducer(bootstrap)
+    producer.send(REPORTS, HeartbeatRecorded(header=header, logical_id="r0", node="n", step=1))
+    producer.flush()
+    env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runledger.cli", "events", "tail", "--topic", REPORTS, "--run",
+         run_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "the tail printed nothing within 60 s"
+        assert f"run={run_id}" in proc.stdout.readline()  # inside the command now
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130
+    assert err.splitlines()[-1:] == ["runledger: interrupted"] and "Traceback" not in err

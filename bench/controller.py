@@ -17,7 +17,7 @@ Usage: ``.venv/bin/python bench/controller.py [--quick] [--bootstrap HOST:PORT] 
    a. baseline: ``Codec.decode`` of every record, nothing else;
    b. decode + ``events.fold.apply`` per run (what a projector or auditor does);
    c. decode + the controller core as the service loop drives it: facts through
-      ``reconcile.absorb``, requests and reports through ``reconcile.handle``
+      ``model.Draft.absorb``, requests and reports through ``reconcile.handle``
       (plans from ``plan_from_submission``), and ``reconcile.tick`` every 1,000
       events with the log's own time as ``now``. A fact the core has already
       appended itself (the ``ManifestCommitted`` for a proposal it handled, same
@@ -92,7 +92,9 @@ from bench.common import (
     time_once,
     write_results,
 )
-from controller.reconcile import Model, Out, absorb, handle, tick
+from controller.emitter import Out
+from controller.model import Draft, Model
+from controller.reconcile import handle, tick
 from controller.runplan import plan_from_submission
 from controller.service import ControllerService
 from controller.spec import RunSpec, run_id_for
@@ -511,14 +513,14 @@ def core_pass(log: Log, codec: Codec) -> PassResult:
                 # proposal it handled); the service never reads its own appends back.
                 result.own_facts += 1
                 continue
-            new = absorb(model, event, plan_of)
-            if new is model:  # absorb returns the same model for a refused fact
-                rejected += 1
-                verdict = apply(model.runs.get(event.run_id), event).verdict
-                result.reasons[f"fact: {verdict.reason}"] += 1
-            else:
+            draft = Draft(model, plan_of)
+            verdict = draft.absorb(event)
+            if verdict.accepted:
                 accepted += 1
-            model = new
+            else:
+                rejected += 1
+                result.reasons[f"fact: {verdict.reason}"] += 1
+            model = draft.freeze()
         else:
             model, out = handle(model, event, at, plan_of)
             refused = [e for _, e in out if isinstance(e, WriteRejected)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from controller.reconcile import Model
+from controller.model import Model
 from controller.service import ControllerService, LoopStats
 from events.state import RunState, Status
 

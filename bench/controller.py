@@ -17,14 +17,17 @@ Usage: ``.venv/bin/python bench/controller.py [--quick] [--bootstrap HOST:PORT] 
    a. baseline: ``Codec.decode`` of every record, nothing else;
    b. decode + ``events.fold.apply`` per run (what a projector or auditor does);
    c. decode + the controller core as the service loop drives it: facts through
-      ``reconcile.absorb``, requests and reports through ``reconcile.handle``
+      ``model.Draft.absorb``, requests and reports through ``reconcile.handle``
       (plans from ``plan_from_submission``), and ``reconcile.tick`` every 1,000
       events with the log's own time as ``now``. A fact the core has already
       appended itself (the ``ManifestCommitted`` for a proposal it handled, same
       event id) is not absorbed a second time.
 
    Accepted/rejected counts are printed so it is visible that the work is real.
-2. Report -> fact latency. A throwaway single-broker stack
+2. The core with many finished runs (``bench/controller_parts.py``): the cost
+   per report and per tick with 0 .. 10^5 finished runs in the model; a core
+   that touches finished runs per event or per tick shows it here.
+3. Report -> fact latency. A throwaway single-broker stack
    (``runledger.stack.Stack`` in a temporary directory, purged at the end;
    ``--bootstrap`` uses an existing cluster instead) and a ``ControllerService``
    in a thread. One run is submitted, an agent registers, the members heartbeat
@@ -92,7 +95,10 @@ from bench.common import (
     time_once,
     write_results,
 )
-from controller.reconcile import Model, Out, absorb, handle, tick
+from bench.controller_parts import finished_section
+from controller.emitter import Out
+from controller.model import Draft, Model
+from controller.reconcile import handle, tick
 from controller.runplan import plan_from_submission
 from controller.service import ControllerService
 from controller.spec import RunSpec, run_id_for
@@ -511,14 +517,14 @@ def core_pass(log: Log, codec: Codec) -> PassResult:
                 # proposal it handled); the service never reads its own appends back.
                 result.own_facts += 1
                 continue
-            new = absorb(model, event, plan_of)
-            if new is model:  # absorb returns the same model for a refused fact
-                rejected += 1
-                verdict = apply(model.runs.get(event.run_id), event).verdict
-                result.reasons[f"fact: {verdict.reason}"] += 1
-            else:
+            draft = Draft(model, plan_of)
+            verdict = draft.absorb(event)
+            if verdict.accepted:
                 accepted += 1
-            model = new
+            else:
+                rejected += 1
+                result.reasons[f"fact: {verdict.reason}"] += 1
+            model = draft.freeze()
         else:
             model, out = handle(model, event, at, plan_of)
             refused = [e for _, e in out if isinstance(e, WriteRejected)
@@ -954,7 +960,7 @@ def latency_section(mode: Mode, codec: Codec, explicit: str | None) -> dict[str,
                  ""])
     print_table(
         ["latency ms", "raw 1 hop", "via controller", "ratio"], rows,
-        title=f"2. report -> fact latency on {where}: {mode.reports:,} StepCommitted at "
+        title=f"3. report -> fact latency on {where}: {mode.reports:,} StepCommitted at "
         f"{mode.rate_per_s:.0f}/s after {WARMUP_REPORTS} warm-up; controller tick_s={TICK_S}, "
         f"EventProducer linger.ms={PRODUCER_SETTINGS['linger.ms']}; ratio = controller / raw")
     if ctl["rejections"]:
@@ -981,7 +987,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "benchmark's controller then acts on every run in its log)")
     parser.add_argument("--profile", action="store_true",
                         help="also run path (c) under cProfile and print the hot spots")
-    parser.add_argument("--skip-latency", action="store_true", help="section 1 only")
+    parser.add_argument("--skip-latency", action="store_true", help="sections 1 and 2 only")
     args = parser.parse_args(argv)
     mode = QUICK if args.quick else FULL
     logging.basicConfig(level=logging.WARNING, format="   %(name)s: %(message)s")
@@ -1014,6 +1020,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     section = time.perf_counter()
     results["fold"] = fold_section(mode, codec, args.profile)
     results["fold"]["elapsed_s"] = time.perf_counter() - section
+    section = time.perf_counter()
+    template = submission(make_spec(base_spec(), "bench-finished", 2, "rack-1"),
+                          "bench-finished", T0_MS)
+    results["finished"] = finished_section(template, args.quick, T0_MS)
+    results["finished"]["elapsed_s"] = time.perf_counter() - section
     status = 0
     if args.skip_latency:
         results["latency"] = {"skipped": "--skip-latency"}
@@ -1022,7 +1033,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             results["latency"] = latency_section(mode, codec, args.bootstrap)
         except Exception as exc:  # keep section 1's numbers when the broker part fails
-            print(f"2. latency: FAILED: {exc!r}", flush=True)
+            print(f"3. latency: FAILED: {exc!r}", flush=True)
             results["latency"] = {"failed": repr(exc)}
             status = 1
         results["latency"]["elapsed_s"] = time.perf_counter() - section

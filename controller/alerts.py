@@ -1,10 +1,10 @@
-"""Alert rules: what the controller watches per run, and when it raises or resolves an alert.
+"""Alert rules: when the controller raises or resolves an alert for a run.
 
 Pure (time comes from ``now`` and the events). Only the controller writes
 ``runledger.runs``, so it evaluates the rules and appends the alert facts.
 
-- :class:`Watch`: a per-run observation window in ``reconcile.Model.watch``,
-  updated by :func:`observe` from accepted reports and facts (live and on replay).
+- ``controller.watch.Watch``: what the rules look at beyond the folded state,
+  one per run in the controller's model.
 - :class:`AlertConfig`: one run's thresholds, owner and runbook (``RunPlan.alerts``).
 - :func:`evaluate`: the rules, as raise/resolve :class:`Decision` values,
   deduplicated against the fold's ``RunState.open_alerts``.
@@ -21,28 +21,11 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import dataclass
 
-from events.model import (
-    AgentHeartbeatRecorded,
-    AgentRegistered,
-    AlertRaised,
-    AlertResolved,
-    CheckpointStaged,
-    CursorAdvanced,
-    Event,
-    FailureClassified,
-    GenerationStarted,
-    Header,
-    HeartbeatRecorded,
-    ManifestCommitted,
-    RunCancelled,
-    RunFinished,
-    StepCommitted,
-    StepTimesRecorded,
-    alert_key,
-)
+from controller.watch import Watch
+from events.model import AlertRaised, AlertResolved, Header, alert_key
 from events.state import RunState, Status
 
 PROGRESS_STALL = "progress_stall"
@@ -67,7 +50,6 @@ DEFAULT_LAG_INTERVALS = 3
 DEFAULT_MIXTURE_DRIFT = 0.02
 DEFAULT_REPEATED_FAILURE = 2
 MIN_SAMPLES = 4  # per rank (stragglers) and per run (input wait) before a verdict
-MAX_WINDOW = 128  # the most samples kept per rank and per run; bounds window_steps
 
 RAISE = "raise"
 RESOLVE = "resolve"
@@ -92,114 +74,6 @@ class AlertConfig:
     plan_interval_steps: int | None = None
     mixture_drift: float = DEFAULT_MIXTURE_DRIFT
     repeated_failure: int = DEFAULT_REPEATED_FAILURE
-
-
-@dataclass(frozen=True, slots=True)
-class StepSeen:
-    step: int
-    step_time_ms: float
-    input_wait_ms: float
-    loss: float | None
-    at: int
-    event_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class RankTimes:
-    times: tuple[float, ...]  # the newest MAX_WINDOW step times of one rank
-    event_id: str  # its newest StepTimesRecorded
-
-
-@dataclass(frozen=True, slots=True)
-class MixtureSeen:
-    step: int
-    counts: Mapping[str, int]
-    targets: Mapping[str, float] | None
-    event_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class FailureSeen:
-    count: int
-    generation: int  # of the newest failure with this signature
-    event_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Watch:
-    """What the rules look at beyond the folded state, for one run.
-
-    Facts (StepCommitted, CheckpointStaged, CursorAdvanced, FailureClassified,
-    alerts) rebuild it on replay. StepTimesRecorded stays a report, never a
-    fact, so a restarted controller starts with no per-rank times: stragglers
-    are judged again once each rank has reported MIN_SAMPLES steps, and an open
-    straggler alert waits for that evidence.
-    """
-
-    steps: tuple[StepSeen, ...] = ()
-    ranks: Mapping[str, RankTimes] = field(default_factory=dict)
-    staged: tuple[int, int | None] | None = None  # the last CheckpointStaged: step, durable_step
-    commit_id: str | None = None  # the newest ManifestCommitted
-    mixture: MixtureSeen | None = None
-    failures: Mapping[str, FailureSeen] = field(default_factory=dict)
-    raised: Mapping[str, int] = field(default_factory=dict)  # AlertRaised per key, for ids
-    ended_by: str | None = None  # the RunFinished or RunCancelled
-
-
-EMPTY = Watch()
-# The bulk of all reports: ``reconcile.tick`` evaluates the rules after them
-# (every tick_s) rather than ``handle`` once per report, which for stragglers
-# would cost O(ranks) per report.
-CLOCKED = (HeartbeatRecorded, StepTimesRecorded, AgentRegistered, AgentHeartbeatRecorded)
-
-
-def observe_in(watches: dict[str, Watch], event: Event,
-               before: RunState | None) -> dict[str, Watch]:
-    """:func:`observe` on the watch of the event's run, in the map of all of them."""
-    watch = watches.get(event.run_id, EMPTY)
-    seen = observe(watch, event, before)
-    return watches if seen is watch else {**watches, event.run_id: seen}
-
-
-def observe(watch: Watch, event: Event, before: RunState | None) -> Watch:
-    """The watch after an accepted event; ``before`` is the run's state before it."""
-    match event:
-        case StepCommitted():
-            seen = StepSeen(event.step, event.step_time_ms, event.input_wait_ms, event.loss,
-                            event.header.occurred_at, event.header.event_id)
-            return replace(watch, steps=(*watch.steps[-(MAX_WINDOW - 1):], seen))
-        case StepTimesRecorded():
-            old = watch.ranks.get(event.logical_id)
-            times = ((old.times if old else ()) + event.step_time_ms)[-MAX_WINDOW:]
-            rank = RankTimes(times, event.header.event_id)
-            return replace(watch, ranks={**watch.ranks, event.logical_id: rank})
-        case GenerationStarted():
-            # A new worker group, maybe on other nodes: the old times say nothing of it.
-            return replace(watch, steps=(), ranks={})
-        case CheckpointStaged():
-            return replace(watch, staged=(event.step, event.durable_step))
-        case ManifestCommitted():
-            return replace(watch, commit_id=event.header.event_id)
-        case CursorAdvanced():
-            mix = MixtureSeen(event.step, dict(event.source_counts),
-                              None if event.mixture_targets is None else
-                              dict(event.mixture_targets), event.header.event_id)
-            return replace(watch, mixture=mix)
-        case FailureClassified():
-            old_f = watch.failures.get(event.signature)
-            f = FailureSeen((old_f.count if old_f else 0) + 1, event.generation,
-                            event.header.event_id)
-            return replace(watch, failures={**watch.failures, event.signature: f})
-        case AlertRaised():
-            if before is not None and event.key in before.open_alerts:
-                return watch  # the fold ignored this duplicate, so the count does too
-            n = watch.raised.get(event.key, 0) + 1
-            return replace(watch, raised={**watch.raised, event.key: n})
-        case RunFinished() | RunCancelled():
-            # Nothing is judged after the end but closing open alerts: drop the windows.
-            return Watch(failures=watch.failures, raised=watch.raised,
-                         ended_by=event.header.event_id)
-    return watch
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,8 @@ INCOMPLETE_SHARDS = "incomplete_shards"
 # An interval change smaller than this fraction is not worth a fact.
 INTERVAL_HYSTERESIS = 0.1
 
-ShardKey = tuple[str, int, int]  # run, generation, step
+# Who reported ShardWritten, per (generation, step) of one run, not yet committed.
+Shards = Mapping[tuple[int, int], frozenset[str]]
 HeaderFor = Callable[[str, str | None], Header]  # (event id, causation id) -> header
 
 
@@ -59,21 +60,18 @@ class Staged:
     stall_ms: float
 
 
-def track_shard(shards: Mapping[ShardKey, frozenset[str]],
-                e: ShardWritten) -> dict[ShardKey, frozenset[str]]:
-    key = (e.run_id, e.generation, e.step)
+def track_shard(shards: Shards, e: ShardWritten) -> Shards:
+    key = (e.generation, e.step)
     return {**shards, key: shards.get(key, frozenset()) | {e.logical_id}}
 
 
-def prune_shards(shards: Mapping[ShardKey, frozenset[str]], run_id: str,
-                 step: int) -> dict[ShardKey, frozenset[str]]:
-    """Forget shard reports of a run at or before a committed step."""
-    return {k: v for k, v in shards.items() if not (k[0] == run_id and k[2] <= step)}
+def prune_shards(shards: Shards, step: int) -> Shards:
+    """Forget the run's shard reports at or before a committed step."""
+    return {k: v for k, v in shards.items() if k[1] > step}
 
 
-def missing_shards(state: RunState, shards: Mapping[ShardKey, frozenset[str]],
-                   e: ManifestProposed) -> list[str]:
-    reported = shards.get((e.run_id, e.generation, e.step), frozenset())
+def missing_shards(state: RunState, shards: Shards, e: ManifestProposed) -> list[str]:
+    reported = shards.get((e.generation, e.step), frozenset())
     return sorted(m.logical_id for m in state.members if m.logical_id not in reported)
 
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, fields
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from controller.reconcile import Model
+from controller.model import Model
 from controller.service import ControllerService, LoopStats
 from events.state import RunState, Status
 
@@ -31,67 +32,90 @@ def _seconds_since(now_ms: int, then_ms: int) -> float:
     return max(0.0, (now_ms - then_ms) / 1000)
 
 
+@dataclass(frozen=True, slots=True)
+class _RunFamilies:
+    status: GaugeMetricFamily
+    generation: GaugeMetricFamily
+    step: GaugeMetricFamily
+    tokens: CounterMetricFamily
+    heartbeat: GaugeMetricFamily
+    ckpt_step: GaugeMetricFamily
+    ckpt_lag: GaugeMetricFamily
+    ckpt_age: GaugeMetricFamily
+    failures: CounterMetricFamily
+    rejections: CounterMetricFamily
+    open_alerts: GaugeMetricFamily
+    alert_open: GaugeMetricFamily
+
+
+def _declare() -> _RunFamilies:
+    return _RunFamilies(
+        status=GaugeMetricFamily(
+            "runledger_run_status", "1 for the run's current status (one series per run).",
+            labels=["run", "status"]),
+        generation=GaugeMetricFamily(
+            "runledger_run_generation", "Current generation (the fencing token).",
+            labels=["run"]),
+        step=GaugeMetricFamily(
+            "runledger_run_step", "Last accepted step of the current generation.",
+            labels=["run"]),
+        # A counter: the fold adds every accepted step's tokens, and a restart's
+        # replayed steps add theirs again (the step gauge goes back, this never does).
+        tokens=CounterMetricFamily(
+            "runledger_run_tokens", "Tokens of every accepted step, replayed steps included.",
+            labels=["run"]),
+        heartbeat=GaugeMetricFamily(
+            "runledger_run_heartbeat_age_seconds", "Seconds since the member's last heartbeat "
+            "(live runs only).", labels=["run", "member"]),
+        ckpt_step=GaugeMetricFamily(
+            "runledger_run_checkpoint_step", "Step of the latest committed checkpoint.",
+            labels=["run"]),
+        ckpt_lag=GaugeMetricFamily(
+            "runledger_run_checkpoint_lag_steps", "Last step minus the latest committed "
+            "checkpoint's step (0 without one): the steps a restart now would redo.",
+            labels=["run"]),
+        ckpt_age=GaugeMetricFamily(
+            "runledger_run_checkpoint_age_seconds", "Seconds since the latest checkpoint was "
+            "committed (live runs only).", labels=["run"]),
+        failures=CounterMetricFamily(
+            "runledger_run_failures", "Failures classified for the run.", labels=["run"]),
+        rejections=CounterMetricFamily(
+            "runledger_run_rejections", "Reports and proposals the controller rejected.",
+            labels=["run"]),
+        open_alerts=GaugeMetricFamily(
+            "runledger_run_open_alerts", "Alerts raised and not yet resolved.", labels=["run"]),
+        alert_open=GaugeMetricFamily(
+            "runledger_run_alert_open", "1 per open alert (its alert/subject key).",
+            labels=["run", "alert"]),
+    )
+
+
 def run_families(runs: Iterable[RunState], now_ms: int) -> list[Metric]:
     """The per-run (and, for live runs, per-member) series."""
-    status = GaugeMetricFamily(
-        "runledger_run_status", "1 for the run's current status (one series per run).",
-        labels=["run", "status"])
-    generation = GaugeMetricFamily(
-        "runledger_run_generation", "Current generation (the fencing token).", labels=["run"])
-    step = GaugeMetricFamily(
-        "runledger_run_step", "Last accepted step of the current generation.", labels=["run"])
-    # A counter: the fold adds every accepted step's tokens, and a restart's
-    # replayed steps add theirs again (the step gauge goes back, this never does).
-    tokens = CounterMetricFamily(
-        "runledger_run_tokens", "Tokens of every accepted step, replayed steps included.",
-        labels=["run"])
-    heartbeat = GaugeMetricFamily(
-        "runledger_run_heartbeat_age_seconds", "Seconds since the member's last heartbeat "
-        "(live runs only).", labels=["run", "member"])
-    ckpt_step = GaugeMetricFamily(
-        "runledger_run_checkpoint_step", "Step of the latest committed checkpoint.",
-        labels=["run"])
-    ckpt_lag = GaugeMetricFamily(
-        "runledger_run_checkpoint_lag_steps", "Last step minus the latest committed "
-        "checkpoint's step (0 without one): the steps a restart now would redo.",
-        labels=["run"])
-    ckpt_age = GaugeMetricFamily(
-        "runledger_run_checkpoint_age_seconds", "Seconds since the latest checkpoint was "
-        "committed (live runs only).", labels=["run"])
-    failures = CounterMetricFamily(
-        "runledger_run_failures", "Failures classified for the run.", labels=["run"])
-    rejections = CounterMetricFamily(
-        "runledger_run_rejections", "Reports and proposals the controller rejected.",
-        labels=["run"])
-    open_alerts = GaugeMetricFamily(
-        "runledger_run_open_alerts", "Alerts raised and not yet resolved.", labels=["run"])
-    alert_open = GaugeMetricFamily(
-        "runledger_run_alert_open", "1 per open alert (its alert/subject key).",
-        labels=["run", "alert"])
+    f = _declare()
     for s in sorted(runs, key=lambda s: s.run_id):
         run = s.run_id
-        status.add_metric([run, s.status.value], 1)
-        generation.add_metric([run], s.generation)
-        step.add_metric([run], s.step)
-        tokens.add_metric([run], s.tokens)
+        f.status.add_metric([run, s.status.value], 1)
+        f.generation.add_metric([run], s.generation)
+        f.step.add_metric([run], s.step)
+        f.tokens.add_metric([run], s.tokens)
         # Without a committed checkpoint a restart begins at step 0.
         committed = s.checkpoint.step if s.checkpoint is not None else 0
-        ckpt_lag.add_metric([run], max(0, s.step - committed))
+        f.ckpt_lag.add_metric([run], max(0, s.step - committed))
         if s.checkpoint is not None:
-            ckpt_step.add_metric([run], s.checkpoint.step)
-        failures.add_metric([run], s.failure_count)
-        rejections.add_metric([run], s.rejections)
-        open_alerts.add_metric([run], len(s.open_alerts))
+            f.ckpt_step.add_metric([run], s.checkpoint.step)
+        f.failures.add_metric([run], s.failure_count)
+        f.rejections.add_metric([run], s.rejections)
+        f.open_alerts.add_metric([run], len(s.open_alerts))
         for key in sorted(s.open_alerts):
-            alert_open.add_metric([run, key], 1)
+            f.alert_open.add_metric([run, key], 1)
         if s.status.terminal:
             continue  # ages of a finished run only grow: bounded cardinality, no noise
         for member, seen_ms in sorted(s.heartbeats.items()):
-            heartbeat.add_metric([run, member], _seconds_since(now_ms, seen_ms))
+            f.heartbeat.add_metric([run, member], _seconds_since(now_ms, seen_ms))
         if s.checkpoint is not None:
-            ckpt_age.add_metric([run], _seconds_since(now_ms, s.checkpoint.committed_at))
-    return [status, generation, step, tokens, heartbeat, ckpt_step, ckpt_lag, ckpt_age,
-            failures, rejections, open_alerts, alert_open]
+            f.ckpt_age.add_metric([run], _seconds_since(now_ms, s.checkpoint.committed_at))
+    return [getattr(f, field.name) for field in fields(f)]
 
 
 def loop_families(model: Model | None, stats: LoopStats) -> list[Metric]:

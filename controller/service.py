@@ -16,7 +16,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from controller.reconcile import Model, Out, PlanOf, handle, replay, tick
+from controller.emitter import Out
+from controller.model import Model, PlanOf, replay
+from controller.reconcile import handle, tick
 from events.consume import EventConsumer, read_log
 from events.errors import Fenced, ProducerFenced
 from events.kafka import EventProducer, Quarantine, TransactionalWriter

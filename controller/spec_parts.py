@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
-from controller import alerts
+from controller import alerts, watch
 
 RESUME_CONTRACTS = ("exact", "coverage_equivalent", "distribution_equivalent")
 ResumeContract = Literal["exact", "coverage_equivalent", "distribution_equivalent"]
@@ -225,7 +225,7 @@ class AlertPolicy(Part):
     owner: Text | None = None
     runbook_base: Text = alerts.DEFAULT_RUNBOOK_BASE
     progress_stall_s: PosNum | None = None
-    window_steps: Annotated[int, Strict(), Field(ge=alerts.MIN_SAMPLES, le=alerts.MAX_WINDOW)] = (
+    window_steps: Annotated[int, Strict(), Field(ge=alerts.MIN_SAMPLES, le=watch.MAX_WINDOW)] = (
         alerts.DEFAULT_WINDOW_STEPS)
     straggler_ratio: Ratio = alerts.DEFAULT_STRAGGLER_RATIO
     input_wait_share: Share = alerts.DEFAULT_INPUT_WAIT_SHARE

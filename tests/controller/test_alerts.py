@@ -15,10 +15,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller import alerts
-from controller.alerts import AlertConfig, Watch, evaluate, facts, observe
+from controller import watch
+from controller.alerts import AlertConfig, evaluate, facts
 from controller.errors import SpecError
-from controller.reconcile import replay, tick
+from controller.model import replay
+from controller.reconcile import tick
 from controller.runplan import plan_from_submission
 from controller.spec import parse_spec
 from events.fold import fold
@@ -73,14 +74,14 @@ def times(lid: str, first: int, *ms: float) -> StepTimesRecorded:
                              first_step=first, step_time_ms=ms, input_wait_ms=(0.0,) * len(ms))
 
 
-def watch_of(*events: Event) -> Watch:
-    w = alerts.EMPTY
+def watch_of(*events: Event) -> watch.Watch:
+    w = watch.EMPTY
     for e in events:
-        w = observe(w, e, None)
+        w = watch.observe(w, e, None)
     return w
 
 
-def decided(st_: RunState, w: Watch, now: int = 0,
+def decided(st_: RunState, w: watch.Watch, now: int = 0,
             cfg: AlertConfig = CFG) -> list[tuple[str, str, str]]:
     return [(d.action, d.alert, d.subject) for d in evaluate(st_, cfg, w, now)]
 
@@ -91,19 +92,19 @@ def opened(*keys: str) -> dict[str, str]:
 
 def test_progress_stall_fires_past_the_threshold_and_the_next_step_resolves_it() -> None:
     st_ = state(last_progress_at=1_000, step=7)
-    assert decided(st_, alerts.EMPTY, now=6_000) == []  # exactly 5 s: not past it
-    assert decided(st_, alerts.EMPTY, now=6_001) == [("raise", "progress_stall", "")]
-    (d,) = evaluate(st_, CFG, alerts.EMPTY, 6_001)
+    assert decided(st_, watch.EMPTY, now=6_000) == []  # exactly 5 s: not past it
+    assert decided(st_, watch.EMPTY, now=6_001) == [("raise", "progress_stall", "")]
+    (d,) = evaluate(st_, CFG, watch.EMPTY, 6_001)
     assert d.severity == "warning" and d.value == 5.001 and "after step 7" in d.detail
     held = replace(st_, open_alerts=opened("progress_stall"))
-    assert decided(held, alerts.EMPTY, now=60_000) == []  # open: not raised twice
+    assert decided(held, watch.EMPTY, now=60_000) == []  # open: not raised twice
     stepped = replace(held, last_progress_at=59_000, step=8)
-    assert decided(stepped, alerts.EMPTY, now=60_000) == [("resolve", "progress_stall", "")]
+    assert decided(stepped, watch.EMPTY, now=60_000) == [("resolve", "progress_stall", "")]
     # Not Running, or a member has exited (the group is finishing): no verdict.
-    assert decided(replace(st_, status=Status.RECOVERING), alerts.EMPTY, now=99_000) == []
-    assert decided(replace(st_, exits={"r0": 0}), alerts.EMPTY, now=99_000) == []
+    assert decided(replace(st_, status=Status.RECOVERING), watch.EMPTY, now=99_000) == []
+    assert decided(replace(st_, exits={"r0": 0}), watch.EMPTY, now=99_000) == []
     # A controller that just started listening counts from then.
-    assert evaluate(st_, CFG, alerts.EMPTY, 9_000, since=5_000) == []
+    assert evaluate(st_, CFG, watch.EMPTY, 9_000, since=5_000) == []
 
 
 def test_straggler_is_the_rank_slower_than_the_ratio_times_the_others() -> None:
@@ -120,11 +121,11 @@ def test_straggler_is_the_rank_slower_than_the_ratio_times_the_others() -> None:
     assert decided(state(), watch_of(fast[0], times("r1", 1, 200, 200, 200, 200))) == [
         ("raise", "straggler_rank", "r1")]
     # Only the last window_steps samples count: r3 caught up.
-    later = observe(w, times("r3", 5, *[100.0] * 8), None)
+    later = watch.observe(w, times("r3", 5, *[100.0] * 8), None)
     held = state(open_alerts=opened("straggler_rank/r3"))
     assert decided(held, later) == [("resolve", "straggler_rank", "r3")]
     # A new generation forgets the old group's times; the open alert waits for evidence.
-    assert decided(held, observe(w, GenerationStarted(header=hdr("g2", gen=2), members=(),
+    assert decided(held, watch.observe(w, GenerationStarted(header=hdr("g2", gen=2), members=(),
                                                       reason="restart"), None)) == []
 
 
@@ -141,19 +142,19 @@ def test_input_wait_share_over_the_window_of_steps() -> None:
 
 def test_checkpoint_lag_against_the_explicit_or_three_intervals() -> None:
     ckpt = Checkpoint(20, "m", "d", 1, 0)
-    assert decided(state(step=30, checkpoint=ckpt), alerts.EMPTY) == []  # 10: not past 10
-    assert decided(state(step=31, checkpoint=ckpt), alerts.EMPTY) == [
+    assert decided(state(step=30, checkpoint=ckpt), watch.EMPTY) == []  # 10: not past 10
+    assert decided(state(step=31, checkpoint=ckpt), watch.EMPTY) == [
         ("raise", "checkpoint_lag", "")]
-    assert decided(state(step=11), alerts.EMPTY) == [("raise", "checkpoint_lag", "")]  # none yet
+    assert decided(state(step=11), watch.EMPTY) == [("raise", "checkpoint_lag", "")]  # none yet
     auto = replace(CFG, checkpoint_lag_steps=None, plan_interval_steps=5)
-    assert decided(state(step=15), alerts.EMPTY, cfg=auto) == []
-    assert decided(state(step=16), alerts.EMPTY, cfg=auto) == [("raise", "checkpoint_lag", "")]
+    assert decided(state(step=15), watch.EMPTY, cfg=auto) == []
+    assert decided(state(step=16), watch.EMPTY, cfg=auto) == [("raise", "checkpoint_lag", "")]
     # The controller's own interval (auto policy) replaces the spec's.
-    assert decided(state(step=16, checkpoint_interval_steps=6), alerts.EMPTY, cfg=auto) == []
-    assert decided(state(step=16), alerts.EMPTY, cfg=replace(auto, plan_interval_steps=None)) == []
+    assert decided(state(step=16, checkpoint_interval_steps=6), watch.EMPTY, cfg=auto) == []
+    assert decided(state(step=16), watch.EMPTY, cfg=replace(auto, plan_interval_steps=None)) == []
     held = state(step=31, checkpoint=Checkpoint(30, "m", "d", 1, 0),
                  open_alerts=opened("checkpoint_lag"))
-    assert decided(held, alerts.EMPTY) == [("resolve", "checkpoint_lag", "")]
+    assert decided(held, watch.EMPTY) == [("resolve", "checkpoint_lag", "")]
 
 
 def cursor(counts: dict[str, int], targets: dict[str, float] | None) -> CursorAdvanced:
@@ -211,7 +212,7 @@ def test_the_end_of_a_run_resolves_every_open_alert() -> None:
     keys = ("non_finite_loss", "straggler_rank/r1", "repeated_failure/hang:no_progress")
     ended = state(status=Status.SUCCEEDED, outcome_reason="every member exited 0",
                   open_alerts=opened(*keys))
-    w = observe(watch_of(step(1, loss=math.nan)), RunFinished(
+    w = watch.observe(watch_of(step(1, loss=math.nan)), RunFinished(
         header=hdr("end"), outcome="succeeded", reason="ok"), None)
     got = evaluate(ended, CFG, w, 0)
     assert sorted((d.action, d.key) for d in got) == sorted(("resolve", k) for k in keys)
@@ -230,16 +231,16 @@ def test_fact_ids_are_deterministic_and_count_raises_per_key() -> None:
     assert facts(state(generation=4), cfg, w, 77, "controller") == [raised]  # same inputs
     assert facts(state(), CFG, w, 0, "c")[0].owner == "alice"  # type: ignore[union-attr]
     st_ = fold([raised], {RUN: state(generation=4)})[RUN]
-    w = observe(w, raised, state(generation=4))
-    (resolved,) = facts(st_, cfg, observe(w, step(2, loss=1.0), st_), 78, "controller")
+    w = watch.observe(w, raised, state(generation=4))
+    (resolved,) = facts(st_, cfg, watch.observe(w, step(2, loss=1.0), st_), 78, "controller")
     assert isinstance(resolved, AlertResolved)
     assert resolved.header.event_id == f"{RUN}/alert/non_finite_loss/0/resolved"
     assert resolved.raised_event_id == raised.header.event_id
     st_ = fold([resolved], {RUN: st_})[RUN]
-    (again,) = facts(st_, cfg, observe(w, step(3, loss=math.inf), st_), 79, "controller")
+    (again,) = facts(st_, cfg, watch.observe(w, step(3, loss=math.inf), st_), 79, "controller")
     assert again.header.event_id == f"{RUN}/alert/non_finite_loss/1"
     # A duplicate raise the fold ignored is not counted.
-    assert observe(w, raised, fold([raised], {RUN: state()})[RUN]) is w
+    assert watch.observe(w, raised, fold([raised], {RUN: state()})[RUN]) is w
 
 
 # --- through the reconcile core ----------------------------------------------------
@@ -269,8 +270,10 @@ def test_handle_and_tick_raise_and_resolve_and_a_replay_decides_nothing_new() ->
     # (step times are no facts: the rebuilt watch has none, and decides nothing on them).
     model = replay((e for t, e in sim.log if t == RUNS), sim.model.since, plan_of)
     assert model.runs[RUN].open_alerts == sim.state.open_alerts
-    assert model.watch[RUN].raised == sim.model.watch[RUN].raised
-    assert model.watch[RUN].ranks == {}
+    rebuilt, live = model.tracked(RUN), sim.model.tracked(RUN)
+    assert rebuilt is not None and live is not None
+    assert rebuilt.watch.raised == live.watch.raised
+    assert rebuilt.watch.ranks == {}
     assert tick(model, sim.now, plan_of)[1] == []
     out = sim.send(step_at(sim, 2, loss=3.0))
     assert [e.alert for _, e in out if isinstance(e, AlertResolved)] == ["non_finite_loss"]
@@ -329,9 +332,8 @@ def apply_op(sim: Sim, op: Op) -> None:
 def test_alerts_alternate_per_key_and_each_resolution_names_the_open_raise(
     ops: list[Op], cancel: bool
 ) -> None:
-    sim = running()
     cfg = AlertConfig(progress_stall_ms=2_000, window_steps=4, checkpoint_lag_steps=5)
-    sim.model = replace(sim.model, plans={RUN: replace(PLAN, alerts=cfg)})
+    sim = running(replace(PLAN, alerts=cfg))
     for op in ops:
         apply_op(sim, op)
     if cancel and not sim.state.status.terminal:

@@ -70,9 +70,9 @@ def test_no_decision_without_a_previous_checkpoint_to_time_steps() -> None:
 
 def test_missing_shards_names_members_without_a_report() -> None:
     e = ManifestProposed(header=hdr(1), step=8, manifest_path="m", manifest_digest="d")
-    assert missing_shards(state(), {(RUN, 1, 8): frozenset({"r1"})}, e) == ["r0"]
-    assert missing_shards(state(), {(RUN, 1, 8): frozenset({"r0", "r1"})}, e) == []
-    assert missing_shards(state(), {(RUN, 0, 8): frozenset({"r0", "r1"})}, e) == ["r0", "r1"]
+    assert missing_shards(state(), {(1, 8): frozenset({"r1"})}, e) == ["r0"]
+    assert missing_shards(state(), {(1, 8): frozenset({"r0", "r1"})}, e) == []
+    assert missing_shards(state(), {(0, 8): frozenset({"r0", "r1"})}, e) == ["r0", "r1"]
 
 
 def test_resume_env_lists_committed_checkpoints_newest_first_within_the_window() -> None:

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from controller.metrics import ControllerCollector, families
-from controller.reconcile import Model
-from controller.runplan import plan_from_submission
+from controller.model import Model, Tracked
+from controller.runplan import RunPlan, plan_from_submission
 from controller.service import ControllerService, LoopStats
+from controller.shelf import Shelf
 from events.consume import read_log
 from events.kafka import EventProducer
 from events.model import Header, ManifestProposed, Member, ShardWritten
@@ -50,6 +51,14 @@ def state(run: str, status: Status, **kw: Any) -> RunState:
     return replace(base, **kw)
 
 
+def model_of(runs: dict[str, RunState]) -> Model:
+    """A model holding these states: live runs live, finished ones on the shelf."""
+    plan = RunPlan(world_size=2, argv=("train",))
+    done = {k: Tracked(s, plan) for k, s in runs.items() if s.status.terminal}
+    return Model(since=0, live={k: Tracked(s, plan) for k, s in runs.items() if k not in done},
+                 done=Shelf[Tracked]().with_(done))
+
+
 CKPT = Checkpoint(step=40, manifest_path="m40", manifest_digest="d40", generation=2,
                   committed_at=NOW - 30_000)
 
@@ -62,7 +71,7 @@ def test_a_live_run_has_progress_heartbeats_and_checkpoint_series() -> None:
                  checkpoint=CKPT, heartbeats={"r0": NOW - 1_500, "r1": NOW - 250},
                  failure_count=1, rejections=3, alerts=2,
                  open_alerts={"stall/r1": "e1", "loss_spike": "e2"})
-    got = render(families(Model(since=0, runs={"run-a": live}), LoopStats(), NOW))
+    got = render(families(model_of({"run-a": live}), LoopStats(), NOW))
     assert of_run(got, "runledger_run_status", "run-a") == {(("status", "Running"),): 1}
     assert one(got, "runledger_run_generation", "run-a") == 2
     assert one(got, "runledger_run_step", "run-a") == 57
@@ -82,7 +91,7 @@ def test_a_live_run_has_progress_heartbeats_and_checkpoint_series() -> None:
 def test_a_terminal_run_keeps_its_status_and_drops_its_clock_series() -> None:
     done = state("run-b", Status.SUCCEEDED, generation=1, step=10, checkpoint=CKPT,
                  heartbeats={"r0": NOW - 5_000})
-    got = render(families(Model(since=0, runs={"run-b": done}), LoopStats(), NOW))
+    got = render(families(model_of({"run-b": done}), LoopStats(), NOW))
     assert of_run(got, "runledger_run_status", "run-b") == {(("status", "Succeeded"),): 1}
     assert one(got, "runledger_run_step", "run-b") == 10
     assert of_run(got, "runledger_run_heartbeat_age_seconds", "run-b") == {}
@@ -92,7 +101,7 @@ def test_a_terminal_run_keeps_its_status_and_drops_its_clock_series() -> None:
 def test_no_checkpoint_means_every_step_is_lag_and_future_heartbeats_are_age_0() -> None:
     fresh = state("run-c", Status.STARTING, generation=1, step=5,
                   heartbeats={"r0": NOW + 2_000})  # a worker clock slightly ahead of ours
-    got = render(families(Model(since=0, runs={"run-c": fresh}), LoopStats(), NOW))
+    got = render(families(model_of({"run-c": fresh}), LoopStats(), NOW))
     assert one(got, "runledger_run_checkpoint_lag_steps", "run-c") == 5
     assert of_run(got, "runledger_run_checkpoint_step", "run-c") == {}
     assert of_run(got, "runledger_run_checkpoint_age_seconds", "run-c") == {}
@@ -104,7 +113,7 @@ def test_controller_series_count_runs_by_status_and_the_loop() -> None:
     runs = {"a": state("a", Status.RUNNING), "b": state("b", Status.QUEUED),
             "c": state("c", Status.QUEUED), "d": state("d", Status.FAILED)}
     stats = LoopStats(inputs=11, facts=7, commands=2, ticks=40, last_tick_s=0.125)
-    got = render(families(Model(since=0, runs=runs), stats, NOW))
+    got = render(families(model_of(runs), stats, NOW))
     by_status = {dict(k)["status"]: v for (n, k), v in got.items()
                  if n == "runledger_controller_runs"}
     assert by_status == {s.value: {"Running": 1, "Queued": 2, "Failed": 1}.get(s.value, 0)
@@ -138,7 +147,7 @@ def test_addresses() -> None:
 
 def test_the_server_binds_an_ephemeral_port_and_serves_a_service_snapshot() -> None:
     service = ControllerService("127.0.0.1:1", plan_from_submission)  # never run
-    service.model = Model(since=0, runs={"run-d": state("run-d", Status.RUNNING,
+    service.model = model_of({"run-d": state("run-d", Status.RUNNING,
                                                         heartbeats={"r0": NOW - 100})})
     service.stats.ticks = 3
     server = MetricsServer(ControllerCollector(service, clock=lambda: NOW), "127.0.0.1", 0)

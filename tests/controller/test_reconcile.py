@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from controller.reconcile import Model, Out, handle, replay, tick
+from controller.emitter import Out
+from controller.model import Model, replay
+from controller.reconcile import handle, tick
 from controller.runplan import RunPlan
 from controller.spec_parts import RetryPolicy
 from events.model import (
@@ -50,19 +52,23 @@ class Sim:
     model: Model = field(default_factory=lambda: Model(since=1_000_000))
     log: list[Out] = field(default_factory=list)
     n: int = 0
+    plan: RunPlan = PLAN  # every run's
+
+    def plan_of(self, _: RunSubmitted) -> RunPlan:
+        return self.plan
 
     def hdr(self, gen: int, run: str = RUN, producer: str = "test") -> Header:
         self.n += 1
         return Header(f"in-{self.n}", run, gen, self.now, producer)
 
     def send(self, event: Event) -> list[Out]:
-        self.model, out = handle(self.model, event, self.now, plan_of)
+        self.model, out = handle(self.model, event, self.now, self.plan_of)
         self.log += out
         return out
 
     def tick(self, advance_ms: int = 0) -> list[Out]:
         self.now += advance_ms
-        self.model, out = tick(self.model, self.now, plan_of)
+        self.model, out = tick(self.model, self.now, self.plan_of)
         self.log += out
         return out
 
@@ -90,8 +96,8 @@ def types(out: list[Out]) -> list[str]:
     return [e.event_type for _, e in out]
 
 
-def running() -> Sim:
-    sim = Sim()
+def running(plan: RunPlan = PLAN) -> Sim:
+    sim = Sim(plan=plan)
     sim.agent("n1", 2)
     sim.submit()
     sim.tick()
@@ -285,11 +291,10 @@ def test_a_spec_the_controller_cannot_read_fails_the_run_with_the_reason() -> No
 
 
 def test_a_node_that_keeps_failing_is_quarantined_and_no_longer_placed() -> None:
-    sim = running()
-    plan = RunPlan(world_size=2, argv=("train",), slots_per_node=2,
-                   retry={"worker_crash": RetryPolicy(attempts=9, backoff_base_s=0.0,
-                                                      backoff_cap_s=0.0, escalate_after=9)})
-    sim.model = replace(sim.model, plans={RUN: plan})
+    sim = running(RunPlan(world_size=2, argv=("train",), slots_per_node=2,
+                          retry={"worker_crash": RetryPolicy(attempts=9, backoff_base_s=0.0,
+                                                             backoff_cap_s=0.0,
+                                                             escalate_after=9)}))
     quarantined = []
     for code in (1, 2, 3):  # three different signatures, all on node n1
         gen = sim.state.generation

@@ -1,0 +1,69 @@
+"""What one step of the controller appends, folded into its model as it goes.
+
+An :class:`Emitter` serves one ``handle`` or ``tick``: it holds the draft of
+the model (``controller.model.Draft``), the step's ``now`` and the records to
+append, as ``(topic, event)`` pairs with deterministic event ids. Each fact is
+folded into the draft when it is emitted, so a decision taken later in the same
+step sees it, and the model returned already includes every record's effect: a
+caller that appends them in one Kafka transaction keeps model and log in step.
+Commands are no facts of a run and change nothing in the model.
+"""
+
+from __future__ import annotations
+
+from controller import checkpoints
+from controller.model import Draft, Model, PlanOf
+from events.model import Event, GroupStopCommanded, Header, WriteRejected
+from events.state import RunState
+from events.topics import COMMANDS, RUNS
+
+PRODUCER = "controller"
+
+Out = tuple[str, Event]
+
+
+class Emitter:
+    def __init__(self, model: Model, now: int, plan_of: PlanOf) -> None:
+        self.draft = Draft(model, plan_of)
+        self.now = now
+        self.out: list[Out] = []
+
+    def result(self) -> tuple[Model, list[Out]]:
+        return self.draft.freeze(), self.out
+
+    def header(
+        self, run_id: str, generation: int, event_id: str, cause: str | None = None
+    ) -> Header:
+        return Header(event_id, run_id, generation, self.now, PRODUCER, cause)
+
+    def header_for(self, event: Event) -> checkpoints.HeaderFor:
+        """Headers for facts caused by ``event``, in its run and generation."""
+        return lambda event_id, cause: self.header(event.run_id, event.generation, event_id,
+                                                   cause)
+
+    def emit(self, topic: str, event: Event) -> None:
+        self.out.append((topic, event))
+        if topic == RUNS:
+            self.draft.absorb(event)
+
+    def keep(self, report: Event) -> None:
+        """Append a report already folded (and accepted) as a fact, not folding it again."""
+        self.out.append((RUNS, report))
+
+    def reject(self, event: Event, reason: str, detail: str) -> None:
+        run = self.draft.get(event.run_id)
+        h = self.header(event.run_id, run.state.generation if run is not None else 0,
+                        f"{event.header.event_id}/WriteRejected", event.header.event_id)
+        self.emit(RUNS, WriteRejected(header=h, rejected_event_id=event.header.event_id,
+                                      rejected_event_type=event.event_type, reason=reason,
+                                      detail=detail))
+
+    def stop(self, state: RunState, reason: str) -> None:
+        """Stop the run's current generation on every node it runs on."""
+        if state.generation == 0:
+            return
+        for node in sorted({m.node for m in state.members}):
+            cid = f"{state.run_id}/g{state.generation}/stop/{node}"
+            self.emit(COMMANDS, GroupStopCommanded(
+                header=self.header(state.run_id, state.generation, cid), command_id=cid,
+                node=node, reason=reason))

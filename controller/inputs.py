@@ -1,0 +1,182 @@
+"""What the controller does with each type of input, in one table: :data:`RULES`.
+
+Every request and report that reaches the controller is looked up by its type
+(:func:`rule_for`) and taken (:func:`take`) by its :class:`Input` rule:
+
+- ``INVENTORY``: an agent's offer of a node, folded into the inventory;
+- ``REQUEST``: asks the controller to decide (submit, cancel, commit a
+  checkpoint); its act judges it, and appends what it decides;
+- ``REPORT``: a worker's observation of its run, judged by the run fold once:
+  refused, it is recorded as a ``WriteRejected``; accepted, it is folded, kept
+  as a fact unless ``keep`` is false, and followed by its act, if any.
+
+``alerts``: whether the run's alert rules are judged right after the input.
+For the bulk of all reports (heartbeats, step times) and agents' reports the
+tick judges them instead, every tick_s, rather than once per report, which for
+stragglers would cost O(ranks) per report.
+
+A type not in the table is taken as a report and kept (:data:`FALLBACK`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from controller import checkpoints
+from controller.emitter import Emitter
+from controller.model import Tracked
+from events.fold import UNKNOWN_RUN, apply
+from events.model import (
+    AgentHeartbeatRecorded,
+    AgentRegistered,
+    CancelRequested,
+    CheckpointRestored,
+    CheckpointSkipped,
+    CheckpointStaged,
+    CheckpointVerificationFailed,
+    CheckpointWriteFailed,
+    Event,
+    HeartbeatRecorded,
+    ManifestProposed,
+    RunCancelled,
+    RunSubmitted,
+    ShardWritten,
+    StepCommitted,
+    StepTimesRecorded,
+    WorkerExited,
+)
+from events.topics import RUNS
+
+
+class Kind(StrEnum):
+    INVENTORY = "inventory"
+    REQUEST = "request"
+    REPORT = "report"
+
+
+# (emitter, the input, the run as it was before the input, if known)
+Act = Callable[[Emitter, Any, Tracked | None], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    kind: Kind
+    act: Act | None = None
+    keep: bool = True  # REPORT: an accepted one is appended to runledger.runs
+    alerts: bool = True
+
+
+def take(em: Emitter, event: Event, rule: Input) -> None:
+    """Take one input by its rule."""
+    if rule.kind == Kind.INVENTORY:
+        em.draft.absorb(event)
+        return
+    before = em.draft.get(event.run_id)
+    if rule.kind == Kind.REPORT:
+        verdict = em.draft.absorb_run(event)
+        if not verdict.accepted:
+            em.reject(event, verdict.reason, verdict.detail)
+            return
+        if rule.keep:
+            em.keep(event)
+    if rule.act is not None:
+        rule.act(em, event, before)
+
+
+def _submit(em: Emitter, event: RunSubmitted, before: Tracked | None) -> None:
+    if before is None:  # a resubmitted request is the same run
+        em.emit(RUNS, event)
+
+
+def _cancel(em: Emitter, event: CancelRequested, before: Tracked | None) -> None:
+    if before is None:
+        em.reject(event, UNKNOWN_RUN, f"cancel of unknown run {event.run_id}")
+        return
+    state = before.state
+    if state.status.terminal:
+        em.reject(event, "run_terminal", f"cancel after the run is {state.status.value}")
+        return
+    allowed = before.plan.cancel_authority | {state.principal}
+    if event.principal not in allowed:
+        em.reject(event, "unauthorized",
+                  f"{event.principal!r} is not in the cancel authority {sorted(allowed)}")
+        return
+    # The fact first: it revokes the generation, so nothing the workers send
+    # from now on is accepted, whatever the stop commands' fate.
+    h = em.header(event.run_id, state.generation, f"{event.run_id}/RunCancelled",
+                  event.header.event_id)
+    em.emit(RUNS, RunCancelled(header=h, principal=event.principal, reason=event.reason))
+    em.stop(state, f"cancelled by {event.principal}: {event.reason}")
+
+
+def _propose(em: Emitter, event: ManifestProposed, before: Tracked | None) -> None:
+    """Commit a checkpoint once the fold accepts it and every member wrote its shard.
+
+    The proposal itself changes no state; its commit does, as the facts it becomes.
+    """
+    verdict = apply(before.state if before is not None else None, event).verdict
+    if not verdict.accepted:
+        em.reject(event, verdict.reason, verdict.detail)
+        return
+    assert before is not None  # the fold accepts nothing for an unknown run
+    missing = checkpoints.missing_shards(before.state, before.shards, event)
+    if missing:
+        em.reject(event, checkpoints.INCOMPLETE_SHARDS,
+                  f"no ShardWritten for step {event.step} from {', '.join(missing)}")
+        return
+    for fact in checkpoints.commit_events(event, em.header_for(event)):
+        em.emit(RUNS, fact)
+
+
+def _revoke(em: Emitter, event: CheckpointVerificationFailed, before: Tracked | None) -> None:
+    """A committed checkpoint that failed a worker's verification is revoked."""
+    run = em.draft.get(event.run_id)
+    assert run is not None
+    revoked = checkpoints.revocation(run.state, event, em.header_for(event))
+    if revoked is not None:
+        em.emit(RUNS, revoked)
+
+
+def _retune(em: Emitter, event: CheckpointStaged, before: Tracked | None) -> None:
+    """The auto checkpoint interval, from this staging and the one before it."""
+    run = em.draft.get(event.run_id)
+    assert run is not None and before is not None
+    auto = run.plan.auto_interval
+    if auto is not None:
+        change = checkpoints.interval_decision(auto, run.state, before.staged, event,
+                                               em.header_for(event))
+        if change is not None:
+            em.emit(RUNS, change)
+
+
+_KEPT = Input(Kind.REPORT)
+_CLOCKED = Input(Kind.REPORT, keep=False, alerts=False)  # judged by the tick, never a fact
+_AGENT = Input(Kind.INVENTORY, alerts=False)
+
+RULES: Mapping[type[Event], Input] = {
+    AgentRegistered: _AGENT,
+    AgentHeartbeatRecorded: _AGENT,
+    RunSubmitted: Input(Kind.REQUEST, _submit),
+    CancelRequested: Input(Kind.REQUEST, _cancel),
+    ManifestProposed: Input(Kind.REQUEST, _propose),
+    HeartbeatRecorded: _CLOCKED,
+    StepTimesRecorded: _CLOCKED,
+    StepCommitted: _KEPT,
+    WorkerExited: _KEPT,
+    ShardWritten: _KEPT,
+    CheckpointStaged: Input(Kind.REPORT, _retune),
+    CheckpointSkipped: _KEPT,
+    CheckpointWriteFailed: _KEPT,
+    CheckpointVerificationFailed: Input(Kind.REPORT, _revoke),
+    CheckpointRestored: _KEPT,
+}
+# Anything else (a fact or a command sent as an input) is folded as a report
+# of its run and, if the fold accepts it, kept.
+FALLBACK = _KEPT
+
+
+def rule_for(event: Event) -> Input:
+    return RULES.get(type(event), FALLBACK)

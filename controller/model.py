@@ -1,0 +1,226 @@
+"""The controller's model, and the one path by which a record changes it.
+
+``Model`` is everything the controller knows: per run a :class:`Tracked` (its
+folded state, the plan taken from its spec, what the alert rules watch, its
+last staged checkpoint and the shard reports not yet committed), the
+inventory, failures counted per node, and when this controller started
+(missing heartbeats are only counted from then, so a restarted controller does
+not fail healthy runs it has not heard from yet).
+
+Runs that can still change are ``live``; a run that ends moves to ``done``, a
+:class:`~controller.shelf.Shelf`, so neither an event of a live run nor a tick
+costs anything per finished run. ``closing`` names the finished runs whose
+alerts are still open: the tick visits them until the alert rules close them.
+
+:meth:`Draft.absorb` is the one update function. The live controller folds
+each report it accepts and each record it appends through it, and a restarted
+controller rebuilds its model by folding ``runledger.runs`` through it
+(:func:`replay`), so the two cannot drift: the models differ only by what
+never becomes a fact (heartbeats and the ``updated_at`` they move, step times,
+agents' reports).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from controller import checkpoints
+from controller.inventory import EMPTY as NO_NODES
+from controller.inventory import Inventory, observe
+from controller.runplan import RunPlan
+from controller.shelf import Shelf
+from controller.watch import EMPTY as NOTHING_SEEN
+from controller.watch import Watch
+from controller.watch import observe as observe_run
+from events.fold import Verdict, apply
+from events.model import (
+    AgentHeartbeatRecorded,
+    AgentRegistered,
+    CheckpointStaged,
+    Event,
+    FailureClassified,
+    HeartbeatRecorded,
+    ManifestCommitted,
+    NodeQuarantined,
+    RunSubmitted,
+    ShardWritten,
+)
+from events.state import RunState
+
+PlanOf = Callable[[RunSubmitted], RunPlan]
+# Records about nodes rather than runs: they change the inventory.
+NODE_RECORDS = (AgentRegistered, AgentHeartbeatRecorded, NodeQuarantined)
+_ACCEPTED = Verdict(True)
+
+
+@dataclass(frozen=True, slots=True)
+class Tracked:
+    """What the controller knows of one run."""
+
+    state: RunState
+    plan: RunPlan
+    watch: Watch = NOTHING_SEEN
+    staged: checkpoints.Staged | None = None  # the last CheckpointStaged: the auto interval's
+    shards: checkpoints.Shards = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    since: int
+    live: Mapping[str, Tracked] = field(default_factory=dict)
+    done: Shelf[Tracked] = field(default_factory=Shelf)
+    closing: frozenset[str] = frozenset()
+    inventory: Inventory = NO_NODES
+    node_failures: Mapping[str, int] = field(default_factory=dict)
+
+    def tracked(self, run_id: str) -> Tracked | None:
+        found = self.live.get(run_id)
+        return found if found is not None else self.done.get(run_id)
+
+    @property
+    def runs(self) -> Mapping[str, RunState]:
+        """Every run's folded state, live and finished."""
+        return _States(self)
+
+    def due(self) -> list[str]:
+        """The runs a tick visits, in the order it visits them."""
+        return sorted(self.live.keys() | self.closing)
+
+
+class _States(Mapping[str, RunState]):
+    __slots__ = ("_model",)
+
+    def __init__(self, model: Model) -> None:
+        self._model = model
+
+    def __getitem__(self, run_id: str) -> RunState:
+        found = self._model.tracked(run_id)
+        if found is None:
+            raise KeyError(run_id)
+        return found.state
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._model.live
+        yield from self._model.done
+
+    def __len__(self) -> int:
+        return len(self._model.live) + len(self._model.done)
+
+
+class Draft:
+    """A model being changed, copy on write: the model it starts from is never touched.
+
+    One draft serves one ``handle`` or ``tick`` (or a whole replay), so the live
+    runs are copied at most once per step however many records it folds, and
+    finished runs only where one changes.
+    """
+
+    __slots__ = ("_closing", "_done", "_ended", "_failures", "_failures_copy", "_live",
+                 "_live_copy", "inventory", "plan_of", "since")
+
+    def __init__(self, model: Model, plan_of: PlanOf) -> None:
+        self.since = model.since
+        self.plan_of = plan_of
+        self.inventory = model.inventory
+        self._live: Mapping[str, Tracked] = model.live
+        self._live_copy: dict[str, Tracked] | None = None  # ours to write, once made
+        self._done = model.done
+        self._ended: dict[str, Tracked] = {}  # finished runs changed by this draft
+        self._closing = model.closing
+        self._failures: Mapping[str, int] = model.node_failures
+        self._failures_copy: dict[str, int] | None = None
+
+    def get(self, run_id: str) -> Tracked | None:
+        found = self._live.get(run_id)
+        if found is None:
+            found = self._ended.get(run_id)
+        return found if found is not None else self._done.get(run_id)
+
+    def live(self) -> Iterable[Tracked]:
+        return self._live.values()
+
+    @property
+    def node_failures(self) -> Mapping[str, int]:
+        return self._failures
+
+    def freeze(self) -> Model:
+        """The model reached; the draft stays usable and copies again before its next write."""
+        self._done = self._done.with_(self._ended)
+        self._ended = {}
+        self._live_copy = self._failures_copy = None
+        return Model(self.since, self._live, self._done, self._closing, self.inventory,
+                     self._failures)
+
+    def absorb(self, event: Event) -> Verdict:
+        """Fold one record into the model: the one update path, live and on replay.
+
+        Records about nodes change the inventory; any other record is judged by
+        the run fold (``events.fold.apply``) once, and an accepted one changes
+        the run's state and bookkeeping. The verdict says which it was.
+        """
+        if isinstance(event, NODE_RECORDS):
+            self.inventory = observe(self.inventory, event)
+            return _ACCEPTED
+        return self.absorb_run(event)
+
+    def absorb_run(self, event: Event) -> Verdict:
+        """:meth:`absorb` for a record about a run (a report names no node)."""
+        before = self.get(event.run_id)
+        transition = apply(before.state if before is not None else None, event)
+        state = transition.state
+        if not transition.verdict.accepted or state is None:
+            return transition.verdict
+        if before is None:
+            assert isinstance(event, RunSubmitted)  # the fold accepts nothing else first
+            self._put(Tracked(state, self.plan_of(event)))
+            return transition.verdict
+        if isinstance(event, FailureClassified) and event.node:
+            self._count_failure(event.node)
+        self._put(_noted(before, state, event))
+        return transition.verdict
+
+    def _count_failure(self, node: str) -> None:
+        if self._failures_copy is None:
+            self._failures = self._failures_copy = dict(self._failures)
+        self._failures_copy[node] = self._failures_copy.get(node, 0) + 1
+
+    def _writable_live(self) -> dict[str, Tracked]:
+        if self._live_copy is None:
+            self._live = self._live_copy = dict(self._live)
+        return self._live_copy
+
+    def _put(self, run: Tracked) -> None:
+        run_id = run.state.run_id
+        if not run.state.status.terminal:
+            self._writable_live()[run_id] = run
+            return
+        if run_id in self._live:
+            del self._writable_live()[run_id]
+        self._ended[run_id] = run
+        if bool(run.state.open_alerts) != (run_id in self._closing):
+            self._closing = self._closing ^ {run_id}
+
+
+def _noted(before: Tracked, state: RunState, event: Event) -> Tracked:
+    """The run after an accepted record: its state, and the bookkeeping the record adds."""
+    staged, shards = before.staged, before.shards
+    if type(event) is HeartbeatRecorded:  # most records; no bookkeeping watches them
+        return Tracked(state, before.plan, before.watch, staged, shards)
+    match event:
+        case ShardWritten():
+            shards = checkpoints.track_shard(shards, event)
+        case ManifestCommitted():
+            shards = checkpoints.prune_shards(shards, event.step)
+        case CheckpointStaged():
+            staged = checkpoints.Staged(event.step, event.header.occurred_at, event.stall_ms)
+    return Tracked(state, before.plan, observe_run(before.watch, event, before.state), staged,
+                   shards)
+
+
+def replay(events: Iterable[Event], since: int, plan_of: PlanOf) -> Model:
+    """The model a (re)started controller holds after reading ``runledger.runs``."""
+    draft = Draft(Model(since=since), plan_of)
+    for event in events:
+        draft.absorb(event)
+    return draft.freeze()

@@ -1,0 +1,211 @@
+"""A run's lifecycle decisions, as a pure function of what the controller knows of it.
+
+``decide(run, world) -> tuple[Action, ...]``: level-triggered, over the run's
+whole state, with time from ``world.now``. The shell (``controller.reconcile``)
+turns each action into records with deterministic ids and appends and folds
+them in order; the alert rules (``controller.alerts``) then judge the state
+they reached.
+
+Rules for a run that has not ended, in this order (the first that applies decides):
+
+1. a spec the controller could not read: the run fails (``Finish``);
+2. Submitted or Queued: inside its retry backoff, it is queued with that
+   reason; without room for the whole group on live nodes, queued with the
+   refusal (``Queue``: a reason already recorded is not recorded again);
+   otherwise admitted (``Admit``, which takes its slots for the rest of the
+   tick) and its first generation started (``Start``);
+3. Recovering and awaiting its next generation: nothing until the backoff is
+   over; then back to the queue if a node of its placement is no longer live,
+   else the next generation starts on the same members (``Start``);
+4. a live generation: on a failure (a member exited non-zero or by a signal;
+   a member silent past its heartbeat timeout, or its start timeout before
+   its first heartbeat; Running with no step past the stall timeout), the
+   failure is classified with the retry policy's verdict (``Classify``), the
+   generation stopped (``Stop``), the failure's node quarantined at its
+   ``NODE_QUARANTINE_AFTER``-th failure (``Quarantine``), and the run failed if
+   the policy escalates (``Finish``); otherwise, once every member has joined
+   (a heartbeat or an exit), it is Running (``Confirm``), and once every member
+   has exited 0 it has succeeded (``Finish``).
+
+An Admitted run starts its generation in the same step as its admission, so
+no rule waits for one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from controller import admission, policy
+from controller.inventory import Inventory
+from controller.model import Tracked
+from controller.runplan import RunPlan
+from events.model import Member
+from events.state import RunState, Status
+
+NODE_QUARANTINE_AFTER = 3  # failures attributed to one node, across runs
+NODE_TIMEOUT_MS = 15_000
+
+
+class World(NamedTuple):  # one per run per tick: a tuple is the cheapest immutable value
+    """What a decision about one run reads beyond the run itself."""
+
+    now: int
+    since: int  # when this controller began listening: silences count from then
+    inventory: Inventory
+    node_failures: Mapping[str, int]
+    # Slots held per node by live generations, asked only by an admission.
+    used: Callable[[], Mapping[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    members: tuple[Member, ...]
+    generation: int  # the one it is admitted to start
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    members: tuple[Member, ...]
+    generation: int
+    reason: str  # "admitted" or "restart"
+
+
+@dataclass(frozen=True, slots=True)
+class Classify:
+    failure: policy.Failure
+    decision: policy.Decision
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Stop the run's current generation on every node it runs on."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantine:
+    node: str
+    failures: int  # attributed to the node so far, this one included
+
+
+@dataclass(frozen=True, slots=True)
+class Confirm:
+    joined: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    outcome: str  # "succeeded" or "failed"
+    reason: str
+
+
+Action = Queue | Admit | Start | Classify | Stop | Quarantine | Confirm | Finish
+
+
+def decide(run: Tracked, world: World) -> tuple[Action, ...]:
+    state, plan = run.state, run.plan
+    if state.status.terminal:
+        return ()
+    if plan.invalid:
+        return (Finish("failed", f"invalid spec: {plan.invalid}"),)
+    if state.status in (Status.SUBMITTED, Status.QUEUED):
+        return _admission(state, plan, world)
+    if state.status == Status.RECOVERING and state.awaiting_generation:
+        return _restart(state, world)
+    if state.status.active:
+        return _watch(state, plan, world)
+    return ()
+
+
+def queue_tag(reason: str) -> str:
+    """Part of a RunQueued's id: the same run may be queued again for another reason."""
+    return hashlib.sha256(reason.encode()).hexdigest()[:8]
+
+
+def _queued(state: RunState, reason: str) -> tuple[Action, ...]:
+    if state.status == Status.QUEUED and state.queue_reason == reason:
+        return ()
+    return (Queue(reason),)
+
+
+def _admission(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ...]:
+    if world.now < state.retry_not_before:
+        return _queued(state, f"backoff until {state.retry_not_before} ms")
+    live = world.inventory.live(world.now, NODE_TIMEOUT_MS)
+    placed = admission.place(plan.world_size, plan.slots_per_node, plan.domain, live,
+                             world.used())
+    if isinstance(placed, admission.Refusal):
+        return _queued(state, placed.reason)
+    generation = state.generation + 1
+    return (Admit(placed.members, generation), Start(placed.members, generation, "admitted"))
+
+
+def _restart(state: RunState, world: World) -> tuple[Action, ...]:
+    if world.now < state.retry_not_before:
+        return ()
+    live = {n.name for n in world.inventory.live(world.now, NODE_TIMEOUT_MS)}
+    lost = sorted({m.node for m in state.members} - live)
+    if lost:
+        return _queued(state, f"placement lost: {', '.join(lost)} not available")
+    return (Start(state.members, state.generation + 1, "restart"),)
+
+
+def _watch(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ...]:
+    failure = _failure(state, plan, world)
+    if failure is not None:
+        return _failed(state, plan, failure, world)
+    exits = state.exits
+    lids = [m.logical_id for m in state.members]
+    joined = all(lid in state.heartbeats or lid in exits for lid in lids)
+    confirm = state.status != Status.RUNNING and joined
+    actions: list[Action] = [Confirm(len(lids))] if confirm else []
+    running = state.status == Status.RUNNING or confirm
+    if running and lids and all(exits.get(lid) == 0 for lid in lids):
+        actions.append(Finish("succeeded", "every member exited 0"))
+    return tuple(actions)
+
+
+def _failure(state: RunState, plan: RunPlan, world: World) -> policy.Failure | None:
+    for m in state.members:
+        code = state.exits.get(m.logical_id, 0)
+        if code != 0:
+            signal = -code if code is not None and code < 0 else None
+            return policy.from_exit(m.logical_id, m.node, None if signal else code, signal)
+    grace_from = max(state.generation_started_at, world.since)
+    for m in state.members:
+        if m.logical_id in state.exits:
+            continue
+        seen = state.heartbeats.get(m.logical_id)
+        last = max(seen or 0, grace_from)
+        limit = plan.heartbeat_timeout_ms if seen is not None else plan.start_timeout_ms
+        if world.now - last > limit:
+            return policy.no_heartbeat(m.logical_id, m.node, world.now - last)
+    if state.status == Status.RUNNING and not state.exits:
+        last = max(state.last_progress_at, world.since)
+        if world.now - last > plan.stall_timeout_ms:
+            return policy.no_progress(state.step, world.now - last)
+    return None
+
+
+def _failed(state: RunState, plan: RunPlan, failure: policy.Failure,
+            world: World) -> tuple[Action, ...]:
+    decision = policy.decide(state, failure, plan.retry_for(failure.failure_class))
+    actions: list[Action] = [Classify(failure, decision),
+                             Stop(f"{failure.signature}: {decision.action}")]
+    if failure.node:
+        count = world.node_failures.get(failure.node, 0) + 1
+        node = world.inventory.nodes.get(failure.node)
+        if count >= NODE_QUARANTINE_AFTER and (node is None or not node.quarantined):
+            actions.append(Quarantine(failure.node, count))
+    if decision.action == "escalate":
+        actions.append(Finish("failed", decision.reason))
+    return tuple(actions)

@@ -1,0 +1,130 @@
+"""A run's lifecycle rules as a pure function: each rule, and their order."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from controller import policy
+from controller.inventory import Inventory, Node
+from controller.model import Tracked
+from controller.run_decide import (
+    NODE_QUARANTINE_AFTER,
+    Admit,
+    Classify,
+    Confirm,
+    Finish,
+    Quarantine,
+    Queue,
+    Start,
+    Stop,
+    World,
+    decide,
+)
+from controller.runplan import RunPlan
+from controller.spec_parts import RetryPolicy
+from events.model import Member
+from events.state import RunState, Status
+
+NOW = 100_000
+MEMBERS = (Member("r0", "n1", 0, "d1"), Member("r1", "n1", 1, "d1"))
+PLAN = RunPlan(world_size=2, argv=("train",), slots_per_node=2, heartbeat_timeout_ms=10_000,
+               stall_timeout_ms=30_000, start_timeout_ms=60_000,
+               retry={"worker_crash": RetryPolicy(attempts=5, backoff_base_s=1.0,
+                                                  backoff_cap_s=4.0, escalate_after=2)})
+
+
+def state(status: Status, **kw: Any) -> RunState:
+    base = RunState(run_id="run-1", status=status, spec_digest="s", principal="alice",
+                    world_size=2, dataset_id=None, submitted_at=0, updated_at=0)
+    return replace(base, **kw)
+
+
+def live(status: Status = Status.RUNNING, **kw: Any) -> RunState:
+    defaults: dict[str, Any] = dict(
+        generation=1, members=MEMBERS, heartbeats={"r0": NOW - 1_000, "r1": NOW - 1_000},
+        generation_started_at=NOW - 60_000, last_progress_at=NOW - 1_000)
+    return state(status, **{**defaults, **kw})
+
+
+def world(slots: int = 2, used: dict[str, int] | None = None, failures: int = 0,
+          quarantined: bool = False) -> World:
+    node = Node("n1", slots, "d1", NOW - 1_000, quarantined=quarantined)
+    return World(NOW, 0, Inventory({"n1": node}), {"n1": failures} if failures else {},
+                 lambda: used or {})
+
+
+def test_1_an_unreadable_spec_fails_the_run_whatever_its_state() -> None:
+    bad = replace(PLAN, invalid="no command")
+    for s in (state(Status.SUBMITTED), live()):
+        assert decide(Tracked(s, bad), world()) == (Finish("failed", "invalid spec: no command"),)
+    assert decide(Tracked(state(Status.FAILED), bad), world()) == ()
+
+
+def test_2_admission_backs_off_queues_with_the_refusal_once_or_admits_and_starts() -> None:
+    backing = state(Status.QUEUED, generation=1, retry_not_before=NOW + 1)
+    assert decide(Tracked(backing, PLAN), world()) == (Queue(f"backoff until {NOW + 1} ms"),)
+    (refused,) = decide(Tracked(state(Status.SUBMITTED), PLAN), world(used={"n1": 1}))
+    assert refused == Queue("needs 2 slots, 1 free in all live nodes")
+    already = state(Status.QUEUED, queue_reason=refused.reason)  # type: ignore[union-attr]
+    assert decide(Tracked(already, PLAN), world(used={"n1": 1})) == ()
+    admit, start = decide(Tracked(state(Status.QUEUED, generation=1), PLAN), world())
+    assert admit == Admit(MEMBERS, 2) and start == Start(MEMBERS, 2, "admitted")
+
+
+def test_3_a_restart_waits_out_its_backoff_and_needs_its_nodes() -> None:
+    waiting = live(Status.RECOVERING, awaiting_generation=True, retry_not_before=NOW + 1)
+    assert decide(Tracked(waiting, PLAN), world()) == ()
+    due = replace(waiting, retry_not_before=NOW)
+    assert decide(Tracked(due, PLAN), world()) == (Start(MEMBERS, 2, "restart"),)
+    assert decide(Tracked(due, PLAN), world(quarantined=True)) == (
+        Queue("placement lost: n1 not available"),)
+
+
+def test_4_a_live_generation_joins_then_succeeds_in_one_step() -> None:
+    starting = live(Status.STARTING)
+    assert decide(Tracked(starting, PLAN), world()) == (Confirm(2),)
+    assert decide(Tracked(replace(starting, heartbeats={"r0": NOW}), PLAN), world()) == ()
+    exited = replace(starting, exits={"r0": 0, "r1": 0})
+    assert decide(Tracked(exited, PLAN), world()) == (
+        Confirm(2), Finish("succeeded", "every member exited 0"))
+    assert decide(Tracked(live(exits={"r0": 0}), PLAN), world()) == ()
+
+
+def test_4_a_failure_is_classified_stopped_and_escalated_by_the_policy() -> None:
+    crashed = live(exits={"r1": 3})
+    classify, stop = decide(Tracked(crashed, PLAN), world())
+    assert isinstance(classify, Classify) and classify.decision.action == "restart"
+    assert classify.failure == policy.from_exit("r1", "n1", 3, None)
+    assert stop == Stop("worker_crash:exit=3: restart")
+    again = replace(crashed, failures={"worker_crash:exit=3": 1})
+    *_, finish = decide(Tracked(again, PLAN), world())
+    assert isinstance(finish, Finish) and finish.outcome == "failed"
+
+
+def test_4_the_nth_failure_on_a_node_quarantines_it_once() -> None:
+    crashed = Tracked(live(exits={"r0": 3}), PLAN)
+    before = NODE_QUARANTINE_AFTER - 1
+    assert Quarantine("n1", NODE_QUARANTINE_AFTER) in decide(crashed, world(failures=before))
+    assert not [a for a in decide(crashed, world(failures=before - 1))
+                if isinstance(a, Quarantine)]
+    assert not [a for a in decide(crashed, world(failures=before, quarantined=True))
+                if isinstance(a, Quarantine)]
+
+
+def test_4_silence_and_no_progress_are_hangs_counted_from_when_the_controller_listens() -> None:
+    silent = live(heartbeats={"r0": NOW - 1_000, "r1": NOW - 10_001})
+    (classify, _stop) = decide(Tracked(silent, PLAN), world())
+    assert isinstance(classify, Classify)
+    assert (classify.failure.signature, classify.failure.logical_id) == ("hang:no_heartbeat",
+                                                                        "r1")
+    listening = World(NOW, NOW - 5_000, world().inventory, {}, dict)
+    assert decide(Tracked(silent, PLAN), listening) == ()
+    stalled = live(last_progress_at=NOW - 30_001)
+    (classify, _stop) = decide(Tracked(stalled, PLAN), world())
+    assert isinstance(classify, Classify) and classify.failure.signature == "hang:no_progress"
+
+
+def test_finished_and_just_admitted_runs_call_for_nothing() -> None:
+    for status in (Status.SUCCEEDED, Status.CANCELLED, Status.ADMITTED):
+        assert decide(Tracked(live(status), PLAN), world()) == ()

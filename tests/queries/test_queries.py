@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import duckdb
 import pytest
 
+from events.model import AlertRaised, AlertResolved
 from queries.errors import QueryError
 from queries.runner import names, run_query
 from tests.queries.timeline import Timeline, crash_and_recover, project
@@ -150,16 +153,49 @@ def test_unknown_names_and_runs_list_what_exists(con) -> None:
     assert {"ettr", "goodput", "provenance", "audit", "incidents", "stragglers"} <= set(names())
 
 
-def test_queries_run_in_the_duckdb_cli_form(con) -> None:
-    """Each file is plain SQL over getvariable(): what the DuckDB CLI runs after SET VARIABLE."""
-    tl = Timeline()
-    crash_and_recover(tl)
-    project(con, tl)
+# What each query must answer for the crash-and-recover run (plus one alert raised
+# and resolved): a check per ``.sql`` file, so a new query without one fails below.
+_EXPECTED: dict[str, Callable[[list[dict[str, Any]]], bool]] = {
+    "alerts": lambda rows: [(r["alert"], r["subject"]) for r in rows]
+    == [("straggler_rank", "r1")] and rows[0]["resolved_at"] is not None,
+    "audit": lambda rows: rows[0]["event_type"] == "RunSubmitted"
+    and rows[-1]["event_type"] == "RunFinished"
+    and [r["log_offset"] for r in rows] == sorted(r["log_offset"] for r in rows),
+    "ettr": lambda rows: {r["part"] for r in rows} >= {"allocated", "productive", "lost_work"}
+    and sum(r["seconds"] for r in rows if r["part"] != "allocated")
+    == pytest.approx(next(r["seconds"] for r in rows if r["part"] == "allocated")),
+    "goodput": lambda rows: len(rows) == 1 and rows[0]["accepted_steps"] == 30,
+    "incidents": lambda rows: [(r["generation"], r["action"], r["rpo_steps"]) for r in rows]
+    == [(1, "restart", 5)],
+    "mixture": lambda rows: bool(rows) and all(r["count"] >= 0 for r in rows),
+    "provenance": lambda rows: [r["step"] for r in rows] == [30, 20, 10],
+    "stragglers": lambda rows: {r["member"] for r in rows} == {"r0", "r1"},
+    "timeline": lambda rows: {"generation", "step"} <= {r["kind"] for r in rows},
+}
+
+
+def test_every_query_answers_the_same_in_the_duckdb_cli_form(con) -> None:
+    """Each file is plain SQL over getvariable(): what the DuckDB CLI runs after SET
+    VARIABLE gives the rows ``run_query`` gives, and those rows are the right answer."""
     from queries.runner import sql_text
 
+    tl = Timeline()
+    crash_and_recover(tl)
+    raised = tl.add(AlertRaised(header=tl.h(2), alert="straggler_rank", severity="warning",
+                                owner="oncall", runbook="docs/runbooks.md#straggler_rank",
+                                detail="r1 is slow", subject="r1", threshold="1.5", value=2.0))
+    tl.add(AlertResolved(header=tl.h(2), alert="straggler_rank", subject="r1",
+                         raised_event_id=raised.header.event_id, detail="back to normal"))
+    tl.events.append(tl.events.pop(-3))  # the run's end stays its last fact
+    project(con, tl)
+    assert set(_EXPECTED) == set(names()), "every query needs an expected answer here"
     con.execute("SET VARIABLE run_id = 'run-a'")
     for name in names():
-        con.execute(sql_text(name)).fetchall()
+        result = run_query(con, name, tl.run_id)
+        cli = con.execute(sql_text(name))
+        assert [d[0] for d in cli.description or []] == result.columns, name
+        assert cli.fetchall() == result.rows, name
+        assert _EXPECTED[name](result.records()), (name, result.records()[:3])
 
 
 def test_the_python_oracle_agrees_with_the_hand_worked_parts() -> None:

@@ -2,7 +2,7 @@
 
 Usage: ``.venv/bin/python bench/checkpoint.py [--quick]``
 
-The state is what ``worker.session.Session._state`` builds for one rank
+The state is what ``worker.trainstate.TrainState.state_dict`` builds for one rank
 (``get_state_dict(model, [opt])`` plus ``rng.rank0``): an fp32 stack of Linear
 layers and AdamW after one step, ~1.13 GB (``--quick``: ~63 MB), on CPU,
 written to a temporary directory on local disk; every checkpoint is removed

@@ -56,7 +56,7 @@ def build_model(width: int, layers: int, seed: int) -> tuple[nn.Module, torch.op
 
 
 def make_state(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
-    """The state dict ``worker.session.Session._state`` builds (one rank, no scheduler)."""
+    """What ``worker.trainstate.TrainState.state_dict`` builds (one rank, no scheduler)."""
     msd, osd = get_state_dict(model, [opt])
     return {"model": msd, "optim": osd, "rng.rank0": rng.capture()}
 

@@ -1,6 +1,8 @@
 """events: the domain kernel and the log. Imports nothing else of ours; never torch.
 
-- ``model``: the event catalog as frozen dataclasses (``Header``, ``RunSubmitted``, ...).
+- ``model``: the event catalog (``EVENT_TYPES``); import any event class from it.
+  The classes live by concern: ``base`` (``Header``, ``Member``, the ``Event`` base),
+  ``requests``, ``facts`` (``runledger.runs``), ``reports``, ``commands``.
 - ``state``, ``fold``: run state and the pure fold ``evolve(state, event)`` with verdicts.
 - ``registry``, ``fingerprint``, ``convert``, ``codec``: the schema files, CRC-64-AVRO,
   Avro single-object encoding, schema resolution and upcasters.

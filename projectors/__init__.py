@@ -1,6 +1,9 @@
 """projectors: Kafka -> DuckDB read models, rebuilt from the log at will.
 
-- ``tables``: the tables and the pure mapping from a log record to rows.
+- ``rows``: one typed row declaration per table; each field carries its DuckDB type.
+- ``tables``: the tables (DDL, columns, Arrow schema, all derived from the row
+  types) and the pure mapping from a log record to rows.
 - ``projector``: the batch loop with offsets in the same transaction, replay,
   and per-table content digests for comparing a replay with the live tables.
+- ``metrics``: the projector's Prometheus collector.
 """

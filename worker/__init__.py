@@ -1,6 +1,8 @@
 """worker: what runs inside a training process on a GPU node.
 
 - ``session``: the ``Session`` a training script uses (restore, step, checkpoint).
+- ``trainstate``: the attached components (model, optimizer, ``Stateful`` scheduler
+  and scaler, a ``Loader``) and the per-rank state dict a checkpoint holds.
 - ``reporter``: reports and heartbeats from a background thread.
 - ``watcher``: follows ``runledger.runs`` for verdicts, interval changes, fencing.
 - ``commit``: writing one checkpoint with torch.distributed.checkpoint, manifest last.

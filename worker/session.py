@@ -28,14 +28,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import (
-    get_model_state_dict,
-    get_state_dict,
-    set_model_state_dict,
-    set_state_dict,
-)
+from torch.distributed.checkpoint.stateful import Stateful
 
 from dataplane.permute import derive_key
+from dataplane.state import Cursor
 from events.consume import read_log
 from events.kafka import EventProducer
 from events.model import (
@@ -61,6 +57,7 @@ from worker.layout import CheckpointDir
 from worker.manifest import FileEntry
 from worker.persist import Persister, nbytes, stage
 from worker.reporter import Reporter
+from worker.trainstate import Loader, TrainState, rng_key
 from worker.watcher import Watcher
 
 VERDICT_TIMEOUT_S = 120.0
@@ -89,13 +86,10 @@ class Session:
         self.last_checkpoint_step = 0
         self.durable_step: int | None = None
         self._parent: str | None = None
-        self._model: torch.nn.Module | None = None
-        self._optimizer: torch.optim.Optimizer | None = None
-        self._scheduler: Any = None
-        self._scaler: Any = None
-        self._loader: Any = None
+        self._attached: TrainState | None = None
         self._persister = Persister(ckpt.backlog) if ckpt.mode == "async" else None
-        self._commits: list[tuple[int, Any]] = []  # (step, cursor) committed in the background
+        # (step, cursor) of checkpoints committed in the background, applied on the step path
+        self._commits: list[tuple[int, Cursor | None]] = []
         self._gc: threading.Thread | None = None
         self._times: list[tuple[int, float, float]] = []  # (step, step ms, input wait ms)
 
@@ -149,15 +143,15 @@ class Session:
         return self.env.rank == 0
 
     def attach(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
-               scheduler: Any = None, scaler: Any = None, loader: Any = None) -> None:
+               scheduler: Stateful | None = None, scaler: Stateful | None = None,
+               loader: Loader | None = None) -> None:
         """What a checkpoint holds besides RNG and counters."""
-        self._model, self._optimizer = model, optimizer
-        self._scheduler, self._scaler, self._loader = scheduler, scaler, loader
+        self._attached = TrainState(model, optimizer, scheduler, scaler, loader)
 
     # -- the step path -----------------------------------------------------------------
 
     def step(self, step: int, *, loss: float | None, tokens: int, loss_tokens: int,
-             step_time_s: float, input_wait_s: float, cursor: Any = None) -> None:
+             step_time_s: float, input_wait_s: float, cursor: Cursor | None = None) -> None:
         """Report a finished optimizer step (never blocks on Kafka) and checkpoint when due."""
         self._apply_commits()
         if self._persister is not None:
@@ -179,20 +173,13 @@ class Session:
         if due:
             self.checkpoint(step, cursor)
 
-    def _mixture_targets(self) -> dict[str, float] | None:
-        """The attached loader's normalized mixture weights, when it has a manifest."""
-        mixture = getattr(getattr(self._loader, "manifest", None), "mixture", None)
-        if mixture is None:
-            return None
-        return {name: float(w) for name, w in sorted(mixture.fractions().items())}
-
     def _report_times(self) -> None:
         times, self._times = self._times, []
         self.reporter.step_times(times)
 
     # -- checkpoint --------------------------------------------------------------------
 
-    def checkpoint(self, step: int, cursor: Any = None) -> None:
+    def checkpoint(self, step: int, cursor: Cursor | None = None) -> None:
         """Collective: take checkpoint ``step`` (sync: committed when this returns)."""
         start = time.monotonic()
         waited = 0.0
@@ -208,13 +195,14 @@ class Session:
             if full:
                 self._persister.wait_for_room()
                 waited = time.monotonic() - start
-        state = self._state()
+        state = self._train_state().state_dict(self.rank)
         if self._persister is not None:
             state = stage(state)
         self.faults.hit("staging", step)
         self.last_checkpoint_step = step
         fields = ManifestFields(
-            dataset_id=getattr(cursor, "dataset_id", None) or self.ckpt.dataset_id,
+            dataset_id=(cursor.dataset_id if cursor is not None else None)
+            or self.ckpt.dataset_id,
             data=cursor.state_dict() if cursor is not None else None,
             counters={"step": step, "tokens": self.tokens, "loss_tokens": self.loss_tokens},
             code_version=self.ckpt.code_version, parent_digest=self._parent)
@@ -235,14 +223,14 @@ class Session:
                 durable_step=self.durable_step))
 
     def _commit(self, step: int, state: dict[str, Any], fields: ManifestFields,
-                cursor: Any) -> None:
+                cursor: Cursor | None) -> None:
         root = self.ckpt.root
         if root is None:
             raise StorageFault("checkpointing", "no checkpoint root: set checkpoint.root in the"
                                " spec or RUNLEDGER_CHECKPOINT_ROOT")
         ckdir = CheckpointDir(root, self.env.run_id, self.env.generation, step)
         shards: list[FileEntry] = []
-        required = [f"model.{k}" for k in get_model_state_dict(self._model_or_fail())]
+        required = self._train_state().model_keys()
         try:
             written = write_checkpoint(ckdir, state, self.comm, required_keys=required,
                                        fields=fields, faults=self.faults, on_shard=shards.append)
@@ -262,19 +250,8 @@ class Session:
         outcome: tuple[bool, str, str, int | None] = (False, "", "", None)
         if self.coordinator:
             self.faults.hit("after_manifest", step)
-            proposal = ManifestProposed(
-                header=self.reporter.header(f"ckpt/{step}/proposed"), step=step,
-                manifest_path=written.manifest_url, manifest_digest=written.digest,
-                dataset_id=fields.dataset_id,
-                epoch=getattr(cursor, "epoch", None), position=getattr(cursor, "position", None),
-                source_counts=cursor.source_counts() if cursor is not None else None,
-                mixture_targets=self._mixture_targets() if cursor is not None else None)
-            self.reporter.report(proposal)
-            self.reporter.flush()
-            verdict = self.watcher.wait_verdict(proposal.header.event_id, written.digest,
-                                                VERDICT_TIMEOUT_S)
-            outcome = (verdict.committed, verdict.reason, verdict.detail,
-                       self.watcher.interval_steps)
+            outcome = self._propose(step, written.manifest_url, written.digest,
+                                    fields.dataset_id, cursor)
         committed, reason, detail, interval = self.comm.broadcast(outcome)
         if interval is not None:
             self.interval_steps = interval  # every rank switches at the same boundary
@@ -286,6 +263,23 @@ class Session:
         self.faults.hit("after_commit", step)
         if self.coordinator:
             self._collect_garbage(root)
+
+    def _propose(self, step: int, manifest_url: str, digest: str, dataset_id: str | None,
+                 cursor: Cursor | None) -> tuple[bool, str, str, int | None]:
+        """Coordinator: propose the written checkpoint (with the data cursor it
+        holds) and wait for the controller's verdict; the outcome every rank gets."""
+        epoch = position = counts = targets = None
+        if cursor is not None:
+            epoch, position, counts = cursor.epoch, cursor.position, cursor.source_counts()
+            targets = self._train_state().mixture_targets()
+        proposal = ManifestProposed(
+            header=self.reporter.header(f"ckpt/{step}/proposed"), step=step,
+            manifest_path=manifest_url, manifest_digest=digest, dataset_id=dataset_id,
+            epoch=epoch, position=position, source_counts=counts, mixture_targets=targets)
+        self.reporter.report(proposal)
+        self.reporter.flush()
+        verdict = self.watcher.wait_verdict(proposal.header.event_id, digest, VERDICT_TIMEOUT_S)
+        return verdict.committed, verdict.reason, verdict.detail, self.watcher.interval_steps
 
     def _collect_garbage(self, root: str) -> None:
         """One bounded GC pass in the background; a failed pass is simply retried
@@ -307,10 +301,11 @@ class Session:
 
     def _apply_commits(self) -> None:
         """Advance the loader's durable cursor for checkpoints the log committed."""
+        loader = self._attached.loader if self._attached is not None else None
         while self._commits:
             _, cursor = self._commits.pop(0)
-            if cursor is not None and self._loader is not None:
-                self._loader.commit(cursor)
+            if cursor is not None and loader is not None:
+                loader.commit(cursor)
 
     # -- restore -----------------------------------------------------------------------
 
@@ -334,19 +329,20 @@ class Session:
             candidates, self.comm, run_id=self.env.run_id, dataset_id=self.ckpt.dataset_id,
             on_rejected=rejected)
         verified = time.monotonic()
-        template = self._state()
-        own_rng = f"rng.rank{self.rank}"
+        attached = self._train_state()
+        template = attached.state_dict(self.rank)
+        own_rng = rng_key(self.rank)
         if not any(k.startswith(own_rng + ".") for k in manifest.keys):
             del template[own_rng]  # a rank the checkpoint did not have (world size grew)
         restoring.load(chosen, template, self.comm)
-        self._load_state(template)
+        attached.load_state_dict(template)
         if own_rng in template:
             rng.restore(template[own_rng])
         else:
             # A stable seed: Python's hash() of a str differs from process to process.
             rng.seed_all(derive_key(self.env.run_id, self.rank, manifest.step) & 0x7FFFFFFF)
-        if self._loader is not None and manifest.data is not None:
-            self._loader.load_state_dict(manifest.data)
+        if attached.loader is not None and manifest.data is not None:
+            attached.loader.load_state_dict(manifest.data)
         self.tokens = manifest.counters.get("tokens", 0)
         self.loss_tokens = manifest.counters.get("loss_tokens", 0)
         self.last_checkpoint_step = manifest.step
@@ -362,37 +358,10 @@ class Session:
 
     # -- state -------------------------------------------------------------------------
 
-    def _model_or_fail(self) -> torch.nn.Module:
-        if self._model is None:
+    def _train_state(self) -> TrainState:
+        if self._attached is None:
             raise WorkerError("attach(model=...) before restore() or checkpoint()")
-        return self._model
-
-    def _state(self) -> dict[str, Any]:
-        model = self._model_or_fail()
-        state: dict[str, Any] = {}
-        if self._optimizer is not None:
-            msd, osd = get_state_dict(model, [self._optimizer])
-            state["model"], state["optim"] = msd, osd
-        else:
-            state["model"] = get_model_state_dict(model)
-        if self._scheduler is not None:
-            state["scheduler"] = self._scheduler.state_dict()
-        if self._scaler is not None:
-            state["scaler"] = self._scaler.state_dict()
-        state[f"rng.rank{self.rank}"] = rng.capture()
-        return state
-
-    def _load_state(self, state: dict[str, Any]) -> None:
-        model = self._model_or_fail()
-        if self._optimizer is not None:
-            set_state_dict(model, [self._optimizer], model_state_dict=state["model"],
-                           optim_state_dict=state["optim"])
-        else:
-            set_model_state_dict(model, state["model"])
-        if self._scheduler is not None:
-            self._scheduler.load_state_dict(state["scheduler"])
-        if self._scaler is not None:
-            self._scaler.load_state_dict(state["scaler"])
+        return self._attached
 
 
 def _stage_of(what: str) -> str:

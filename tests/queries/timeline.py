@@ -6,9 +6,9 @@ the queries see the tables a real projector writes; only the broker is left out.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
 import duckdb
 
@@ -32,7 +32,7 @@ from events.model import (
     WorkerExited,
 )
 from events.topics import REPORTS, RUNS
-from projectors.tables import DDL, rows_for
+from projectors.tables import DDL, TABLE_OF, rows_for
 
 MEMBERS = (Member("r0", "node-a", 0), Member("r1", "node-a", 1))
 _REPORT_ONLY = (HeartbeatRecorded, StepTimesRecorded, CheckpointRestored)
@@ -135,12 +135,12 @@ def project(con: duckdb.DuckDBPyConnection, *timelines: Timeline) -> None:
     offsets = {RUNS: 0, REPORTS: 0}
     for tl in timelines:
         for rec in tl.records():
-            ofs = offsets[rec.topic]
+            # One log for all timelines: offsets run on across them.
+            at = dataclasses.replace(rec, offset=offsets[rec.topic])
             offsets[rec.topic] += 1
-            for table, values in rows_for(rec):
-                row: tuple[Any, ...] = (rec.topic, 0, ofs, *values)
+            for row in rows_for(at):
                 marks = ", ".join("?" * len(row))
-                con.execute(f"INSERT INTO {table} VALUES ({marks})", row)
+                con.execute(f"INSERT INTO {TABLE_OF[type(row)].name} VALUES ({marks})", row)
 
 
 def crash_and_recover(tl: Timeline) -> dict[str, int]:

@@ -1,0 +1,39 @@
+"""Commands: what the controller tells node agents to do (``runledger.commands``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from events.base import Event, Member
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupStartCommanded(Event):
+    """Start this node's part of a generation's worker group.
+
+    ``command_id`` is deterministic (run, generation, node), so a re-issued
+    command is recognisably the same one and agents drop the duplicate.
+    """
+
+    command_id: str
+    node: str
+    members: tuple[Member, ...]
+    world_size: int
+    master_addr: str
+    master_port: int
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    resume_step: int | None = None
+    resume_manifest: str | None = None
+    TOPIC: ClassVar[str] = "runledger.commands"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupStopCommanded(Event):
+    """Stop every worker of ``header.generation`` (and older) of this run on a node."""
+
+    command_id: str
+    node: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.commands"

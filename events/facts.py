@@ -1,0 +1,217 @@
+"""Facts: what the controller accepted, on ``runledger.runs``, the authoritative record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from events.base import Event, Member, one_of
+from events.errors import InvalidEvent
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunQueued(Event):
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunAdmitted(Event):
+    """Gang admission: the whole group was placed, or this fact is not written."""
+
+    members: tuple[Member, ...]
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+    def __post_init__(self) -> None:
+        if not self.members:
+            raise InvalidEvent("RunAdmitted.members must name at least one member")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerationStarted(Event):
+    """The run's fencing token advanced to ``header.generation``."""
+
+    members: tuple[Member, ...]
+    reason: str
+    resume_step: int | None = None
+    resume_manifest: str | None = None
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+@dataclass(frozen=True, slots=True)
+class MembershipConfirmed(Event):
+    """Every member of the current generation has joined and is healthy."""
+
+    members_joined: int
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ManifestCommitted(Event):
+    """A proposed checkpoint manifest was accepted under the current generation."""
+
+    step: int
+    manifest_path: str
+    manifest_digest: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CursorAdvanced(Event):
+    """The durable data cursor moved with a committed optimizer step."""
+
+    step: int
+    dataset_id: str
+    epoch: int
+    position: int
+    source_counts: dict[str, int]
+    # v2: the mixture's normalized target weights, for drift checks and reports.
+    mixture_targets: dict[str, float] | None = None
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointRevoked(Event):
+    """A committed checkpoint failed verification; "latest" falls back to the one before it."""
+
+    step: int
+    manifest_path: str
+    manifest_digest: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointIntervalChanged(Event):
+    """The controller set the checkpoint interval (Young's model, or the spec's fixed one)."""
+
+    interval_steps: int
+    interval_s: float | None
+    cost_s: float | None
+    mtbf_s: float | None
+    mtbf_source: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+    def __post_init__(self) -> None:
+        one_of(self.mtbf_source, ("fixed", "prior", "observed"),
+                "CheckpointIntervalChanged.mtbf_source")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteRejected(Event):
+    """A report or proposal that was computed on but not accepted."""
+
+    rejected_event_id: str
+    rejected_event_type: str
+    reason: str
+    detail: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+FAILURE_CLASSES = (
+    "worker_crash",
+    "hang",
+    "straggler",
+    "storage",
+    "data",
+    "non_finite",
+    "silent_corruption",
+    "infrastructure",
+)
+FAILURE_ACTIONS = ("restart", "requeue", "quarantine_node", "escalate")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailureClassified(Event):
+    failure_class: str
+    signature: str
+    action: str
+    attempt: int
+    detail: str
+    logical_id: str | None = None
+    node: str | None = None
+    backoff_ms: int | None = None
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+    def __post_init__(self) -> None:
+        one_of(self.failure_class, FAILURE_CLASSES, "FailureClassified.failure_class")
+        one_of(self.action, FAILURE_ACTIONS, "FailureClassified.action")
+
+
+SEVERITIES = ("info", "warning", "critical")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlertRaised(Event):
+    """A rule's condition holds; raised once per (alert, subject) while it holds.
+
+    v2 adds ``subject``, ``threshold`` and ``value``; v1 records read with their defaults.
+    """
+
+    alert: str
+    severity: str
+    owner: str
+    runbook: str
+    detail: str
+    subject: str = ""
+    threshold: str = ""
+    value: float | None = None
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+    def __post_init__(self) -> None:
+        one_of(self.severity, SEVERITIES, "AlertRaised.severity")
+
+    @property
+    def key(self) -> str:
+        return alert_key(self.alert, self.subject)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlertResolved(Event):
+    """The condition of an open alert no longer holds (or the run ended)."""
+
+    alert: str
+    subject: str
+    raised_event_id: str
+    detail: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+    @property
+    def key(self) -> str:
+        return alert_key(self.alert, self.subject)
+
+
+def alert_key(alert: str, subject: str) -> str:
+    """The deduplication key of an alert within its run."""
+    return f"{alert}/{subject}" if subject else alert
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunCancelled(Event):
+    """Recorded first; it revokes the generation before any stop command."""
+
+    principal: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+OUTCOMES = ("succeeded", "failed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFinished(Event):
+    outcome: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+    def __post_init__(self) -> None:
+        one_of(self.outcome, OUTCOMES, "RunFinished.outcome")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeQuarantined(Event):
+    """The controller stopped placing work on a node after repeated failures there."""
+
+    node: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.runs"

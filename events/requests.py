@@ -1,0 +1,36 @@
+"""Requests: what operators ask of the controller (``runledger.requests``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from events.base import Event
+from events.errors import InvalidEvent
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSubmitted(Event):
+    """An operator submitted a run spec; the controller copies it into ``runs``."""
+
+    spec_digest: str
+    spec_json: str
+    principal: str
+    world_size: int
+    dataset_id: str | None = None
+    TOPIC: ClassVar[str] = "runledger.requests"
+
+    def __post_init__(self) -> None:
+        if not self.spec_digest:
+            raise InvalidEvent("RunSubmitted.spec_digest must be non-empty")
+        if not self.principal:
+            raise InvalidEvent("RunSubmitted.principal must be non-empty")
+        if self.world_size < 1:
+            raise InvalidEvent(f"RunSubmitted.world_size must be >= 1, got {self.world_size}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelRequested(Event):
+    principal: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.requests"

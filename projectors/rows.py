@@ -1,0 +1,347 @@
+"""The projection's row types: one typed, immutable row declaration per DuckDB table.
+
+Each row is a ``NamedTuple`` whose field annotations carry the column's
+DuckDB type (``Varchar``, ``Bigint``, ...; an ``Opt`` alias where the column
+may be NULL). ``projectors.tables`` derives each table's DDL, column list and
+Arrow schema from these declarations, so the three cannot drift apart. Rows
+are tuples on purpose: the projector turns a batch of them into Arrow columns
+with one ``zip``, the fastest way in (see ``projectors.projector._insert``).
+
+Every table but ``offsets`` starts with the position of the record a row came
+from (``topic``, ``part``, ``ofs``), so a row can always be traced to the log.
+"""
+
+from dataclasses import dataclass
+from typing import Annotated, NamedTuple
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True, slots=True)
+class SqlType:
+    """A DuckDB column type and the Arrow type a batch of its values is built as."""
+
+    name: str
+    arrow: pa.DataType
+
+
+VARCHAR = SqlType("VARCHAR", pa.string())
+INTEGER = SqlType("INTEGER", pa.int32())
+BIGINT = SqlType("BIGINT", pa.int64())
+DOUBLE = SqlType("DOUBLE", pa.float64())
+JSON = SqlType("JSON", pa.string())
+BLOB = SqlType("BLOB", pa.binary())
+
+Varchar = Annotated[str, VARCHAR]
+OptVarchar = Annotated[str | None, VARCHAR]
+Integer = Annotated[int, INTEGER]
+OptInteger = Annotated[int | None, INTEGER]
+Bigint = Annotated[int, BIGINT]
+OptBigint = Annotated[int | None, BIGINT]
+Double = Annotated[float, DOUBLE]
+OptDouble = Annotated[float | None, DOUBLE]
+Json = Annotated[str, JSON]
+OptBlob = Annotated[bytes | None, BLOB]
+
+
+class OffsetRow(NamedTuple):
+    """The next offset to read per partition; stored with each batch, in its transaction."""
+
+    topic: Varchar
+    part: Integer
+    next_offset: Bigint
+
+
+class EventRow(NamedTuple):
+    """Every decoded record: the audit trail, payload as canonical JSON."""
+
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    event_type: Varchar
+    event_id: Varchar
+    occurred_at: Bigint
+    producer: Varchar
+    causation_id: OptVarchar
+    writer_version: Integer
+    payload: Json
+
+
+class QuarantineRow(NamedTuple):
+    """A record that could not be decoded, with its raw bytes."""
+
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    key: OptVarchar
+    reason: Varchar
+    detail: Varchar
+    raw: OptBlob
+
+
+class RunRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    spec_digest: Varchar
+    principal: Varchar
+    world_size: Integer
+    dataset_id: OptVarchar
+    submitted_at: Bigint
+
+
+class GenerationRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    reason: Varchar
+    resume_step: OptBigint
+    resume_manifest: OptVarchar
+    started_at: Bigint
+
+
+class MemberRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    logical_id: Varchar
+    node: Varchar
+    slot: Integer
+    domain: OptVarchar
+
+
+class StepRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    step: Bigint
+    tokens: Bigint
+    loss_tokens: Bigint
+    step_time_ms: Double
+    input_wait_ms: Double
+    loss: OptDouble
+    occurred_at: Bigint
+
+
+class HeartbeatRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    logical_id: Varchar
+    node: Varchar
+    step: Bigint
+    occurred_at: Bigint
+
+
+class CheckpointRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    step: Bigint
+    manifest_path: Varchar
+    manifest_digest: Varchar
+    committed_at: Bigint
+
+
+class RevocationRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    step: Bigint
+    manifest_digest: Varchar
+    reason: Varchar
+    occurred_at: Bigint
+
+
+class ShardRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    step: Bigint
+    logical_id: Varchar
+    path: Varchar
+    bytes: Bigint
+    crc32c: Bigint
+
+
+class CursorRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    step: Bigint
+    dataset_id: Varchar
+    epoch: Bigint
+    position: Bigint
+
+
+class SourceCountRow(NamedTuple):
+    """One source's count of a ``CursorAdvanced``, with the mixture's target weight."""
+
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    step: Bigint
+    source: Varchar
+    count: Bigint  # type: ignore[assignment]  # shadows tuple.count; the column is named so
+    target: OptDouble
+
+
+class StagingRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    step: Bigint
+    mode: Varchar
+    stall_ms: Double
+    waited_ms: Double
+    bytes: Bigint
+    backlog: Integer
+    durable_step: OptBigint
+    occurred_at: Bigint
+
+
+class RestoreRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    step: Bigint
+    logical_id: Varchar
+    verify_ms: Double
+    load_ms: Double
+    fell_back: Integer
+    occurred_at: Bigint
+
+
+class RejectionRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    rejected_event_id: Varchar
+    rejected_event_type: Varchar
+    reason: Varchar
+    detail: Varchar
+    occurred_at: Bigint
+
+
+class FailureRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    failure_class: Varchar
+    signature: Varchar
+    action: Varchar
+    attempt: Integer
+    detail: Varchar
+    logical_id: OptVarchar
+    node: OptVarchar
+    backoff_ms: OptBigint
+    occurred_at: Bigint
+
+
+class EndingRow(NamedTuple):
+    """A run's end: ``RunFinished``'s outcome, or ``cancelled``."""
+
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    outcome: Varchar
+    reason: Varchar
+    occurred_at: Bigint
+
+
+class AlertRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    event_id: Varchar
+    alert: Varchar
+    subject: Varchar
+    severity: Varchar
+    owner: Varchar
+    runbook: Varchar
+    threshold: Varchar
+    value: OptDouble
+    detail: Varchar
+    occurred_at: Bigint
+
+
+class AlertResolutionRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    alert: Varchar
+    subject: Varchar
+    raised_event_id: Varchar
+    detail: Varchar
+    occurred_at: Bigint
+
+
+class RankStepRow(NamedTuple):
+    """One rank's own times for one step (from a batched ``StepTimesRecorded``)."""
+
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    logical_id: Varchar
+    node: Varchar
+    step: Bigint
+    step_time_ms: Double
+    input_wait_ms: Double
+    occurred_at: Bigint
+
+
+class ExitRow(NamedTuple):
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    logical_id: Varchar
+    node: Varchar
+    exit_code: OptInteger
+    signal: OptInteger
+    occurred_at: Bigint
+
+
+Row = (
+    OffsetRow | EventRow | QuarantineRow | RunRow | GenerationRow | MemberRow | StepRow
+    | HeartbeatRow | CheckpointRow | RevocationRow | ShardRow | CursorRow | SourceCountRow
+    | StagingRow | RestoreRow | RejectionRow | FailureRow | EndingRow | AlertRow
+    | AlertResolutionRow | RankStepRow | ExitRow
+)

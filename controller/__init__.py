@@ -1,1 +1,26 @@
-"""controller: filled in by a later issue (see ../shared/DESIGN.md section 1)."""
+"""controller: run specs, the pure reconcile core, and the process that appends facts.
+
+The contract is docs/architecture.md §7. Pure core first, then the shell:
+
+- ``spec``, ``spec_parts``: the run spec (pydantic, YAML), validated completely
+  before anything reaches the log; a dataset alias is resolved while parsing.
+- ``runplan``: the parts of a spec the core acts on, as plain values.
+- ``model``: the controller's model and ``Draft.absorb``, the one update path
+  for every record (inputs, the controller's own facts, and replay on restart);
+  ``shelf``: the immutable map that keeps finished runs cheap.
+- ``inputs``: what the controller does with each type of request and report.
+- ``run_decide``: a run's lifecycle decisions (admit, start, restart, classify,
+  confirm, finish) as numbered rules and a closed set of frozen actions.
+- ``reconcile``: ``handle`` an input, ``tick`` the clock, ``reconcile_run`` one
+  run; ``emitter``: the outputs of one step, folded into the model as emitted.
+- ``admission``, ``inventory``: gang placement against the nodes agents offer.
+- ``policy``: failure classification and the retry policy.
+- ``checkpoints``: commit, revocation and the auto interval; ``interval``:
+  Young's and Daly's arithmetic behind ``runledger interval``.
+- ``alerts``, ``watch``: the alert rules and what they watch per run.
+- ``service``: the process shell (transactions, fencing, the consume loop);
+  ``metrics``: its Prometheus collector.
+- ``errors``: ``ControllerError`` and its leaves.
+
+Imports ``events`` and, for documents and dataset manifests, ``dataplane``.
+"""

@@ -1,6 +1,6 @@
 """Checkpoint interval arithmetic: Young's interval, its expected waste, Daly's refinement.
 
-Pure functions behind ``runledger interval`` (DESIGN section 6, "Interval").
+Pure functions behind ``runledger interval`` (docs/architecture.md §7, "Checkpoint interval").
 
 Young's first-order model (J. W. Young, "A first order approximation to the
 optimum checkpoint interval", CACM 17(9), 1974): with checkpoint cost C (the

@@ -180,7 +180,7 @@ class FixedCheckpoint(CheckpointCommon):
 
 
 class AutoCheckpoint(CheckpointCommon):
-    """Interval from Young's model, ``T = sqrt(2·C·M)`` (DESIGN section 6).
+    """Interval from Young's model, ``T = sqrt(2·C·M)`` (docs/architecture.md §7).
 
     ``mtbf_prior_s`` is M until the run has its own interruption history;
     ``measured_cost_s`` is C when already known (the stall, not the background

@@ -12,7 +12,7 @@ reading every matched object's header and digest.
 
 A manifest file is immutable: it is written once, and every read re-hashes it,
 so an edited copy is refused rather than trusted. Aliases are the only mutable
-names; a run resolves them to an id before it starts (DESIGN.md section 7).
+names; a run resolves them to an id before it starts (docs/architecture.md §11).
 """
 
 from __future__ import annotations

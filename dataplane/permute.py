@@ -1,7 +1,7 @@
 """A keyed pseudorandom permutation of ``[0, n)`` with O(1) memory and random access.
 
 Sample order is a pure function of (dataset id, algorithm, seed, epoch, position)
-(DESIGN.md section 7). Materialising a shuffled index array costs O(n) memory and
+(docs/architecture.md §11). Materialising a shuffled index array costs O(n) memory and
 O(n) time before the first sample, and must be rebuilt to resume at position k.
 Instead :class:`Permutation` computes ``p(k)`` directly: a balanced Feistel
 network over the smallest even bit width ``2h`` with ``2**(2h) >= n`` is a

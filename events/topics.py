@@ -1,4 +1,4 @@
-"""Topic names and their declared configuration (DESIGN section 2).
+"""Topic names and their declared configuration (docs/architecture.md §3).
 
 Every topic is keyed by ``run_id`` so one run's events are totally ordered.
 """

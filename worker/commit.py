@@ -1,4 +1,4 @@
-"""Writing one checkpoint: shards first, checks, the manifest last (DESIGN section 6).
+"""Writing one checkpoint: shards first, checks, the manifest last (docs/architecture.md §9).
 
 Every rank writes its part with torch.distributed.checkpoint into the
 directory that names run, generation and step, reads each of its files back

@@ -11,8 +11,8 @@
 
 From the environment the agent set it joins torch.distributed (NCCL with
 GPUs, gloo otherwise), reports through a background thread (heartbeats too),
-checkpoints when the interval says so with the commit protocol of DESIGN
-section 6, and advances the loader's durable cursor only when the log commits
+checkpoints when the interval says so with the commit protocol of
+docs/architecture.md §9, and advances the loader's durable cursor only when the log commits
 the checkpoint that holds it.
 """
 

@@ -1,4 +1,4 @@
-"""Young's interval and its expected waste (DESIGN section 6), and ``runledger interval``.
+"""Young's interval and its expected waste (docs/architecture.md §7), and ``runledger interval``.
 
 No broker: the command is arithmetic only, run through the real command tree.
 """

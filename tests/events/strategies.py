@@ -75,7 +75,7 @@ MEMBERS = (Member("w0", "node-a", 0, "rack-1"), Member("w1", "node-b", 1, None))
 LOGICAL_IDS = tuple(m.logical_id for m in MEMBERS)
 
 # Reports, checkpoint facts and start commands that must carry the live generation
-# (DESIGN section 4).
+# (docs/architecture.md §6).
 FENCED_TYPES: tuple[type[Event], ...] = (
     HeartbeatRecorded,
     StepCommitted,

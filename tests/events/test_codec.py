@@ -1,4 +1,4 @@
-"""The Avro single-object codec (DESIGN section 3): round trips, the wire prefix,
+"""The Avro single-object codec (docs/architecture.md §4): round trips, the wire prefix,
 readability with the schema files alone, CRC-64-AVRO, and every way bytes go wrong."""
 
 from __future__ import annotations

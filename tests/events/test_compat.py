@@ -1,4 +1,4 @@
-"""Schema evolution (DESIGN section 3): transitive backward compatibility and upcasters.
+"""Schema evolution (docs/architecture.md §4): transitive backward compatibility and upcasters.
 
 Every reader schema must read every older writer schema of its type. The check
 is by data: records generated from the writer schema are written with it and

@@ -1,4 +1,5 @@
-"""Example tests of the run-state fold (DESIGN section 4): transitions, verdicts, fencing."""
+"""Example tests of the run-state fold (docs/architecture.md §5, §6): transitions, verdicts,
+fencing."""
 
 from __future__ import annotations
 
@@ -511,7 +512,7 @@ def test_informational_records_after_the_end_only_count() -> None:
     t2 = apply(t.state, ev.alert(1, "critical"))
     assert t2.verdict.accepted and t2.state is not None
     assert t2.state.alerts == s.alerts + 1
-    # Cancellation is recorded first; the stop commands follow it (DESIGN section 4).
+    # Cancellation is recorded first; the stop commands follow it (docs/architecture.md §6).
     t3 = apply(t2.state, ev.group_stop(1))
     assert t3.verdict.accepted and t3.state is not None
     unchanged = {"rejections", "alerts", "open_alerts", "updated_at"}
@@ -785,7 +786,7 @@ def test_a_restart_decision_revokes_the_failed_generation_before_the_next_starts
     assert run_from(s, [ev.step(2, 11)]).step == 11
 
 
-# --- checkpoint history, revocation and interval (DESIGN section 6.6) -------------------
+# --- checkpoint history, revocation and interval (docs/architecture.md §10) -----------
 
 
 def committed_at(ev: Ev, steps: list[int], gen: int = 1) -> RunState:

@@ -1,4 +1,4 @@
-"""Properties of the run-state fold over generated logs (DESIGN section 4).
+"""Properties of the run-state fold over generated logs (docs/architecture.md §5).
 
 Logs come from ``tests.events.strategies``: plausible logs of one run (a
 RunSubmitted, then every event type with generations and steps near the current
@@ -174,7 +174,7 @@ def check_effect(before: RunState, e: Event, after: RunState) -> None:
             assert e.step > before.step and after.step == e.step
             assert after.tokens == before.tokens + e.tokens
             assert after.loss_tokens == before.loss_tokens + e.loss_tokens
-        case ManifestCommitted():  # the step moves forward (DESIGN section 6.5)
+        case ManifestCommitted():  # the step moves forward (docs/architecture.md §9)
             assert ckpt is None or e.step > ckpt
             assert after.checkpoint is not None and after.checkpoint.step == e.step
             assert after.checkpoint.manifest_digest == e.manifest_digest

@@ -1,4 +1,4 @@
-"""Benchmark: the checkpoint commit protocol (docs/architecture.md §9) against bare saves and raw I/O.
+"""Benchmark: the checkpoint commit protocol (docs/architecture.md §9) vs bare saves and raw I/O.
 
 Usage: ``.venv/bin/python bench/checkpoint.py [--quick]``
 

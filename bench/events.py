@@ -121,6 +121,7 @@ def _vary(template: Event, i: int, rng: random.Random) -> Event:
     changes: dict[str, Any] = {"header": head}
     candidates: dict[str, Any] = {
         "step": seq,
+        "first_step": seq,
         "logical_id": f"r{i % 8}",
         "node": f"node-{i % 16:02d}",
         "tokens": 65_536 + rng.randrange(1024),
@@ -134,7 +135,10 @@ def _vary(template: Event, i: int, rng: random.Random) -> Event:
     }
     for name, value in candidates.items():
         if name in names:
-            changes[name] = value
+            old = getattr(template, name)
+            # A batched report (StepTimesRecorded) carries one value per step:
+            # keep the template's length, so its per-step tuples stay aligned.
+            changes[name] = tuple(value for _ in old) if isinstance(old, tuple) else value
     return dataclasses.replace(template, **changes)
 
 

@@ -273,7 +273,7 @@ class Session:
             self.reporter.flush()
             verdict = self.watcher.wait_verdict(proposal.header.event_id, written.digest,
                                                 VERDICT_TIMEOUT_S)
-            outcome = (verdict.committed, verdict.reason, verdict.detail,
+            outcome = (verdict.accepted, verdict.reason, verdict.detail,
                        self.watcher.interval_steps)
         committed, reason, detail, interval = self.comm.broadcast(outcome)
         if interval is not None:

@@ -21,9 +21,22 @@ pytestmark = pytest.mark.kafka
 
 
 def make_topic(bootstrap: str, name: str, partitions: int) -> str:
+    """A new topic whose every partition's leader answers watermark lookups."""
     admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-    return name
+    marks = Watermarks(bootstrap, [name])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if len(marks.get()) == partitions:
+                    return name
+            except KafkaOperationError:  # no leader elected yet
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"{name}: no leader answered within 30 s")
+    finally:
+        marks.close()
 
 
 def beat(run: str, n: int) -> HeartbeatRecorded:

@@ -7,7 +7,12 @@
 - ``registry``, ``fingerprint``, ``convert``, ``codec``: the schema files, CRC-64-AVRO,
   Avro single-object encoding, schema resolution and upcasters.
 - ``topics``: topic names and declared configs.
-- ``kafka``: idempotent producer, transactional writer, consumer with explicit
-  commits, and the quarantine for undecodable records.
+- ``kafka``: idempotent producer, transactional writer, the decoded ``Record``,
+  the quarantine for undecodable records, and the one decode-or-quarantine step.
+- ``reader``: ``LogReader``, the one group-less reader (assignment from the
+  beginning, the end or stored offsets; positions; end of log; quarantine), and
+  ``Watermarks``.
+- ``consume``: ``EventConsumer``, a consumer-group member with explicit commits,
+  and ``read_log`` (a dump or a tail of one topic, over ``LogReader``).
 - ``errors``: ``EventsError`` and its leaves.
 """

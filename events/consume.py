@@ -1,27 +1,24 @@
-"""Reading the log: a group consumer with explicit commits, and a group-less reader.
+"""Reading the log: a group consumer with explicit commits, and ``read_log``.
 
-Both decode every record; one that cannot be decoded goes to the quarantine
-and is reported with topic, partition and offset, and reading goes on. Nothing
-crashes on bad bytes and nothing vanishes silently.
+``EventConsumer`` is a consumer-group member (the controller, the agents);
+``read_log`` dumps or tails one topic with ``events.reader.LogReader``. Both
+decode every record with the one step of ``events.kafka``; one that cannot be
+decoded goes to the quarantine and is reported with topic, partition and
+offset, and reading goes on. Nothing crashes on bad bytes and nothing vanishes
+silently.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from events.codec import Codec, default_codec
-from events.errors import BrokerUnavailable, ConsumerFenced, DecodeError, KafkaOperationError
-from events.kafka import Quarantine, Quarantined, Record, decode_message, quarantined
+from events.errors import ConsumerFenced, KafkaOperationError
+from events.kafka import Quarantine, Quarantined, Record, decode_or_quarantine
+from events.reader import LogReader
 
 
 class EventConsumer:
@@ -88,12 +85,11 @@ class EventConsumer:
                 raise KafkaOperationError(f"consume: {err.str()}")
             return None  # transient: librdkafka retries on its own
         self._positions[(msg.topic() or "", msg.partition() or 0)] = (msg.offset() or 0) + 1
-        try:
-            return decode_message(self.codec, msg)
-        except DecodeError as exc:
-            q = self.quarantine.keep(msg, exc) if self.quarantine else quarantined(msg, exc)
-            self.quarantined.append(q)
+        item = decode_or_quarantine(self.codec, msg, self.quarantine)
+        if isinstance(item, Quarantined):
+            self.quarantined.append(item)
             return None
+        return item
 
     def positions(self) -> list[TopicPartition]:
         """Offsets to commit for everything handed out (quarantined records included)."""
@@ -118,56 +114,17 @@ class EventConsumer:
 def read_log(
     bootstrap: str, topic: str, *, follow: bool = False, quarantine: Quarantine | None = None,
     codec: Codec | None = None, idle_timeout_s: float = 1.0,
-    on_quarantine: Any = None,
+    on_quarantine: Callable[[Quarantined], None] | None = None,
 ) -> Iterator[Record]:
     """Every record of ``topic`` from the beginning, in offset order per partition.
 
     Without ``follow`` it stops at the end offsets seen at the start (a dump);
     with it, it waits for new records (a tail). No group, nothing committed.
+    An undecodable record goes to ``on_quarantine`` (by default it is logged).
     """
-    codec = codec or default_codec()
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": "runledger-reader",  # required by librdkafka; never committed
-        "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-        "enable.partition.eof": True,
-    })
+    reader = LogReader(bootstrap, [topic], codec=codec, quarantine=quarantine,
+                       on_quarantine=on_quarantine, strict=True)
     try:
-        try:
-            metadata = consumer.list_topics(topic, timeout=10)
-        except KafkaException as exc:
-            raise BrokerUnavailable(f"no Kafka broker answered: {exc.args[0].str()}") from None
-        tmeta = metadata.topics.get(topic)
-        if tmeta is None or tmeta.error is not None:
-            raise KafkaOperationError(f"topic {topic!r} does not exist")
-        partitions = sorted(tmeta.partitions)
-        ends: dict[int, int] = {}
-        for p in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high > low:
-                ends[p] = high
-        if not follow and not ends:
-            return
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        while follow or ends:
-            msg = consumer.poll(idle_timeout_s)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    ends.pop(msg.partition() or 0, None)
-                    continue
-                raise KafkaOperationError(f"read {topic}: {err.str()}")
-            part, offset = msg.partition() or 0, msg.offset() or 0
-            if not follow and part in ends and offset + 1 >= ends[part]:
-                ends.pop(part)
-            try:
-                yield decode_message(codec, msg)
-            except DecodeError as exc:
-                q = quarantine.keep(msg, exc) if quarantine else quarantined(msg, exc)
-                if on_quarantine is not None:
-                    on_quarantine(q)
+        yield from reader.records(follow=follow, timeout_s=idle_timeout_s)
     finally:
-        consumer.close()
+        reader.close()

@@ -120,6 +120,30 @@ def apply(state: RunState | None, event: Event) -> Transition:
     return Transition(new, ACCEPTED)
 
 
+def fenced_by(fact: Event, generation: int) -> Verdict:
+    """Does the accepted ``fact`` take away ``generation``'s right to publish, and why.
+
+    For a follower without the run's state (a worker's watcher starts at the
+    log's end): the verdict this fold gives that generation's reports from this
+    fact on, ``ACCEPTED`` while the fact leaves it alone.
+    """
+    match fact:
+        case GenerationStarted() if fact.generation > generation:
+            return _reject(STALE_GENERATION, f"generation {fact.generation} started")
+        case FailureClassified() if fact.generation >= generation and fact.action == "restart":
+            return _reject(STALE_GENERATION, f"generation {fact.generation} failed"
+                           f" ({fact.signature}); a restart was decided")
+        case FailureClassified() if fact.generation >= generation and fact.action == "requeue":
+            return _reject(RUN_NOT_ACTIVE, f"the run was requeued ({fact.signature})")
+        case RunQueued():
+            return _reject(RUN_NOT_ACTIVE, f"the run was queued ({fact.reason})")
+        case RunCancelled():
+            return _reject(RUN_TERMINAL, "the run was cancelled")
+        case RunFinished():
+            return _reject(RUN_TERMINAL, f"the run finished ({fact.outcome})")
+    return ACCEPTED
+
+
 def evolve(state: RunState | None, event: Event) -> RunState | None:
     return apply(state, event).state
 

@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -71,6 +71,17 @@ def header_items(msg: Message) -> list[tuple[str, bytes]]:
     return out
 
 
+# Called with librdkafka's reason when a record could not be delivered.
+OnFailure = Callable[[str], None]
+
+
+def _delivery_report(on_failure: OnFailure) -> Callable[[KafkaError | None, Message], None]:
+    def report(err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            on_failure(err.str())
+    return report
+
+
 def _headers(event: Event, version: int) -> Headers:
     return [("event_type", event.event_type.encode()), ("schema_version", str(version).encode())]
 
@@ -97,24 +108,25 @@ class EventProducer:
         self._producer = Producer(conf)
 
     def send(
-        self, topic: str, event: Event,
-        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        self, topic: str, event: Event, on_failure: OnFailure | None = None,
     ) -> None:
+        """Queue ``event``; ``on_failure`` gets the reason if it is never delivered
+        (from ``poll`` or ``flush``, on the caller's thread)."""
         data = self.codec.encode(event)
         # The version the codec wrote (the newest), not the one the event was built with.
         version = self.codec.registry.latest(event.event_type).version
         self.send_bytes(topic, event.run_id, data, _headers(event, version),
-                        on_delivery)
+                        on_failure)
 
     def send_bytes(
         self, topic: str, key: str | bytes | None, value: bytes,
-        headers: Headers | None = None,
-        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        headers: Headers | None = None, on_failure: OnFailure | None = None,
     ) -> None:
+        report = None if on_failure is None else _delivery_report(on_failure)
         while True:
             try:
                 self._producer.produce(
-                    topic, value=value, key=key, headers=headers or [], on_delivery=on_delivery
+                    topic, value=value, key=key, headers=headers or [], on_delivery=report
                 )
                 return
             except BufferError:
@@ -267,6 +279,7 @@ class Quarantined:
     reason: str
     detail: str
     key: str | None = None  # the record key, which is the run id when the writer was ours
+    value: bytes | None = field(default=None, repr=False)  # the raw bytes, as they were
 
     def __str__(self) -> str:
         return (
@@ -311,8 +324,20 @@ def quarantined(msg: Message, error: DecodeError) -> Quarantined:
     raw_key = msg.key()
     key = raw_key.decode(errors="replace") if isinstance(raw_key, bytes) else raw_key
     return Quarantined(
-        msg.topic() or "", msg.partition() or 0, msg.offset() or 0, error.reason, error.detail, key
+        msg.topic() or "", msg.partition() or 0, msg.offset() or 0, error.reason, error.detail, key,
+        msg.value(),
     )
+
+
+def decode_or_quarantine(
+    codec: Codec, msg: Message, quarantine: Quarantine | None = None
+) -> Record | Quarantined:
+    """The decoded record, or where and why it is undecodable (copied to
+    ``quarantine`` first, when there is one). The one decode step of every reader."""
+    try:
+        return decode_message(codec, msg)
+    except DecodeError as exc:
+        return quarantine.keep(msg, exc) if quarantine is not None else quarantined(msg, exc)
 
 
 def decode_message(codec: Codec, msg: Message) -> Record:

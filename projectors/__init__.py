@@ -5,5 +5,5 @@
   types) and the pure mapping from a log record to rows.
 - ``projector``: the batch loop with offsets in the same transaction, replay,
   and per-table content digests for comparing a replay with the live tables.
-- ``metrics``: the projector's Prometheus collector.
+- ``metrics``: the Prometheus collector (throughput, quarantine, lag, ETTR).
 """

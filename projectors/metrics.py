@@ -8,9 +8,9 @@ broker (log end offsets); ``runledger.metricsserver`` serves it over HTTP.
 Threads: DuckDB connections are not shared between threads, so the collector
 opens its own cursor on the projector's database when it is built (on the
 projector's thread, before ``run``) and uses it only under its lock. Log end
-offsets come from a consumer of its own that never joins a group, and are
-cached for a few seconds, so frequent or concurrent scrapes never hammer the
-broker.
+offsets come from an ``events.reader.Watermarks`` of its own (read_committed,
+so an open transaction is no lag before it can be read), cached for a few
+seconds, so frequent or concurrent scrapes never hammer the broker.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import duckdb
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from events.errors import EventsError
+from events.reader import Watermarks
 from projectors.projector import TOPICS, Projector
 
 log = logging.getLogger("runledger.projector.metrics")
@@ -112,11 +113,7 @@ class EndOffsets:
                  ttl_s: float = END_OFFSETS_TTL_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.topics, self.ttl_s, self.clock = topics, ttl_s, clock
-        # read_committed: the high watermark is then the last stable offset, so
-        # an open transaction's records do not count as lag before they can be read.
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": "runledger-projector-metrics",
-            "enable.auto.commit": False, "isolation.level": "read_committed"})
+        self._marks = Watermarks(bootstrap, topics, name="runledger-projector-metrics")
         self._cached: dict[Partition, tuple[int, int]] | None = None
         self._at: float | None = None
 
@@ -127,21 +124,14 @@ class EndOffsets:
         return self._cached
 
     def _query(self) -> dict[Partition, tuple[int, int]] | None:
-        out = {}
         try:
-            for topic in self.topics:
-                meta = self._consumer.list_topics(topic, timeout=BROKER_TIMEOUT_S)
-                for part in sorted(meta.topics[topic].partitions):
-                    low, high = self._consumer.get_watermark_offsets(
-                        TopicPartition(topic, part), timeout=BROKER_TIMEOUT_S, cached=False)
-                    out[(topic, part)] = (low, high)
-        except KafkaException as exc:
+            return self._marks.get(BROKER_TIMEOUT_S)
+        except EventsError as exc:
             log.warning("log end offsets unavailable, no lag series this time: %s", exc)
             return None
-        return out
 
     def close(self) -> None:
-        self._consumer.close()
+        self._marks.close()
 
 
 class ProjectorCollector(Collector):

@@ -1,12 +1,13 @@
 """Kafka -> DuckDB: batches of records applied with their offsets in one transaction.
 
-The projector assigns itself every partition of ``runledger.runs`` and
-``runledger.reports`` at the offsets stored in the database (from the
-beginning when there are none), so a restart resumes exactly after the last
-committed batch: a crash mid-batch loses the whole batch's transaction, never
-half of it, and nothing is applied twice. A record that cannot be decoded
-becomes a ``quarantine`` row and projection goes on. Replay is the same loop
-into an empty database, stopping once it has caught up with the log.
+The projector reads every partition of ``runledger.runs`` and
+``runledger.reports`` with ``events.reader.LogReader`` from the offsets stored
+in the database (from the beginning when there are none), so a restart
+resumes exactly after the last committed batch: a crash mid-batch loses the
+whole batch's transaction, never half of it, and nothing is applied twice.
+A record that cannot be decoded becomes a ``quarantine`` row and projection
+goes on. Replay is the same loop into an empty database, stopping once it has
+caught up with the ends the log had when it started.
 """
 
 from __future__ import annotations
@@ -15,16 +16,14 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import duckdb
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from events.codec import Codec, default_codec
-from events.errors import DecodeError
-from events.kafka import decode_message
+from events.kafka import Quarantined, Record
+from events.reader import LogReader
 from events.topics import REPORTS, RUNS
 from projectors.rows import EventRow, QuarantineRow, Row
 from projectors.tables import DDL, TABLE_OF, Table, rows_for
@@ -72,65 +71,39 @@ class Projector:
             poll_s: float = 0.5) -> int:
         """Project until ``stop`` is set, or (``until_caught_up``) until every
         partition has reached the end it had when this call started."""
-        consumer = Consumer({
-            "bootstrap.servers": self.bootstrap, "group.id": "runledger-projector",
-            "enable.auto.commit": False, "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        })
+        reader = LogReader(self.bootstrap, TOPICS, start=self.offsets(), codec=self.codec,
+                           name="runledger-projector")
         try:
-            stored = self.offsets()
-            parts = []
-            for topic in TOPICS:
-                meta = consumer.list_topics(topic, timeout=10).topics[topic]
-                for p in sorted(meta.partitions):
-                    parts.append(TopicPartition(topic, p, stored.get((topic, p),
-                                                                     OFFSET_BEGINNING)))
-            consumer.assign(parts)
-            pending = {(tp.topic, tp.partition) for tp in parts}
             total = 0
             while not (stop is not None and stop.is_set()):
-                msgs = consumer.consume(num_messages=self.batch, timeout=poll_s)
-                records = []
-                for msg in msgs:
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            tp = (msg.topic() or "", msg.partition() or 0)
-                            pending.discard(tp)
-                            self.reached = {**self.reached, tp: msg.offset() or 0}
-                        continue
-                    records.append(msg)
-                if records:
-                    total += self._apply(records)
-                if until_caught_up and not pending and not records:
+                items = reader.read_batch(self.batch, poll_s)
+                self.reached = {**self.reached, **reader.reached}
+                if items:
+                    total += self._apply(items, reader.last_read_s)
+                if until_caught_up and reader.caught_up:
                     break
             return total
         finally:
-            consumer.close()
+            reader.close()
 
-    def _apply(self, msgs: Iterable[Message]) -> int:
-        started = time.monotonic()
+    def _apply(self, items: list[Record | Quarantined], decode_s: float = 0.0) -> int:
+        started = time.monotonic() - decode_s
         by_table: dict[type[Row], list[tuple[Any, ...]]] = {}
         ends: dict[tuple[str, int], int] = {}
-        n = 0
-        for msg in msgs:
-            topic, part, ofs = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
-            pos = (topic, part, ofs)
-            try:
-                record = decode_message(self.codec, msg)
-            except DecodeError as exc:
-                key = msg.key()
+        for item in items:
+            topic, part, ofs = item.topic, item.partition, item.offset
+            if isinstance(item, Quarantined):
                 by_table.setdefault(QuarantineRow, []).append(QuarantineRow(
-                    *pos, key=key.decode(errors="replace") if key else None, reason=exc.reason,
-                    detail=exc.detail, raw=msg.value()))
+                    topic, part, ofs, key=item.key or None, reason=item.reason,
+                    detail=item.detail, raw=item.value))
             else:
-                for row in rows_for(record):
+                for row in rows_for(item):
                     # Kept as a plain tuple: CPython's GC stops tracking a tuple of
                     # scalars but never a NamedTuple, and a batch's rows kept tracked
                     # made collections cost about a third more Python time per batch.
                     by_table.setdefault(type(row), []).append(tuple(row))
             ends[(topic, part)] = ofs + 1
-            n += 1
+        n = len(items)
         con = self.con
         con.execute("BEGIN TRANSACTION")
         try:
@@ -151,7 +124,6 @@ class Projector:
         self.batches += 1
         self.last_batch, self.last_batch_s = n, time.monotonic() - started
         return n
-
 
     def _maybe_crash(self, rows: list[tuple[Any, ...]]) -> None:
         if self._crash is None:

@@ -15,8 +15,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import KafkaError, Message
-
 from events.kafka import EventProducer
 from events.model import Event, Header, HeartbeatRecorded, StepTimesRecorded
 from events.topics import REPORTS
@@ -90,10 +88,9 @@ class Reporter:
         self._queue.put(_STOP)
         self._thread.join(timeout_s)
 
-    def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
-        if err is not None:
-            with self._lock:
-                self._failures.append(err.str())
+    def _undelivered(self, reason: str) -> None:
+        with self._lock:
+            self._failures.append(reason)
 
     def _run(self) -> None:
         interval = self.env.heartbeat_interval_s
@@ -120,7 +117,7 @@ class Reporter:
                 continue
             assert isinstance(item, Event)
             try:
-                self.producer.send(REPORTS, item, on_delivery=self._delivered)
+                self.producer.send(REPORTS, item, on_failure=self._undelivered)
             except Exception as exc:  # an encode error must surface, not kill the thread
                 with self._lock:
                     self._failures.append(f"{item.event_type}: {exc}")
@@ -132,7 +129,7 @@ class Reporter:
         event = HeartbeatRecorded(header=self.header(f"hb/{self._beats}"),
                                   logical_id=env.logical_id, node=env.node, step=self.step)
         try:
-            self.producer.send(REPORTS, event, on_delivery=self._delivered)
+            self.producer.send(REPORTS, event, on_failure=self._undelivered)
         except Exception as exc:
             with self._lock:
                 self._failures.append(f"heartbeat: {exc}")

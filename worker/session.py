@@ -279,7 +279,7 @@ class Session:
         self.reporter.report(proposal)
         self.reporter.flush()
         verdict = self.watcher.wait_verdict(proposal.header.event_id, digest, VERDICT_TIMEOUT_S)
-        return verdict.committed, verdict.reason, verdict.detail, self.watcher.interval_steps
+        return verdict.accepted, verdict.reason, verdict.detail, self.watcher.interval_steps
 
     def _collect_garbage(self, root: str) -> None:
         """One bounded GC pass in the background; a failed pass is simply retried

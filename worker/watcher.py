@@ -3,75 +3,62 @@
 "Latest" comes only from the log, and so does every answer the session waits
 for: whether a proposed manifest was committed (``ManifestCommitted`` with its
 digest) or refused (``WriteRejected`` naming the proposal), the checkpoint
-interval the controller set, and whether this generation is still current (a
-newer ``GenerationStarted``, a cancellation or the run's end fence it). The
+interval the controller set, and whether this generation may still publish
+(the fold's own answer, ``events.fold.fenced_by``: a newer generation, a
+restart or requeue decision, a cancellation or the run's end fence it). The
 watcher starts at the topic's end: everything it waits for comes later.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
-from dataclasses import dataclass
-
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
 
 from events.codec import Codec, default_codec
-from events.errors import DecodeError
-from events.kafka import decode_message
-from events.model import (
-    CheckpointIntervalChanged,
-    Event,
-    GenerationStarted,
-    ManifestCommitted,
-    RunCancelled,
-    RunFinished,
-    WriteRejected,
-)
+from events.errors import EventsError
+from events.fold import ACCEPTED, Verdict, fenced_by
+from events.model import CheckpointIntervalChanged, Event, ManifestCommitted, WriteRejected
+from events.reader import END, LogReader
 from events.topics import RUNS
 
+log = logging.getLogger("runledger.worker.watcher")
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    committed: bool
-    reason: str = ""
-    detail: str = ""
+# The verdict's reason when the controller has not decided in time (not a fold verdict).
+TIMEOUT = "timeout"
 
 
 class Watcher:
     def __init__(self, bootstrap: str, run_id: str, generation: int, *,
                  codec: Codec | None = None) -> None:
+        self.bootstrap = bootstrap
         self.run_id = run_id
         self.generation = generation
         self.codec = codec or default_codec()
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"runledger-watch-{run_id}",
-            "enable.auto.commit": False, "isolation.level": "read_committed",
-        })
+        self._reader: LogReader | None = None
         self._cond = threading.Condition()
         self._committed: dict[str, ManifestCommitted] = {}
         self._rejected: dict[str, WriteRejected] = {}
         self.interval_steps: int | None = None
-        self.fenced: str = ""
+        # The fold's verdict on this generation's reports; ACCEPTED until a fact fences it.
+        self.fence: Verdict = ACCEPTED
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rl-watcher", daemon=True)
 
     def start(self, timeout_s: float = 30.0) -> Watcher:
-        meta = self._consumer.list_topics(RUNS, timeout=timeout_s)
-        parts = sorted(meta.topics[RUNS].partitions)
-        ends = []
-        for p in parts:
-            _, high = self._consumer.get_watermark_offsets(TopicPartition(RUNS, p),
-                                                           timeout=timeout_s)
-            ends.append(TopicPartition(RUNS, p, high if high >= 0 else OFFSET_END))
-        self._consumer.assign(ends)
+        # Only this run's records are decoded (every topic is keyed by run id).
+        self._reader = LogReader(self.bootstrap, [RUNS], start=END, codec=self.codec,
+                                 key=self.run_id, name=f"runledger-watch-{self.run_id}",
+                                 timeout_s=timeout_s)
         self._thread.start()
         return self
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(10)
-        self._consumer.close()
+        if self._thread.is_alive():
+            self._thread.join(10)
+        if self._reader is not None:
+            self._reader.close()
 
     def wait_verdict(self, proposal_id: str, digest: str, timeout_s: float) -> Verdict:
         """Block until the controller decides on a proposal, or time out."""
@@ -79,32 +66,28 @@ class Watcher:
         with self._cond:
             while True:
                 if digest in self._committed:
-                    return Verdict(True)
+                    return ACCEPTED
                 if proposal_id in self._rejected:
                     r = self._rejected[proposal_id]
                     return Verdict(False, r.reason, r.detail)
-                if self.fenced:
-                    return Verdict(False, "stale_generation", self.fenced)
+                if not self.fence.accepted:
+                    return self.fence
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return Verdict(False, "timeout", f"no verdict within {timeout_s}s")
+                    return Verdict(False, TIMEOUT, f"no verdict within {timeout_s}s")
                 self._cond.wait(min(left, 0.5))
 
     def _run(self) -> None:
+        assert self._reader is not None
         while not self._stop.is_set():
-            msg = self._consumer.poll(0.2)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                continue  # transient: librdkafka retries; the session's timeout bounds waits
             try:
-                record = decode_message(self.codec, msg)
-            except DecodeError:
-                continue  # the controller quarantines; a watcher only skips what it cannot read
-            self._absorb(record.event)
+                records = self._reader.read_records(500, 0.2)
+            except EventsError as exc:
+                # Only a fatal consumer error gets here; waits then end by their timeout.
+                log.error("the watcher of %s stopped: %s", self.run_id, exc)
+                return
+            for record in records:
+                self._absorb(record.event)
 
     def _absorb(self, e: Event) -> None:
         if e.run_id != self.run_id:
@@ -117,12 +100,9 @@ class Watcher:
                     self._rejected[e.rejected_event_id] = e
                 case CheckpointIntervalChanged():
                     self.interval_steps = e.interval_steps
-                case GenerationStarted() if e.generation > self.generation:
-                    self.fenced = f"generation {e.generation} started"
-                case RunCancelled():
-                    self.fenced = "the run was cancelled"
-                case RunFinished():
-                    self.fenced = f"the run finished ({e.outcome})"
                 case _:
-                    return
+                    fence = fenced_by(e, self.generation)
+                    if fence.accepted:
+                        return
+                    self.fence = fence
             self._cond.notify_all()

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from confluent_kafka import KafkaError, Message
 
 from controller.errors import ControllerError
 from controller.spec import load_spec, parse_spec_json, run_id_for
@@ -228,16 +227,11 @@ def _may_cancel(events: Iterable[Event], principal: str) -> bool:
 def _send(bootstrap: str, topic: str, event: Event) -> None:
     """Write one event and wait until the broker has it (acks=all), or raise."""
     failures: list[str] = []
-
-    def delivered(err: KafkaError | None, _msg: Message) -> None:
-        if err is not None:
-            failures.append(err.str())
-
     # A delivery timeout below the flush timeout turns a lost write into a
     # delivery error with a reason rather than an unexplained flush timeout.
     producer = EventProducer(bootstrap, client_id="runledger-cli",
                              config={"message.timeout.ms": 15_000})
-    producer.send(topic, event, on_delivery=delivered)
+    producer.send(topic, event, on_failure=failures.append)
     producer.flush(30.0)
     if failures:
         raise KafkaOperationError(f"write to {topic}: {failures[0]}")

@@ -1,7 +1,7 @@
 """Following one run from the log while the demo waits on it.
 
-:class:`RunWatch` tails ``runledger.runs`` from the beginning with one
-group-less consumer and folds the run's facts with :func:`events.fold.apply`,
+:class:`RunWatch` tails ``runledger.runs`` from the beginning with an
+``events.reader.LogReader`` and folds the run's facts with :func:`events.fold.apply`,
 as ``runledger status`` does. The controller copies every report it accepts
 (steps, exits, restores, checkpoint commits) onto ``runs``, so that one topic
 tells the whole story in its authoritative order. :func:`follow` drives the
@@ -17,10 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
-
-from events.codec import default_codec
-from events.errors import DecodeError
+from events.errors import EventsError
 from events.fold import apply
 from events.model import (
     CheckpointRestored,
@@ -33,6 +30,7 @@ from events.model import (
     StepCommitted,
     WorkerExited,
 )
+from events.reader import LogReader
 from events.state import RunState
 from events.topics import RUNS
 from runledger.demo.procs import DemoError, tail
@@ -51,48 +49,33 @@ class RunWatch:
     finished: RunFinished | None = None
     # The newest accepted step of each generation.
     steps: dict[int, int] = field(default_factory=dict)
-    _consumer: Consumer | None = None
+    _reader: LogReader | None = None
 
     def open(self) -> None:
-        consumer = Consumer({
-            "bootstrap.servers": self.bootstrap,
-            "group.id": f"runledger-demo-{self.run_id}",  # required; never committed
-            "enable.auto.commit": False,
-            # Facts of aborted controller transactions must never show.
-            "isolation.level": "read_committed",
-        })
         try:
-            meta = consumer.list_topics(RUNS, timeout=10).topics[RUNS]
-            parts = [TopicPartition(RUNS, p, OFFSET_BEGINNING) for p in meta.partitions]
-        except (KafkaException, KeyError) as exc:
-            consumer.close()
+            # Only this run's records are decoded (every topic is keyed by run id);
+            # read_committed: facts of aborted controller transactions never show.
+            self._reader = LogReader(self.bootstrap, [RUNS], key=self.run_id,
+                                     name=f"runledger-demo-{self.run_id}")
+        except EventsError as exc:
             raise DemoError(f"cannot read {RUNS} at {self.bootstrap}: {exc}") from None
-        consumer.assign(parts)
-        self._consumer = consumer
 
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     def poll(self, timeout_s: float) -> list[Event]:
         """The run's new facts, folded."""
-        assert self._consumer is not None, "open() first"
-        codec = default_codec()  # cached: one registry per process
+        assert self._reader is not None, "open() first"
+        try:
+            # An undecodable record is logged; `runledger events dump` reports it too.
+            records = self._reader.read_records(500, timeout_s, batch=True)
+        except EventsError as exc:
+            raise DemoError(f"reading the log: {exc}") from None
         out: list[Event] = []
-        for msg in self._consumer.consume(500, timeout_s):
-            err = msg.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF and err.fatal():
-                    raise DemoError(f"reading the log: {err.str()}")
-                continue
-            key = msg.key()
-            if key is not None and key != self.run_id.encode():
-                continue  # every topic is keyed by run id: skip other runs undecoded
-            try:
-                event = codec.decode(msg.value() or b"").event
-            except DecodeError:
-                continue  # `runledger events dump` reports it; progress goes on
+        for record in records:
+            event = record.event
             if event.run_id != self.run_id:
                 continue
             self._fact(event)

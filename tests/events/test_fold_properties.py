@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from events import fold as fold_module
 from events.fold import (
+    ACCEPTED,
     ILLEGAL_TRANSITION,
     NOT_A_MEMBER,
     RUN_NOT_ACTIVE,
@@ -25,7 +26,9 @@ from events.fold import (
     UNKNOWN_CHECKPOINT,
     WRONG_RUN,
     Transition,
+    Verdict,
     apply,
+    fenced_by,
     fold,
 )
 from events.model import (
@@ -269,6 +272,32 @@ def test_stale_generation_reports_change_nothing(log: list[Event], data: st.Data
             assert t.verdict.reason == RUN_NOT_ACTIVE
         else:
             assert t.verdict.reason == STALE_GENERATION, t.verdict
+
+
+@PROPS
+@given(st.one_of(run_logs(), restore_logs()))
+def test_fenced_by_follows_the_fold_for_every_generation_seen_live(log: list[Event]) -> None:
+    """A follower that sees only the accepted facts after a generation went live,
+    and keeps the last fence ``fenced_by`` named, knows what the fold would say
+    to that generation's reports after every fact."""
+    ev = Ev("r1")
+    fences: dict[int, Verdict] = {}  # generation -> the last fence named, or ACCEPTED
+    for _before, e, t in walk(log):
+        if not t.verdict.accepted:
+            continue  # a follower sees facts only; a refused report is not one
+        assert t.state is not None
+        for generation in fences:
+            fence = fenced_by(e, generation)
+            if not fence.accepted:
+                fences[generation] = fence
+            probe = apply(t.state, ev.staged(generation, t.state.step + 1)).verdict
+            expected = fences[generation]
+            assert (probe.accepted, probe.reason) == (expected.accepted, expected.reason), (
+                f"g{generation} after {e.event_type}: the fold says {probe}, "
+                f"fenced_by said {expected}")
+        state = t.state
+        if state.status.active and not state.awaiting_generation:
+            fences.setdefault(state.generation, ACCEPTED)
 
 
 @PROPS

@@ -1,0 +1,278 @@
+"""Reading the log without a consumer group: one reader for every such caller.
+
+``LogReader`` assigns itself every partition of one or more topics, from the
+beginning, from the end, or from stored offsets, and owns what each caller
+used to redo: positions (the next offset per partition), the end of the log
+(caught up with the ends seen when reading started, past transaction markers),
+``read_committed`` isolation, decoding and quarantine. An undecodable record
+is handed over as a ``Quarantined`` (where it was, why, and its raw bytes) or,
+to a caller that has nothing better to do with it, reported and logged: it
+never crashes the reader and never vanishes silently. Nothing is committed.
+
+``Watermarks`` answers the low and high watermarks of every partition (the
+projector metrics' lag). The consumer-group member is ``events.consume``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+
+from events.codec import Codec, default_codec
+from events.errors import BrokerUnavailable, KafkaOperationError
+from events.kafka import Quarantine, Quarantined, Record, decode_or_quarantine
+
+log = logging.getLogger("runledger.events.reader")
+
+Partition = tuple[str, int]
+BEGINNING: Literal["beginning"] = "beginning"
+END: Literal["end"] = "end"
+# Where reading starts: every partition's first record, its end (only what is
+# appended from now on), or stored next offsets (partitions not named: the beginning).
+Start = Literal["beginning", "end"] | Mapping[Partition, int]
+OnQuarantine = Callable[[Quarantined], None]
+
+# Read-only, never committed, and never past an open or aborted transaction.
+_SETTINGS: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "isolation.level": "read_committed",
+    "enable.partition.eof": True,
+}
+
+
+def log_quarantined(q: Quarantined) -> None:
+    """What a caller with nothing better to do does with an undecodable record."""
+    log.warning("%s", q)
+
+
+def _consumer(bootstrap: str, name: str, config: Mapping[str, Any] | None) -> Consumer:
+    # librdkafka wants a group id even for a consumer that never joins or commits.
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": name, "client.id": name,
+                     **_SETTINGS, **(config or {})})
+
+
+def _partitions(consumer: Consumer, topics: Iterable[str], timeout_s: float) -> list[Partition]:
+    out: list[Partition] = []
+    for topic in topics:
+        try:
+            metadata = consumer.list_topics(topic, timeout=timeout_s)
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"no Kafka broker answered: {exc.args[0].str()}") from None
+        meta = metadata.topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise KafkaOperationError(f"topic {topic!r} does not exist")
+        out += [(topic, p) for p in sorted(meta.partitions)]
+    return out
+
+
+def _watermarks(consumer: Consumer, partitions: Iterable[Partition],
+                timeout_s: float) -> dict[Partition, tuple[int, int]]:
+    # read_committed: the high watermark is the last stable offset, so an open
+    # transaction's records are not counted before they can be read.
+    out: dict[Partition, tuple[int, int]] = {}
+    for topic, part in partitions:
+        try:
+            marks = consumer.get_watermark_offsets(TopicPartition(topic, part),
+                                                   timeout=timeout_s, cached=False)
+        except KafkaException as exc:
+            raise KafkaOperationError(f"watermarks of {topic}[{part}]: "
+                                      f"{exc.args[0].str()}") from None
+        if marks is None:
+            raise KafkaOperationError(f"watermarks of {topic}[{part}]: no answer")
+        out[(topic, part)] = (int(marks[0]), int(marks[1]))
+    return out
+
+
+class LogReader:
+    """Every partition of ``topics``, read in offset order per partition; no group.
+
+    ``start``: ``BEGINNING``, ``END`` or stored next offsets. ``key``: only the
+    records with this key (or none) are decoded and handed out; the others are
+    passed over undecoded (every topic is keyed by run id). ``quarantine``: a
+    byte-exact copy of each undecodable record goes there (it also reports it).
+    ``on_quarantine``: what ``read_records`` does with an undecodable record;
+    by default it is logged, unless ``quarantine`` has reported it already.
+    ``strict``: every consumer error raises ``KafkaOperationError`` (a dump must
+    not hang on a broken broker); otherwise only fatal ones do, and librdkafka
+    retries the rest. ``name`` shows in the broker's client ids.
+    """
+
+    def __init__(
+        self, bootstrap: str, topics: Sequence[str], *, start: Start = BEGINNING,
+        codec: Codec | None = None, quarantine: Quarantine | None = None,
+        on_quarantine: OnQuarantine | None = None, key: str | None = None,
+        strict: bool = False, name: str = "runledger-reader", timeout_s: float = 10.0,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.codec = codec or default_codec()
+        self.quarantine = quarantine
+        self.on_quarantine = on_quarantine or (
+            log_quarantined if quarantine is None else lambda _q: None)
+        self.strict = strict
+        self._key = key.encode() if key is not None else None
+        self._consumer = _consumer(bootstrap, name, config)
+        try:
+            self.partitions = _partitions(self._consumer, topics, timeout_s)
+            marks = _watermarks(self._consumer, self.partitions, timeout_s)
+            first = {tp: _first_offset(start, tp, low, high) for tp, (low, high) in marks.items()}
+            self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in first.items()])
+        except BaseException:
+            self._consumer.close()
+            raise
+        # The ends seen when reading started: a partition still short of its end
+        # is pending until a record reaches it or the consumer reports its end.
+        self._ends = {tp: high for tp, (_, high) in marks.items()}
+        self._pending = {tp for tp, offset in first.items()
+                         if self._ends[tp] > max(marks[tp][0], offset)}
+        self._positions: dict[Partition, int] = {}
+        self._reached: dict[Partition, int] = {}
+        self.last_read_s = 0.0
+
+    # -- reading --------------------------------------------------------------------
+
+    def read(self, max_records: int = 500, timeout_s: float = 1.0) -> list[Record | Quarantined]:
+        """As soon as one record is there (or ``timeout_s`` passed): what has arrived,
+        decoded or quarantined, in offset order per partition. For tails."""
+        # A batch consume would wait out the whole timeout whenever traffic is light.
+        first = self._consumer.poll(timeout_s)
+        if first is None:
+            return []
+        messages = [first]
+        if max_records > 1:
+            messages += self._consumer.consume(max_records - 1, 0)
+        return self._take(messages)
+
+    def read_batch(self, max_records: int = 5000,
+                   timeout_s: float = 0.5) -> list[Record | Quarantined]:
+        """Up to ``max_records``, waiting up to ``timeout_s`` to fill the batch. For
+        throughput: a batch per transaction downstream."""
+        return self._take(self._consumer.consume(max_records, timeout_s))
+
+    def read_records(self, max_records: int = 500, timeout_s: float = 1.0, *,
+                     batch: bool = False) -> list[Record]:
+        """Decoded records only (``read``, or ``read_batch`` when ``batch``); each
+        undecodable one goes to ``on_quarantine``."""
+        items = (self.read_batch if batch else self.read)(max_records, timeout_s)
+        out: list[Record] = []
+        for item in items:
+            if isinstance(item, Record):
+                out.append(item)
+            else:
+                self.on_quarantine(item)
+        return out
+
+    def records(self, *, follow: bool = False, timeout_s: float = 1.0) -> Iterator[Record]:
+        """Decoded records until caught up (a dump), or for ever with ``follow`` (a tail)."""
+        while follow or not self.caught_up:
+            yield from self.read_records(500, timeout_s)
+
+    def _take(self, messages: list[Message]) -> list[Record | Quarantined]:
+        started = time.perf_counter()
+        out: list[Record | Quarantined] = []
+        positions, pending, wanted = self._positions, self._pending, self._key
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                self._event(msg, err)
+                continue
+            tp = (msg.topic() or "", msg.partition() or 0)
+            offset = (msg.offset() or 0) + 1
+            positions[tp] = offset
+            if pending and tp in pending and offset >= self._ends[tp]:
+                pending.discard(tp)
+            if wanted is not None:
+                key = msg.key()
+                if key is not None and key != wanted:
+                    continue
+            out.append(decode_or_quarantine(self.codec, msg, self.quarantine))
+        self.last_read_s = time.perf_counter() - started
+        return out
+
+    def _event(self, msg: Message, err: KafkaError) -> None:
+        tp = (msg.topic() or "", msg.partition() or 0)
+        if err.code() == KafkaError._PARTITION_EOF:
+            # Past the transaction markers too, which no record's offset covers.
+            self._pending.discard(tp)
+            self._reached = {**self._reached, tp: msg.offset() or 0}
+            return
+        if self.strict or err.fatal():
+            raise KafkaOperationError(f"read {tp[0]}: {err.str()}")
+        log.debug("read %s: %s (librdkafka retries)", tp[0], err.str())
+
+    # -- where reading stands ---------------------------------------------------------
+
+    @property
+    def caught_up(self) -> bool:
+        """Every partition has reached the end it had when reading started."""
+        return not self._pending
+
+    @property
+    def positions(self) -> dict[Partition, int]:
+        """One past the last record handed out (or passed over), per partition read."""
+        return dict(self._positions)
+
+    @property
+    def reached(self) -> dict[Partition, int]:
+        """The offset each partition's last end-of-partition report named.
+
+        Past the transaction markers, which a stored next offset never covers.
+        A new dict whenever it changes, never mutated: another thread may read it.
+        """
+        return self._reached
+
+    def watermarks(self, timeout_s: float = 10.0) -> dict[Partition, tuple[int, int]]:
+        """(low, high) of every partition read, asked of the broker now."""
+        return _watermarks(self._consumer, self.partitions, timeout_s)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> LogReader:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def _first_offset(start: Start, tp: Partition, low: int, high: int) -> int:
+    if start == BEGINNING:
+        return int(OFFSET_BEGINNING)
+    if start == END:
+        # The end as of now, not "whatever the end is once assigned": a record
+        # appended in between must not be missed.
+        return high
+    assert not isinstance(start, str)
+    return start.get(tp, int(OFFSET_BEGINNING))
+
+
+class Watermarks:
+    """(low, high) watermarks of every partition of ``topics``, asked on demand.
+
+    One consumer for the lifetime of the object (it never reads); the topics'
+    partitions are listed again on every call, so added partitions show.
+    Raises ``BrokerUnavailable`` or ``KafkaOperationError`` when the broker
+    does not answer.
+    """
+
+    def __init__(self, bootstrap: str, topics: Sequence[str], *,
+                 name: str = "runledger-watermarks") -> None:
+        self.topics = tuple(topics)
+        self._consumer = _consumer(bootstrap, name, None)
+
+    def get(self, timeout_s: float = 10.0) -> dict[Partition, tuple[int, int]]:
+        parts = _partitions(self._consumer, self.topics, timeout_s)
+        return _watermarks(self._consumer, parts, timeout_s)
+
+    def close(self) -> None:
+        self._consumer.close()

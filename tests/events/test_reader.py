@@ -1,0 +1,226 @@
+"""The group-less log reader on a real broker: assignment from the beginning, the end
+or stored offsets; positions; the end of the log past transaction markers; decoding
+and quarantine; key filtering; watermarks."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from events.errors import BrokerUnavailable, KafkaOperationError
+from events.kafka import EventProducer, Quarantined, Record, TransactionalWriter
+from events.model import HeartbeatRecorded, RunQueued
+from events.reader import BEGINNING, END, LogReader, Watermarks
+from tests.events.sample_events import header
+
+pytestmark = pytest.mark.kafka
+
+
+def make_topic(bootstrap: str, name: str, partitions: int) -> str:
+    """A new topic whose every partition's leader answers watermark lookups."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    marks = Watermarks(bootstrap, [name])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if len(marks.get()) == partitions:
+                    return name
+            except KafkaOperationError:  # no leader elected yet
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"{name}: no leader answered within 30 s")
+    finally:
+        marks.close()
+
+
+def beat(run: str, n: int) -> HeartbeatRecorded:
+    return HeartbeatRecorded(header=header(run, n), logical_id="r0", node="n1", step=n)
+
+
+def send(bootstrap: str, topic: str, events: list[HeartbeatRecorded]) -> None:
+    producer = EventProducer(bootstrap)
+    for e in events:
+        producer.send(topic, e)
+    producer.flush()
+
+
+def drain(reader: LogReader, want: int, timeout_s: float = 30.0) -> list[Record | Quarantined]:
+    """Read until ``want`` items came (or the time is up); every item, in arrival order."""
+    out: list[Record | Quarantined] = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < want and time.monotonic() < deadline:
+        out += reader.read(100, 0.5)
+    return out
+
+
+def test_from_the_beginning_every_partition_until_caught_up(bootstrap: str,
+                                                            topic_name: str) -> None:
+    topic = make_topic(bootstrap, topic_name, 3)
+    runs = [f"run-{uuid.uuid4().hex[:8]}" for _ in range(4)]
+    sent = [beat(run, n) for n in range(5) for run in runs]
+    send(bootstrap, topic, sent)
+    with LogReader(bootstrap, [topic]) as reader:
+        assert [p for _, p in reader.partitions] == [0, 1, 2]
+        assert not reader.caught_up
+        got = list(reader.records())
+        assert reader.caught_up
+        marks = reader.watermarks()
+        positions = reader.positions
+    assert sorted(r.event.header.event_id for r in got) == sorted(
+        e.header.event_id for e in sent)
+    for run in runs:  # one key, one partition: each run's records in send order
+        assert [r.event.step for r in got if r.event.run_id == run] == list(range(5))
+    for (t, p), (low, high) in marks.items():
+        assert t == topic and low == 0
+        assert positions.get((t, p), 0) == high  # one past the last record read
+    assert sum(high for _, high in marks.values()) == len(sent)
+
+
+def test_from_the_end_only_what_comes_later(bootstrap: str, topic_name: str) -> None:
+    topic = make_topic(bootstrap, topic_name, 2)
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    send(bootstrap, topic, [beat(run, n) for n in range(3)])
+    with LogReader(bootstrap, [topic], start=END) as reader:
+        assert reader.caught_up  # nothing to catch up with
+        send(bootstrap, topic, [beat(run, n) for n in range(3, 6)])
+        got = drain(reader, 3)
+        assert not reader.read(100, 1.0)
+    assert [r.event.step for r in got if isinstance(r, Record)] == [3, 4, 5]
+
+
+def test_from_stored_offsets_and_the_beginning_for_the_rest(bootstrap: str,
+                                                            topic_name: str) -> None:
+    topic = make_topic(bootstrap, topic_name, 2)
+    # 20 keys: both partitions get some (all on one: a chance of 2 in a million).
+    runs = [f"run-{uuid.uuid4().hex[:8]}" for _ in range(20)]
+    send(bootstrap, topic, [beat(run, n) for run in runs for n in range(3)])
+    with LogReader(bootstrap, [topic]) as reader:
+        everything = list(reader.records())
+    ends = {p: 1 + max(r.offset for r in everything if r.partition == p) for p in (0, 1)}
+    assert min(ends.values()) >= 3
+    # Partition 0 resumes at its offset 2; partition 1 is not named: from its beginning.
+    with LogReader(bootstrap, [topic], start={(topic, 0): 2}) as reader:
+        got = list(reader.records())
+    assert [r.offset for r in got if r.partition == 0] == list(range(2, ends[0]))
+    assert [r.offset for r in got if r.partition == 1] == list(range(ends[1]))
+    first = {(r.partition, r.offset): r.event for r in everything}
+    assert all(r.event == first[(r.partition, r.offset)] for r in got)
+
+
+def test_undecodable_records_are_handed_over_with_their_bytes(
+        bootstrap: str, topic_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    topic = make_topic(bootstrap, topic_name, 1)
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    producer = EventProducer(bootstrap)
+    producer.send(topic, beat(run, 0))
+    producer.send_bytes(topic, run, b"\x00garbage, not avro",
+                        [("event_type", b"HeartbeatRecorded")])
+    producer.send(topic, beat(run, 1))
+    producer.send_bytes(topic, None, b"")  # an empty value, and no key
+    producer.flush()
+
+    with LogReader(bootstrap, [topic]) as reader:
+        items = drain(reader, 4)
+    assert [type(i).__name__ for i in items] == ["Record", "Quarantined", "Record", "Quarantined"]
+    bad, empty = items[1], items[3]
+    assert isinstance(bad, Quarantined) and isinstance(empty, Quarantined)
+    assert (bad.topic, bad.partition, bad.offset, bad.key) == (topic, 0, 1, run)
+    assert (bad.reason, bad.value) == ("bad_magic", b"\x00garbage, not avro")
+    assert bad.detail and "not avro" not in str(bad)  # the bytes are not in the log line
+    assert (empty.offset, empty.key, empty.reason, empty.value) == (3, None, "truncated", b"")
+
+    # read_records hands them to on_quarantine; without one they are logged.
+    seen: list[Quarantined] = []
+    with LogReader(bootstrap, [topic], on_quarantine=seen.append) as reader:
+        assert [r.offset for r in reader.records()] == [0, 2]
+    assert [q.offset for q in seen] == [1, 3]
+    with caplog.at_level(logging.WARNING, logger="runledger.events.reader"), \
+            LogReader(bootstrap, [topic]) as reader:
+        assert len(list(reader.records())) == 2
+    logged = [r.getMessage() for r in caplog.records if r.name == "runledger.events.reader"]
+    assert len(logged) == 2 and all(f"{topic}[0]@" in m for m in logged)
+    assert "bad_magic" in logged[0] and "truncated" in logged[1]
+
+
+def test_caught_up_past_transaction_markers_and_never_an_aborted_record(
+        bootstrap: str, topic_name: str) -> None:
+    topic = make_topic(bootstrap, topic_name, 1)
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    writer = TransactionalWriter(bootstrap, f"test-reader-{uuid.uuid4().hex[:8]}")
+    writer.init()
+    with writer.transaction() as tx:
+        tx.send(topic, RunQueued(header=header(run, 0, 0), reason="kept"))
+    with pytest.raises(RuntimeError), writer.transaction() as tx:
+        tx.send(topic, RunQueued(header=header(run, 1, 0), reason="aborted"))
+        raise RuntimeError("abort")
+    with writer.transaction() as tx:
+        tx.send(topic, RunQueued(header=header(run, 2, 0), reason="kept too"))
+
+    with LogReader(bootstrap, [topic]) as reader:
+        got = list(reader.records())
+    assert [r.event.reason for r in got] == ["kept", "kept too"]
+    last = got[-1].offset
+    # A commit returns before the coordinator has written its markers: wait for the last.
+    marks = Watermarks(bootstrap, [topic])
+    deadline = time.monotonic() + 30
+    while marks.get()[(topic, 0)][1] < last + 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    marks.close()
+    with LogReader(bootstrap, [topic]) as reader:
+        again = list(reader.records())  # would never end if the last marker were not passed
+        reached, positions = reader.reached, reader.positions
+    assert [r.offset for r in again] == [r.offset for r in got]
+    assert positions == {(topic, 0): last + 1}  # one past the last record...
+    assert reached == {(topic, 0): last + 2}  # ... and the end is past its commit marker
+
+
+def test_a_key_filter_passes_other_keys_over_undecoded(bootstrap: str, topic_name: str) -> None:
+    topic = make_topic(bootstrap, topic_name, 1)
+    mine, other = f"run-{uuid.uuid4().hex[:8]}", f"run-{uuid.uuid4().hex[:8]}"
+    producer = EventProducer(bootstrap)
+    producer.send(topic, beat(mine, 0))
+    producer.send_bytes(topic, other, b"garbage of another run")
+    producer.send(topic, beat(other, 1))
+    producer.send(topic, beat(mine, 2))
+    producer.flush()
+    seen: list[Quarantined] = []
+    with LogReader(bootstrap, [topic], key=mine, on_quarantine=seen.append) as reader:
+        got = list(reader.records())
+        positions = reader.positions
+    assert [(r.offset, r.event.run_id) for r in got] == [(0, mine), (3, mine)]
+    assert seen == []  # another run's garbage is not this reader's business
+    assert positions == {(topic, 0): 4}
+
+
+def test_beginning_is_the_default_and_a_missing_topic_is_an_error(bootstrap: str) -> None:
+    assert BEGINNING == "beginning"
+    with pytest.raises(KafkaOperationError, match="does not exist"):
+        LogReader(bootstrap, [f"test.missing-{uuid.uuid4().hex[:8]}"])
+
+
+def test_no_broker_is_a_clear_error() -> None:
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailable):
+        LogReader("127.0.0.1:1", ["runledger.runs"], timeout_s=2.0)
+    assert time.monotonic() - started < 30
+
+
+def test_watermarks_of_every_partition(bootstrap: str, topic_name: str) -> None:
+    topic = make_topic(bootstrap, topic_name, 2)
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    marks = Watermarks(bootstrap, [topic])
+    try:
+        assert marks.get() == {(topic, 0): (0, 0), (topic, 1): (0, 0)}
+        send(bootstrap, topic, [beat(run, n) for n in range(7)])
+        after = marks.get()
+    finally:
+        marks.close()
+    assert set(after) == {(topic, 0), (topic, 1)}
+    assert sorted(high for _, high in after.values()) == [0, 7]  # one key, one partition
+    assert all(low == 0 for low, _ in after.values())

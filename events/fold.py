@@ -11,8 +11,7 @@ records (``WriteRejected``, ``AlertRaised``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 from events.model import (
     AlertRaised,
@@ -46,7 +45,7 @@ from events.model import (
     WorkerExited,
     WriteRejected,
 )
-from events.state import CHECKPOINT_HISTORY, Checkpoint, Cursor, RunState, Status
+from events.state import CHECKPOINT_HISTORY, Checkpoint, Cursor, RunState, Status, copy_with
 
 # Verdict reasons: stable strings, recorded in WriteRejected.reason and shown by
 # `runledger events`.
@@ -79,7 +78,7 @@ class Verdict:
 ACCEPTED = Verdict(True)
 
 
-def _reject(reason: str, detail: str) -> Verdict:
+def reject(reason: str, detail: str) -> Verdict:
     return Verdict(False, reason, detail)
 
 
@@ -99,12 +98,12 @@ def apply(state: RunState | None, event: Event) -> Transition:
     if state is None:
         if isinstance(event, RunSubmitted):
             return Transition(_submitted(event), ACCEPTED)
-        return Transition(None, _reject(UNKNOWN_RUN, f"no RunSubmitted for run {event.run_id}"))
+        return Transition(None, reject(UNKNOWN_RUN, f"no RunSubmitted for run {event.run_id}"))
     if event.run_id != state.run_id:
-        return Transition(state, _reject(WRONG_RUN, f"event for {event.run_id} on {state.run_id}"))
+        return Transition(state, reject(WRONG_RUN, f"event for {event.run_id} on {state.run_id}"))
     if state.status.terminal and not isinstance(event, _INFORMATIONAL):
         detail = f"{event.event_type} after the run is {state.status.value}"
-        return Transition(state, _reject(RUN_TERMINAL, detail))
+        return Transition(state, reject(RUN_TERMINAL, detail))
     verdict = _check(state, event)
     if not verdict.accepted:
         return Transition(state, verdict)
@@ -118,30 +117,6 @@ def apply(state: RunState | None, event: Event) -> Transition:
             # field in place spares a second full copy on the hottest path.
             object.__setattr__(new, "updated_at", at)
     return Transition(new, ACCEPTED)
-
-
-def fenced_by(fact: Event, generation: int) -> Verdict:
-    """Does the accepted ``fact`` take away ``generation``'s right to publish, and why.
-
-    For a follower without the run's state (a worker's watcher starts at the
-    log's end): the verdict this fold gives that generation's reports from this
-    fact on, ``ACCEPTED`` while the fact leaves it alone.
-    """
-    match fact:
-        case GenerationStarted() if fact.generation > generation:
-            return _reject(STALE_GENERATION, f"generation {fact.generation} started")
-        case FailureClassified() if fact.generation >= generation and fact.action == "restart":
-            return _reject(STALE_GENERATION, f"generation {fact.generation} failed"
-                           f" ({fact.signature}); a restart was decided")
-        case FailureClassified() if fact.generation >= generation and fact.action == "requeue":
-            return _reject(RUN_NOT_ACTIVE, f"the run was requeued ({fact.signature})")
-        case RunQueued():
-            return _reject(RUN_NOT_ACTIVE, f"the run was queued ({fact.reason})")
-        case RunCancelled():
-            return _reject(RUN_TERMINAL, "the run was cancelled")
-        case RunFinished():
-            return _reject(RUN_TERMINAL, f"the run finished ({fact.outcome})")
-    return ACCEPTED
 
 
 def evolve(state: RunState | None, event: Event) -> RunState | None:
@@ -175,16 +150,16 @@ def _submitted(e: RunSubmitted) -> RunState:
 def _fenced(state: RunState, e: Event) -> Verdict:
     """Reports and checkpoint facts are accepted only under the live generation."""
     if not state.status.active:
-        return _reject(RUN_NOT_ACTIVE, f"{e.event_type} while the run is {state.status.value}")
+        return reject(RUN_NOT_ACTIVE, f"{e.event_type} while the run is {state.status.value}")
     if e.generation != state.generation:
-        return _reject(
+        return reject(
             STALE_GENERATION,
             f"{e.event_type} carries generation {e.generation}, current is {state.generation}",
         )
     if state.awaiting_generation:
         # A restart was decided: the failed generation is revoked at once, not
         # only when its successor starts, so its zombies publish nothing.
-        return _reject(
+        return reject(
             STALE_GENERATION,
             f"{e.event_type} of generation {e.generation}, revoked by a restart decision",
         )
@@ -193,7 +168,7 @@ def _fenced(state: RunState, e: Event) -> Verdict:
 
 def _member(state: RunState, e: Event, logical_id: str) -> Verdict:
     if state.members and logical_id not in {m.logical_id for m in state.members}:
-        return _reject(NOT_A_MEMBER, f"{e.event_type} from {logical_id!r}, not a member")
+        return reject(NOT_A_MEMBER, f"{e.event_type} from {logical_id!r}, not a member")
     return ACCEPTED
 
 
@@ -201,34 +176,34 @@ def _check(state: RunState, e: Event) -> Verdict:
     s = state.status
     match e:
         case RunSubmitted():
-            return _reject(DUPLICATE_SUBMISSION, f"run {e.run_id} was already submitted")
+            return reject(DUPLICATE_SUBMISSION, f"run {e.run_id} was already submitted")
         case RunQueued():
             # A recovering run whose placement was lost goes back to the queue.
             requeue = s == Status.RECOVERING and state.awaiting_generation
             if s not in (Status.SUBMITTED, Status.QUEUED) and not requeue:
-                return _reject(ILLEGAL_TRANSITION, f"RunQueued from {s.value}")
+                return reject(ILLEGAL_TRANSITION, f"RunQueued from {s.value}")
             return ACCEPTED
         case RunAdmitted():
             if s not in (Status.SUBMITTED, Status.QUEUED):
-                return _reject(ILLEGAL_TRANSITION, f"{e.event_type} from {s.value}")
+                return reject(ILLEGAL_TRANSITION, f"{e.event_type} from {s.value}")
             return ACCEPTED
         case GenerationStarted():
             if not (s == Status.ADMITTED or s.active):
-                return _reject(ILLEGAL_TRANSITION, f"GenerationStarted from {s.value}")
+                return reject(ILLEGAL_TRANSITION, f"GenerationStarted from {s.value}")
             if e.generation <= state.generation:
-                return _reject(
+                return reject(
                     GENERATION_NOT_FORWARD,
                     f"generation {e.generation} does not advance past {state.generation}",
                 )
             if state.checkpoint is not None and e.resume_step is None:
-                return _reject(
+                return reject(
                     RESUME_MISSING,
                     f"checkpoint at step {state.checkpoint.step} is committed; a new generation "
                     "must resume from a committed step",
                 )
             limit = state.checkpoint.step if state.checkpoint else 0
             if e.resume_step is not None and e.resume_step > limit:
-                return _reject(
+                return reject(
                     RESUME_BEYOND_CHECKPOINT,
                     f"resume_step {e.resume_step} is past the latest committed step {limit}",
                 )
@@ -236,7 +211,7 @@ def _check(state: RunState, e: Event) -> Verdict:
         case MembershipConfirmed():
             verdict = _fenced(state, e)
             if verdict.accepted and s == Status.RUNNING:
-                return _reject(ILLEGAL_TRANSITION, "MembershipConfirmed while already Running")
+                return reject(ILLEGAL_TRANSITION, "MembershipConfirmed while already Running")
             return verdict
         case HeartbeatRecorded() | WorkerExited() | StepTimesRecorded():
             verdict = _fenced(state, e)
@@ -253,24 +228,24 @@ def _check(state: RunState, e: Event) -> Verdict:
             verdict = _fenced(state, e)
             if verdict.accepted and e.manifest_digest not in {
                     c.manifest_digest for c in state.checkpoints}:
-                return _reject(UNKNOWN_CHECKPOINT,
+                return reject(UNKNOWN_CHECKPOINT,
                                f"{e.manifest_digest} at step {e.step} is not a committed"
                                " checkpoint of this run")
             return verdict
         case CheckpointIntervalChanged():
             if e.interval_steps < 1:
-                return _reject(ILLEGAL_TRANSITION, "a checkpoint interval must be >= 1 step")
+                return reject(ILLEGAL_TRANSITION, "a checkpoint interval must be >= 1 step")
             return ACCEPTED
         case StepCommitted():
             verdict = _fenced(state, e)
             if verdict.accepted and e.step <= state.step:
-                return _reject(STEP_NOT_FORWARD, f"step {e.step} is not after step {state.step}")
+                return reject(STEP_NOT_FORWARD, f"step {e.step} is not after step {state.step}")
             return verdict
         case ManifestProposed() | ManifestCommitted():
             verdict = _fenced(state, e)
             latest = state.checkpoint.step if state.checkpoint else -1
             if verdict.accepted and e.step <= latest:
-                return _reject(
+                return reject(
                     STEP_NOT_FORWARD, f"checkpoint step {e.step} is not after committed {latest}"
                 )
             return verdict
@@ -281,47 +256,32 @@ def _check(state: RunState, e: Event) -> Verdict:
             # Data progress commits at the same step boundary as model state.
             if state.checkpoint is None or e.step != state.checkpoint.step:
                 at = state.checkpoint.step if state.checkpoint else None
-                return _reject(
+                return reject(
                     CURSOR_WITHOUT_CHECKPOINT,
                     f"cursor at step {e.step}, latest committed checkpoint is at {at}",
                 )
             if state.cursor is not None and e.step <= state.cursor.step:
-                return _reject(STEP_NOT_FORWARD, f"cursor step {e.step} <= {state.cursor.step}")
+                return reject(STEP_NOT_FORWARD, f"cursor step {e.step} <= {state.cursor.step}")
             return ACCEPTED
         case FailureClassified():
             # Only a live generation can fail; one already revoked by a restart
             # decision has failed once and for all.
             if not s.active:
-                return _reject(ILLEGAL_TRANSITION, f"FailureClassified while {s.value}")
+                return reject(ILLEGAL_TRANSITION, f"FailureClassified while {s.value}")
             return _fenced(state, e)
         case RunFinished():
             if e.outcome == "succeeded":
                 if s != Status.RUNNING:
-                    return _reject(ILLEGAL_TRANSITION, f"success while {s.value}")
+                    return reject(ILLEGAL_TRANSITION, f"success while {s.value}")
                 if e.generation != state.generation:
-                    return _reject(STALE_GENERATION, f"success of generation {e.generation}")
+                    return reject(STALE_GENERATION, f"success of generation {e.generation}")
             return ACCEPTED
         case (
             CancelRequested() | RunCancelled() | WriteRejected() | AlertRaised()
             | AlertResolved() | GroupStopCommanded()
         ):
             return ACCEPTED
-    return _reject(ILLEGAL_TRANSITION, f"the fold has no rule for {e.event_type}")
-
-
-_STATE_FIELDS = tuple(f.name for f in fields(RunState))
-
-
-def _with(state: RunState, **changes: Any) -> RunState:
-    """``dataclasses.replace`` for the two events that are most of every log.
-
-    Heartbeats and steps are ~95% of a real log; the generic ``replace`` costs
-    several times this field-by-field copy (bench/controller.py).
-    """
-    new = object.__new__(RunState)
-    for name in _STATE_FIELDS:
-        object.__setattr__(new, name, changes[name] if name in changes else getattr(state, name))
-    return new
+    return reject(ILLEGAL_TRANSITION, f"the fold has no rule for {e.event_type}")
 
 
 def _advance(state: RunState, e: Event) -> RunState:
@@ -350,12 +310,12 @@ def _advance(state: RunState, e: Event) -> RunState:
             return replace(state, status=Status.RUNNING)
         case HeartbeatRecorded():
             last = max(state.heartbeats.get(e.logical_id, 0), e.header.occurred_at)
-            return _with(state, heartbeats={**state.heartbeats, e.logical_id: last})
+            return copy_with(state, heartbeats={**state.heartbeats, e.logical_id: last})
         case WorkerExited():
             code = e.exit_code if e.signal is None else -e.signal
             return replace(state, exits={**state.exits, e.logical_id: code})
         case StepCommitted():
-            return _with(
+            return copy_with(
                 state,
                 step=e.step,
                 last_progress_at=max(state.last_progress_at, e.header.occurred_at),

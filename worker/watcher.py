@@ -4,7 +4,7 @@
 for: whether a proposed manifest was committed (``ManifestCommitted`` with its
 digest) or refused (``WriteRejected`` naming the proposal), the checkpoint
 interval the controller set, and whether this generation may still publish
-(the fold's own answer, ``events.fold.fenced_by``: a newer generation, a
+(the fold's own answer, ``events.fence.fenced_by``: a newer generation, a
 restart or requeue decision, a cancellation or the run's end fence it). The
 watcher starts at the topic's end: everything it waits for comes later.
 """
@@ -17,7 +17,8 @@ import time
 
 from events.codec import Codec, default_codec
 from events.errors import EventsError
-from events.fold import ACCEPTED, Verdict, fenced_by
+from events.fence import fenced_by
+from events.fold import ACCEPTED, Verdict
 from events.model import CheckpointIntervalChanged, Event, ManifestCommitted, WriteRejected
 from events.reader import END, LogReader
 from events.topics import RUNS

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from events import fold as fold_module
+from events.fence import fenced_by
 from events.fold import (
     ACCEPTED,
     ILLEGAL_TRANSITION,
@@ -28,7 +29,6 @@ from events.fold import (
     Transition,
     Verdict,
     apply,
-    fenced_by,
     fold,
 )
 from events.model import (

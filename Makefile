@@ -16,7 +16,7 @@ STACK_ARGS ?=
 # e.g. make demo DEMO_ARGS='--workdir /tmp/rl-demo --keep-stack'
 DEMO_ARGS ?=
 
-.PHONY: venv jars chromium test lint stack-up stack-down demo
+.PHONY: venv jars chromium test lint bench-smoke stack-up stack-down demo
 
 venv: $(STAMP)
 
@@ -36,6 +36,11 @@ chromium:
 
 test: jars chromium
 	scripts/test.sh $(PYTEST_ARGS)
+
+# Every benchmark's --quick form against a throwaway broker: they still run
+# (figures printed, nothing asserted on time). CI runs it after the tests.
+bench-smoke: jars
+	scripts/bench-smoke.sh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -20,5 +20,6 @@
 - ``errors``: ``DataPlaneError`` and its leaves (``ManifestError`` is also an
   ``InvalidDocument``).
 
-Depends on ``events`` at most; never on ``controller`` or ``worker``.
+Imports nothing else of ours, so a training script can use the loader without
+Kafka; ``worker`` and ``controller`` import it.
 """

@@ -3,10 +3,14 @@
 - ``model``: the event catalog (``EVENT_TYPES``); import any event class from it.
   The classes live by concern: ``base`` (``Header``, ``Member``, the ``Event`` base),
   ``requests``, ``facts`` (``runledger.runs``), ``reports``, ``commands``.
-- ``state``, ``fold``: run state and the pure fold ``evolve(state, event)`` with verdicts.
+- ``state``, ``fold``: run state and the pure fold ``apply(state, event)`` with
+  verdicts (docs/architecture.md §5); ``fence``: the fold's answer to a follower
+  without state, whether a generation may still publish (§6).
 - ``registry``, ``fingerprint``, ``convert``, ``codec``: the schema files, CRC-64-AVRO,
   Avro single-object encoding, schema resolution and upcasters.
 - ``topics``: topic names and declared configs.
+- ``workerenv``: the environment contract between the controller, the agent and
+  a worker process.
 - ``kafka``: idempotent producer, transactional writer, the decoded ``Record``,
   the quarantine for undecodable records, and the one decode-or-quarantine step.
 - ``reader``: ``LogReader``, the one group-less reader (assignment from the

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from events.codec import Codec, default_codec
 from events.errors import ConsumerFenced, KafkaOperationError
-from events.kafka import Quarantine, Quarantined, Record, decode_or_quarantine
+from events.kafka import Quarantine, Quarantined, Record, decode_or_quarantine, poll_burst
 from events.reader import LogReader
 
 
@@ -56,16 +56,8 @@ class EventConsumer:
 
     def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[Record]:
         """Decoded records; undecodable ones are quarantined and skipped."""
-        # Wait for one record, then take only what is already there: a batch
-        # consume would wait out the whole timeout whenever traffic is light.
-        first = self._consumer.poll(timeout_s)
-        if first is None:
-            return []
-        messages = [first]
-        if max_records > 1:
-            messages += self._consumer.consume(max_records - 1, 0)
         out: list[Record] = []
-        for msg in messages:
+        for msg in poll_burst(self._consumer, max_records, timeout_s):
             record = self._handle(msg)
             if record is not None:
                 out.append(record)

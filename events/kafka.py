@@ -14,7 +14,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from events.codec import Codec, default_codec
@@ -357,3 +364,18 @@ def decode_message(codec: Codec, msg: Message) -> Record:
         msg.topic() or "", msg.partition() or 0, msg.offset() or 0, ts, decoded.event,
         decoded.writer_version,
     )
+
+
+def poll_burst(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:
+    """Wait up to ``timeout_s`` for one message, then take only what is already there.
+
+    For followers and the controller's loop: a batch ``consume`` would wait out the
+    whole timeout whenever traffic is light, and that wait is latency.
+    """
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    messages = [first]
+    if max_records > 1:
+        messages += consumer.consume(max_records - 1, 0)
+    return messages

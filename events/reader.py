@@ -31,7 +31,7 @@ from confluent_kafka import (
 
 from events.codec import Codec, default_codec
 from events.errors import BrokerUnavailable, KafkaOperationError
-from events.kafka import Quarantine, Quarantined, Record, decode_or_quarantine
+from events.kafka import Quarantine, Quarantined, Record, decode_or_quarantine, poll_burst
 
 log = logging.getLogger("runledger.events.reader")
 
@@ -144,14 +144,7 @@ class LogReader:
     def read(self, max_records: int = 500, timeout_s: float = 1.0) -> list[Record | Quarantined]:
         """As soon as one record is there (or ``timeout_s`` passed): what has arrived,
         decoded or quarantined, in offset order per partition. For tails."""
-        # A batch consume would wait out the whole timeout whenever traffic is light.
-        first = self._consumer.poll(timeout_s)
-        if first is None:
-            return []
-        messages = [first]
-        if max_records > 1:
-            messages += self._consumer.consume(max_records - 1, 0)
-        return self._take(messages)
+        return self._take(poll_burst(self._consumer, max_records, timeout_s))
 
     def read_batch(self, max_records: int = 5000,
                    timeout_s: float = 0.5) -> list[Record | Quarantined]:

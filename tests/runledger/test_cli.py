@@ -27,6 +27,7 @@ from runledger.errors import EXIT_STATUS, ControllerFenced, exit_status
 # The real app and main, plus one command that raises the error its argument names.
 RAISER = """
 import sys
+from agent.errors import AgentError
 from controller.errors import ControllerError
 from dataplane.errors import DataPlaneError
 from events.errors import EventsError
@@ -36,7 +37,7 @@ from runledger.demo.procs import DemoError
 from worker.errors import WorkerError
 
 KINDS = {k.__name__: k for k in (
-    ControllerError, DataPlaneError, EventsError, QueryError, WorkerError, DemoError,
+    AgentError, ControllerError, DataPlaneError, EventsError, QueryError, WorkerError, DemoError,
     errors.RunledgerError, errors.UsageError, errors.Interrupted, errors.ControllerFenced,
     errors.StackError, KeyboardInterrupt, ValueError)}
 
@@ -50,9 +51,9 @@ cli.main()
 """
 
 POLICY = [
-    ("EventsError", 1), ("ControllerError", 1), ("DataPlaneError", 1), ("WorkerError", 1),
-    ("QueryError", 1), ("RunledgerError", 1), ("StackError", 1), ("DemoError", 1),
-    ("UsageError", 2), ("ControllerFenced", 3), ("Interrupted", 130),
+    ("EventsError", 1), ("AgentError", 1), ("ControllerError", 1), ("DataPlaneError", 1),
+    ("WorkerError", 1), ("QueryError", 1), ("RunledgerError", 1), ("StackError", 1),
+    ("DemoError", 1), ("UsageError", 2), ("ControllerFenced", 3), ("Interrupted", 130),
 ]
 
 

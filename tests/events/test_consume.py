@@ -15,10 +15,9 @@ import pytest
 from events.codec import default_codec
 from events.consume import EventConsumer
 from events.kafka import EventProducer, Quarantine
-from events.model import HeartbeatRecorded, RunQueued
 from events.topics import QUARANTINE, RUNS
 from tests.events.broker import new_topic, raw_values
-from tests.events.sample_events import header
+from tests.events.builders import Ev
 
 pytestmark = pytest.mark.kafka
 
@@ -26,7 +25,8 @@ pytestmark = pytest.mark.kafka
 def test_garbage_on_runs_is_quarantined_and_reading_goes_on(bootstrap: str) -> None:
     run = f"run-{uuid.uuid4().hex[:8]}"
     producer = EventProducer(bootstrap)
-    good = [RunQueued(header=header(run, i, 0), reason=f"r{i}") for i in range(3)]
+    ev = Ev(run)
+    good = [ev.queued(reason=f"r{i}") for i in range(3)]
     producer.send(RUNS, good[0])
     producer.send_bytes(RUNS, run, b"\x00garbage, not avro", [("event_type", b"RunQueued")])
     producer.send(RUNS, good[1])
@@ -63,8 +63,8 @@ def test_explicit_commit_is_where_a_group_resumes(bootstrap: str) -> None:
     topic = new_topic(bootstrap, partitions=1)
     run = f"run-{uuid.uuid4().hex[:8]}"
     producer = EventProducer(bootstrap)
-    events = [HeartbeatRecorded(header=header(run, i), logical_id="r0", node="n", step=i)
-              for i in range(6)]
+    ev = Ev(run)
+    events = [ev.heartbeat(1, "r0", step=i, node="n") for i in range(6)]
     for e in events:
         producer.send(topic, e)
     producer.flush()

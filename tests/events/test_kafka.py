@@ -18,9 +18,9 @@ import pytest
 from events.consume import read_log
 from events.errors import BrokerUnavailable, ProducerFenced
 from events.kafka import EventProducer, TransactionalWriter, check_broker
-from events.model import RunQueued
 from tests.events.broker import new_topic, raw_values
-from tests.events.sample_events import header, one_of_each
+from tests.events.builders import Ev
+from tests.events.sample_events import one_of_each
 
 pytestmark = pytest.mark.kafka
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
@@ -60,21 +60,22 @@ def test_every_event_type_round_trips_through_the_broker(bootstrap: str) -> None
 def test_transactions_commit_abort_and_fence(bootstrap: str) -> None:
     topic = new_topic(bootstrap, partitions=1)
     run = f"run-{uuid.uuid4().hex[:8]}"
+    ev = Ev(run)
     txn_id = f"controller-{uuid.uuid4().hex[:8]}"
     first = TransactionalWriter(bootstrap, txn_id)
     first.init()
     with first.transaction() as tx:
-        tx.send(topic, RunQueued(header=header(run, 0, 0), reason="committed"))
+        tx.send(topic, ev.queued(reason="committed"))
     with pytest.raises(RuntimeError), first.transaction() as tx:
-        tx.send(topic, RunQueued(header=header(run, 1, 0), reason="aborted"))
+        tx.send(topic, ev.queued(reason="aborted"))
         raise RuntimeError("the controller failed mid-transaction")
 
     second = TransactionalWriter(bootstrap, txn_id)
     second.init()  # bumps the epoch: the first writer is now a zombie
     with pytest.raises(ProducerFenced), first.transaction() as tx:
-        tx.send(topic, RunQueued(header=header(run, 2, 0), reason="zombie"))
+        tx.send(topic, ev.queued(reason="zombie"))
     with second.transaction() as tx:
-        tx.send(topic, RunQueued(header=header(run, 3, 0), reason="successor"))
+        tx.send(topic, ev.queued(reason="successor"))
 
     reasons = [r.event.reason for r in read_log(bootstrap, topic)]  # type: ignore[attr-defined]
     assert reasons == ["committed", "successor"]

@@ -13,9 +13,9 @@ import uuid
 import pytest
 
 from events.kafka import EventProducer
-from events.model import GenerationStarted, ManifestProposed
 from events.topics import RUNS
-from tests.events.sample_events import MEMBERS, header, one_of_each
+from tests.events.builders import Ev
+from tests.events.sample_events import MEMBERS, one_of_each
 
 pytestmark = pytest.mark.kafka
 
@@ -27,10 +27,10 @@ def test_events_dump_shows_fold_verdicts(bootstrap: str) -> None:
     producer = EventProducer(bootstrap)
     producer.send(RUNS, submitted)
     producer.send(RUNS, admitted)
-    producer.send(RUNS, GenerationStarted(header=header(run, 50, 1), members=MEMBERS,
-                                          reason="admitted"))
-    producer.send(RUNS, ManifestProposed(header=header(run, 51, 0), step=5, manifest_path="m",
-                                         manifest_digest="d"))
+    ev = Ev(run, tick=1)
+    producer.send(RUNS, ev.generation_started(1, members=MEMBERS, reason="admitted", n=50))
+    producer.send(RUNS, ev.proposed(0, 5, n=51, manifest_path="m", manifest_digest="d",
+                                    dataset_id=None))
     producer.flush()
     out = subprocess.run(
         [sys.executable, "-m", "runledger.cli", "events", "dump", "--topic", RUNS, "--run", run,

@@ -21,7 +21,6 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from events.model import AlertRaised
 from queries.errors import QueryError
 from queries.report import report
 from tests.queries.timeline import Timeline, crash_and_recover, project
@@ -114,9 +113,9 @@ def seconds(text: str) -> float:
 
 def _alert(tl: Timeline, detail: str) -> None:
     at = tl.events[-1].header.occurred_at  # raised as the run ended, resolved never
-    tl.add(AlertRaised(header=tl.h(2, at=at), alert="straggler", severity="warning",
-                       owner="training-oncall", runbook="runbooks/straggler.md",
-                       detail=detail, subject="r1", threshold="p50 > 1.5x others", value=1.9))
+    tl.add(tl.ev.alert(2, at=at, alert="straggler", owner="training-oncall",
+                       runbook="runbooks/straggler.md", detail=detail, subject="r1",
+                       threshold="p50 > 1.5x others", value=1.9))
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,9 @@ import pytest
 
 from controller.service import FENCED_EXIT
 from events.kafka import EventProducer
-from events.model import Header, HeartbeatRecorded
 from events.topics import ALL, REPORTS
 from runledger.errors import EXIT_STATUS, ControllerFenced, exit_status
+from tests.events.builders import Ev
 
 # The real app and main, plus one command that raises the error its argument names.
 RAISER = """
@@ -108,9 +108,10 @@ def test_real_commands_follow_the_policy(tmp_path: Path) -> None:
 
 @pytest.mark.kafka
 def test_ctrl_c_ends_a_tail_with_130(bootstrap: str, run_id: str) -> None:
-    header = Header(f"{run_id}/hb", run_id, 1, int(time.time() * 1000), "test")
+    beat = Ev(run_id).heartbeat(1, "r0", step=1, node="n", at=int(time.time() * 1000),
+                                event_id=f"{run_id}/hb")
     producer = EventProducer(bootstrap)
-    producer.send(REPORTS, HeartbeatRecorded(header=header, logical_id="r0", node="n", step=1))
+    producer.send(REPORTS, beat)
     producer.flush()
     env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap}
     proc = subprocess.Popen(

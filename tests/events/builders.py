@@ -21,8 +21,11 @@ Header keywords (every event method takes them):
 - ``run_id`` (another run, e.g. ``node/<name>``), ``event_id``, ``producer``,
   ``causation_id``, ``schema_version``.
 
-``ev.h(gen, ...)`` is the header alone, for an event built by hand. The hypothesis
-strategies (``tests/events/strategies.py``) build their logs with ``Ev`` too.
+A test that keeps its own time (a simulated controller, a hand-timed log) passes
+``tick=0`` and moves ``ev.now`` itself. ``ev.h(gen, ...)`` is the header alone, for
+an event built by hand; ``members("r0", "r1")`` is a group on one node. The
+hypothesis strategies (``tests/events/strategies.py``) build their logs with ``Ev``
+too; ``tests/events/sample_events.py`` spells out one event of every type.
 """
 
 from __future__ import annotations

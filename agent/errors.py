@@ -2,6 +2,8 @@
 
 The command line (``runledger agent``) catches :class:`AgentError` and prints
 its message as it stands, so every message must read well on its own.
+
+Tested in tests/runledger/test_cli.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Each worker runs in its own session (so its process group id is its pid): a
 stop reaches whatever the worker spawned, and a Ctrl-C at the agent's terminal
 reaches only the agent, which then stops its workers in order.
+
+Tested in tests/agent/test_service.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 Callers at the edge (the CLI, the controller process) catch
 :class:`ControllerError` and print its message as it stands, so every message
 must read well on its own, without a traceback.
+
+Tested in tests/controller/test_spec.py and tests/dataplane/test_documents.py.
 """
 
 from __future__ import annotations

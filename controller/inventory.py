@@ -3,6 +3,9 @@
 Built by folding ``AgentRegistered``, ``AgentHeartbeatRecorded`` and
 ``NodeQuarantined``; time comes from the events and from the ``now`` the
 caller passes in.
+
+Tested in tests/controller/test_run_decide.py, tests/controller/test_model.py and
+tests/controller/test_reconcile.py.
 """
 
 from __future__ import annotations

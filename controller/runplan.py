@@ -3,6 +3,8 @@
 The reconcile core depends on this small shape rather than on the whole spec
 model, so it stays a pure function of values and is cheap to test.
 ``plan_from_submission`` is the one place that reads a submitted spec.
+
+Tested in tests/controller/test_model.py and tests/controller/test_reconcile.py.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ only then is ``runledger.runs`` read (``read_committed``) to rebuild the model,
 so the model cannot miss a fact a zombie was still committing. Then the loop:
 consume requests and reports, ``handle`` each, ``tick`` the clock, and append
 every fact and command together with the input offsets in one transaction.
+
+Tested in tests/e2e/test_controller.py and tests/controller/test_metrics.py.
 """
 
 from __future__ import annotations

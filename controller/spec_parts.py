@@ -3,6 +3,8 @@
 Small frozen pydantic models with ``extra="forbid"``, assembled by
 :class:`controller.spec.RunSpec`; the policy arithmetic the controller needs
 (backoff, escalation, Young's interval) sits next to the fields it reads, pure.
+
+Tested in tests/controller/test_spec.py and tests/controller/test_run_decide.py.
 """
 
 from __future__ import annotations

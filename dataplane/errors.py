@@ -2,6 +2,9 @@
 
 Each message names what is wrong (the field, the source and object, the state
 key) so it reads well on its own at the command line or in a worker's log.
+
+Tested in tests/dataplane/test_documents.py, tests/dataplane/test_loader.py and
+tests/dataplane/test_order.py.
 """
 
 from __future__ import annotations

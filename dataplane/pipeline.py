@@ -6,6 +6,8 @@ counts everything submitted and not yet taken (running, done-but-early, and
 the head), in items and in bytes, so a slow object stalls submission
 (backpressure) instead of growing memory. Randomness never depends on which
 thread finishes first: fetches are pure functions of their plan.
+
+Tested in tests/dataplane/test_loader.py.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ Everything is fixed width, so a reader maps it (a local file) or reads exactly
 the ranges it needs (any fsspec store): the 64-byte header and the offsets
 index once per object, then one range read per record. Readers check the
 object against its manifest entry before serving a record from it.
+
+Tested in tests/dataplane/test_synth.py, tests/dataplane/test_catalog.py and
+tests/dataplane/test_loader.py.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ global batch comes next, and the planner's :class:`~dataplane.order.OrderState`
 (per-source draws, counts in the mixture's unit, the packer's residue).
 Prefetched samples are never in it: they are rebuilt on resume. Loading a
 state against another dataset id, algorithm or seed is refused, naming both.
+
+Tested in tests/dataplane/test_loader.py and tests/dataplane/test_order.py.
 """
 
 from __future__ import annotations

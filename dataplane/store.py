@@ -6,6 +6,8 @@ must exist, its size and header must match the manifest entry, and (with
 small LRU, which the planner reads record lengths from. Local files are
 memory-mapped; any other store is read by byte range. Transient I/O errors are
 retried a bounded number of times; a mismatch is a :class:`DataFault` at once.
+
+Tested in tests/dataplane/test_loader.py.
 """
 
 from __future__ import annotations

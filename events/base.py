@@ -6,6 +6,8 @@ The concrete events live by topic: ``events.requests`` (operators),
 ``events.model`` gathers them into the catalog. Times are integer
 milliseconds since the epoch taken from the event's writer (``occurred_at``);
 nothing here reads a clock.
+
+Tested in tests/events/test_codec.py and tests/events/test_compat.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Commands: what the controller tells node agents to do (``runledger.commands``)."""
+"""Commands: what the controller tells node agents to do (``runledger.commands``).
+
+Tested in tests/events/test_codec.py and tests/events/test_compat.py.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Facts: what the controller accepted, on ``runledger.runs``, the authoritative record."""
+"""Facts: what the controller accepted, on ``runledger.runs``, the authoritative record.
+
+Tested in tests/events/test_codec.py and tests/events/test_compat.py.
+"""
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ import any of them from here. Each class has a schema file
 ``schemas/<Name>.v<N>.avsc``; the codec checks at load time that the newest
 version's fields are exactly the class's fields, and ``EVENT_TYPES`` is the
 list it checks against.
+
+Tested in tests/events/test_codec.py and tests/events/test_registry.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 The controller judges them; the ones it accepts become facts (``events.facts``).
 Node-scoped reports carry the pseudo run id ``events.base.node_key(node)``.
+
+Tested in tests/events/test_codec.py and tests/events/test_compat.py.
 """
 
 from __future__ import annotations

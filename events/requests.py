@@ -1,4 +1,7 @@
-"""Requests: what operators ask of the controller (``runledger.requests``)."""
+"""Requests: what operators ask of the controller (``runledger.requests``).
+
+Tested in tests/events/test_codec.py and tests/events/test_compat.py.
+"""
 
 from __future__ import annotations
 

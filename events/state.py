@@ -1,5 +1,8 @@
 """Run state: the value the fold produces. Immutable; every change is a copy (``copy_with``
-is the fast one for the hottest events)."""
+is the fast one for the hottest events).
+
+Tested in tests/events/test_fold.py and tests/events/test_fold_properties.py.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """Topic names and their declared configuration (docs/architecture.md §3).
 
 Every topic is keyed by ``run_id`` so one run's events are totally ordered.
+
+Tested in tests/test_docs.py and tests/runledger/stack/test_cluster.py.
 """
 
 from __future__ import annotations

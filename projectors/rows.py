@@ -9,6 +9,8 @@ with one ``zip``, the fastest way in (see ``projectors.projector._insert``).
 
 Every table but ``offsets`` starts with the position of the record a row came
 from (``topic``, ``part``, ``ofs``), so a row can always be traced to the log.
+
+Tested in tests/projectors/test_tables.py.
 """
 
 from dataclasses import dataclass

@@ -1,4 +1,7 @@
-"""The queries package's one root exception."""
+"""The queries package's one root exception.
+
+Tested in tests/queries/test_queries.py and tests/queries/test_report.py.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""ETTR as a typed result: the parts of the allocation, in seconds, and the ratio."""
+"""ETTR as a typed result: the parts of the allocation, in seconds, and the ratio.
+
+Tested in tests/queries/test_queries.py.
+"""
 
 from __future__ import annotations
 

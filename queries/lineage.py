@@ -5,6 +5,8 @@ ancestors) plus the dataset facts the catalog adds. Identifiers are stable
 (no clock, no random): a checkpoint is its manifest digest, a training segment
 is ``run/g<generation>/steps-<from>-<to>``, the OpenLineage run id is a UUID5
 of the runledger run id, so exporting twice gives the same document.
+
+Tested in tests/runledger/commands/test_query.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Query results as aligned text for a terminal (JSON output lives in the CLI)."""
+"""Query results as aligned text for a terminal (JSON output lives in the CLI).
+
+Tested in tests/runledger/commands/test_query.py.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ Everything here is pure string building. Text from the log goes through
 :func:`esc` (html.escape, quotes included) unless it is wrapped in :class:`Safe`,
 which only this package's own markup builders produce. The page's CSS lives
 here too (:data:`CSS`), inline, so the report needs no file and no network.
+
+Tested in tests/queries/test_report.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ incidents, goodput, mixture, stragglers, alerts, provenance, audit), and says
 what is missing ("no failures", "no alerts") rather than disappearing. Tables
 carry ``data-*`` attributes (``data-part``, ``data-member``, ``data-col``...) so
 tests and scripts can read the values a person sees.
+
+Tested in tests/queries/test_report.py.
 """
 
 from __future__ import annotations

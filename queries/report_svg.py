@@ -3,6 +3,8 @@
 Pure functions from query rows to SVG text (no JavaScript, no fonts or images
 to fetch). The timeline reads the ``timeline`` query's marks: x is seconds since
 admission, y the step; hover titles (``<title>``) carry the details.
+
+Tested in tests/queries/test_report.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ A query file names its inputs with ``getvariable(...)``; ``run_query`` sets
 ``run_id`` and any extra parameters as DuckDB variables on its own cursor, so
 the same file runs unchanged in the DuckDB CLI. Names and runs are checked
 first, so a typo gets a list of what exists rather than an empty table.
+
+Tested in tests/queries/test_queries.py and tests/queries/test_ettr_properties.py.
 """
 
 from __future__ import annotations

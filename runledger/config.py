@@ -11,6 +11,9 @@ Configuration comes from the environment, with one default each:
 - ``RUNLEDGER_BOOTSTRAP`` or ``--bootstrap``: the Kafka cluster
   (:func:`bootstrap`, :func:`connect`, :func:`external_bootstrap`);
 - ``RUNLEDGER_DATASETS`` or ``--catalog``: the dataset catalog (:func:`catalog`).
+
+Tested in tests/runledger/commands/test_runs.py, tests/runledger/commands/test_dataset.py and
+tests/runledger/stack/test_cluster.py.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ line (:mod:`runledger.cli`) turns every error in :data:`EXIT_STATUS` into one
 line, ``runledger: <message>``, on stderr and the status that table gives, so
 messages must read well on their own, without a traceback; anything else is a
 bug and keeps its traceback.
+
+Tested in tests/runledger/test_cli.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ The collectors live with what they measure (``controller.metrics``,
 command line's job, so the one HTTP server both use lives here. Each server has
 a private registry (never the process-wide default one) and runs in a daemon
 thread; port 0 binds an ephemeral port, and ``url`` reports the one bound.
+
+Tested in tests/controller/test_metrics.py and tests/projectors/test_metrics.py.
 """
 
 from __future__ import annotations

@@ -1,13 +1,19 @@
-"""The shape of the code: the dependency rule, no import cycles, small modules and functions.
+"""The shape of the code: the dependency rule, no import cycles, small modules and functions,
+and a test file for every module.
 
-The rule is docs/architecture.md §2. Imports are read with ``ast`` from the
+The dependency rule is docs/architecture.md §2. Imports are read with ``ast`` from the
 source, so an import inside a function or under ``TYPE_CHECKING`` counts too:
 it is still a dependency a reader has to follow.
+
+A test of ``x/y.py`` lives in ``tests/x/test_y.py``; a module tested elsewhere (through
+the command line, end to end, or with its neighbours) says so in its docstring, as
+``Tested in tests/....py`` naming one or more test files.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -153,3 +159,47 @@ def test_no_function_is_over_the_limit() -> None:
                 if lines > MAX_FUNCTION_LINES and (rel, node.name) not in LONG_FUNCTIONS_ALLOWED:
                     long.append(f"{rel}:{node.lineno} {node.name}: {lines} lines")
     assert not long, "\n".join(long)
+
+
+# "Tested in tests/a/test_b.py, tests/c/test_d.py and tests/e/test_f.py." ends at the
+# first full stop that does not start ".py".
+TESTED_IN = re.compile(r"Tested in (.+?)\.(?!py\b)", re.S)
+TEST_PATH = re.compile(r"tests/[\w/]+\.py")
+
+
+def _tested_in(doc: str) -> list[str]:
+    found = TESTED_IN.search(doc)
+    return TEST_PATH.findall(found.group(1)) if found else []
+
+
+def test_every_module_has_its_test_file_or_names_the_ones_that_test_it() -> None:
+    """A test of ``x/y.py`` is ``tests/x/test_y.py``; a module tested elsewhere says where."""
+    lost = []
+    for _, path in _modules():
+        rel = path.relative_to(ROOT)
+        if path.name == "__init__.py":
+            continue
+        if (ROOT / "tests" / rel.parent / f"test_{path.name}").is_file():
+            continue
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        named = _tested_in(doc)
+        missing = [p for p in named if not (ROOT / p).is_file()]
+        if not named:
+            lost.append(f"{rel}: no tests/{rel.parent}/test_{path.name} and no 'Tested in' line")
+        elif missing:
+            lost.append(f"{rel}: 'Tested in' names missing files: {', '.join(missing)}")
+    assert not lost, "\n".join(lost)
+
+
+def test_the_tested_in_reader() -> None:
+    doc = "Pure.\n\nTested in tests/a/test_b.py, tests/c/test_d.py and\ntests/e/test_f.py. More."
+    assert _tested_in(doc) == ["tests/a/test_b.py", "tests/c/test_d.py", "tests/e/test_f.py"]
+    assert _tested_in("Tested in tests/a/test_b.py.") == ["tests/a/test_b.py"]
+    assert _tested_in("Tested in the field.") == []
+    assert _tested_in("No line at all; tests/a/test_b.py is only mentioned.") == []
+
+
+def test_every_test_file_says_what_it_covers() -> None:
+    bare = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "tests").rglob("test_*.py"))
+            if not ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")))]
+    assert not bare, "test files without a docstring:\n" + "\n".join(bare)

@@ -4,6 +4,8 @@ The protocol runs its collectives on a group of its own (gloo), never on the
 training group: an async save runs them from a background thread, and two
 threads must never interleave collectives on one group. A single process
 (world size 1, no ``torch.distributed``) gets the trivial versions.
+
+Tested in tests/worker/test_commit.py and tests/e2e/test_checkpoint.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 Exit codes follow the controller's failure classification (README, failure
 policy): a storage fault exits 74 (EX_IOERR), a data fault 65, so the
 controller's policy sees the right class without parsing messages.
+
+Tested in tests/worker/test_storage.py, tests/worker/test_restore.py and
+tests/worker/test_faults.py.
 """
 
 from __future__ import annotations

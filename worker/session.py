@@ -14,6 +14,8 @@ GPUs, gloo otherwise), reports through a background thread (heartbeats too),
 checkpoints when the interval says so with the commit protocol of
 docs/architecture.md §9, and advances the loader's durable cursor only when the log commits
 the checkpoint that holds it.
+
+Tested in tests/e2e/test_checkpoint.py and tests/e2e/test_demo.py.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ interval the controller set, and whether this generation may still publish
 (the fold's own answer, ``events.fence.fenced_by``: a newer generation, a
 restart or requeue decision, a cancellation or the run's end fence it). The
 watcher starts at the topic's end: everything it waits for comes later.
+
+Tested in tests/e2e/test_checkpoint.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""``runledger agent``: the node agent's command line. The work is in ``agent.service``."""
+"""``runledger agent``: the node agent's command line. The work is in ``agent.service``.
+
+Tested in tests/agent/test_service.py.
+"""
 
 from __future__ import annotations
 

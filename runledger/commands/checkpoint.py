@@ -2,6 +2,8 @@
 
 "Latest" and "committed" come only from ``runledger.runs``; the storage
 listing only says what is there to remove.
+
+Tested in tests/e2e/test_checkpoint.py.
 """
 
 from __future__ import annotations

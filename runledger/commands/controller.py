@@ -2,6 +2,8 @@
 
 With ``--metrics HOST:PORT`` the run model is also served at
 ``http://HOST:PORT/metrics`` for Prometheus (``controller.metrics``).
+
+Tested in tests/controller/test_metrics.py and tests/e2e/test_controller.py.
 """
 
 from __future__ import annotations

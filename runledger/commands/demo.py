@@ -5,6 +5,8 @@ the summary object. Exit status: 0 when the run succeeded through at least one
 recovery and every query worked, 1 when anything did not happen (the message
 says what and which log to read), 130 on Ctrl-C or SIGTERM, after every process
 the demo started has been stopped.
+
+Tested in tests/e2e/test_demo.py.
 """
 
 from __future__ import annotations

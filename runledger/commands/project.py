@@ -2,6 +2,8 @@
 
 ``project --metrics HOST:PORT`` also serves Prometheus metrics at
 ``http://HOST:PORT/metrics`` while it projects (``projectors.metrics``).
+
+Tested in tests/projectors/test_metrics.py.
 """
 
 from __future__ import annotations

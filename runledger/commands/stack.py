@@ -3,6 +3,8 @@
 The work is in :mod:`runledger.stack`. Without ``--data-dir``,
 ``RUNLEDGER_BOOTSTRAP`` points ``up`` (topics only) and ``status`` at an
 existing cluster.
+
+Tested in tests/runledger/stack/test_cluster.py.
 """
 
 from __future__ import annotations

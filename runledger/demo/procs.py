@@ -7,6 +7,8 @@ group, SIGKILL after a grace period). Workers are the agent's children in
 sessions of their own, so a worker that outlives its agent is found by what
 makes it ours (its cwd is our agent's work dir and the agent put a logical id
 in its environment) and killed by pid. :func:`cli` runs one command to the end.
+
+Tested in tests/e2e/test_demo.py.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ checkpoints, follows the run through the kill, the automatic recovery from the
 latest committed checkpoint and its success, then lets the projection catch up
 and prints ``status``, the ETTR, provenance and incidents queries, and writes
 the HTML report. Every process it started is stopped on every way out.
+
+Tested in tests/e2e/test_demo.py.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ tells the whole story in its authoritative order. :func:`follow` drives the
 demo's stages: one line per change of (status, generation, step, latest
 checkpoint), a line per notable event, and an error naming what did not happen
 when progress stalls.
+
+Tested in tests/e2e/test_demo.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 These work for any cluster (the local stack or ``RUNLEDGER_BOOTSTRAP``), so
 they take a bootstrap string and never touch local processes.
+
+Tested in tests/runledger/stack/test_cluster.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ copies the broker and its transitive dependencies into
 ``$RUNLEDGER_CACHE/kafka-<version>/lib``. A marker written after a complete
 copy makes later calls free, and records the pom's digest so that editing the
 pom (a version bump) fetches again.
+
+Tested in tests/runledger/stack/test_cluster.py.
 """
 
 from __future__ import annotations

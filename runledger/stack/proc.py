@@ -3,6 +3,8 @@
 A pid alone is not proof: pids are reused. Before a pid is reported alive or
 signalled, its ``/proc/<pid>/cmdline`` must be a ``kafka.Kafka`` java process
 whose ``server.properties`` lies in this data directory.
+
+Tested in tests/runledger/stack/test_cluster.py.
 """
 
 from __future__ import annotations

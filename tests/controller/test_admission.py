@@ -1,11 +1,10 @@
-"""Gang admission and failure classification: pure functions, exhaustively poked."""
+"""controller/admission.py: gang admission, a pure function, exhaustively poked."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller import policy
 from controller.admission import Placement, Refusal, place
 from controller.inventory import Node
 
@@ -67,15 +66,3 @@ def test_a_placement_never_oversubscribes_and_names_every_rank_once(
         assert count <= free[name]
     slots = [(m.node, m.slot) for m in got.members]
     assert len(set(slots)) == len(slots)
-
-
-def test_exit_codes_and_signals_are_classified() -> None:
-    assert policy.from_exit("r0", "n", None, 9).signature == "worker_crash:signal=9"
-    assert policy.from_exit("r0", "n", 13, None).failure_class == "worker_crash"
-    assert policy.from_exit("r0", "n", 65, None).failure_class == "data"
-    assert policy.from_exit("r0", "n", 74, None).failure_class == "storage"
-    assert policy.from_exit("r0", "n", 125, None).failure_class == "infrastructure"
-    assert policy.from_exit("r0", "n", 86, None).failure_class == "non_finite"
-    assert policy.from_exit("r0", "n", 87, None).failure_class == "silent_corruption"
-    assert policy.no_progress(5, 100).signature == "hang:no_progress"
-    assert policy.no_heartbeat("r1", "n", 100).failure_class == "hang"

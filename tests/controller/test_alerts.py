@@ -26,20 +26,13 @@ from events.fold import fold
 from events.model import (
     AlertRaised,
     AlertResolved,
-    CancelRequested,
     CursorAdvanced,
     Event,
     FailureClassified,
-    GenerationStarted,
     Header,
-    ManifestProposed,
-    Member,
     RunFinished,
-    RunSubmitted,
-    ShardWritten,
     StepCommitted,
     StepTimesRecorded,
-    WorkerExited,
 )
 from events.state import Checkpoint, RunState, Status
 from events.topics import RUNS
@@ -47,31 +40,29 @@ from tests.controller.test_reconcile import PLAN, Sim, plan_of, running
 from tests.controller.test_spec import MINIMAL, with_
 from tests.e2e.harness import Cluster, of_type
 from tests.e2e.harness import spec as e2e_spec
+from tests.events.builders import Ev, members
 
 RUN = "run-1"
 CFG = AlertConfig(progress_stall_ms=5_000, window_steps=8, checkpoint_lag_steps=10)
+EV = Ev(RUN, start=0, tick=0)  # every header at 0; the ids the alerts cite are the tests'
 
 
 def state(**kw: Any) -> RunState:
     base = RunState(run_id=RUN, status=Status.RUNNING, spec_digest="s", principal="alice",
                     world_size=2, dataset_id=None, submitted_at=0, updated_at=0, generation=1,
-                    members=(Member("r0", "n", 0), Member("r1", "n", 1)))
+                    members=members("r0", "r1"))
     return replace(base, **kw)
-
-
-def hdr(eid: str, at: int = 0, gen: int = 1) -> Header:
-    return Header(eid, RUN, gen, at, "test")
 
 
 def step(n: int, time_ms: float = 100.0, wait_ms: float = 0.0, loss: float | None = 1.0,
          at: int = 0) -> StepCommitted:
-    return StepCommitted(header=hdr(f"step/{n}", at), step=n, tokens=1, loss_tokens=1,
-                         step_time_ms=time_ms, input_wait_ms=wait_ms, loss=loss)
+    return EV.step(1, n, tokens=1, loss_tokens=1, step_time_ms=time_ms, input_wait_ms=wait_ms,
+                   loss=loss, at=at, event_id=f"step/{n}")
 
 
 def times(lid: str, first: int, *ms: float) -> StepTimesRecorded:
-    return StepTimesRecorded(header=hdr(f"{lid}/t/{first}"), logical_id=lid, node="n",
-                             first_step=first, step_time_ms=ms, input_wait_ms=(0.0,) * len(ms))
+    return EV.step_times(1, first, lid, times=ms, node="n", input_wait_ms=(0.0,) * len(ms),
+                         event_id=f"{lid}/t/{first}")
 
 
 def watch_of(*events: Event) -> watch.Watch:
@@ -125,8 +116,8 @@ def test_straggler_is_the_rank_slower_than_the_ratio_times_the_others() -> None:
     held = state(open_alerts=opened("straggler_rank/r3"))
     assert decided(held, later) == [("resolve", "straggler_rank", "r3")]
     # A new generation forgets the old group's times; the open alert waits for evidence.
-    assert decided(held, watch.observe(w, GenerationStarted(header=hdr("g2", gen=2), members=(),
-                                                      reason="restart"), None)) == []
+    restarted = EV.generation_started(2, members=(), reason="restart", event_id="g2")
+    assert decided(held, watch.observe(w, restarted, None)) == []
 
 
 def test_input_wait_share_over_the_window_of_steps() -> None:
@@ -158,8 +149,8 @@ def test_checkpoint_lag_against_the_explicit_or_three_intervals() -> None:
 
 
 def cursor(counts: dict[str, int], targets: dict[str, float] | None) -> CursorAdvanced:
-    return CursorAdvanced(header=hdr("c"), step=8, dataset_id="ds", epoch=0, position=1,
-                          source_counts=counts, mixture_targets=targets)
+    return EV.cursor(1, 8, position=1, dataset_id="ds", source_counts=counts,
+                     mixture_targets=targets, event_id="c")
 
 
 def test_mixture_drift_from_the_last_cursor() -> None:
@@ -189,8 +180,8 @@ def test_non_finite_loss_is_critical_and_a_finite_loss_resolves_it() -> None:
 
 
 def failure(gen: int, sig: str = "worker_crash:exit=1") -> FailureClassified:
-    return FailureClassified(header=hdr(f"f{gen}", gen=gen), failure_class="worker_crash",
-                             signature=sig, action="restart", attempt=gen, detail="x")
+    return EV.failure(gen, signature=sig, attempt=gen, detail="x", logical_id=None, node=None,
+                      event_id=f"f{gen}")
 
 
 def test_repeated_failure_per_signature_until_a_later_generation_commits() -> None:
@@ -212,8 +203,8 @@ def test_the_end_of_a_run_resolves_every_open_alert() -> None:
     keys = ("non_finite_loss", "straggler_rank/r1", "repeated_failure/hang:no_progress")
     ended = state(status=Status.SUCCEEDED, outcome_reason="every member exited 0",
                   open_alerts=opened(*keys))
-    w = watch.observe(watch_of(step(1, loss=math.nan)), RunFinished(
-        header=hdr("end"), outcome="succeeded", reason="ok"), None)
+    w = watch.observe(watch_of(step(1, loss=math.nan)), EV.finished(1, reason="ok",
+                                                                    event_id="end"), None)
     got = evaluate(ended, CFG, w, 0)
     assert sorted((d.action, d.key) for d in got) == sorted(("resolve", k) for k in keys)
     assert all(d.cause == "end" and "the run ended: Succeeded" in d.detail for d in got)
@@ -247,8 +238,8 @@ def test_fact_ids_are_deterministic_and_count_raises_per_key() -> None:
 
 
 def step_at(sim: Sim, n: int, loss: float) -> StepCommitted:
-    return StepCommitted(header=sim.hdr(sim.state.generation), step=n, tokens=1, loss_tokens=1,
-                         step_time_ms=100.0, input_wait_ms=0.0, loss=loss)
+    return sim.ev.step(sim.state.generation, n, tokens=1, loss_tokens=1, step_time_ms=100.0,
+                       input_wait_ms=0.0, loss=loss)
 
 
 def test_handle_and_tick_raise_and_resolve_and_a_replay_decides_nothing_new() -> None:
@@ -258,8 +249,7 @@ def test_handle_and_tick_raise_and_resolve_and_a_replay_decides_nothing_new() ->
     assert [(e.alert, e.owner, e.generation) for e in raised] == [("non_finite_loss", "alice", 1)]
     # Step times are evaluated by the tick, not per report.
     for lid, ms in (("r0", 100.0), ("r1", 400.0)):
-        out = sim.send(StepTimesRecorded(header=sim.hdr(1), logical_id=lid, node="n1",
-                                         first_step=1, step_time_ms=(ms,) * 4,
+        out = sim.send(sim.ev.step_times(1, 1, lid, times=(ms,) * 4, node="n1",
                                          input_wait_ms=(0.0,) * 4))
         assert out == []
     out = sim.tick(10)
@@ -277,7 +267,7 @@ def test_handle_and_tick_raise_and_resolve_and_a_replay_decides_nothing_new() ->
     assert tick(model, sim.now, plan_of)[1] == []
     out = sim.send(step_at(sim, 2, loss=3.0))
     assert [e.alert for _, e in out if isinstance(e, AlertResolved)] == ["non_finite_loss"]
-    out = sim.send(CancelRequested(header=sim.hdr(1), principal="alice", reason="t"))
+    out = sim.send(sim.ev.cancel_requested(1, principal="alice", reason="t"))
     assert [e.event_type for _, e in out][:1] == ["RunCancelled"]
     (ended,) = [e for _, e in out if isinstance(e, AlertResolved)]
     assert ended.alert == "straggler_rank" and "Cancelled" in ended.detail
@@ -301,12 +291,10 @@ def apply_op(sim: Sim, op: Op) -> None:
     gen = sim.state.generation
     if kind == "step" and sim.state.status.active:
         for _ in range(n + 1):
-            sim.send(StepCommitted(header=sim.hdr(gen), step=sim.state.step + 1, tokens=1,
-                                   loss_tokens=1, step_time_ms=100.0,
-                                   input_wait_ms=100.0 * (x != 1.0), loss=x))
+            sim.send(sim.ev.step(gen, sim.state.step + 1, tokens=1, loss_tokens=1,
+                                 step_time_ms=100.0, input_wait_ms=100.0 * (x != 1.0), loss=x))
     elif kind == "times":
-        sim.send(StepTimesRecorded(header=sim.hdr(gen), logical_id=f"r{n}", node="n1",
-                                   first_step=1, step_time_ms=(x,) * 4,
+        sim.send(sim.ev.step_times(gen, 1, f"r{n}", times=(x,) * 4, node="n1",
                                    input_wait_ms=(0.0,) * 4))
     elif kind == "wait":
         sim.tick(n)
@@ -315,12 +303,11 @@ def apply_op(sim: Sim, op: Op) -> None:
             sim.state.checkpoint.step if sim.state.checkpoint else 0):
         at = sim.state.step
         for lid in ("r0", "r1"):
-            sim.send(ShardWritten(header=sim.hdr(gen), step=at, logical_id=lid, path="p",
-                                  bytes=1, crc32c=0))
-        sim.send(ManifestProposed(header=sim.hdr(gen), step=at, manifest_path=f"m{at}",
-                                  manifest_digest=f"d{at}"))
+            sim.send(sim.ev.shard(gen, at, lid, path="p", bytes=1, crc32c=0))
+        sim.send(sim.ev.proposed(gen, at, manifest_path=f"m{at}", manifest_digest=f"d{at}",
+                                 dataset_id=None))
     elif kind == "crash" and sim.state.status.active:
-        sim.send(WorkerExited(header=sim.hdr(gen), logical_id="r0", node="n1", exit_code=13))
+        sim.send(sim.ev.exited(gen, "r0", exit_code=13, node="n1"))
         sim.tick()
         sim.tick(5_000)  # past the backoff: the next generation starts
         sim.beat(sim.state.generation)
@@ -337,8 +324,7 @@ def test_alerts_alternate_per_key_and_each_resolution_names_the_open_raise(
     for op in ops:
         apply_op(sim, op)
     if cancel and not sim.state.status.terminal:
-        sim.send(CancelRequested(header=sim.hdr(sim.state.generation), principal="alice",
-                                 reason="end"))
+        sim.send(sim.ev.cancel_requested(sim.state.generation, principal="alice", reason="end"))
         sim.tick(1)
     open_: dict[str, str] = {}
     ids: set[str] = set()
@@ -373,8 +359,8 @@ def test_the_spec_alerts_section_defaults_validates_and_reaches_the_plan() -> No
     doc["budget"] = {"price_per_gpu_hour": 2.5}
     spec = parse_spec(yaml.safe_dump(doc), "t")
     assert spec.budget.price_per_gpu_hour == 2.5
-    sub = RunSubmitted(header=hdr("s"), spec_digest=spec.digest(),
-                       spec_json=spec.canonical_json(), principal="alice", world_size=2)
+    sub = EV.submitted(1, event_id="s", spec_digest=spec.digest(),
+                       spec_json=spec.canonical_json(), world_size=2, dataset_id=None)
     assert plan_from_submission(sub).alerts == AlertConfig(
         owner="ml-oncall", runbook_base="https://wiki/rb", progress_stall_ms=30_000,
         window_steps=32, checkpoint_lag_steps=500, plan_interval_steps=100,

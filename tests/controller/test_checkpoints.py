@@ -11,32 +11,30 @@ from controller.checkpoints import (
     missing_shards,
     resume_env,
 )
-from events.model import CheckpointStaged, Header, ManifestProposed, Member
+from events.model import CheckpointStaged, Header
 from events.state import Checkpoint, RunState, Status
 from events.workerenv import CheckpointEnv
+from tests.events.builders import Ev, members
 
 RUN = "run-1"
-
-
-def hdr(at: int, gen: int = 1, eid: str = "e") -> Header:
-    return Header(event_id=eid, run_id=RUN, generation=gen, occurred_at=at, producer="w")
+EV = Ev(RUN, producer="w")
 
 
 def state(**kw: object) -> RunState:
     base = RunState(run_id=RUN, status=Status.RUNNING, spec_digest="s", principal="p",
                     world_size=2, dataset_id=None, submitted_at=0, updated_at=0, generation=1,
-                    members=(Member("r0", "n", 0), Member("r1", "n", 1)))
+                    members=members("r0", "r1"))
     return RunState(**{**{f: getattr(base, f) for f in base.__slots__}, **kw})  # type: ignore[arg-type]
 
 
 def header_for(eid: str, cause: str | None) -> Header:
-    return Header(event_id=eid, run_id=RUN, generation=1, occurred_at=0, producer="controller",
-                  causation_id=cause)
+    """The controller's header maker, as ``interval_decision`` is given it."""
+    return EV.h(1, 0, event_id=eid, producer="controller", causation_id=cause)
 
 
 def staged(step: int, at_ms: int, stall_ms: float) -> CheckpointStaged:
-    return CheckpointStaged(header=hdr(at_ms, eid=f"s{step}"), step=step, mode="sync",
-                            stall_ms=stall_ms, waited_ms=0.0, bytes=1, backlog=0)
+    return EV.staged(1, step, mode="sync", stall_ms=stall_ms, bytes=1, backlog=0, at=at_ms,
+                     event_id=f"s{step}")
 
 
 def test_young_interval_in_steps_from_the_measured_stall_and_step_time() -> None:
@@ -69,7 +67,8 @@ def test_no_decision_without_a_previous_checkpoint_to_time_steps() -> None:
 
 
 def test_missing_shards_names_members_without_a_report() -> None:
-    e = ManifestProposed(header=hdr(1), step=8, manifest_path="m", manifest_digest="d")
+    e = EV.proposed(1, 8, at=1, event_id="e", manifest_path="m", manifest_digest="d",
+                    dataset_id=None)
     assert missing_shards(state(), {(1, 8): frozenset({"r1"})}, e) == ["r0"]
     assert missing_shards(state(), {(1, 8): frozenset({"r0", "r1"})}, e) == []
     assert missing_shards(state(), {(0, 8): frozenset({"r0", "r1"})}, e) == ["r0", "r1"]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from controller.emitter import PRODUCER, Emitter
-from events.model import GroupStopCommanded, Header, HeartbeatRecorded, RunCancelled
+from events.model import GroupStopCommanded, Header, RunCancelled
 from events.state import Status
 from events.topics import COMMANDS, RUNS
 from tests.controller.test_reconcile import plan_of, running
+from tests.events.builders import Ev
 
 NOW = 2_000_000
 
@@ -18,8 +19,8 @@ def test_a_fact_is_folded_when_emitted_a_command_and_a_kept_report_are_not() -> 
     stop = GroupStopCommanded(header=em.header(state.run_id, 1, "c"), command_id="c",
                               node="n1", reason="r")
     em.emit(COMMANDS, stop)
-    beat = HeartbeatRecorded(header=Header("b", state.run_id, 1, NOW, "w"), logical_id="r0",
-                             node="n1", step=0)
+    beat = Ev(state.run_id).heartbeat(1, "r0", step=0, node="n1", at=NOW, event_id="b",
+                                      producer="w")
     em.keep(beat)
     assert em.draft.get(state.run_id).state == state  # type: ignore[union-attr]
     cancelled = RunCancelled(header=em.header(state.run_id, 1, "x"), principal="p", reason="r")
@@ -35,8 +36,8 @@ def test_a_rejection_names_the_input_and_the_run_s_generation() -> None:
     sim = running()
     em = Emitter(sim.model, NOW, plan_of)
     for run, gen in ((sim.state.run_id, 1), ("ghost", 0)):
-        beat = HeartbeatRecorded(header=Header(f"in/{run}", run, 7, 1, "w"), logical_id="r0",
-                                 node="n1", step=0)
+        beat = Ev(run).heartbeat(7, "r0", step=0, node="n1", at=1, event_id=f"in/{run}",
+                                 producer="w")
         em.reject(beat, "why", "detail")
         rejected = em.out[-1][1]
         assert rejected.header == Header(f"in/{run}/WriteRejected", run, gen, NOW, PRODUCER,

@@ -7,15 +7,12 @@ from controller.inputs import FALLBACK, RULES, Kind, rule_for, take
 from controller.model import Model
 from events.model import (
     EVENT_TYPES,
-    Header,
-    HeartbeatRecorded,
-    NodeQuarantined,
-    RunQueued,
-    RunSubmitted,
-    node_key,
 )
 from events.topics import REPORTS, REQUESTS
 from tests.controller.test_reconcile import PLAN, plan_of, running
+from tests.events.builders import Ev
+
+EV = Ev("run-1", start=1_000_000, tick=0, ids="x-{n}")
 
 
 def test_every_request_and_report_type_has_its_own_rule() -> None:
@@ -26,11 +23,8 @@ def test_every_request_and_report_type_has_its_own_rule() -> None:
         "HeartbeatRecorded", "StepTimesRecorded", "AgentRegistered", "AgentHeartbeatRecorded"}
     assert {cls.__name__ for cls, rule in RULES.items() if rule.kind == Kind.REQUEST} == {
         "RunSubmitted", "CancelRequested", "ManifestProposed"}
-    assert rule_for(RunQueued(header=Header("x", "r", 0, 0, "t"), reason="r")) is FALLBACK
-
-
-def hdr(n: int, run: str = "run-1", gen: int = 1) -> Header:
-    return Header(f"x-{n}", run, gen, 1_000_000, "test")
+    queued = Ev("r").queued(at=0, event_id="x", producer="t", reason="r")
+    assert rule_for(queued) is FALLBACK
 
 
 def taken(model: Model, event: object) -> tuple[Model, list[str]]:
@@ -42,31 +36,29 @@ def taken(model: Model, event: object) -> tuple[Model, list[str]]:
 
 def test_a_heartbeat_is_folded_but_not_kept_and_a_stale_one_is_recorded_as_rejected() -> None:
     model = running().model
-    beat = HeartbeatRecorded(header=hdr(1), logical_id="r0", node="n1", step=0)
+    beat = EV.heartbeat(1, "r0", step=0, node="n1", n=1)
     after, out = taken(model, beat)
     assert out == [] and after.runs["run-1"].heartbeats["r0"] == 1_000_000
-    stale = HeartbeatRecorded(header=hdr(2, gen=0), logical_id="r0", node="n1", step=0)
+    stale = EV.heartbeat(0, "r0", step=0, node="n1", n=2)
     after, out = taken(model, stale)
     assert out == ["WriteRejected"] and after.runs["run-1"].rejections == 1
 
 
 def test_a_fact_sent_as_an_input_is_folded_as_a_report_of_its_run() -> None:
     model = running().model
-    _, out = taken(model, RunQueued(header=hdr(3), reason="forged"))
+    _, out = taken(model, EV.queued(1, reason="forged", n=3))
     assert out == ["WriteRejected"]  # the fold's own verdict: Running cannot be queued
     # A node's fact names no run: the run fold refuses it, the inventory never sees it.
-    forged = NodeQuarantined(header=Header("q", node_key("n1"), 0, 0, "test"), node="n1",
-                             reason="x")
+    forged = EV.quarantined("n1", reason="x", at=0, event_id="q")
     after, out = taken(model, forged)
     assert out == ["WriteRejected"] and not after.inventory.nodes["n1"].quarantined
 
 
 def test_a_resubmitted_request_is_the_same_run() -> None:
-    sub = RunSubmitted(header=hdr(4, gen=0), spec_digest="sha256:x", spec_json="{}",
-                       principal="alice", world_size=2)
+    sub = EV.submitted(spec_digest="sha256:x", world_size=2, dataset_id=None, n=4)
     model, out = taken(Model(since=0), sub)
     assert out == ["RunSubmitted"] and model.tracked("run-1") is not None
-    again, out = taken(model, RunSubmitted(header=hdr(5, gen=0), spec_digest="sha256:x",
-                                           spec_json="{}", principal="alice", world_size=2))
+    again, out = taken(model, EV.submitted(spec_digest="sha256:x", world_size=2,
+                                           dataset_id=None, n=5))
     assert out == [] and again.runs == model.runs
     assert model.tracked("run-1").plan == PLAN  # type: ignore[union-attr]

@@ -20,11 +20,12 @@ from controller.service import ControllerService, LoopStats
 from controller.shelf import Shelf
 from events.consume import read_log
 from events.kafka import EventProducer
-from events.model import Header, ManifestProposed, Member, ShardWritten
+from events.model import Member
 from events.state import Checkpoint, RunState, Status
 from events.topics import COMMANDS, REPORTS, RUNS
 from runledger.metricsserver import MetricsServer, parse_address
 from tests.e2e.harness import PY, Cluster, of_type, spec
+from tests.events.builders import Ev
 from tests.promtext import Labels, Samples, render, scrape, until
 
 NOW = 1_700_000_000_000
@@ -196,15 +197,15 @@ def propose_checkpoint(bootstrap: str, run: str, gen: int, members: tuple[Member
                        step: int) -> None:
     """What a coordinator sends for a checkpoint: every member's shard, then the manifest."""
     p = EventProducer(bootstrap)
-    at = int(time.time() * 1000)
+    ev = Ev(run, start=int(time.time() * 1000), tick=0)
     for m in members:
-        h = Header(f"{run}/g{gen}/{m.logical_id}/shard/{step}", run, gen, at,
-                   f"worker/{run}/{m.logical_id}")
-        p.send(REPORTS, ShardWritten(header=h, step=step, logical_id=m.logical_id,
-                                     path=f"ckpt/{step}/{m.logical_id}", bytes=1, crc32c=0))
-    h = Header(f"{run}/g{gen}/manifest/{step}", run, gen, at, f"worker/{run}/r0")
-    p.send(REPORTS, ManifestProposed(header=h, step=step, manifest_path=f"ckpt/{step}/m.json",
-                                     manifest_digest="sha256:" + "cd" * 32))
+        p.send(REPORTS, ev.shard(gen, step, m.logical_id, path=f"ckpt/{step}/{m.logical_id}",
+                                 bytes=1, crc32c=0, producer=f"worker/{run}/{m.logical_id}",
+                                 event_id=f"{run}/g{gen}/{m.logical_id}/shard/{step}"))
+    p.send(REPORTS, ev.proposed(gen, step, manifest_path=f"ckpt/{step}/m.json",
+                                manifest_digest="sha256:" + "cd" * 32, dataset_id=None,
+                                producer=f"worker/{run}/r0",
+                                event_id=f"{run}/g{gen}/manifest/{step}"))
     p.flush()
 
 

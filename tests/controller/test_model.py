@@ -17,25 +17,13 @@ from controller.reconcile import handle, tick
 from controller.runplan import RunPlan
 from controller.spec_parts import RetryPolicy
 from events.model import (
-    AgentHeartbeatRecorded,
-    AlertRaised,
-    CancelRequested,
-    CheckpointStaged,
-    CheckpointVerificationFailed,
     Event,
-    Header,
-    HeartbeatRecorded,
-    ManifestProposed,
-    RunFinished,
     RunSubmitted,
-    ShardWritten,
-    StepCommitted,
-    StepTimesRecorded,
-    WorkerExited,
-    node_key,
 )
+from events.state import Checkpoint
 from events.topics import RUNS
 from events.workerenv import CheckpointEnv
+from tests.events.builders import Ev
 
 RUN_IDS = ("run-a", "run-b", "run-c")
 NODES = ("n1", "n2")
@@ -63,27 +51,27 @@ def plan_of(e: RunSubmitted) -> RunPlan:
 
 @dataclass
 class Cluster:
-    """Drives handle/tick like the controller process, agents heartbeating before each tick."""
+    """Drives handle/tick like the controller process, agents heartbeating before each tick.
 
-    now: int = 1_000_000
+    ``ev`` builds the inputs of every run (``run_id=``), stamped with the clock ``now``."""
+
     model: Model = field(default_factory=lambda: Model(since=1_000_000))
     log: list[Out] = field(default_factory=list)
     up: set[str] = field(default_factory=lambda: set(NODES))
-    n: int = 0
+    ev: Ev = field(default_factory=lambda: Ev(RUN_IDS[0], start=1_000_000, tick=0, ids="in-{n}"))
 
-    def hdr(self, run: str, gen: int) -> Header:
-        self.n += 1
-        return Header(f"in-{self.n}", run, gen, self.now, "test")
+    @property
+    def now(self) -> int:
+        return self.ev.now
 
     def send(self, event: Event) -> None:
         self.model, out = handle(self.model, event, self.now, plan_of)
         self.log += out
 
     def tick(self, advance_ms: int) -> None:
-        self.now += advance_ms
+        self.ev.now += advance_ms
         for node in sorted(self.up):
-            self.send(AgentHeartbeatRecorded(header=self.hdr(node_key(node), 0), node=node,
-                                             slots=3, domain="d1", busy_slots=0))
+            self.send(self.ev.agent_heartbeat(node, slots=3, domain="d1", busy_slots=0))
         self.model, out = tick(self.model, self.now, plan_of)
         self.log += out
 
@@ -106,40 +94,38 @@ def apply_op(c: Cluster, op: Op) -> None:
     lids = [m.logical_id for m in s.members] if s is not None and s.members else ["r0"]
     lid = lids[x % len(lids)]
     step = s.step if s is not None else 0
+    ev = c.ev
     if kind == 0:
-        c.send(RunSubmitted(header=c.hdr(run, 0), spec_digest="sha256:x", spec_json=str(x),
-                            principal="alice", world_size=1 + x % 3))
+        c.send(ev.submitted(run_id=run, spec_digest="sha256:x", spec_json=str(x),
+                            world_size=1 + x % 3, dataset_id=None))
     elif kind in (1, 2, 3):
         for lid_ in lids:
-            c.send(HeartbeatRecorded(header=c.hdr(run, gen), logical_id=lid_, node="n1",
-                                     step=step))
+            c.send(ev.heartbeat(gen, lid_, step=step, node="n1", run_id=run))
     elif kind == 4:
-        c.send(StepCommitted(header=c.hdr(run, gen), step=step + 1, tokens=1, loss_tokens=1,
-                             step_time_ms=100.0, input_wait_ms=60.0 * (x % 2),
-                             loss=(1.0, math.nan, 2.0)[x % 3]))
+        c.send(ev.step(gen, step + 1, tokens=1, loss_tokens=1, step_time_ms=100.0,
+                       input_wait_ms=60.0 * (x % 2), loss=(1.0, math.nan, 2.0)[x % 3],
+                       run_id=run))
     elif kind == 5:
-        c.send(StepTimesRecorded(header=c.hdr(run, gen), logical_id=lid, node="n1", first_step=1,
-                                 step_time_ms=(100.0 * (1 + x),) * 4, input_wait_ms=(0.0,) * 4))
+        c.send(ev.step_times(gen, 1, lid, times=(100.0 * (1 + x),) * 4, node="n1",
+                             input_wait_ms=(0.0,) * 4, run_id=run))
     elif kind == 6:
         code = (0, 0, 1, 13, None, 0)[x]
-        c.send(WorkerExited(header=c.hdr(run, gen), logical_id=lid, node="n1", exit_code=code,
-                            signal=9 if code is None else None))
+        c.send(ev.exited(gen, lid, exit_code=code, signal=9 if code is None else None,
+                         node="n1", run_id=run))
     elif kind == 7:
         for lid_ in lids[:len(lids) - (x == 1)]:  # x == 1: one shard short
-            c.send(ShardWritten(header=c.hdr(run, gen), step=step, logical_id=lid_, path="p",
-                                bytes=1, crc32c=0))
-        c.send(ManifestProposed(header=c.hdr(run, gen), step=step, manifest_path=f"m{step}",
-                                manifest_digest=f"d{step}"))
-        c.send(CheckpointStaged(header=c.hdr(run, gen), step=step, mode="sync",
-                                stall_ms=10.0 * (x + 1), waited_ms=0.0, bytes=1, backlog=0))
+            c.send(ev.shard(gen, step, lid_, path="p", bytes=1, crc32c=0, run_id=run))
+        c.send(ev.proposed(gen, step, manifest_path=f"m{step}", manifest_digest=f"d{step}",
+                           dataset_id=None, run_id=run))
+        c.send(ev.staged(gen, step, mode="sync", stall_ms=10.0 * (x + 1), bytes=1, backlog=0,
+                         run_id=run))
     elif kind == 8:
         at = s.checkpoint.step if s is not None and s.checkpoint else 1
-        c.send(CheckpointVerificationFailed(header=c.hdr(run, gen), logical_id=lid, step=at,
-                                            manifest_path=f"m{at}", manifest_digest=f"d{at}",
-                                            reason="manifest_digest", detail="x"))
+        c.send(ev.verify_failed(gen, Checkpoint(at, f"m{at}", f"d{at}", gen, 0), lid,
+                                reason="manifest_digest", detail="x", run_id=run))
     elif kind == 9:
-        c.send(CancelRequested(header=c.hdr(run, gen), principal=("oncall", "mallory")[x % 2],
-                               reason="stop"))
+        c.send(ev.cancel_requested(gen, principal=("oncall", "mallory")[x % 2], reason="stop",
+                                   run_id=run))
     elif kind in (10, 11, 12):
         c.tick((0, 1, 500, 1_100, 5_000, 21_000)[x])
     elif kind == 13:
@@ -202,14 +188,12 @@ def test_a_step_never_changes_the_model_it_started_from() -> None:
 
 def finished_with_alert(run: str) -> list[Event]:
     """A run that ended with an alert open, as a controller that left it so wrote it."""
-    def h(eid: str) -> Header:
-        return Header(f"{run}/{eid}", run, 0, 10, "controller")
-
-    return [RunSubmitted(header=h("s"), spec_digest="sha256:x", spec_json="0",
-                         principal="alice", world_size=1),
-            AlertRaised(header=h("alert"), alert="non_finite_loss", severity="critical",
-                        owner="alice", runbook="r", detail="nan"),
-            RunFinished(header=h("end"), outcome="failed", reason="gave up")]
+    ev = Ev(run, start=10, tick=0, producer="controller")
+    return [ev.submitted(spec_digest="sha256:x", spec_json="0", world_size=1, dataset_id=None,
+                         event_id=f"{run}/s"),
+            ev.alert(alert="non_finite_loss", severity="critical", owner="alice", runbook="r",
+                     detail="nan", event_id=f"{run}/alert"),
+            ev.finished(0, outcome="failed", reason="gave up", event_id=f"{run}/end")]
 
 
 def test_a_finished_run_with_an_open_alert_is_visited_until_it_is_closed_once() -> None:
@@ -227,9 +211,9 @@ def test_the_tick_visits_live_runs_only() -> None:
     done = [e for i in range(50) for e in finished_with_alert(f"old-{i:02d}")]
     model = replay(done, 0, plan_of)
     model, _ = tick(model, 20, plan_of)  # closes their alerts
-    model, _ = handle(model, RunSubmitted(header=Header("s", "new", 0, 30, "cli"),
-                                          spec_digest="sha256:x", spec_json="1",
-                                          principal="alice", world_size=2), 30, plan_of)
+    new = Ev("new").submitted(at=30, event_id="s", producer="cli", spec_digest="sha256:x",
+                              spec_json="1", world_size=2, dataset_id=None)
+    model, _ = handle(model, new, 30, plan_of)
     assert model.due() == ["new"] and len(model.runs) == 51
     shelf = model.done
     model, _ = tick(model, 40, plan_of)
@@ -238,8 +222,8 @@ def test_the_tick_visits_live_runs_only() -> None:
 
 def test_a_draft_folds_a_record_once_and_says_whether_it_was_accepted() -> None:
     draft = Draft(Model(since=0), plan_of)
-    sub = RunSubmitted(header=Header("s", "r", 0, 1, "cli"), spec_digest="sha256:x",
-                       spec_json="2", principal="alice", world_size=1)
+    sub = Ev("r").submitted(at=1, event_id="s", producer="cli", spec_digest="sha256:x",
+                            spec_json="2", world_size=1, dataset_id=None)
     assert draft.absorb(sub).accepted
     again = draft.absorb(replace(sub, header=replace(sub.header, event_id="s2")))
     assert (again.accepted, again.reason) == (False, "duplicate_submission")

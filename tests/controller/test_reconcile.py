@@ -10,28 +10,20 @@ from controller.reconcile import handle, tick
 from controller.runplan import RunPlan
 from controller.spec_parts import RetryPolicy
 from events.model import (
-    AgentHeartbeatRecorded,
-    AgentRegistered,
-    CancelRequested,
     Event,
     FailureClassified,
     GenerationStarted,
     GroupStartCommanded,
     GroupStopCommanded,
-    Header,
-    HeartbeatRecorded,
-    ManifestProposed,
     RunCancelled,
     RunFinished,
     RunSubmitted,
-    ShardWritten,
-    StepCommitted,
-    WorkerExited,
     WriteRejected,
     node_key,
 )
 from events.state import Status
 from events.topics import COMMANDS, RUNS
+from tests.events.builders import Ev
 
 RUN = "run-1"
 PLAN = RunPlan(world_size=2, argv=("train",), slots_per_node=2, heartbeat_timeout_ms=10_000,
@@ -46,20 +38,25 @@ def plan_of(_: RunSubmitted) -> RunPlan:
 
 @dataclass
 class Sim:
-    """Drives handle/tick like the controller process, keeping the emitted log."""
+    """Drives handle/tick like the controller process, keeping the emitted log.
 
-    now: int = 1_000_000
+    ``ev`` builds the inputs, stamped with the simulated clock ``now``."""
+
     model: Model = field(default_factory=lambda: Model(since=1_000_000))
     log: list[Out] = field(default_factory=list)
-    n: int = 0
     plan: RunPlan = PLAN  # every run's
+    ev: Ev = field(default_factory=lambda: Ev(RUN, start=1_000_000, tick=0, ids="in-{n}"))
+
+    @property
+    def now(self) -> int:
+        return self.ev.now
+
+    @now.setter
+    def now(self, at: int) -> None:
+        self.ev.now = at
 
     def plan_of(self, _: RunSubmitted) -> RunPlan:
         return self.plan
-
-    def hdr(self, gen: int, run: str = RUN, producer: str = "test") -> Header:
-        self.n += 1
-        return Header(f"in-{self.n}", run, gen, self.now, producer)
 
     def send(self, event: Event) -> list[Out]:
         self.model, out = handle(self.model, event, self.now, self.plan_of)
@@ -77,18 +74,15 @@ class Sim:
         return self.model.runs[RUN]
 
     def agent(self, node: str, slots: int) -> None:
-        self.send(AgentRegistered(header=self.hdr(0, node_key(node)), node=node, slots=slots,
-                                  domain="d1"))
+        self.send(self.ev.agent_registered(node, slots=slots, domain="d1"))
 
     def submit(self) -> None:
-        self.send(RunSubmitted(header=self.hdr(0), spec_digest="sha256:x", spec_json="{}",
-                               principal="alice", world_size=2))
+        self.send(self.ev.submitted(spec_digest="sha256:x", world_size=2, dataset_id=None))
 
     def beat(self, gen: int, *lids: str) -> list[Out]:
         out: list[Out] = []
         for lid in lids or ("r0", "r1"):
-            out += self.send(HeartbeatRecorded(header=self.hdr(gen), logical_id=lid, node="n1",
-                                               step=self.state.step))
+            out += self.send(self.ev.heartbeat(gen, lid, step=self.state.step, node="n1"))
         return out
 
 
@@ -130,8 +124,7 @@ def test_members_join_then_success_when_every_member_exits_zero() -> None:
     sim = running()
     assert types(sim.log[-1:]) == ["MembershipConfirmed"]
     for lid in ("r0", "r1"):
-        sim.send(WorkerExited(header=sim.hdr(1), logical_id=lid, node="n1", exit_code=0,
-                              signal=None))
+        sim.send(sim.ev.exited(1, lid, exit_code=0, node="n1"))
     out = sim.tick()
     assert types(out) == ["RunFinished"]
     assert sim.state.status == Status.SUCCEEDED
@@ -139,7 +132,7 @@ def test_members_join_then_success_when_every_member_exits_zero() -> None:
 
 def test_crash_restarts_in_a_new_generation_after_backoff_and_fences_the_old_one() -> None:
     sim = running()
-    sim.send(WorkerExited(header=sim.hdr(1), logical_id="r1", node="n1", exit_code=None, signal=9))
+    sim.send(sim.ev.exited(1, "r1", exit_code=None, signal=9, node="n1"))
     out = sim.tick()
     assert types(out) == ["FailureClassified", "GroupStopCommanded"]
     failure = out[0][1]
@@ -154,8 +147,8 @@ def test_crash_restarts_in_a_new_generation_after_backoff_and_fences_the_old_one
     out = sim.beat(1, "r0")
     assert types(out) == ["WriteRejected"]
     assert isinstance(out[0][1], WriteRejected) and out[0][1].reason == "stale_generation"
-    out = sim.send(ManifestProposed(header=sim.hdr(1), step=10, manifest_path="m",
-                                    manifest_digest="d"))
+    out = sim.send(sim.ev.proposed(1, 10, manifest_path="m", manifest_digest="d",
+                                   dataset_id=None))
     assert types(out) == ["WriteRejected"] and sim.state.checkpoint is None
     sim.beat(2)
     sim.tick()
@@ -188,8 +181,7 @@ def test_same_failure_every_time_backs_off_growing_then_fails() -> None:
     backoffs = []
     for _ in range(10):
         gen = sim.state.generation
-        sim.send(WorkerExited(header=sim.hdr(gen), logical_id="r0", node="n1", exit_code=13,
-                              signal=None))
+        sim.send(sim.ev.exited(gen, "r0", exit_code=13, node="n1"))
         out = sim.tick()
         failure = out[0][1]
         assert isinstance(failure, FailureClassified)
@@ -208,30 +200,28 @@ def test_same_failure_every_time_backs_off_growing_then_fails() -> None:
 
 def test_cancel_records_the_fact_before_any_stop_and_later_reports_are_rejected() -> None:
     sim = running()
-    out = sim.send(CancelRequested(header=sim.hdr(1), principal="mallory", reason="x"))
+    out = sim.send(sim.ev.cancel_requested(1, principal="mallory", reason="x"))
     assert types(out) == ["WriteRejected"] and out[0][1].reason == "unauthorized"  # type: ignore[attr-defined]
-    out = sim.send(CancelRequested(header=sim.hdr(1), principal="oncall", reason="budget"))
+    out = sim.send(sim.ev.cancel_requested(1, principal="oncall", reason="budget"))
     assert types(out) == ["RunCancelled", "GroupStopCommanded"]
     assert isinstance(out[0][1], RunCancelled) and isinstance(out[1][1], GroupStopCommanded)
-    out = sim.send(StepCommitted(header=sim.hdr(1), step=5, tokens=1, loss_tokens=1,
-                                 step_time_ms=1.0, input_wait_ms=0.0))
+    out = sim.send(sim.ev.step(1, 5, tokens=1, loss_tokens=1, step_time_ms=1.0,
+                               input_wait_ms=0.0, loss=None))
     assert types(out) == ["WriteRejected"]
     assert sim.state.status == Status.CANCELLED and sim.state.step == 0
 
 
 def test_a_restarted_controller_rebuilds_the_model_and_issues_no_duplicate_command() -> None:
     sim = running()
-    sim.send(WorkerExited(header=sim.hdr(1), logical_id="r1", node="n1", exit_code=1,
-                          signal=None))
+    sim.send(sim.ev.exited(1, "r1", exit_code=1, node="n1"))
     sim.tick()
     sim.tick(1_001)
     facts = [e for topic, e in sim.log if topic == RUNS]
     rebuilt = replay(facts, since=sim.now, plan_of=plan_of)
     assert rebuilt.runs[RUN].generation == sim.state.generation == 2
     assert rebuilt.runs[RUN].status == sim.state.status
-    rebuilt, _ = handle(rebuilt, AgentHeartbeatRecorded(header=sim.hdr(0, node_key("n1")),
-                                                        node="n1", slots=2, domain="d1",
-                                                        busy_slots=2), sim.now, plan_of)
+    beat = sim.ev.agent_heartbeat("n1", slots=2, domain="d1", busy_slots=2)
+    rebuilt, _ = handle(rebuilt, beat, sim.now, plan_of)
     _, out = tick(rebuilt, sim.now + 100, plan_of)
     assert not [e for _, e in out if isinstance(e, GroupStartCommanded | GenerationStarted)]
     starts = [e.header.event_id for _, e in sim.log if isinstance(e, GroupStartCommanded)]
@@ -240,20 +230,20 @@ def test_a_restarted_controller_rebuilds_the_model_and_issues_no_duplicate_comma
 
 def test_accepted_reports_become_facts_and_a_manifest_proposal_is_committed() -> None:
     sim = running()
-    out = sim.send(StepCommitted(header=sim.hdr(1), step=1, tokens=10, loss_tokens=9,
-                                 step_time_ms=1.0, input_wait_ms=0.0))
+    out = sim.send(sim.ev.step(1, 1, tokens=10, loss_tokens=9, step_time_ms=1.0,
+                               input_wait_ms=0.0, loss=None))
     assert types(out) == ["StepCommitted"]
-    early = sim.send(ManifestProposed(header=sim.hdr(1), step=1, manifest_path="m1",
-                                      manifest_digest="d1"))
+    early = sim.send(sim.ev.proposed(1, 1, manifest_path="m1", manifest_digest="d1",
+                                     dataset_id=None))
     assert types(early) == ["WriteRejected"]  # no member has reported its shard yet
     assert early[0][1].reason == "incomplete_shards" and "r0, r1" in early[0][1].detail
     for lid in ("r0", "r1"):
-        out = sim.send(ShardWritten(header=sim.hdr(1), step=1, logical_id=lid,
-                                    path=f"ck/g1/step-1/__{lid}.distcp", bytes=10, crc32c=7))
+        out = sim.send(sim.ev.shard(1, 1, lid, path=f"ck/g1/step-1/__{lid}.distcp", bytes=10,
+                                    crc32c=7))
         assert types(out) == ["ShardWritten"]
-    out = sim.send(ManifestProposed(header=sim.hdr(1), step=1, manifest_path="m1",
-                                    manifest_digest="d1", dataset_id="sha256:ds", epoch=0,
-                                    position=64, source_counts={"web": 40, "code": 24}))
+    out = sim.send(sim.ev.proposed(1, 1, manifest_path="m1", manifest_digest="d1",
+                                   dataset_id="sha256:ds", epoch=0, position=64,
+                                   source_counts={"web": 40, "code": 24}))
     # model state and data progress commit at the same step boundary, in one batch
     assert types(out) == ["ManifestCommitted", "CursorAdvanced"]
     assert sim.state.checkpoint is not None and sim.state.checkpoint.step == 1
@@ -264,14 +254,12 @@ def test_accepted_reports_become_facts_and_a_manifest_proposal_is_committed() ->
 
 def test_reports_for_unknown_runs_are_recorded_as_rejected() -> None:
     sim = Sim()
-    out = sim.send(HeartbeatRecorded(header=sim.hdr(1, run="ghost"), logical_id="r0", node="n1",
-                                     step=1))
+    out = sim.send(sim.ev.heartbeat(1, "r0", step=1, node="n1", run_id="ghost"))
     assert types(out) == ["WriteRejected"]
     rejected = out[0][1]
     assert isinstance(rejected, WriteRejected)
     assert (rejected.run_id, rejected.reason) == ("ghost", "unknown_run")
-    out = sim.send(CancelRequested(header=sim.hdr(0, run="ghost"), principal="oncall",
-                                   reason="x"))
+    out = sim.send(sim.ev.cancel_requested(0, principal="oncall", reason="x", run_id="ghost"))
     assert types(out) == ["WriteRejected"]
 
 
@@ -279,8 +267,9 @@ def test_a_spec_the_controller_cannot_read_fails_the_run_with_the_reason() -> No
     from controller.runplan import plan_from_submission
 
     model = Model(since=0)
-    bad = RunSubmitted(header=Header("s1", "bad-run", 0, 5, "cli/eve"), spec_digest="sha256:y",
-                       spec_json='{"name": "x"}', principal="eve", world_size=1)
+    bad = Ev("bad-run").submitted(at=5, event_id="s1", producer="cli/eve", spec_digest="sha256:y",
+                                  spec_json='{"name": "x"}', principal="eve", world_size=1,
+                                  dataset_id=None)
     model, out = handle(model, bad, 10, plan_from_submission)
     model, out = tick(model, 10, plan_from_submission)
     assert types(out) == ["RunFinished"]
@@ -298,8 +287,7 @@ def test_a_node_that_keeps_failing_is_quarantined_and_no_longer_placed() -> None
     quarantined = []
     for code in (1, 2, 3):  # three different signatures, all on node n1
         gen = sim.state.generation
-        sim.send(WorkerExited(header=sim.hdr(gen), logical_id="r0", node="n1", exit_code=code,
-                              signal=None))
+        sim.send(sim.ev.exited(gen, "r0", exit_code=code, node="n1"))
         out = sim.tick()
         quarantined += [e for _, e in out if e.event_type == "NodeQuarantined"]
         sim.tick(1)
@@ -314,8 +302,8 @@ def test_runs_admitted_in_one_tick_never_share_a_slot() -> None:
     sim = Sim()
     sim.agent("n1", 3)
     for run in ("run-a", "run-b"):
-        sim.send(RunSubmitted(header=sim.hdr(0, run=run), spec_digest="sha256:x",
-                              spec_json="{}", principal="alice", world_size=2))
+        sim.send(sim.ev.submitted(run_id=run, spec_digest="sha256:x", world_size=2,
+                                  dataset_id=None))
     out = sim.tick()
     admitted = [e for _, e in out if e.event_type == "RunAdmitted"]
     assert [e.run_id for e in admitted] == ["run-a"]

@@ -23,11 +23,11 @@ from controller.run_decide import (
 )
 from controller.runplan import RunPlan
 from controller.spec_parts import RetryPolicy
-from events.model import Member
 from events.state import RunState, Status
+from tests.events.builders import members
 
 NOW = 100_000
-MEMBERS = (Member("r0", "n1", 0, "d1"), Member("r1", "n1", 1, "d1"))
+MEMBERS = members("r0", "r1", node="n1", domain="d1")
 PLAN = RunPlan(world_size=2, argv=("train",), slots_per_node=2, heartbeat_timeout_ms=10_000,
                stall_timeout_ms=30_000, start_timeout_ms=60_000,
                retry={"worker_crash": RetryPolicy(attempts=5, backoff_base_s=1.0,

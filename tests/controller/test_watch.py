@@ -9,13 +9,9 @@ from controller.watch import EMPTY, MAX_WINDOW, Watch, observe
 from events.model import (
     EVENT_TYPES,
     Event,
-    FailureClassified,
-    GenerationStarted,
-    Header,
-    RunCancelled,
     StepCommitted,
-    StepTimesRecorded,
 )
+from tests.events.builders import Ev
 from tests.events.strategies import event_of
 
 WATCHED = {"StepCommitted", "StepTimesRecorded", "GenerationStarted", "CheckpointStaged",
@@ -23,13 +19,12 @@ WATCHED = {"StepCommitted", "StepTimesRecorded", "GenerationStarted", "Checkpoin
            "RunFinished", "RunCancelled"}
 
 
-def hdr(n: int) -> Header:
-    return Header(f"e{n}", "run-1", 1, n, "test")
+EV = Ev("run-1", start=0, tick=1, ids="e{n}")  # event n at n ms
 
 
 def step(n: int) -> StepCommitted:
-    return StepCommitted(header=hdr(n), step=n, tokens=1, loss_tokens=1, step_time_ms=float(n),
-                         input_wait_ms=0.0)
+    return EV.step(1, n, tokens=1, loss_tokens=1, step_time_ms=float(n), input_wait_ms=0.0,
+                   loss=None, n=n)
 
 
 @given(st.sampled_from(sorted(set(EVENT_TYPES) - WATCHED)).flatmap(
@@ -50,20 +45,18 @@ def test_windows_keep_the_newest_max_window_samples(steps: int, batch: int) -> N
     for n in range(0, steps, batch):
         times = tuple(float(n + k) for k in range(batch))
         reported += times
-        watch = observe(watch, StepTimesRecorded(
-            header=hdr(n), logical_id="r0", node="n", first_step=n, step_time_ms=times,
-            input_wait_ms=(0.0,) * batch), None)
+        watch = observe(watch, EV.step_times(1, n, "r0", times=times, node="n",
+                                             input_wait_ms=(0.0,) * batch, n=n), None)
     assert list(watch.ranks["r0"].times) == reported[-MAX_WINDOW:]
 
 
 def test_a_new_generation_forgets_the_old_group_and_the_end_keeps_only_counts() -> None:
-    failed = FailureClassified(header=hdr(3), failure_class="hang", signature="hang:x",
-                               action="restart", attempt=1, detail="d")
-    watch = observe(observe(observe(EMPTY, step(1), None), failed, None), StepTimesRecorded(
-        header=hdr(4), logical_id="r0", node="n", first_step=1, step_time_ms=(1.0,),
-        input_wait_ms=(0.0,)), None)
-    restarted = observe(watch, GenerationStarted(header=hdr(5), members=(), reason="restart"),
+    failed = EV.failure(1, failure_class="hang", signature="hang:x", detail="d",
+                        logical_id=None, node=None, n=3)
+    times = EV.step_times(1, 1, "r0", times=(1.0,), node="n", input_wait_ms=(0.0,), n=4)
+    watch = observe(observe(observe(EMPTY, step(1), None), failed, None), times, None)
+    restarted = observe(watch, EV.generation_started(1, members=(), reason="restart", n=5),
                         None)
     assert (restarted.steps, restarted.ranks, restarted.failures) == ((), {}, watch.failures)
-    ended = observe(watch, RunCancelled(header=hdr(6), principal="p", reason="r"), None)
+    ended = observe(watch, EV.cancelled(1, principal="p", reason="r", n=6), None)
     assert ended == Watch(failures=watch.failures, raised=watch.raised, ended_by="e6")

@@ -168,7 +168,8 @@ def test_a_stale_generation_that_wakes_and_publishes_is_rejected(cluster: Cluste
 
     from events.fold import fold
     from events.kafka import EventProducer
-    from events.model import Header, ManifestProposed, ShardWritten, WriteRejected
+    from events.model import WriteRejected
+    from tests.events.builders import Ev
     from worker.comm import Comm
     from worker.commit import ManifestFields, write_checkpoint
     from worker.faults import Faults
@@ -193,16 +194,12 @@ def test_a_stale_generation_that_wakes_and_publishes_is_rejected(cluster: Cluste
         fields=ManifestFields(ds, None, {"step": 40}, "zombie", None), faults=Faults(None, 0, 1),
         on_shard=lambda _: None)
     producer = EventProducer(cluster.bootstrap)
-
-    def h(key: str) -> Header:
-        return Header(event_id=f"{run}/g1/r0/zombie/{key}", run_id=run, generation=1,
-                      occurred_at=int(time.time() * 1000), producer=f"worker/{run}/r0")
-
-    producer.send(REPORTS, ShardWritten(header=h("shard"), step=40, logical_id="r0",
-                                        path=ckdir.file("__0_0.distcp"), bytes=1, crc32c=1))
-    proposal = ManifestProposed(header=h("proposed"), step=40,
-                                manifest_path=written.manifest_url,
-                                manifest_digest=written.digest, dataset_id=ds)
+    zombie = Ev(run, start=int(time.time() * 1000), tick=0, producer=f"worker/{run}/r0")
+    producer.send(REPORTS, zombie.shard(1, 40, "r0", path=ckdir.file("__0_0.distcp"), bytes=1,
+                                        crc32c=1, event_id=f"{run}/g1/r0/zombie/shard"))
+    proposal = zombie.proposed(1, 40, manifest_path=written.manifest_url,
+                               manifest_digest=written.digest, dataset_id=ds,
+                               event_id=f"{run}/g1/r0/zombie/proposed")
     producer.send(REPORTS, proposal)
     producer.flush()
     facts = cluster.wait_facts(

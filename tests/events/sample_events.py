@@ -1,4 +1,8 @@
-"""One valid event of every type in the catalog, for round-trip and broker tests."""
+"""One valid event of every type in the catalog, for round-trip and broker tests.
+
+Headers come from ``tests.events.builders.Ev``; the fields are spelled out, since every
+field holding a value other than its default is the point of the sample.
+"""
 
 from __future__ import annotations
 
@@ -44,13 +48,9 @@ from events.model import (
     WriteRejected,
 )
 from events.registry import SchemaRegistry
+from tests.events.builders import Ev
 
 MEMBERS = (Member("r0", "node-a", 0, "rack-1"), Member("r1", "node-b", 1, None))
-
-
-def header(run_id: str, n: int, generation: int = 1, producer: str = "test") -> Header:
-    return Header(f"{run_id}-e{n}", run_id, generation, 1_700_000_000_000 + n, producer,
-                  causation_id=None if n == 0 else f"{run_id}-e{n - 1}")
 
 
 @functools.cache
@@ -73,10 +73,12 @@ def as_written(event: Event) -> Event:
 def one_of_each(run_id: str) -> list[Event]:
     """Every event type exactly once, with non-default values in every field, each
     header carrying the schema version its type is written with."""
+    ev = Ev(run_id, tick=1)
     h = iter(range(100))
 
     def hd(gen: int = 1) -> Header:
-        return header(run_id, next(h), gen)
+        n = next(h)  # each caused by the one before
+        return ev.h(gen, n=n, causation_id=None if n == 0 else f"{run_id}-e{n - 1}")
 
     events: list[Event] = [
         RunSubmitted(header=hd(0), spec_digest="sha256:ab", spec_json='{"a": 1}',
@@ -157,10 +159,11 @@ def one_of_each(run_id: str) -> list[Event]:
 def variants(run_id: str) -> list[Event]:
     """Second samples of types whose fields have shapes ``one_of_each`` cannot show at
     once: ManifestProposed as a v1-era writer fills it (no data cursor, no dataset)."""
+    ev = Ev(run_id, tick=1)
     return [as_written(e) for e in (
-        ManifestProposed(header=header(run_id, 100), step=100, manifest_path="file:///c/m.json",
-                         manifest_digest="sha256:ef", dataset_id=None),
-        ManifestProposed(header=header(run_id, 101), step=200, manifest_path="file:///c/m2.json",
-                         manifest_digest="sha256:f1", dataset_id="ds-1", epoch=0, position=0,
-                         source_counts={}),
+        ev.proposed(1, 100, n=100, causation_id=f"{run_id}-e99", manifest_path="file:///c/m.json",
+                    manifest_digest="sha256:ef", dataset_id=None),
+        ev.proposed(1, 200, n=101, causation_id=f"{run_id}-e100",
+                    manifest_path="file:///c/m2.json", manifest_digest="sha256:f1",
+                    dataset_id="ds-1", epoch=0, position=0, source_counts={}),
     )]

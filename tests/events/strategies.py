@@ -1,13 +1,9 @@
-"""Event builders and hypothesis strategies shared by the events tests.
+"""Hypothesis strategies shared by the events tests, and the event families they use.
 
-Two families:
-
-- ``Ev``: terse builders for hand-written logs (``ev.gs(2, resume_step=10)``), with
-  a clock that only moves forward and event ids that never repeat.
-- strategies: arbitrary valid events of every type (for the codec), plausible
-  logs of one run (biased towards the happy path, with generations and steps
-  drawn near the current ones, so the fold's deep states are reached), fully
-  random logs, and an interleaving of several runs' logs.
+Arbitrary valid events of every type (for the codec), plausible logs of one run
+(biased towards the happy path, with generations and steps drawn near the
+current ones, so the fold's deep states are reached), fully random logs, and an
+interleaving of several runs' logs. Logs are built with ``tests.events.builders.Ev``.
 """
 
 from __future__ import annotations
@@ -33,8 +29,6 @@ from events.model import (
     AgentRegistered,
     AlertRaised,
     AlertResolved,
-    CancelRequested,
-    CheckpointIntervalChanged,
     CheckpointRestored,
     CheckpointRevoked,
     CheckpointSkipped,
@@ -44,7 +38,6 @@ from events.model import (
     CursorAdvanced,
     Event,
     FailureClassified,
-    GenerationStarted,
     GroupStartCommanded,
     GroupStopCommanded,
     Header,
@@ -54,24 +47,18 @@ from events.model import (
     Member,
     MembershipConfirmed,
     NodeQuarantined,
-    RunAdmitted,
-    RunCancelled,
-    RunFinished,
-    RunQueued,
-    RunSubmitted,
     ShardWritten,
     StepCommitted,
-    StepTimesRecorded,
     WorkerExited,
     WriteRejected,
 )
 from events.registry import SchemaRegistry
 from events.state import Checkpoint, RunState, Status
+from tests.events.builders import MEMBERS, Ev
 
 LONG_MIN = -(2**63)
 LONG_MAX = 2**63 - 1
 
-MEMBERS = (Member("w0", "node-a", 0, "rack-1"), Member("w1", "node-b", 1, None))
 LOGICAL_IDS = tuple(m.logical_id for m in MEMBERS)
 
 # Reports, checkpoint facts and start commands that must carry the live generation
@@ -108,203 +95,6 @@ INFORMATIONAL_TYPES: tuple[type[Event], ...] = (WriteRejected, AlertRaised, Aler
                                                GroupStopCommanded)
 # Node-scoped inventory events: keyed ``node/<name>``, never a run's.
 NODE_TYPES: tuple[type[Event], ...] = (AgentRegistered, AgentHeartbeatRecorded, NodeQuarantined)
-
-
-# --- builders ------------------------------------------------------------------
-
-
-class Ev:
-    """Builders for one run's events; every call advances the clock by ``tick`` ms."""
-
-    def __init__(self, run_id: str = "r1", start: int = 1_700_000_000_000, tick: int = 1000):
-        self.run_id = run_id
-        self.now = start
-        self.tick = tick
-        self._n = 0
-
-    def h(self, gen: int, at: int | None = None, run_id: str | None = None) -> Header:
-        self._n += 1
-        if at is None:
-            self.now += self.tick
-            at = self.now
-        rid = run_id or self.run_id
-        return Header(f"{rid}-e{self._n}", rid, gen, at, "test", None, 1)
-
-    def submitted(self, gen: int = 0, **kw: Any) -> RunSubmitted:
-        fields = dict(spec_digest="sha256:spec", spec_json="{}", principal="alice",
-                      world_size=len(MEMBERS), dataset_id="ds-1")
-        fields.update(kw)
-        return RunSubmitted(header=self.h(gen), **fields)
-
-    def cancel_requested(self, gen: int = 0) -> CancelRequested:
-        return CancelRequested(header=self.h(gen), principal="bob", reason="budget")
-
-    def queued(self, gen: int = 0, reason: str = "no capacity") -> RunQueued:
-        return RunQueued(header=self.h(gen), reason=reason)
-
-    def admitted(self, gen: int = 0, members: tuple[Member, ...] = MEMBERS) -> RunAdmitted:
-        return RunAdmitted(header=self.h(gen), members=members)
-
-    def gs(
-        self,
-        gen: int,
-        resume_step: int | None = None,
-        members: tuple[Member, ...] = MEMBERS,
-        reason: str = "start",
-    ) -> GenerationStarted:
-        manifest = None if resume_step is None else f"ckpt/s{resume_step}/manifest.json"
-        return GenerationStarted(header=self.h(gen), members=members, reason=reason,
-                                 resume_step=resume_step, resume_manifest=manifest)
-
-    def confirmed(self, gen: int, joined: int = len(MEMBERS)) -> MembershipConfirmed:
-        return MembershipConfirmed(header=self.h(gen), members_joined=joined)
-
-    def heartbeat(self, gen: int, logical_id: str = "w0", step: int = 0,
-                  at: int | None = None) -> HeartbeatRecorded:
-        return HeartbeatRecorded(header=self.h(gen, at), logical_id=logical_id, node="node-a",
-                                 step=step)
-
-    def step_times(self, gen: int, first: int = 1, logical_id: str = "w0",
-                   times: tuple[float, ...] = (100.0, 101.0)) -> StepTimesRecorded:
-        return StepTimesRecorded(header=self.h(gen), logical_id=logical_id, node="node-a",
-                                 first_step=first, step_time_ms=times,
-                                 input_wait_ms=tuple(1.0 for _ in times))
-
-    def step(self, gen: int, step: int, tokens: int = 1000,
-             loss_tokens: int = 900) -> StepCommitted:
-        return StepCommitted(header=self.h(gen), step=step, tokens=tokens,
-                             loss_tokens=loss_tokens, step_time_ms=100.0, input_wait_ms=1.5,
-                             loss=2.0)
-
-    def shard(self, gen: int, step: int, logical_id: str = "w0") -> ShardWritten:
-        return ShardWritten(header=self.h(gen), step=step, logical_id=logical_id,
-                            path=f"ckpt/g{gen}/s{step}/{logical_id}.distcp", bytes=1 << 20,
-                            crc32c=0xDEADBEEF)
-
-    def proposed(self, gen: int, step: int, with_cursor: bool = False) -> ManifestProposed:
-        """A proposal as v1 wrote it, or (``with_cursor``) with v2's data cursor."""
-        cursor: dict[str, Any] = {}
-        if with_cursor:
-            cursor = dict(epoch=0, position=step * 64,
-                          source_counts={"web": step * 40, "code": step * 24})
-        return ManifestProposed(header=self.h(gen), step=step,
-                                manifest_path=f"ckpt/g{gen}/s{step}/manifest.json",
-                                manifest_digest=f"sha256:g{gen}s{step}", dataset_id="ds-1",
-                                **cursor)
-
-    def committed(self, gen: int, step: int) -> ManifestCommitted:
-        return ManifestCommitted(header=self.h(gen), step=step,
-                                 manifest_path=f"ckpt/g{gen}/s{step}/manifest.json",
-                                 manifest_digest=f"sha256:g{gen}s{step}")
-
-    def staged(self, gen: int, step: int, mode: str = "async", backlog: int = 1,
-               durable_step: int | None = None) -> CheckpointStaged:
-        return CheckpointStaged(header=self.h(gen), step=step, mode=mode, stall_ms=40.0,
-                                waited_ms=0.0, bytes=1 << 30, backlog=backlog,
-                                durable_step=durable_step)
-
-    def skipped(self, gen: int, step: int, backlog: int = 2) -> CheckpointSkipped:
-        return CheckpointSkipped(header=self.h(gen), step=step, reason="backlog full",
-                                 backlog=backlog)
-
-    def write_failed(self, gen: int, step: int, logical_id: str = "w0",
-                     stage: str = "shards") -> CheckpointWriteFailed:
-        return CheckpointWriteFailed(header=self.h(gen), step=step, logical_id=logical_id,
-                                     stage=stage, detail="OSError: disk full")
-
-    def verify_failed(self, gen: int, ckpt: Checkpoint, logical_id: str = "w0",
-                      reason: str = "shard_checksum") -> CheckpointVerificationFailed:
-        return CheckpointVerificationFailed(
-            header=self.h(gen), step=ckpt.step, manifest_path=ckpt.manifest_path,
-            manifest_digest=ckpt.manifest_digest, logical_id=logical_id, reason=reason,
-            detail="crc32c mismatch")
-
-    def restored(self, gen: int, ckpt: Checkpoint, logical_id: str = "w0",
-                 fell_back: int = 0) -> CheckpointRestored:
-        return CheckpointRestored(
-            header=self.h(gen), step=ckpt.step, manifest_path=ckpt.manifest_path,
-            manifest_digest=ckpt.manifest_digest, logical_id=logical_id, verify_ms=12.5,
-            load_ms=250.0, fell_back=fell_back)
-
-    def revoked(self, gen: int, step: int, committed_gen: int | None = None,
-                digest: str | None = None, reason: str = "shard_checksum") -> CheckpointRevoked:
-        """Revoke the checkpoint ``committed(committed_gen, step)`` wrote (by default one
-        committed under ``gen``), or the one with ``digest``."""
-        cg = gen if committed_gen is None else committed_gen
-        return CheckpointRevoked(header=self.h(gen), step=step,
-                                 manifest_path=f"ckpt/g{cg}/s{step}/manifest.json",
-                                 manifest_digest=digest or f"sha256:g{cg}s{step}", reason=reason)
-
-    def revoke(self, gen: int, ckpt: Checkpoint) -> CheckpointRevoked:
-        """Revoke exactly ``ckpt``."""
-        return self.revoked(gen, ckpt.step, digest=ckpt.manifest_digest)
-
-    def interval(self, gen: int, steps: int, source: str = "observed") -> CheckpointIntervalChanged:
-        return CheckpointIntervalChanged(header=self.h(gen), interval_steps=steps,
-                                         interval_s=steps * 0.5, cost_s=10.0,
-                                         mtbf_s=None if source == "fixed" else 36_000.0,
-                                         mtbf_source=source)
-
-    def cursor(self, gen: int, step: int, position: int | None = None) -> CursorAdvanced:
-        return CursorAdvanced(header=self.h(gen), step=step, dataset_id="ds-1", epoch=0,
-                              position=step * 64 if position is None else position,
-                              source_counts={"web": step * 40, "code": step * 24})
-
-    def exited(self, gen: int, logical_id: str = "w1", exit_code: int | None = 1,
-               signal: int | None = None) -> WorkerExited:
-        return WorkerExited(header=self.h(gen), logical_id=logical_id, node="node-b",
-                            exit_code=exit_code, signal=signal)
-
-    def failure(self, gen: int, action: str = "restart", signature: str = "crash:w1",
-                failure_class: str = "worker_crash", attempt: int = 1) -> FailureClassified:
-        return FailureClassified(header=self.h(gen), failure_class=failure_class,
-                                 signature=signature, action=action, attempt=attempt,
-                                 detail="exit 1", logical_id="w1", node="node-b",
-                                 backoff_ms=1000 if action == "requeue" else None)
-
-    def rejected(self, gen: int = 0, reason: str = "stale_generation") -> WriteRejected:
-        return WriteRejected(header=self.h(gen), rejected_event_id="x",
-                             rejected_event_type="ManifestProposed", reason=reason,
-                             detail="generation 1, current 2")
-
-    def alert(self, gen: int = 0, severity: str = "warning") -> AlertRaised:
-        return AlertRaised(header=self.h(gen), alert="stalled", severity=severity,
-                           owner="ml-infra", runbook="runbooks/stall.md", detail="no progress")
-
-    def alert_resolved(self, gen: int = 0) -> AlertResolved:
-        return AlertResolved(header=self.h(gen), alert="stalled", subject="",
-                             raised_event_id="r1-e1", detail="progress resumed")
-
-    def cancelled(self, gen: int = 0) -> RunCancelled:
-        return RunCancelled(header=self.h(gen), principal="bob", reason="budget")
-
-    def finished(self, gen: int, outcome: str = "succeeded", reason: str = "done") -> RunFinished:
-        return RunFinished(header=self.h(gen), outcome=outcome, reason=reason)
-
-    def group_start(self, gen: int, node: str = "node-a",
-                    resume_step: int | None = None) -> GroupStartCommanded:
-        return GroupStartCommanded(
-            header=self.h(gen), command_id=f"{self.run_id}/g{gen}/start/{node}", node=node,
-            members=MEMBERS, world_size=len(MEMBERS), master_addr="10.0.0.1", master_port=29500,
-            argv=("python", "-m", "train"), env={"SEED": "1"}, resume_step=resume_step,
-            resume_manifest=None)
-
-    def group_stop(self, gen: int, node: str = "node-a") -> GroupStopCommanded:
-        return GroupStopCommanded(header=self.h(gen), node=node, reason="cancelled",
-                                  command_id=f"{self.run_id}/g{gen}/stop/{node}")
-
-    def agent_registered(self, node: str = "node-a", run_id: str | None = None) -> AgentRegistered:
-        return AgentRegistered(header=self.h(0, run_id=run_id or f"node/{node}"), node=node,
-                               slots=8, domain="rack-1")
-
-    def agent_heartbeat(self, node: str = "node-a",
-                        run_id: str | None = None) -> AgentHeartbeatRecorded:
-        return AgentHeartbeatRecorded(header=self.h(0, run_id=run_id or f"node/{node}"),
-                                      node=node, slots=8, domain="rack-1", busy_slots=2)
-
-    def quarantined(self, node: str = "node-b", run_id: str | None = None) -> NodeQuarantined:
-        return NodeQuarantined(header=self.h(0, run_id=run_id or f"node/{node}"), node=node,
-                               reason="3 crashes")
 
 
 def fold_one(events: list[Event]) -> RunState | None:
@@ -496,7 +286,7 @@ def _event_near(draw: st.DrawFn, kind: str, state: RunState, ev: Ev) -> Event:
             return ev.admitted(gen)
         case "gs":  # a restart: mostly the next generation
             resume = draw(_one(None, ckpt, ckpt, ckpt + 1, 0))
-            return ev.gs(draw(_one(g + 1, g + 1, g + 1, gen)), resume_step=resume)
+            return ev.generation_started(draw(_one(g + 1, g + 1, g + 1, gen)), resume_step=resume)
         case "confirmed":
             return ev.confirmed(gen)
         case "heartbeat":
@@ -612,7 +402,7 @@ def restore_logs(draw: st.DrawFn, run_id: str = "r1", max_events: int = 30) -> l
     scripted part is also drawn from a stale generation or a non-member.
     """
     ev = Ev(run_id, start=draw(_ints(0, 2**40)), tick=draw(_ints(1, 60_000)))
-    events: list[Event] = [ev.submitted(), ev.admitted(), ev.gs(1), ev.confirmed(1)]
+    events: list[Event] = [ev.submitted(), ev.admitted(), ev.generation_started(1), ev.confirmed(1)]
     step = 0
     for _ in range(draw(_ints(1, 6))):
         step += draw(_ints(1, 4))
@@ -627,7 +417,7 @@ def restore_logs(draw: st.DrawFn, run_id: str = "r1", max_events: int = 30) -> l
     events += [ev.step(1, step + 1), ev.failure(1, "restart")]
     gen = 2
     latest = state.checkpoint
-    events.append(ev.gs(gen, resume_step=latest.step if latest else None))
+    events.append(ev.generation_started(gen, resume_step=latest.step if latest else None))
     history = list(state.checkpoints)
     for _ in range(draw(_ints(1, max(1, len(history))))):
         if not history:

@@ -1,12 +1,15 @@
-"""The Avro single-object codec (docs/architecture.md §4): round trips, the wire prefix,
-readability with the schema files alone, CRC-64-AVRO, and every way bytes go wrong."""
+"""events/codec.py, with events/convert.py: the Avro single-object codec (docs/architecture.md
+§4): every event type round trips, the wire prefix, readability with the schema files
+alone, the rules beyond the schema, and every way bytes go wrong.
+
+CRC-64-AVRO is tests/events/test_fingerprint.py; the schema files against the classes,
+tests/events/test_registry.py."""
 
 from __future__ import annotations
 
 import dataclasses
 import io
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from events.codec import MAGIC, Codec, Upcasters
-from events.errors import DecodeError, EncodeError, InvalidEvent, SchemaError
-from events.fingerprint import crc64_avro, fingerprint_bytes
+from events.errors import DecodeError, EncodeError, InvalidEvent
+from events.fingerprint import fingerprint_bytes
 from events.model import (
     EVENT_TYPES,
     AlertRaised,
@@ -36,7 +39,6 @@ from events.model import (
     RunSubmitted,
     StepCommitted,
 )
-from events.registry import SchemaRegistry
 from tests.events.sample_events import one_of_each
 from tests.events.strategies import LONG_MAX, LONG_MIN, any_event, event_of
 
@@ -158,29 +160,6 @@ def test_encode_writes_the_writer_schema_version() -> None:
     assert decoded.event.header.schema_version == 1 == decoded.writer_version
     assert decoded.event == dataclasses.replace(
         event, header=dataclasses.replace(event.header, schema_version=1))
-
-
-# --- CRC-64-AVRO ---------------------------------------------------------------------------
-
-
-def test_crc64_avro_spec_vector() -> None:
-    # Avro specification: the fingerprint of "int" is 0x7275d51a3f395c8f.
-    assert crc64_avro(b'"int"') == 0x7275D51A3F395C8F
-    assert fingerprint_bytes('"int"') == bytes.fromhex("8f5c393f1ad57572")
-
-
-@pytest.mark.parametrize("path", sorted(SCHEMAS.glob("*.avsc")), ids=lambda p: p.name)
-def test_crc64_matches_fastavro_for_every_schema_file(path: Path) -> None:
-    canonical = to_parsing_canonical_form(json.loads(path.read_text("utf-8")))
-    expected = fastavro_fingerprint(canonical, "CRC-64-AVRO")
-    assert crc64_avro(canonical.encode()).to_bytes(8, "little").hex() == expected
-    assert fingerprint_bytes(canonical).hex() == expected
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.text(st.characters(exclude_categories=("Cs",))))
-def test_crc64_matches_fastavro_on_any_text(text: str) -> None:
-    assert fingerprint_bytes(text).hex() == fastavro_fingerprint(text, "CRC-64-AVRO")
 
 
 # --- bytes that are not an event ------------------------------------------------------------
@@ -404,81 +383,6 @@ def test_rules_beyond_the_schema_raise_invalid_event(make: Callable[[], Any],
                                                      field: str) -> None:
     with pytest.raises(InvalidEvent, match=field):
         make()
-
-
-# --- schema files versus classes ----------------------------------------------------------
-
-
-def test_packaged_schemas_match_the_classes() -> None:
-    registry = SchemaRegistry.from_directory()
-    registry.check_classes()
-    from_files = SchemaRegistry.from_directory(SCHEMAS)
-    for name in EVENT_TYPES:
-        assert registry.latest(name).fingerprint == from_files.latest(name).fingerprint
-
-
-@pytest.fixture
-def schema_copy(tmp_path: Path) -> Path:
-    for path in SCHEMAS.glob("*.avsc"):
-        shutil.copy(path, tmp_path / path.name)
-    return tmp_path
-
-
-def edit_fields(path: Path, edit: Callable[[list[dict[str, Any]]], None]) -> None:
-    schema = json.loads(path.read_text("utf-8"))
-    edit(schema["fields"])
-    path.write_text(json.dumps(schema, indent=2), "utf-8")
-
-
-def rename_step(fields: list[dict[str, Any]]) -> None:
-    (step,) = [f for f in fields if f["name"] == "step"]
-    step["name"] = "steps"
-
-
-def swap_logical_id_and_node(fields: list[dict[str, Any]]) -> None:
-    fields[1], fields[2] = fields[2], fields[1]
-
-
-def drop_step(fields: list[dict[str, Any]]) -> None:
-    fields[:] = [f for f in fields if f["name"] != "step"]
-
-
-@pytest.mark.parametrize("edit,named", [
-    (rename_step, "steps"),
-    (swap_logical_id_and_node, "node"),
-    (drop_step, "step"),
-])
-def test_a_schema_that_disagrees_with_its_class_is_refused(
-        schema_copy: Path, edit: Callable[[list[dict[str, Any]]], None], named: str) -> None:
-    edit_fields(schema_copy / "HeartbeatRecorded.v1.avsc", edit)
-    registry = SchemaRegistry.from_directory(schema_copy)
-    with pytest.raises(SchemaError, match="HeartbeatRecorded") as info:
-        registry.check_classes()
-    assert named in str(info.value)
-    with pytest.raises(SchemaError):
-        Codec(registry)
-
-
-def test_the_newest_version_is_what_must_match(schema_copy: Path) -> None:
-    v2 = schema_copy / "HeartbeatRecorded.v2.avsc"
-    shutil.copy(schema_copy / "HeartbeatRecorded.v1.avsc", v2)
-    edit_fields(v2, rename_step)
-    with pytest.raises(SchemaError, match=r"HeartbeatRecorded\.v2\.avsc.*steps"):
-        SchemaRegistry.from_directory(schema_copy).check_classes()
-
-
-def test_a_schema_without_a_class_is_refused(schema_copy: Path) -> None:
-    schema = json.loads((schema_copy / "RunQueued.v1.avsc").read_text("utf-8"))
-    schema["name"] = "RunParked"
-    (schema_copy / "RunParked.v1.avsc").write_text(json.dumps(schema), "utf-8")
-    with pytest.raises(SchemaError, match="RunParked"):
-        SchemaRegistry.from_directory(schema_copy).check_classes()
-
-
-def test_a_class_without_a_schema_is_refused(schema_copy: Path) -> None:
-    (schema_copy / "WorkerExited.v1.avsc").unlink()
-    with pytest.raises(SchemaError, match="WorkerExited"):
-        SchemaRegistry.from_directory(schema_copy).check_classes()
 
 
 def test_upcasters_refuse_a_second_registration_for_one_version() -> None:

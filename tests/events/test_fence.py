@@ -10,8 +10,8 @@ import pytest
 from events.fence import fenced_by
 from events.fold import RUN_NOT_ACTIVE, RUN_TERMINAL, STALE_GENERATION, Verdict, apply
 from events.model import EVENT_TYPES, Event
+from tests.events.builders import Ev
 from tests.events.sample_events import one_of_each
-from tests.events.strategies import Ev
 from tests.events.test_fold import running
 
 # --- fenced_by: the fold's answer for a follower without the run's state ----------------
@@ -42,9 +42,9 @@ def test_fenced_by_every_event_type(generation: int) -> None:
 
 def test_a_generation_is_fenced_only_by_a_newer_one() -> None:
     ev = Ev()
-    assert fenced_by(ev.gs(1), 1).accepted  # its own start
-    assert fenced_by(ev.gs(1), 2).accepted  # an older one's
-    newer = fenced_by(ev.gs(3, resume_step=10), 2)
+    assert fenced_by(ev.generation_started(1), 1).accepted  # its own start
+    assert fenced_by(ev.generation_started(1), 2).accepted  # an older one's
+    newer = fenced_by(ev.generation_started(3, resume_step=10), 2)
     assert (newer.accepted, newer.reason) == (False, STALE_GENERATION)
     assert "generation 3" in newer.detail
 
@@ -81,7 +81,7 @@ def test_fenced_by_is_the_verdict_the_fold_gives_the_generations_reports(fact: s
     ev = Ev()
     s = running(ev)  # generation 1 is live, with a checkpoint at step 10
     build: dict[str, Callable[[], Event]] = {
-        "gs2": lambda: ev.gs(2, resume_step=10),
+        "gs2": lambda: ev.generation_started(2, resume_step=10),
         "restart": lambda: ev.failure(1, "restart"),
         "requeue": lambda: ev.failure(1, "requeue"),
         "quarantine_node": lambda: ev.failure(1, "quarantine_node"),
@@ -119,7 +119,7 @@ def test_after_a_restart_decision_the_last_fence_is_the_one_that_counts() -> Non
     # A restart is decided, its placement is lost (back to the queue), the run is
     # admitted again and a new generation starts: the fold's reason changes on the way.
     for e in (ev.failure(1, "restart"), ev.queued(reason="placement lost"), ev.admitted(),
-              ev.gs(2, resume_step=10)):
+              ev.generation_started(2, resume_step=10)):
         t = apply(s, e)
         assert t.verdict.accepted and t.state is not None, f"{e.event_type}: {t.verdict}"
         s = t.state

@@ -31,8 +31,9 @@ from events.fold import (
 )
 from events.model import EVENT_TYPES, CheckpointRevoked, Event, Member
 from events.state import CHECKPOINT_HISTORY, Checkpoint, Cursor, RunState, Status
+from tests.events.builders import MEMBERS, Ev
 from tests.events.sample_events import variants
-from tests.events.strategies import INFORMATIONAL_TYPES, MEMBER_TYPES, MEMBERS, Ev
+from tests.events.strategies import INFORMATIONAL_TYPES, MEMBER_TYPES
 
 # The checkpoint ``running`` commits (generation 1, step 10), as the fold records it
 # (``committed_at`` aside).
@@ -62,7 +63,7 @@ def rejected(state: RunState | None, event: Event, reason: str) -> Transition:
 
 def running(ev: Ev, ckpt_step: int | None = 10) -> RunState:
     """A run in generation 1, Running, with steps 1..10 and (optionally) a checkpoint."""
-    log: list[Event] = [ev.submitted(), ev.admitted(), ev.gs(1), ev.confirmed(1)]
+    log: list[Event] = [ev.submitted(), ev.admitted(), ev.generation_started(1), ev.confirmed(1)]
     log += [ev.step(1, s) for s in range(1, 11)]
     if ckpt_step is not None:
         log.append(ev.committed(1, ckpt_step))
@@ -88,7 +89,7 @@ def test_happy_path_through_every_live_status() -> None:
     assert s is not None and s.status == Status.ADMITTED
     assert s.members == MEMBERS and s.queue_reason == ""
 
-    s = evolve(s, ev.gs(1))
+    s = evolve(s, ev.generation_started(1))
     assert s is not None and (s.status, s.generation, s.step) == (Status.STARTING, 1, 0)
     assert s.generation_started_at == s.last_progress_at == ev.now
 
@@ -118,7 +119,7 @@ def test_happy_path_through_every_live_status() -> None:
     assert s.cursor == Cursor(3, "ds-1", 0, 192, {"web": 120, "code": 72}, 1)
 
     # Running -> Recovering (a new generation resumes from the checkpoint) -> Running.
-    s = evolve(s, ev.gs(2, resume_step=3))
+    s = evolve(s, ev.generation_started(2, resume_step=3))
     assert s is not None
     assert (s.status, s.generation, s.step, s.heartbeats) == (Status.RECOVERING, 2, 3, {})
     assert s.checkpoint is not None and s.checkpoint.generation == 1  # survives the restart
@@ -146,7 +147,7 @@ def test_running_recovering_via_failure_restart_and_back() -> None:
     assert s is not None and s.status == Status.RECOVERING and s.awaiting_generation
     assert (s.failures, s.failure_count) == ({"crash:w1": 1}, 1)
     assert s.retry_not_before == ev.now  # no backoff on a restart
-    s = run_from(s, [ev.gs(2, resume_step=10)])
+    s = run_from(s, [ev.generation_started(2, resume_step=10)])
     assert not s.awaiting_generation
     s = run_from(s, [ev.confirmed(2), ev.step(2, 11)])
     assert (s.status, s.generation, s.step) == (Status.RUNNING, 2, 11)
@@ -157,7 +158,7 @@ def test_a_restart_whose_placement_was_lost_goes_back_to_the_queue() -> None:
     s = run_from(running(ev), [ev.failure(1, "restart"), ev.queued(1, "lost node-b")])
     assert (s.status, s.queue_reason, s.awaiting_generation) == (
         Status.QUEUED, "lost node-b", False)
-    s = run_from(s, [ev.admitted(1), ev.gs(2, resume_step=10)])
+    s = run_from(s, [ev.admitted(1), ev.generation_started(2, resume_step=10)])
     assert (s.status, s.generation) == (Status.RECOVERING, 2)
     # Once the new generation started, Recovering is no longer a queueable state.
     rejected(s, ev.queued(2), ILLEGAL_TRANSITION)
@@ -195,7 +196,8 @@ def test_restart_resets_per_generation_observations() -> None:
                                                                    signal=9)])
     assert s.exits == {"w1": -9}  # a signal is recorded as its negative
     assert set(s.heartbeats) == {"w0"}
-    s = run_from(s, [ev.gs(2, resume_step=10, members=(Member("w7", "node-c", 0),))])
+    s = run_from(s, [ev.generation_started(2, resume_step=10,
+                                           members=(Member("w7", "node-c", 0),))])
     assert (s.heartbeats, s.exits, s.step) == ({}, {}, 10)
     assert [m.logical_id for m in s.members] == ["w7"]
     # Membership follows the generation: the old members are no longer members.
@@ -205,7 +207,7 @@ def test_restart_resets_per_generation_observations() -> None:
 
 def test_generation_started_without_members_keeps_the_admitted_ones() -> None:
     ev = Ev()
-    s = run([ev.submitted(), ev.admitted(), ev.gs(1, members=())])
+    s = run([ev.submitted(), ev.admitted(), ev.generation_started(1, members=())])
     assert s.members == MEMBERS
 
 
@@ -234,7 +236,7 @@ def _scenarios() -> dict[str, Callable[[], tuple[RunState | None, Event]]]:
 
     def stale() -> tuple[RunState | None, Event]:
         ev = Ev()
-        return run_from(running(ev), [ev.gs(2, resume_step=10)]), ev.step(1, 11)
+        return run_from(running(ev), [ev.generation_started(2, resume_step=10)]), ev.step(1, 11)
 
     def unknown() -> tuple[RunState | None, Event]:
         return None, Ev().heartbeat(1)
@@ -261,7 +263,7 @@ def _scenarios() -> dict[str, Callable[[], tuple[RunState | None, Event]]]:
 
     def not_forward_gen() -> tuple[RunState | None, Event]:
         ev = Ev()
-        return running(ev), ev.gs(1)
+        return running(ev), ev.generation_started(1)
 
     def not_forward_step() -> tuple[RunState | None, Event]:
         ev = Ev()
@@ -277,11 +279,11 @@ def _scenarios() -> dict[str, Callable[[], tuple[RunState | None, Event]]]:
 
     def resume_beyond() -> tuple[RunState | None, Event]:
         ev = Ev()
-        return running(ev), ev.gs(2, resume_step=11)
+        return running(ev), ev.generation_started(2, resume_step=11)
 
     def resume_missing() -> tuple[RunState | None, Event]:
         ev = Ev()
-        return running(ev), ev.gs(2, resume_step=None)
+        return running(ev), ev.generation_started(2, resume_step=None)
 
     def unknown_checkpoint() -> tuple[RunState | None, Event]:
         ev = Ev()
@@ -340,8 +342,8 @@ def test_wrong_run_on_any_event_type() -> None:
 
 
 @pytest.mark.parametrize("make", [
-    lambda ev: ev.gs(1),            # generation stands still
-    lambda ev: ev.gs(0),            # generation moves backwards
+    lambda ev: ev.generation_started(1),            # generation stands still
+    lambda ev: ev.generation_started(0),            # generation moves backwards
 ])
 def test_generation_must_advance(make: Callable[[Ev], Event]) -> None:
     ev = Ev()
@@ -351,11 +353,11 @@ def test_generation_must_advance(make: Callable[[Ev], Event]) -> None:
 def test_resume_step_is_bounded_by_the_latest_checkpoint() -> None:
     ev = Ev()
     s = running(ev, ckpt_step=None)
-    t = rejected(s, ev.gs(2, resume_step=1), RESUME_BEYOND_CHECKPOINT)
+    t = rejected(s, ev.generation_started(2, resume_step=1), RESUME_BEYOND_CHECKPOINT)
     assert "0" in t.verdict.detail  # without a checkpoint only step 0 can be resumed
     s = run_from(running(ev, ckpt_step=10), [])
-    rejected(s, ev.gs(2, resume_step=11), RESUME_BEYOND_CHECKPOINT)
-    ok = run_from(s, [ev.gs(2, resume_step=10)])
+    rejected(s, ev.generation_started(2, resume_step=11), RESUME_BEYOND_CHECKPOINT)
+    ok = run_from(s, [ev.generation_started(2, resume_step=10)])
     assert ok.step == 10
 
 
@@ -406,8 +408,8 @@ def test_reports_from_non_members_are_refused(name: str) -> None:
 
 
 @pytest.mark.parametrize("make,status", [
-    (lambda ev: ev.gs(1), Status.SUBMITTED),
-    (lambda ev: ev.gs(1), Status.QUEUED),
+    (lambda ev: ev.generation_started(1), Status.SUBMITTED),
+    (lambda ev: ev.generation_started(1), Status.QUEUED),
     (lambda ev: ev.confirmed(1), Status.RUNNING),
     (lambda ev: ev.finished(1, "succeeded"), Status.STARTING),
     (lambda ev: ev.finished(1, "succeeded"), Status.RECOVERING),
@@ -425,7 +427,7 @@ def test_illegal_transitions(make: Callable[[Ev], Event], status: Status) -> Non
 
 def test_success_requires_the_current_generation() -> None:
     ev = Ev()
-    s = run_from(running(ev), [ev.gs(2, resume_step=10), ev.confirmed(2)])
+    s = run_from(running(ev), [ev.generation_started(2, resume_step=10), ev.confirmed(2)])
     rejected(s, ev.finished(1, "succeeded"), STALE_GENERATION)
     rejected(s, ev.failure(1, "restart"), STALE_GENERATION)
 
@@ -456,7 +458,8 @@ FENCED_MAKERS: dict[str, Callable[[Ev, int], Event]] = {
 @pytest.mark.parametrize("stale_gen", [1, 3])
 def test_reports_of_another_generation_are_fenced(name: str, stale_gen: int) -> None:
     ev = Ev()
-    s = run_from(running(ev), [ev.gs(2, resume_step=10)])  # Recovering, generation 2
+    # Recovering, generation 2
+    s = run_from(running(ev), [ev.generation_started(2, resume_step=10)])
     before = replace(s)
     t = rejected(s, FENCED_MAKERS[name](ev, stale_gen), STALE_GENERATION)
     assert f"generation {stale_gen}" in t.verdict.detail and "current is 2" in t.verdict.detail
@@ -467,7 +470,8 @@ def test_reports_of_another_generation_are_fenced(name: str, stale_gen: int) -> 
 
 def test_zombie_generation_cannot_publish_a_checkpoint_or_move_progress() -> None:
     ev = Ev()
-    s = run_from(running(ev), [ev.gs(2, resume_step=10), ev.confirmed(2), ev.step(2, 11)])
+    s = run_from(running(ev), [ev.generation_started(2, resume_step=10), ev.confirmed(2),
+                               ev.step(2, 11)])
     zombie = [ev.step(1, 12, tokens=5), ev.committed(1, 12), ev.cursor(1, 12),
               ev.heartbeat(1, "w0"), ev.proposed(1, 12)]
     after = fold(zombie, {"r1": s})["r1"]
@@ -486,7 +490,7 @@ def test_cancel_revokes_and_everything_after_is_refused() -> None:
     assert (s.status, s.outcome_reason, s.cancel_requested) == (Status.CANCELLED, "budget", True)
     after = [
         ev.step(1, 11), ev.committed(1, 11), ev.cursor(1, 10), ev.heartbeat(1),
-        ev.confirmed(1), ev.gs(2, resume_step=10), ev.finished(1, "succeeded"),
+        ev.confirmed(1), ev.generation_started(2, resume_step=10), ev.finished(1, "succeeded"),
         ev.finished(1, "failed"), ev.failure(1, "restart"), ev.cancelled(1),
         ev.cancel_requested(1), ev.admitted(), ev.queued(), ev.submitted(),
         ev.exited(1), ev.shard(1, 11), ev.proposed(1, 11), ev.group_start(1),
@@ -543,7 +547,7 @@ def test_requeue_then_readmission_recovers_from_the_checkpoint() -> None:
     rejected(s, ev.committed(1, 11), RUN_NOT_ACTIVE)
     s = run_from(s, [ev.admitted()])
     assert (s.status, s.queue_reason) == (Status.ADMITTED, "")
-    s = run_from(s, [ev.gs(2, resume_step=10)])
+    s = run_from(s, [ev.generation_started(2, resume_step=10)])
     assert (s.status, s.generation, s.step) == (Status.RECOVERING, 2, 10)
     s = run_from(s, [ev.confirmed(2)])
     assert s.status == Status.RUNNING
@@ -552,7 +556,7 @@ def test_requeue_then_readmission_recovers_from_the_checkpoint() -> None:
 def test_requeue_without_a_checkpoint_starts_afresh() -> None:
     ev = Ev()
     s = run_from(running(ev, ckpt_step=None), [ev.failure(1, "requeue"), ev.queued(),
-                                               ev.admitted(), ev.gs(2)])
+                                               ev.admitted(), ev.generation_started(2)])
     assert (s.status, s.generation, s.step, s.checkpoint) == (Status.STARTING, 2, 0, None)
 
 
@@ -568,12 +572,12 @@ def _reach(ev: Ev, status: Status) -> RunState:
     if status == Status.ADMITTED:
         return run([ev.submitted(), ev.admitted()])
     if status == Status.STARTING:
-        return run([ev.submitted(), ev.admitted(), ev.gs(1), ev.committed(1, 10)])
+        return run([ev.submitted(), ev.admitted(), ev.generation_started(1), ev.committed(1, 10)])
     base = running(ev)
     if status == Status.RUNNING:
         return base
     if status == Status.RECOVERING:
-        return run_from(base, [ev.gs(2, resume_step=10)])
+        return run_from(base, [ev.generation_started(2, resume_step=10)])
     if status == Status.SUCCEEDED:
         return run_from(base, [ev.finished(1, "succeeded")])
     if status == Status.FAILED:
@@ -594,7 +598,7 @@ COLUMNS: dict[str, Callable[[Ev, RunState], Event]] = {
     "CancelRequested": lambda ev, s: ev.cancel_requested(s.generation),
     "RunQueued": lambda ev, s: ev.queued(s.generation),
     "RunAdmitted": lambda ev, s: ev.admitted(s.generation),
-    "GenerationStarted": lambda ev, s: ev.gs(
+    "GenerationStarted": lambda ev, s: ev.generation_started(
         s.generation + 1, resume_step=s.checkpoint.step if s.checkpoint else None),
     "MembershipConfirmed": lambda ev, s: ev.confirmed(s.generation),
     "ManifestCommitted": lambda ev, s: ev.committed(s.generation, 20),
@@ -759,7 +763,7 @@ def test_fold_does_not_mutate_the_states_it_is_given() -> None:
 
 def test_fold_keeps_runs_apart() -> None:
     a, b = Ev("a"), Ev("b")
-    states = fold([a.submitted(), b.submitted(), a.admitted(), b.queued(), a.gs(1)])
+    states = fold([a.submitted(), b.submitted(), a.admitted(), b.queued(), a.generation_started(1)])
     assert (states["a"].status, states["b"].status) == (Status.STARTING, Status.QUEUED)
 
 
@@ -781,7 +785,7 @@ def test_a_restart_decision_revokes_the_failed_generation_before_the_next_starts
                    ev.failure(1, "restart")):
         t = rejected(s, zombie, STALE_GENERATION)
         assert "revoked" in t.verdict.detail
-    s = run_from(s, [ev.gs(2, resume_step=10)])
+    s = run_from(s, [ev.generation_started(2, resume_step=10)])
     assert not s.awaiting_generation
     assert run_from(s, [ev.step(2, 11)]).step == 11
 
@@ -791,7 +795,7 @@ def test_a_restart_decision_revokes_the_failed_generation_before_the_next_starts
 
 def committed_at(ev: Ev, steps: list[int], gen: int = 1) -> RunState:
     """Running in generation 1 with a step and a committed checkpoint at each of ``steps``."""
-    log: list[Event] = [ev.submitted(), ev.admitted(), ev.gs(1), ev.confirmed(1)]
+    log: list[Event] = [ev.submitted(), ev.admitted(), ev.generation_started(1), ev.confirmed(1)]
     for step in steps:
         log += [ev.step(gen, step), ev.committed(gen, step)]
     return run(log)
@@ -872,7 +876,7 @@ def test_a_stale_or_revoked_generation_cannot_revoke() -> None:
     decided = run_from(s, [ev.failure(1, "restart")])  # generation 1 is revoked at once
     t = rejected(decided, ev.revoke(1, c10), STALE_GENERATION)
     assert "revoked" in t.verdict.detail
-    s2 = run_from(decided, [ev.gs(2, resume_step=10)])
+    s2 = run_from(decided, [ev.generation_started(2, resume_step=10)])
     for gen in (1, 3):
         t = rejected(s2, ev.revoke(gen, c10), STALE_GENERATION)
         assert f"generation {gen}" in t.verdict.detail
@@ -895,8 +899,8 @@ def test_revoking_the_only_checkpoint_leaves_none() -> None:
     assert (s.checkpoint, s.checkpoints, s.cursor, s.step) == (None, (), None, 0)
     # With nothing committed, a new generation starts from scratch (no resume step),
     # and may not claim a resume point.
-    rejected(s, ev.gs(2, resume_step=10), RESUME_BEYOND_CHECKPOINT)
-    s = run_from(s, [ev.gs(2)])
+    rejected(s, ev.generation_started(2, resume_step=10), RESUME_BEYOND_CHECKPOINT)
+    s = run_from(s, [ev.generation_started(2)])
     assert (s.step, s.checkpoint) == (0, None)
     # A cursor needs a checkpoint again.
     rejected(s, ev.cursor(2, 10), CURSOR_WITHOUT_CHECKPOINT)
@@ -922,7 +926,7 @@ def test_revocation_drops_the_cursor_of_the_revoked_step_only() -> None:
 def test_revocation_only_lowers_the_step() -> None:
     ev = Ev()
     s = committed_at(ev, [5, 10])
-    s = run_from(s, [ev.failure(1, "restart"), ev.gs(2, resume_step=0)])
+    s = run_from(s, [ev.failure(1, "restart"), ev.generation_started(2, resume_step=0)])
     assert s.step == 0
     s = run_from(s, [ev.revoke(2, s.checkpoints[-1])])
     assert s.step == 0  # below the fallback: left where it is
@@ -934,7 +938,7 @@ def test_after_a_revocation_progress_moves_forward_from_the_fallback() -> None:
     s = run_from(committed_at(ev, [5, 10]), [ev.cursor(1, 10)])
     c5, c10 = s.checkpoints
     # The usual path: a restart, the restore refuses step 10 and loads step 5.
-    s = run_from(s, [ev.failure(1, "restart"), ev.gs(2, resume_step=10),
+    s = run_from(s, [ev.failure(1, "restart"), ev.generation_started(2, resume_step=10),
                      ev.verify_failed(2, c10, "w0"), ev.revoke(2, c10),
                      ev.restored(2, c5, "w0", fell_back=1), ev.confirmed(2)])
     assert (s.status, s.step, s.checkpoint, s.cursor) == (Status.RUNNING, 5, c5, None)
@@ -957,9 +961,9 @@ def test_a_new_generation_resumes_at_most_from_the_fallback() -> None:
     ev = Ev()
     s = committed_at(ev, [5, 10])
     s = run_from(s, [ev.revoke(1, s.checkpoints[-1]), ev.failure(1, "restart")])
-    rejected(s, ev.gs(2, resume_step=10), RESUME_BEYOND_CHECKPOINT)
-    rejected(s, ev.gs(2, resume_step=None), RESUME_MISSING)
-    assert run_from(s, [ev.gs(2, resume_step=5)]).step == 5
+    rejected(s, ev.generation_started(2, resume_step=10), RESUME_BEYOND_CHECKPOINT)
+    rejected(s, ev.generation_started(2, resume_step=None), RESUME_MISSING)
+    assert run_from(s, [ev.generation_started(2, resume_step=5)]).step == 5
 
 
 def test_checkpoint_interval_is_set_by_its_fact() -> None:
@@ -968,13 +972,14 @@ def test_checkpoint_interval_is_set_by_its_fact() -> None:
     assert s.checkpoint_interval_steps is None
     s = run_from(s, [ev.interval(0, 500, "fixed")])
     assert s.checkpoint_interval_steps == 500
-    s = run_from(s, [ev.admitted(), ev.gs(1), ev.confirmed(1), ev.interval(1, 1, "prior")])
+    s = run_from(s, [ev.admitted(), ev.generation_started(1), ev.confirmed(1),
+                     ev.interval(1, 1, "prior")])
     assert s.checkpoint_interval_steps == 1
     for bad in (0, -1):
         t = rejected(s, ev.interval(1, bad), ILLEGAL_TRANSITION)
         assert ">= 1" in t.verdict.detail
     # Survives a restart; gone with nothing after the end.
-    s = run_from(s, [ev.failure(1, "restart"), ev.gs(2), ev.interval(2, 42)])
+    s = run_from(s, [ev.failure(1, "restart"), ev.generation_started(2), ev.interval(2, 42)])
     assert s.checkpoint_interval_steps == 42
     rejected(run_from(s, [ev.cancelled(2)]), ev.interval(2, 7), RUN_TERMINAL)
 
@@ -1013,8 +1018,8 @@ def test_revoking_the_only_checkpoint_at_step_0_drops_its_cursor() -> None:
     # A checkpoint before the first step (step 0) with its cursor: revoking it leaves
     # no checkpoint, so no cursor can stand either (a cursor sits on a checkpoint).
     ev = Ev()
-    s = run([ev.submitted(), ev.admitted(), ev.gs(1), ev.confirmed(1), ev.committed(1, 0),
-             ev.cursor(1, 0)])
+    s = run([ev.submitted(), ev.admitted(), ev.generation_started(1), ev.confirmed(1),
+             ev.committed(1, 0), ev.cursor(1, 0)])
     assert s.cursor is not None and s.cursor.step == 0
     s = run_from(s, [ev.revoke(1, s.checkpoints[-1])])
     assert s.checkpoint is None
@@ -1025,19 +1030,16 @@ def test_revoking_the_only_checkpoint_at_step_0_drops_its_cursor() -> None:
 
 
 def test_an_alert_is_open_once_per_key_until_its_own_resolution() -> None:
-    from events.model import AlertRaised, AlertResolved
-
     ev = Ev()
     s = running(ev)
 
-    def raised(subject: str, eid: str) -> AlertRaised:
-        return AlertRaised(header=replace(ev.h(1), event_id=eid), alert="straggler_rank",
-                           severity="warning", owner="ml", runbook="rb", detail="slow",
-                           subject=subject)
+    def raised(subject: str, eid: str) -> Event:
+        return ev.alert(1, event_id=eid, alert="straggler_rank", owner="ml", runbook="rb",
+                        detail="slow", subject=subject)
 
-    def resolved(subject: str, raised_id: str) -> AlertResolved:
-        return AlertResolved(header=ev.h(1), alert="straggler_rank", subject=subject,
-                             raised_event_id=raised_id, detail="fine again")
+    def resolved(subject: str, raised_id: str) -> Event:
+        return ev.alert_resolved(1, alert="straggler_rank", subject=subject,
+                                 raised_event_id=raised_id, detail="fine again")
 
     s = run_from(s, [raised("w0", "a1"), raised("w0", "a1-dup"), raised("w1", "a2")])
     assert s.open_alerts == {"straggler_rank/w0": "a1", "straggler_rank/w1": "a2"}

@@ -57,12 +57,12 @@ from events.model import (
     WriteRejected,
 )
 from events.state import CHECKPOINT_HISTORY, RunState, Status
+from tests.events.builders import Ev
 from tests.events.strategies import (
     FENCED_TYPES,
     INFORMATIONAL_TYPES,
     MEMBER_TYPES,
     NODE_TYPES,
-    Ev,
     fold_one,
     interleavings,
     random_logs,

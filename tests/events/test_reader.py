@@ -13,9 +13,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from events.errors import BrokerUnavailable, KafkaOperationError
 from events.kafka import EventProducer, Quarantined, Record, TransactionalWriter
-from events.model import HeartbeatRecorded, RunQueued
+from events.model import HeartbeatRecorded
 from events.reader import BEGINNING, END, LogReader, Watermarks
-from tests.events.sample_events import header
+from tests.events.builders import Ev
 
 pytestmark = pytest.mark.kafka
 
@@ -40,7 +40,7 @@ def make_topic(bootstrap: str, name: str, partitions: int) -> str:
 
 
 def beat(run: str, n: int) -> HeartbeatRecorded:
-    return HeartbeatRecorded(header=header(run, n), logical_id="r0", node="n1", step=n)
+    return Ev(run).heartbeat(1, "r0", step=n, node="n1", n=n)
 
 
 def send(bootstrap: str, topic: str, events: list[HeartbeatRecorded]) -> None:
@@ -152,15 +152,16 @@ def test_caught_up_past_transaction_markers_and_never_an_aborted_record(
         bootstrap: str, topic_name: str) -> None:
     topic = make_topic(bootstrap, topic_name, 1)
     run = f"run-{uuid.uuid4().hex[:8]}"
+    ev = Ev(run)
     writer = TransactionalWriter(bootstrap, f"test-reader-{uuid.uuid4().hex[:8]}")
     writer.init()
     with writer.transaction() as tx:
-        tx.send(topic, RunQueued(header=header(run, 0, 0), reason="kept"))
+        tx.send(topic, ev.queued(reason="kept"))
     with pytest.raises(RuntimeError), writer.transaction() as tx:
-        tx.send(topic, RunQueued(header=header(run, 1, 0), reason="aborted"))
+        tx.send(topic, ev.queued(reason="aborted"))
         raise RuntimeError("abort")
     with writer.transaction() as tx:
-        tx.send(topic, RunQueued(header=header(run, 2, 0), reason="kept too"))
+        tx.send(topic, ev.queued(reason="kept too"))
 
     with LogReader(bootstrap, [topic]) as reader:
         got = list(reader.records())

@@ -16,11 +16,11 @@ import pytest
 from confluent_kafka import Producer
 
 from events.kafka import EventProducer
-from events.model import GenerationStarted, Header, Member, RunSubmitted, StepCommitted
 from events.topics import REPORTS, RUNS
 from projectors.metrics import EndOffsets, ProjectorCollector, Snapshot, families, lags
 from projectors.projector import Projector
 from runledger.metricsserver import serve
+from tests.events.builders import Ev, members
 from tests.promtext import Samples, named, render, scrape, until
 
 # -- pure --------------------------------------------------------------------
@@ -66,22 +66,16 @@ def test_without_an_ettr_callable_there_is_no_ettr_series() -> None:
 # -- against the broker --------------------------------------------------------
 
 
-def hdr(run: str, gen: int, n: int) -> Header:
-    return Header(event_id=f"{run}/{n}", run_id=run, generation=gen, occurred_at=1_000 + n,
-                  producer="test")
-
-
 def publish(bootstrap: str, run: str, steps: int) -> int:
     """A small run: submitted, started, ``steps`` steps; the number of records sent."""
     p = EventProducer(bootstrap)
-    p.send(RUNS, RunSubmitted(header=hdr(run, 0, 0), spec_digest="sha256:s", spec_json="{}",
-                              principal="alice", world_size=1))
-    p.send(RUNS, GenerationStarted(header=hdr(run, 1, 1), members=(Member("r0", "n1", 0),),
-                                   reason="admitted"))
+    ev = Ev(run, start=1_000, tick=1, ids="{run}/{n}")
+    p.send(RUNS, ev.submitted(spec_digest="sha256:s", world_size=1, dataset_id=None, n=0))
+    p.send(RUNS, ev.generation_started(1, members=members("r0", node="n1"), reason="admitted",
+                                       n=1))
     for step in range(1, steps + 1):
-        p.send(RUNS, StepCommitted(header=hdr(run, 1, 100 + step), step=step, tokens=64,
-                                   loss_tokens=60, step_time_ms=10.0, input_wait_ms=1.0,
-                                   loss=1.0 / step))
+        p.send(RUNS, ev.step(1, step, tokens=64, loss_tokens=60, step_time_ms=10.0,
+                             input_wait_ms=1.0, loss=1.0 / step, n=100 + step))
     p.flush()
     return steps + 2
 

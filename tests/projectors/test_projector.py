@@ -16,49 +16,37 @@ import pytest
 from confluent_kafka import Producer
 
 from events.kafka import EventProducer
-from events.model import (
-    GenerationStarted,
-    Header,
-    HeartbeatRecorded,
-    ManifestCommitted,
-    Member,
-    RunSubmitted,
-    StepCommitted,
-)
 from events.topics import REPORTS, RUNS
 from projectors.projector import Projector, table_digests
+from tests.events.builders import Ev, members
 
 pytestmark = pytest.mark.kafka
 
 
-def hdr(run: str, gen: int, n: int, at: int = 1_000) -> Header:
-    return Header(event_id=f"{run}/{n}", run_id=run, generation=gen, occurred_at=at + n,
-                  producer="test")
-
-
 def publish(bootstrap: str, run: str, steps: int, start: int = 0) -> int:
-    """A small run's facts and reports; the number of records sent."""
+    """A small run's facts and reports; the number of records sent.
+
+    Event ``n`` is ``<run>/<n>`` at ``1000 + n`` ms, so a second call (``start``) for the
+    same run writes new events, never a copy of an earlier one."""
     p = EventProducer(bootstrap)
+    ev = Ev(run, start=1_000, tick=1, ids="{run}/{n}")
     n = start
     sent = 0
     if start == 0:
-        p.send(RUNS, RunSubmitted(header=hdr(run, 0, 0), spec_digest="sha256:s", spec_json="{}",
-                                  principal="alice", world_size=2))
-        p.send(RUNS, GenerationStarted(header=hdr(run, 1, 1), members=(
-            Member("r0", "n1", 0), Member("r1", "n1", 1)), reason="admitted"))
+        p.send(RUNS, ev.submitted(spec_digest="sha256:s", world_size=2, dataset_id=None, n=0))
+        p.send(RUNS, ev.generation_started(1, members=members("r0", "r1", node="n1"),
+                                           reason="admitted", n=1))
         sent += 2
         n = 2
     for i in range(steps):
         step = n + i
-        p.send(RUNS, StepCommitted(header=hdr(run, 1, 100 + step), step=step, tokens=64,
-                                   loss_tokens=60, step_time_ms=10.0, input_wait_ms=1.0,
-                                   loss=1.0 / (step + 1)))
-        p.send(REPORTS, HeartbeatRecorded(header=hdr(run, 1, 10_000 + step), logical_id="r0",
-                                          node="n1", step=step))
+        p.send(RUNS, ev.step(1, step, tokens=64, loss_tokens=60, step_time_ms=10.0,
+                             input_wait_ms=1.0, loss=1.0 / (step + 1), n=100 + step))
+        p.send(REPORTS, ev.heartbeat(1, "r0", step=step, node="n1", n=10_000 + step))
         sent += 2
         if step % 10 == 0:
-            p.send(RUNS, ManifestCommitted(header=hdr(run, 1, 20_000 + step), step=step,
-                                           manifest_path=f"m{step}", manifest_digest=f"d{step}"))
+            p.send(RUNS, ev.committed(1, step, manifest_path=f"m{step}",
+                                      manifest_digest=f"d{step}", n=20_000 + step))
             sent += 1
     p.flush()
     return sent

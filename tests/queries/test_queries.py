@@ -9,7 +9,6 @@ from typing import Any
 import duckdb
 import pytest
 
-from events.model import AlertRaised, AlertResolved
 from queries.errors import QueryError
 from queries.runner import names, run_query
 from tests.queries.timeline import Timeline, crash_and_recover, project
@@ -181,11 +180,11 @@ def test_every_query_answers_the_same_in_the_duckdb_cli_form(con) -> None:
 
     tl = Timeline()
     crash_and_recover(tl)
-    raised = tl.add(AlertRaised(header=tl.h(2), alert="straggler_rank", severity="warning",
-                                owner="oncall", runbook="docs/runbooks.md#straggler_rank",
-                                detail="r1 is slow", subject="r1", threshold="1.5", value=2.0))
-    tl.add(AlertResolved(header=tl.h(2), alert="straggler_rank", subject="r1",
-                         raised_event_id=raised.header.event_id, detail="back to normal"))
+    raised = tl.add(tl.ev.alert(2, alert="straggler_rank", owner="oncall",
+                                runbook="docs/runbooks.md#straggler_rank", detail="r1 is slow",
+                                subject="r1", threshold="1.5", value=2.0))
+    tl.add(tl.ev.alert_resolved(2, alert="straggler_rank", subject="r1",
+                                raised_event_id=raised.header.event_id, detail="back to normal"))
     tl.events.append(tl.events.pop(-3))  # the run's end stays its last fact
     project(con, tl)
     assert set(_EXPECTED) == set(names()), "every query needs an expected answer here"
@@ -215,7 +214,7 @@ def test_ettr_all_covers_live_runs_and_the_latest_ended_ones(con) -> None:
 
     runs = []
     for i, end in enumerate((True, True, False)):
-        tl = Timeline(run_id=f"run-{i}", t=1_000_000 + i * 10_000)
+        tl = Timeline(run_id=f"run-{i}", start_ms=1_000_000 + i * 10_000)
         tl._n = 0
         tl.submit()
         tl.admit()

@@ -1,9 +1,11 @@
-"""``runledger report``: the HTML postmortem, read as markup and as a browser renders it.
+"""queries/report.py, with report_sections, report_html and report_svg: the HTML
+postmortem, read as markup and as a browser renders it.
 
 The projection is a hand-timed log (tests/queries/timeline.py), so every number
 on the page is known. The browser half runs Debian's headless Chromium
 (/usr/bin/chromium or $CHROMIUM); without it these tests fail and say how to
 install it (`scripts/chromium.sh`), since a report nobody rendered is untested.
+The command, ``runledger report``, is tests/runledger/commands/test_report.py.
 """
 
 from __future__ import annotations
@@ -18,12 +20,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from typer.testing import CliRunner
 
-from events.model import AlertRaised
 from queries.errors import QueryError
 from queries.report import report
-from runledger.cli import app
 from tests.queries.timeline import Timeline, crash_and_recover, project
 
 PARTS = ("productive", "checkpoint", "lost_work", "detection", "recovery", "input_stall",
@@ -114,9 +113,9 @@ def seconds(text: str) -> float:
 
 def _alert(tl: Timeline, detail: str) -> None:
     at = tl.events[-1].header.occurred_at  # raised as the run ended, resolved never
-    tl.add(AlertRaised(header=tl.h(2, at=at), alert="straggler", severity="warning",
-                       owner="training-oncall", runbook="runbooks/straggler.md",
-                       detail=detail, subject="r1", threshold="p50 > 1.5x others", value=1.9))
+    tl.add(tl.ev.alert(2, at=at, alert="straggler", owner="training-oncall",
+                       runbook="runbooks/straggler.md", detail=detail, subject="r1",
+                       threshold="p50 > 1.5x others", value=1.9))
 
 
 @pytest.fixture(scope="module")
@@ -242,25 +241,6 @@ def test_empty_sections_say_so() -> None:
     assert "live" in doc.by_id("status").text()
     with pytest.raises(QueryError, match=r"unknown run 'run-x'; .*run-q"):
         report(con, "run-x")
-
-
-# -- the command -------------------------------------------------------------------------
-
-
-def test_cli_writes_the_page_and_explains_what_is_missing(
-        projection: tuple[Path, dict[str, int]], tmp_path: Path) -> None:
-    db = projection[0]
-    out = tmp_path / "r.html"
-    runner = CliRunner()
-    res = runner.invoke(app, ["report", "run-a", "--html", str(out), "--db", str(db)])
-    assert res.exit_code == 0, res.output
-    assert out.read_text("utf-8").startswith("<!DOCTYPE html>")
-    res = runner.invoke(app, ["report", "run-b", "--html", str(out), "--db", str(db)])
-    assert res.exit_code == 1 and "unknown run 'run-b'" in res.output and "run-a" in res.output
-    missing = db.parent / "nope.duckdb"
-    res = runner.invoke(app, ["report", "run-a", "--html", str(out), "--db", str(missing)])
-    assert res.exit_code == 1
-    assert f"no projection at {missing}" in res.output and "p.duckdb" in res.output
 
 
 # -- in a browser ------------------------------------------------------------------------

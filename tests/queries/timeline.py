@@ -9,32 +9,24 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import duckdb
 
 from events.kafka import Record
 from events.model import (
     CheckpointRestored,
-    CheckpointStaged,
-    CursorAdvanced,
     Event,
-    FailureClassified,
-    GenerationStarted,
-    Header,
     HeartbeatRecorded,
-    ManifestCommitted,
-    Member,
-    RunAdmitted,
-    RunFinished,
-    RunSubmitted,
-    StepCommitted,
     StepTimesRecorded,
-    WorkerExited,
 )
 from events.topics import REPORTS, RUNS
 from projectors.tables import DDL, TABLE_OF, rows_for
+from tests.events.builders import Ev, members
 
-MEMBERS = (Member("r0", "node-a", 0), Member("r1", "node-a", 1))
+E = TypeVar("E", bound=Event)
+
+MEMBERS = members("r0", "r1", node="node-a")
 _REPORT_ONLY = (HeartbeatRecorded, StepTimesRecorded, CheckpointRestored)
 SPEC = {"code_version": "3f1c2a9b7d4e5f60718293a4b5c6d7e8f9012345",
         "budget": {"price_per_gpu_hour": 2.5}}
@@ -42,80 +34,74 @@ SPEC = {"code_version": "3f1c2a9b7d4e5f60718293a4b5c6d7e8f9012345",
 
 @dataclass
 class Timeline:
+    """One run's log, event by event; every event happens now, until the clock advances."""
+
     run_id: str = "run-a"
-    t: int = 1_000_000
+    start_ms: int = 1_000_000  # the clock when the log begins
     events: list[Event] = field(default_factory=list)
     batch: int = 8  # global batch size: positions per step
-    _n: int = 0
+    ev: Ev = field(init=False, repr=False)
 
-    def h(self, gen: int, at: int | None = None) -> Header:
-        self._n += 1
-        return Header(f"{self.run_id}/e{self._n}", self.run_id, gen,
-                      self.t if at is None else at, "test")
+    def __post_init__(self) -> None:
+        # The builder's clock is the timeline's: it moves only when the timeline says so.
+        self.ev = Ev(self.run_id, start=self.start_ms, tick=0, ids="{run}/e{n}")
 
-    def add(self, event: Event) -> Event:
+    def add(self, event: E) -> E:
         self.events.append(event)
         return event
 
     def advance(self, ms: int) -> None:
-        self.t += ms
+        self.ev.now += ms
 
     # -- facts -------------------------------------------------------------------------
 
     def submit(self, world_size: int = 2) -> None:
-        self.add(RunSubmitted(header=self.h(0), spec_digest="sha256:s", spec_json=json.dumps(SPEC),
-                              principal="alice", world_size=world_size, dataset_id="sha256:d"))
+        self.add(self.ev.submitted(spec_digest="sha256:s", spec_json=json.dumps(SPEC),
+                                   world_size=world_size, dataset_id="sha256:d"))
 
     def admit(self) -> None:
-        self.add(RunAdmitted(header=self.h(0), members=MEMBERS))
+        self.add(self.ev.admitted(members=MEMBERS))
 
     def start(self, gen: int, resume: int | None = None) -> None:
         manifest = None if resume is None else f"ck/s{resume}/manifest.json"
-        self.add(GenerationStarted(header=self.h(gen), members=MEMBERS,
-                                   reason="admitted" if resume is None else "restart",
-                                   resume_step=resume, resume_manifest=manifest))
+        self.add(self.ev.generation_started(
+            gen, resume, MEMBERS, reason="admitted" if resume is None else "restart",
+            resume_manifest=manifest))
 
     def step(self, gen: int, step: int, ms: int = 100, wait: int = 10,
              loss: float = 2.0, rank_ms: tuple[float, float] | None = None) -> None:
         """A step of ``ms`` starting now; the clock moves to its end."""
-        self.t += ms
-        self.add(StepCommitted(header=self.h(gen), step=step, tokens=4096, loss_tokens=4000,
-                               step_time_ms=float(ms), input_wait_ms=float(wait), loss=loss))
+        self.advance(ms)
+        self.add(self.ev.step(gen, step, tokens=4096, loss_tokens=4000, step_time_ms=float(ms),
+                              input_wait_ms=float(wait), loss=loss))
         times = rank_ms or (float(ms), float(ms))
         for m, t in zip(MEMBERS, times, strict=True):
-            self.add(StepTimesRecorded(header=self.h(gen), logical_id=m.logical_id,
-                                       node=m.node, first_step=step, step_time_ms=(t,),
-                                       input_wait_ms=(float(wait),)))
+            self.add(self.ev.step_times(gen, step, m.logical_id, times=(t,), node=m.node,
+                                        input_wait_ms=(float(wait),)))
 
     def checkpoint(self, gen: int, step: int, stall: int = 50,
                    counts: dict[str, int] | None = None) -> None:
         """A sync checkpoint: the loop blocks ``stall`` ms, then it is committed."""
-        self.t += stall
-        self.add(CheckpointStaged(header=self.h(gen), step=step, mode="sync",
-                                  stall_ms=float(stall), waited_ms=0.0, bytes=1 << 20, backlog=0,
-                                  durable_step=step))
-        digest = f"sha256:g{gen}s{step}"
-        self.add(ManifestCommitted(header=self.h(gen), step=step,
-                                   manifest_path=f"ck/s{step}/manifest.json",
-                                   manifest_digest=digest))
+        self.advance(stall)
+        self.add(self.ev.staged(gen, step, mode="sync", stall_ms=float(stall), bytes=1 << 20,
+                                backlog=0, durable_step=step))
+        self.add(self.ev.committed(gen, step, manifest_path=f"ck/s{step}/manifest.json",
+                                   manifest_digest=f"sha256:g{gen}s{step}"))
         position = step * self.batch
         counts = counts or {"web": position * 5 // 8, "code": position - position * 5 // 8}
-        self.add(CursorAdvanced(header=self.h(gen), step=step, dataset_id="sha256:d", epoch=0,
-                                position=position, source_counts=counts,
+        self.add(self.ev.cursor(gen, step, position, dataset_id="sha256:d", source_counts=counts,
                                 mixture_targets={"web": 0.625, "code": 0.375}))
 
     def exit(self, gen: int, lid: str = "r1", signal: int | None = 9) -> None:
-        self.add(WorkerExited(header=self.h(gen), logical_id=lid, node="node-a",
-                              exit_code=None if signal else 0, signal=signal))
+        self.add(self.ev.exited(gen, lid, exit_code=None if signal else 0, signal=signal,
+                                node="node-a"))
 
     def fail(self, gen: int, action: str = "restart") -> None:
-        self.add(FailureClassified(header=self.h(gen), failure_class="worker_crash",
-                                   signature="crash:r1:signal 9", action=action, attempt=1,
-                                   detail="r1 killed", logical_id="r1", node="node-a",
-                                   backoff_ms=0))
+        self.add(self.ev.failure(gen, action, "crash:r1:signal 9", detail="r1 killed",
+                                 logical_id="r1", node="node-a", backoff_ms=0))
 
     def finish(self, gen: int, outcome: str = "succeeded") -> None:
-        self.add(RunFinished(header=self.h(gen), outcome=outcome, reason="done"))
+        self.add(self.ev.finished(gen, outcome))
 
     # -- projection ------------------------------------------------------------------
 

@@ -20,13 +20,14 @@ import pytest
 
 from controller.service import FENCED_EXIT
 from events.kafka import EventProducer
-from events.model import Header, HeartbeatRecorded
 from events.topics import ALL, REPORTS
 from runledger.errors import EXIT_STATUS, ControllerFenced, exit_status
+from tests.events.builders import Ev
 
 # The real app and main, plus one command that raises the error its argument names.
 RAISER = """
 import sys
+from agent.errors import AgentError
 from controller.errors import ControllerError
 from dataplane.errors import DataPlaneError
 from events.errors import EventsError
@@ -36,7 +37,7 @@ from runledger.demo.procs import DemoError
 from worker.errors import WorkerError
 
 KINDS = {k.__name__: k for k in (
-    ControllerError, DataPlaneError, EventsError, QueryError, WorkerError, DemoError,
+    AgentError, ControllerError, DataPlaneError, EventsError, QueryError, WorkerError, DemoError,
     errors.RunledgerError, errors.UsageError, errors.Interrupted, errors.ControllerFenced,
     errors.StackError, KeyboardInterrupt, ValueError)}
 
@@ -50,9 +51,9 @@ cli.main()
 """
 
 POLICY = [
-    ("EventsError", 1), ("ControllerError", 1), ("DataPlaneError", 1), ("WorkerError", 1),
-    ("QueryError", 1), ("RunledgerError", 1), ("StackError", 1), ("DemoError", 1),
-    ("UsageError", 2), ("ControllerFenced", 3), ("Interrupted", 130),
+    ("EventsError", 1), ("AgentError", 1), ("ControllerError", 1), ("DataPlaneError", 1),
+    ("WorkerError", 1), ("QueryError", 1), ("RunledgerError", 1), ("StackError", 1),
+    ("DemoError", 1), ("UsageError", 2), ("ControllerFenced", 3), ("Interrupted", 130),
 ]
 
 
@@ -107,9 +108,10 @@ def test_real_commands_follow_the_policy(tmp_path: Path) -> None:
 
 @pytest.mark.kafka
 def test_ctrl_c_ends_a_tail_with_130(bootstrap: str, run_id: str) -> None:
-    header = Header(f"{run_id}/hb", run_id, 1, int(time.time() * 1000), "test")
+    beat = Ev(run_id).heartbeat(1, "r0", step=1, node="n", at=int(time.time() * 1000),
+                                event_id=f"{run_id}/hb")
     producer = EventProducer(bootstrap)
-    producer.send(REPORTS, HeartbeatRecorded(header=header, logical_id="r0", node="n", step=1))
+    producer.send(REPORTS, beat)
     producer.flush()
     env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap}
     proc = subprocess.Popen(

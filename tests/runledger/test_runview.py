@@ -2,35 +2,21 @@
 
 from __future__ import annotations
 
-from events.model import (
-    CancelRequested,
-    Event,
-    GenerationStarted,
-    Header,
-    HeartbeatRecorded,
-    Member,
-    MembershipConfirmed,
-    RunAdmitted,
-    RunCancelled,
-    RunSubmitted,
-)
+from events.model import Event
 from runledger.runview import list_rows, status_document, status_lines
+from tests.events.builders import Ev, members
 
 RUN = "tiny-0123456789"
 T0 = 1_700_000_000_000
-MEMBERS = (Member("r0", "n", 0), Member("r1", "n", 1))
+MEMBERS = members("r0", "r1")
+EV = Ev(RUN, start=T0, tick=1000, ids="{run}/e{n}")  # event n at T0 + n s
 
-
-def h(n: int, generation: int = 0) -> Header:
-    return Header(f"{RUN}/e{n}", RUN, generation, T0 + n * 1000, "test")
-
-
-SUBMITTED = RunSubmitted(header=h(0), spec_digest="sha256:" + "a" * 64,
-                         spec_json='{"name":"tiny"}', principal="bob", world_size=2)
+SUBMITTED = EV.submitted(spec_digest="sha256:" + "a" * 64, spec_json='{"name":"tiny"}',
+                         principal="bob", world_size=2, dataset_id=None, n=0)
 
 
 def test_a_run_only_on_requests_is_submitted_but_unseen() -> None:
-    cancel = CancelRequested(header=h(1), principal="ops", reason="oops")
+    cancel = EV.cancel_requested(principal="ops", reason="oops", n=1)
     doc = status_document(RUN, [SUBMITTED, cancel], [], [], T0 + 5000)
     assert doc is not None
     assert (doc["state"], doc["seen_by_controller"], doc["name"]) == ("Submitted", False, "tiny")
@@ -45,13 +31,13 @@ def test_a_run_only_on_requests_is_submitted_but_unseen() -> None:
 def test_facts_decide_the_state_and_only_current_heartbeats_count() -> None:
     facts: list[Event] = [
         SUBMITTED,
-        RunAdmitted(header=h(1), members=MEMBERS),
-        GenerationStarted(header=h(2, 1), members=MEMBERS, reason="admitted"),
-        MembershipConfirmed(header=h(3, 1), members_joined=2),
+        EV.admitted(members=MEMBERS, n=1),
+        EV.generation_started(1, members=MEMBERS, reason="admitted", n=2),
+        EV.confirmed(1, 2, n=3),
     ]
     reports = [
-        HeartbeatRecorded(header=h(4, 1), logical_id="r0", node="n", step=3),
-        HeartbeatRecorded(header=h(5, 0), logical_id="r1", node="n", step=1),  # stale
+        EV.heartbeat(1, "r0", step=3, node="n", n=4),
+        EV.heartbeat(0, "r1", step=1, node="n", n=5),  # stale
     ]
     doc = status_document(RUN, [SUBMITTED], facts, reports, T0 + 10_000)
     assert doc is not None
@@ -60,7 +46,7 @@ def test_facts_decide_the_state_and_only_current_heartbeats_count() -> None:
     assert ages == {"r0": 6000, "r1": None}
 
     cancelled = status_document(
-        RUN, [], [*facts, RunCancelled(header=h(6, 1), principal="bob", reason="done")], [], T0
+        RUN, [], [*facts, EV.cancelled(1, principal="bob", reason="done", n=6)], [], T0
     )
     assert cancelled is not None
     assert (cancelled["state"], cancelled["terminal"]) == ("Cancelled", True)

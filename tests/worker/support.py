@@ -88,6 +88,17 @@ def params(model: nn.Module) -> dict[str, torch.Tensor]:
 
 # -- real processes ----------------------------------------------------------------------
 
+def small_state(seed: int = 0) -> tuple[torch.nn.Module, dict[str, Any]]:
+    model = make_model(seed)
+    return model, {"model": model.state_dict(), "extra": {"note": "x", "n": 3}}
+
+
+def flip_bit(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -141,6 +152,11 @@ def reseed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def draws() -> tuple[torch.Tensor, float, float]:
+    """A draw from torch's, Python's and NumPy's streams."""
+    return torch.rand(4), random.random(), float(np.random.rand())
 
 
 def save_ddp_rank(rank: int, world: int, port: int, out: str, root: str) -> None:

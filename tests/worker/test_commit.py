@@ -1,6 +1,9 @@
-"""The checkpoint commit protocol (worker.commit), restore verification
-(worker.restore), RNG capture, fault injection; on CPU with real files and,
-for world-size changes, real gloo processes."""
+"""worker/commit.py: the checkpoint commit protocol on CPU with real files: writing a
+checkpoint, a round trip of model, optimizer, scheduler and RNG through restore, world-size
+changes with real gloo processes, and each fault point killing a write.
+
+Restore's verification is tests/worker/test_restore.py; parsing faults,
+tests/worker/test_faults.py; the RNG streams alone, tests/worker/test_rng.py."""
 
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import crc32c
-import numpy as np
 import pytest
 import torch
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -24,31 +26,18 @@ from tests.worker import support
 from tests.worker.support import DATASET, RUN, candidate, make_model, model_keys, write
 from worker import rng
 from worker.comm import Comm
-from worker.commit import Written
-from worker.errors import NoUsableCheckpoint, StorageFault, VerificationFailed, WorkerError
-from worker.faults import ENV, Fault, Faults, parse
+from worker.errors import StorageFault
 from worker.layout import DCP_METADATA, MANIFEST, CheckpointDir
 from worker.manifest import FileEntry
-from worker.restore import Candidate, choose, load, verify
+from worker.restore import Candidate, load, verify
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
-def small_state(seed: int = 0) -> tuple[torch.nn.Module, dict[str, Any]]:
-    model = make_model(seed)
-    return model, {"model": model.state_dict(), "extra": {"note": "x", "n": 3}}
-
-
-@pytest.fixture
-def good(tmp_path: Path) -> Written:
-    model, state = small_state()
-    return write(CheckpointDir(str(tmp_path), RUN, 2, 20), state, required=model_keys(model))
-
-
 # -- write_checkpoint ------------------------------------------------------------------
 
 def test_write_checkpoint_single_process(tmp_path: Path) -> None:
-    model, state = small_state()
+    model, state = support.small_state()
     ckdir = CheckpointDir(str(tmp_path / "root"), RUN, 3, 42)
     shards: list[FileEntry] = []
     written = write(ckdir, state, required=model_keys(model), on_shard=shards.append)
@@ -84,7 +73,7 @@ def test_write_checkpoint_single_process(tmp_path: Path) -> None:
 
 
 def test_a_second_write_to_the_same_step_is_a_storage_fault(tmp_path: Path) -> None:
-    model, state = small_state()
+    model, state = support.small_state()
     ckdir = CheckpointDir(str(tmp_path), RUN, 1, 5)
     write(ckdir, state, required=model_keys(model))
     before = Path(ckdir.manifest_url).read_bytes()
@@ -98,14 +87,14 @@ def test_a_second_write_to_the_same_step_is_a_storage_fault(tmp_path: Path) -> N
 def test_an_unwritable_root_is_a_storage_fault(tmp_path: Path) -> None:
     blocker = tmp_path / "root"
     blocker.write_bytes(b"a file where the checkpoint root should be a directory")
-    _, state = small_state()
+    _, state = support.small_state()
     with pytest.raises(StorageFault) as info:
         write(CheckpointDir(str(blocker), RUN, 1, 5), state)
     assert info.value.stage == "writing shards"
 
 
 def test_the_manifest_is_never_rewritten(tmp_path: Path) -> None:
-    model, state = small_state()
+    model, state = support.small_state()
     ckdir = CheckpointDir(str(tmp_path), RUN, 1, 5)
     write(ckdir, state, required=model_keys(model))
     before = Path(ckdir.manifest_url).read_bytes()
@@ -120,7 +109,7 @@ def test_the_manifest_is_never_rewritten(tmp_path: Path) -> None:
 
 
 def test_a_required_key_missing_from_the_state_fails_coverage(tmp_path: Path) -> None:
-    model, state = small_state()
+    model, state = support.small_state()
     ckdir = CheckpointDir(str(tmp_path), RUN, 1, 5)
     with pytest.raises(StorageFault) as info:
         write(ckdir, state, required=[*model_keys(model), "model.9.weight"])
@@ -130,144 +119,7 @@ def test_a_required_key_missing_from_the_state_fails_coverage(tmp_path: Path) ->
     assert MANIFEST not in os.listdir(ckdir.url)  # shards are left as staging residue
 
 
-# -- verify / choose -------------------------------------------------------------------
-
-def _verify(c: Candidate, *, run_id: str = RUN, dataset_id: str | None = DATASET) -> str:
-    try:
-        verify(c, Comm.single(), run_id=run_id, dataset_id=dataset_id)
-    except VerificationFailed as exc:
-        return exc.reason
-    return "ok"
-
-
-def _flip_bit(path: Path, offset: int) -> None:
-    data = bytearray(path.read_bytes())
-    data[offset] ^= 0x10
-    path.write_bytes(bytes(data))
-
-
-def test_a_good_candidate_verifies(good: Written) -> None:
-    manifest = verify(candidate(good), Comm.single(), run_id=RUN, dataset_id=DATASET)
-    assert manifest == good.manifest
-    # No expectation about the dataset, or a manifest without one: both accept.
-    assert _verify(candidate(good), dataset_id=None) == "ok"
-
-
-def test_a_manifest_without_a_dataset_is_accepted_by_any_run(tmp_path: Path) -> None:
-    _, state = small_state()
-    w = write(CheckpointDir(str(tmp_path), RUN, 1, 3), state, dataset_id=None)
-    assert _verify(candidate(w), dataset_id="anything") == "ok"
-
-
-def test_missing_manifest(good: Written) -> None:
-    os.remove(good.manifest_url)
-    assert _verify(candidate(good)) == "manifest_missing"
-
-
-def test_changed_manifest_bytes(good: Written) -> None:
-    path = Path(good.manifest_url)
-    doc = json.loads(path.read_bytes())
-    doc["counters"]["tokens"] += 1  # still valid JSON, still the same files
-    path.write_bytes(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
-    assert _verify(candidate(good)) == "manifest_digest"
-
-
-def test_whitespace_in_the_manifest_changes_its_digest(good: Written) -> None:
-    path = Path(good.manifest_url)
-    path.write_bytes(path.read_bytes() + b"\n")
-    assert _verify(candidate(good)) == "manifest_digest"
-
-
-def test_malformed_manifest_that_matches_its_digest(good: Written) -> None:
-    path = Path(good.manifest_url)
-    bad = b'{"format": "something-else"}'
-    path.write_bytes(bad)
-    c = Candidate(good.ckdir.step, good.manifest_url, "sha256:" + hashlib.sha256(bad).hexdigest())
-    assert _verify(c) == "manifest_invalid"
-
-
-def test_wrong_run_and_wrong_dataset(good: Written) -> None:
-    assert _verify(candidate(good), run_id="run-other") == "wrong_run"
-    assert _verify(candidate(good), dataset_id="ds-other") == "wrong_dataset"
-
-
-def test_step_mismatch(good: Written) -> None:
-    c = Candidate(good.ckdir.step + 1, good.manifest_url, good.digest)
-    assert _verify(c) == "manifest_invalid"
-
-
-def test_missing_shard(good: Written) -> None:
-    os.remove(good.ckdir.file("__0_0.distcp"))
-    assert _verify(candidate(good)) == "shard_missing"
-
-
-def test_missing_dcp_metadata(good: Written) -> None:
-    os.remove(good.ckdir.file(DCP_METADATA))
-    assert _verify(candidate(good)) == "shard_missing"
-
-
-def test_truncated_shard(good: Written) -> None:
-    path = Path(good.ckdir.file("__0_0.distcp"))
-    os.truncate(path, path.stat().st_size - 1)
-    assert _verify(candidate(good)) == "shard_size"
-
-
-def test_bit_flip_in_a_shard(good: Written) -> None:
-    path = Path(good.ckdir.file("__0_0.distcp"))
-    size = path.stat().st_size
-    _flip_bit(path, size // 2)
-    assert path.stat().st_size == size
-    assert _verify(candidate(good)) == "shard_checksum"
-
-
-def test_bit_flip_in_the_dcp_metadata(good: Written) -> None:
-    _flip_bit(Path(good.ckdir.file(DCP_METADATA)), 7)
-    assert _verify(candidate(good)) == "shard_checksum"
-
-
-def test_choose_falls_back_past_a_corrupt_newest(tmp_path: Path) -> None:
-    model, state = small_state()
-    older = write(CheckpointDir(str(tmp_path), RUN, 1, 10), state, required=model_keys(model))
-    newer = write(CheckpointDir(str(tmp_path), RUN, 1, 20), state, required=model_keys(model))
-    _flip_bit(Path(newer.ckdir.file("__0_0.distcp")), 100)
-    rejected: list[tuple[Candidate, str]] = []
-    chosen, manifest, fell_back = choose(
-        [candidate(newer), candidate(older)], Comm.single(), run_id=RUN, dataset_id=DATASET,
-        on_rejected=lambda c, e: rejected.append((c, e.reason)))
-    assert chosen == candidate(older)
-    assert manifest.step == 10
-    assert fell_back == 1
-    assert rejected == [(candidate(newer), "shard_checksum")]
-
-    # The good newest one is taken first, with no fallback and no rejection.
-    rejected.clear()
-    chosen, _, fell_back = choose([candidate(older)], Comm.single(), run_id=RUN,
-                                  dataset_id=DATASET,
-                                  on_rejected=lambda c, e: rejected.append((c, e.reason)))
-    assert (chosen, fell_back, rejected) == (candidate(older), 0, [])
-
-
-def test_choose_with_nothing_usable(tmp_path: Path) -> None:
-    model, state = small_state()
-    a = write(CheckpointDir(str(tmp_path), RUN, 1, 10), state, required=model_keys(model))
-    b = write(CheckpointDir(str(tmp_path), RUN, 1, 20), state, required=model_keys(model))
-    os.remove(a.manifest_url)
-    os.truncate(b.ckdir.file("__0_0.distcp"), 10)
-    rejected: list[str] = []
-    with pytest.raises(NoUsableCheckpoint):
-        choose([candidate(b), candidate(a)], Comm.single(), run_id=RUN, dataset_id=DATASET,
-               on_rejected=lambda c, e: rejected.append(e.reason))
-    assert rejected == ["shard_size", "manifest_missing"]
-    with pytest.raises(NoUsableCheckpoint):
-        choose([], Comm.single(), run_id=RUN, dataset_id=DATASET,
-               on_rejected=lambda c, e: None)
-
-
 # -- round trip --------------------------------------------------------------------------
-
-def _draws() -> tuple[torch.Tensor, float, float]:
-    return torch.rand(4), random.random(), float(np.random.rand())
-
 
 def test_round_trip_model_optimizer_scheduler_rng(tmp_path: Path) -> None:
     def lam(step: int) -> float:
@@ -280,7 +132,7 @@ def test_round_trip_model_optimizer_scheduler_rng(tmp_path: Path) -> None:
 
     support.reseed(42)
     captured = rng.capture()
-    expected = _draws()  # what the streams give right after the capture
+    expected = support.draws()  # what the streams give right after the capture
     msd, osd = get_state_dict(model, [opt])
     state = {"model": msd, "optim": osd, "scheduler": sched.state_dict(), "rng.rank0": captured}
     w = write(CheckpointDir(str(tmp_path), RUN, 1, 3), state, required=model_keys(model))
@@ -304,7 +156,7 @@ def test_round_trip_model_optimizer_scheduler_rng(tmp_path: Path) -> None:
                    optim_state_dict=template["optim"])
     sched2.load_state_dict(template["scheduler"])
     rng.restore(template["rng.rank0"])
-    got = _draws()
+    got = support.draws()
 
     assert support.params(model2).keys() == saved_params.keys()
     for k, v in support.params(model2).items():
@@ -324,22 +176,6 @@ def test_round_trip_model_optimizer_scheduler_rng(tmp_path: Path) -> None:
     for k, v in support.params(model2).items():
         assert torch.equal(v, support.params(model)[k]), k
     assert sched2.get_last_lr() == sched.get_last_lr()
-
-
-def test_rng_restore_in_process() -> None:
-    support.reseed(3)
-    captured = rng.capture()
-    expected = _draws()
-    _draws()
-    support.reseed(4)
-    rng.restore(captured)
-    got = _draws()
-    assert torch.equal(got[0], expected[0]) and got[1:] == expected[1:]
-    # Lists where tuples were (a state that went through JSON-like storage) are accepted.
-    as_lists = dict(captured, python=[captured["python"][0], list(captured["python"][1]),
-                                      captured["python"][2]])
-    rng.restore(as_lists)
-    assert random.random() == expected[1]
 
 
 # -- world-size changes, two real gloo processes -----------------------------------------
@@ -407,7 +243,7 @@ def test_save_at_one_rank_restore_at_two(tmp_path: Path) -> None:
     # File 1 of the manifest is the DCP metadata: at world size 2 rank 1 checks it, and
     # rank 0, which finds nothing wrong in its share, must fail the same way.
     assert [f.path for f in bad.manifest.files][1] == DCP_METADATA
-    _flip_bit(Path(bad.ckdir.file(DCP_METADATA)), 11)
+    support.flip_bit(Path(bad.ckdir.file(DCP_METADATA)), 11)
     try:
         support.run_ranks(support.restore_rank, 2,
                           (str(out), candidate(good), candidate(bad)), timeout=150)
@@ -433,56 +269,7 @@ def test_save_at_one_rank_restore_at_two(tmp_path: Path) -> None:
     assert r1["rng"] is None
 
 
-# -- faults ------------------------------------------------------------------------------
-
-@pytest.mark.parametrize(("text", "fault"), [
-    ("", None),
-    ("after_shards@8", Fault("after_shards", 8)),
-    ("staging@3:rank=1:gen=2:run=trace-b", Fault("staging", 3, 1, 2, "trace-b")),
-    ("mid_shard@0:gen=7", Fault("mid_shard", 0, None, 7, None)),
-    ("step@12:run=r:rank=0", Fault("step", 12, 0, None, "r")),
-    ("after_commit@5", Fault("after_commit", 5)),
-    ("after_manifest@5", Fault("after_manifest", 5)),
-])
-def test_parse_valid_faults(text: str, fault: Fault | None) -> None:
-    assert parse(text) == fault
-
-
-@pytest.mark.parametrize("text", [
-    "bogus@3", "staging", "staging@", "staging@x", "@3", "staging@-1", "staging@3:rank=a",
-    "staging@3:rank=", "staging@3:gen=-2", "staging@3:run=", "staging@3:foo=1",
-    "staging@3:rank", "staging@3:", "STAGING@3",
-])
-def test_parse_invalid_faults(text: str) -> None:
-    with pytest.raises(WorkerError, match=ENV):
-        parse(text)
-
-
-@pytest.mark.parametrize("text", ["staging@\u00b2", "staging@3:rank=\u00b9"])
-def test_parse_rejects_non_decimal_digits_as_a_worker_error(text: str) -> None:
-    with pytest.raises(WorkerError, match=ENV):
-        parse(text)
-
-
-def test_faults_armed_respects_point_step_rank_generation_and_run() -> None:
-    f = Fault("staging", 3, rank=1, generation=2, run="trace-b")
-    assert Faults(f, 1, 2, "trace-b-17").armed("staging", 3)
-    assert not Faults(f, 1, 2, "trace-b-17").armed("staging", 4)
-    assert not Faults(f, 1, 2, "trace-b-17").armed("mid_shard", 3)
-    assert not Faults(f, 0, 2, "trace-b-17").armed("staging", 3)
-    assert not Faults(f, 1, 3, "trace-b-17").armed("staging", 3)
-    assert not Faults(f, 1, 2, "trace-a").armed("staging", 3)
-    assert not Faults(f, 1, 2, "x-trace-b").armed("staging", 3)  # a prefix, not a substring
-    anywhere = Fault("after_shards", 8)
-    assert all(Faults(anywhere, r, g, run).armed("after_shards", 8)
-               for r in (0, 5) for g in (1, 9) for run in ("", "a"))
-    assert not Faults(None, 0, 1).armed("after_shards", 8)
-    env = {ENV: "after_shards@8:rank=1"}
-    assert Faults.from_env(env, 1, 1).armed("after_shards", 8)
-    assert not Faults.from_env(env, 0, 1).armed("after_shards", 8)
-    assert not Faults.from_env({}, 0, 1).armed("after_shards", 8)
-    Faults(f, 0, 2, "trace-b").hit("staging", 3)  # not armed: returns, no kill
-
+# -- the fault points kill a write -----------------------------------------------------
 
 _CRASH = textwrap.dedent("""
     import sys

@@ -7,7 +7,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from events.model import CheckpointRevoked, GenerationStarted, Header, ManifestCommitted
+from tests.events.builders import Ev
 from worker.gc import History, Retention, collect, history, plan, present
 
 slots = st.tuples(st.integers(1, 4), st.integers(1, 60))
@@ -38,19 +38,15 @@ def test_the_plan_never_removes_what_must_stay(
     assert not set(plan(left, hist, keep)) & set(doomed)
 
 
-def h(gen: int, n: int) -> Header:
-    return Header(event_id=f"e{n}", run_id="r", generation=gen, occurred_at=n, producer="c")
-
-
 def test_history_follows_commits_and_revocations() -> None:
+    ev = Ev("r", start=0, tick=1, producer="c", ids="e{n}")  # event n at n ms
     events = [
-        GenerationStarted(header=h(1, 1), members=(), reason="admitted"),
-        ManifestCommitted(header=h(1, 2), step=4, manifest_path="a", manifest_digest="d4"),
-        ManifestCommitted(header=h(1, 3), step=8, manifest_path="b", manifest_digest="d8"),
-        GenerationStarted(header=h(2, 4), members=(), reason="restart", resume_step=8),
-        CheckpointRevoked(header=h(2, 5), step=8, manifest_path="b", manifest_digest="d8",
-                          reason="shard_checksum"),
-        ManifestCommitted(header=h(2, 6), step=8, manifest_path="c", manifest_digest="e8"),
+        ev.generation_started(1, members=(), reason="admitted"),
+        ev.committed(1, 4, manifest_path="a", manifest_digest="d4"),
+        ev.committed(1, 8, manifest_path="b", manifest_digest="d8"),
+        ev.generation_started(2, 8, members=(), reason="restart", resume_manifest=None),
+        ev.revoked(2, 8, manifest_path="b", digest="d8", reason="shard_checksum"),
+        ev.committed(2, 8, manifest_path="c", manifest_digest="e8"),
     ]
     hist = history(events)
     assert hist.committed == ((1, 4), (2, 8)) and hist.revoked == {(1, 8)}

@@ -24,25 +24,14 @@ from dataplane.errors import CatalogError
 from dataplane.synth import template, write_corpus
 from events.consume import read_log
 from events.kafka import EventProducer
-from events.model import (
-    CancelRequested,
-    Event,
-    FailureClassified,
-    GenerationStarted,
-    Header,
-    HeartbeatRecorded,
-    ManifestCommitted,
-    Member,
-    MembershipConfirmed,
-    RunAdmitted,
-    RunSubmitted,
-)
+from events.model import CancelRequested, Event, RunSubmitted
 from events.topics import REPORTS, REQUESTS, RUNS
 from runledger.cli import app
 from runledger.commands.runs import DatasetPin
+from tests.events.builders import Ev, members
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "run.yaml"
-MEMBERS = (Member("r0", "node-a", 0, "rack-1"), Member("r1", "node-a", 1, "rack-1"))
+MEMBERS = members("r0", "r1", node="node-a", domain="rack-1")
 
 
 def cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -179,26 +168,24 @@ def test_status_and_runs_show_facts_from_the_runs_topic(
     spec = parse_spec(spec_file_text(unique), "t")
     now = int(time.time() * 1000)
 
-    def h(n: int, generation: int, at: int | None = None) -> Header:
-        return Header(f"{run_id}/e{n}", run_id, generation, at or now - 60_000 + n, "test")
-
+    ev = Ev(run_id, start=now - 60_000, tick=1, ids="{run}/e{n}")  # a minute ago
     facts: list[Event] = [
-        RunSubmitted(header=h(0, 0), spec_digest=spec.digest(), spec_json=spec.canonical_json(),
-                     principal="bob", world_size=2, dataset_id=spec.dataset),
-        RunAdmitted(header=h(1, 0), members=MEMBERS),
-        GenerationStarted(header=h(2, 1), members=MEMBERS, reason="admitted"),
-        MembershipConfirmed(header=h(3, 1), members_joined=2),
-        FailureClassified(header=h(4, 1), failure_class="worker_crash", signature="exit:-9",
-                          action="restart", attempt=1, detail="r1 killed", backoff_ms=1000),
-        GenerationStarted(header=h(5, 2), members=MEMBERS, reason="restart"),
-        MembershipConfirmed(header=h(6, 2), members_joined=2),
-        ManifestCommitted(header=h(7, 2), step=20, manifest_path=f"ckpt/{run_id}/g2/s20",
-                          manifest_digest="sha256:" + "c" * 64),
+        ev.submitted(spec_digest=spec.digest(), spec_json=spec.canonical_json(), principal="bob",
+                     world_size=2, dataset_id=spec.dataset, n=0),
+        ev.admitted(members=MEMBERS, n=1),
+        ev.generation_started(1, members=MEMBERS, reason="admitted", n=2),
+        ev.confirmed(1, 2, n=3),
+        ev.failure(1, signature="exit:-9", detail="r1 killed", logical_id=None, node=None,
+                   backoff_ms=1000, n=4),
+        ev.generation_started(2, members=MEMBERS, reason="restart", n=5),
+        ev.confirmed(2, 2, n=6),
+        ev.committed(2, 20, manifest_path=f"ckpt/{run_id}/g2/s20",
+                     manifest_digest="sha256:" + "c" * 64, n=7),
     ]
     reports = [
-        HeartbeatRecorded(header=h(8, 2, now - 2_000), logical_id="r0", node="node-a", step=21),
+        ev.heartbeat(2, "r0", step=21, at=now - 2_000, n=8),
         # Generation 1 is revoked: its heartbeat says nothing about r1 today.
-        HeartbeatRecorded(header=h(9, 1, now - 500), logical_id="r1", node="node-a", step=9),
+        ev.heartbeat(1, "r1", step=9, at=now - 500, n=9),
     ]
     producer = EventProducer(bootstrap)
     for e in facts:

@@ -1,4 +1,5 @@
-"""Per-rank step times leave the worker as one report per run of consecutive steps."""
+"""worker/reporter.py: per-rank step times leave the worker as one report per run of
+consecutive steps."""
 
 from __future__ import annotations
 

@@ -1,0 +1,47 @@
+"""runledger/commands/events.py: ``runledger events dump`` through the real console script,
+each event with the fold's verdict.
+
+``events tail`` ended by Ctrl-C is in tests/runledger/test_cli.py (the exit-status policy)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from events.kafka import EventProducer
+from events.topics import RUNS
+from tests.events.builders import Ev
+from tests.events.sample_events import MEMBERS, one_of_each
+
+pytestmark = pytest.mark.kafka
+
+
+def test_events_dump_shows_fold_verdicts(bootstrap: str) -> None:
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    events = one_of_each(run)
+    submitted, admitted = events[0], events[3]
+    producer = EventProducer(bootstrap)
+    producer.send(RUNS, submitted)
+    producer.send(RUNS, admitted)
+    ev = Ev(run, tick=1)
+    producer.send(RUNS, ev.generation_started(1, members=MEMBERS, reason="admitted", n=50))
+    producer.send(RUNS, ev.proposed(0, 5, n=51, manifest_path="m", manifest_digest="d",
+                                    dataset_id=None))
+    producer.flush()
+    out = subprocess.run(
+        [sys.executable, "-m", "runledger.cli", "events", "dump", "--topic", RUNS, "--run", run,
+         "--json", "--bootstrap", bootstrap],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    docs = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [d["type"] for d in docs] == [
+        "RunSubmitted", "RunAdmitted", "GenerationStarted", "ManifestProposed"
+    ]
+    assert all(d["header"]["run_id"] == run for d in docs)
+    assert docs[0]["payload"]["principal"] == "alice"
+    assert [d["verdict"]["accepted"] for d in docs] == [True, True, True, False]
+    assert docs[3]["verdict"]["reason"] == "stale_generation"

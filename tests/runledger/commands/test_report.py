@@ -1,0 +1,40 @@
+"""runledger/commands/report.py: ``runledger report`` writes the page, and explains what is
+missing. The page itself is tests/queries/test_report.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from runledger.cli import app
+from tests.queries.timeline import Timeline, crash_and_recover, project
+
+
+@pytest.fixture(scope="module")
+def projection(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, int]]:
+    path = tmp_path_factory.mktemp("report") / "p.duckdb"
+    tl = Timeline()
+    expected = crash_and_recover(tl)
+    con = duckdb.connect(str(path))
+    project(con, tl)
+    con.close()
+    return path, expected
+
+
+def test_cli_writes_the_page_and_explains_what_is_missing(
+        projection: tuple[Path, dict[str, int]], tmp_path: Path) -> None:
+    db = projection[0]
+    out = tmp_path / "r.html"
+    runner = CliRunner()
+    res = runner.invoke(app, ["report", "run-a", "--html", str(out), "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    assert out.read_text("utf-8").startswith("<!DOCTYPE html>")
+    res = runner.invoke(app, ["report", "run-b", "--html", str(out), "--db", str(db)])
+    assert res.exit_code == 1 and "unknown run 'run-b'" in res.output and "run-a" in res.output
+    missing = db.parent / "nope.duckdb"
+    res = runner.invoke(app, ["report", "run-a", "--html", str(out), "--db", str(missing)])
+    assert res.exit_code == 1
+    assert f"no projection at {missing}" in res.output and "p.duckdb" in res.output

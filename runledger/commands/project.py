@@ -3,7 +3,7 @@
 ``project --metrics HOST:PORT`` also serves Prometheus metrics at
 ``http://HOST:PORT/metrics`` while it projects (``projectors.metrics``).
 
-Tested in tests/projectors/test_metrics.py.
+Tested in tests/runledger/commands/test_project.py and tests/projectors/test_metrics.py.
 """
 
 from __future__ import annotations

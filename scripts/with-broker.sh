@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# scripts/with-broker.sh COMMAND [ARGS...]: run COMMAND with RUNLEDGER_BOOTSTRAP
+# pointing at a throwaway one-node broker in a temporary data directory. The
+# broker is stopped and its data removed on every exit path (pass, fail,
+# Ctrl-C), and COMMAND's exit status is kept. `make test` and `make
+# bench-smoke` run under it.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+venv=${VENV:-.venv}
+runledger="$venv/bin/runledger"
+data_dir=$(mktemp -d "${TMPDIR:-/tmp}/runledger-broker.XXXXXX")
+
+cleanup() {
+    "$runledger" stack down --data-dir "$data_dir" --purge >/dev/null 2>&1 || true
+    rm -rf "$data_dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+info=$("$runledger" stack up --data-dir "$data_dir" --json)
+bootstrap=$("$venv/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["bootstrap"])' <<<"$info")
+echo "throwaway broker at $bootstrap ($data_dir)" >&2
+
+status=0
+RUNLEDGER_BOOTSTRAP=$bootstrap "$@" || status=$?
+exit "$status"

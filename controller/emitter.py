@@ -11,7 +11,7 @@ Commands are no facts of a run and change nothing in the model.
 
 from __future__ import annotations
 
-from controller import checkpoints
+from controller import checkpoints, rejections
 from controller.model import Draft, Model, PlanOf
 from events.model import Event, GroupStopCommanded, Header, WriteRejected
 from events.state import RunState
@@ -51,12 +51,32 @@ class Emitter:
         self.out.append((RUNS, report))
 
     def reject(self, event: Event, reason: str, detail: str) -> None:
+        """Record a refused input, aggregated per key (``controller.rejections``)."""
         run = self.draft.get(event.run_id)
         h = self.header(event.run_id, run.state.generation if run is not None else 0,
                         f"{event.header.event_id}/WriteRejected", event.header.event_id)
-        self.emit(RUNS, WriteRejected(header=h, rejected_event_id=event.header.event_id,
-                                      rejected_event_type=event.event_type, reason=reason,
-                                      detail=detail))
+        member = rejections.member_of(event)
+        key = rejections.key_for(event.run_id, event.generation, member, reason)
+        pending = self.draft.pending_rejections().get(key)
+        record = WriteRejected(
+            header=h, rejected_event_id=event.header.event_id,
+            rejected_event_type=event.event_type, reason=reason, detail=detail,
+            member=member or None, rejected_generation=event.generation,
+            repeats=rejections.repeats(pending, self.now))
+        append, after = rejections.judge(pending, record, self.now)
+        if append:
+            self.emit(RUNS, record)  # folding it records the key (Draft.absorb)
+        else:
+            self.draft.set_rejection(key, after)
+
+    def close_rejections(self) -> None:
+        """Record what each window that passed suppressed, and forget idle keys."""
+        for key, pending in list(self.draft.pending_rejections().items()):
+            record = rejections.due(pending, self.now)
+            if record is not None:
+                self.emit(RUNS, record)
+            elif rejections.expired(pending, self.now):
+                self.draft.set_rejection(key, None)
 
     def stop(self, state: RunState, reason: str) -> None:
         """Stop the run's current generation on every node it runs on."""

@@ -15,13 +15,19 @@ For the bulk of all reports (heartbeats, step times) and agents' reports the
 tick judges them instead, every tick_s, rather than once per report, which for
 stragglers would cost O(ranks) per report.
 
-A type not in the table is taken as a report and kept (:data:`FALLBACK`).
+A type not in the table is no input: :func:`rule_for` has no rule for it, and
+the controller takes nothing from it (``events.authority`` names who may send
+what; the shell quarantines strays at the door, before they reach this table).
+
+Times are the controller's, not the sender's alone (:func:`received`): a
+heartbeat counts when it is received, and no input may be dated after it was
+received, so a clock set ten years ahead cannot hide a hang.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -69,8 +75,23 @@ class Input:
     alerts: bool = True
 
 
+def received(event: Event, now: int) -> Event:
+    """``event`` as the controller judges it, dated by when it was received.
+
+    Liveness (a heartbeat, a node's) is the receive time itself; any other input
+    keeps its sender's time unless that is later than its receipt.
+    """
+    at = event.header.occurred_at
+    if isinstance(event, _LIVENESS) or at > now:
+        at = now
+    if at == event.header.occurred_at:
+        return event
+    return replace(event, header=replace(event.header, occurred_at=at))
+
+
 def take(em: Emitter, event: Event, rule: Input) -> None:
-    """Take one input by its rule."""
+    """Take one input by its rule (dated by :func:`received` first)."""
+    event = received(event, em.now)
     if rule.kind == Kind.INVENTORY:
         em.draft.absorb(event)
         return
@@ -173,10 +194,9 @@ RULES: Mapping[type[Event], Input] = {
     CheckpointVerificationFailed: Input(Kind.REPORT, _revoke),
     CheckpointRestored: _KEPT,
 }
-# Anything else (a fact or a command sent as an input) is folded as a report
-# of its run and, if the fold accepts it, kept.
-FALLBACK = _KEPT
+_LIVENESS = (HeartbeatRecorded, AgentHeartbeatRecorded, AgentRegistered)
 
 
-def rule_for(event: Event) -> Input:
-    return RULES.get(type(event), FALLBACK)
+def rule_for(event: Event) -> Input | None:
+    """The rule for an input; None for a fact, a command or anything else."""
+    return RULES.get(type(event))

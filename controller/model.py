@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from controller import checkpoints
+from controller import checkpoints, rejections
 from controller.inventory import EMPTY as NO_NODES
 from controller.inventory import Inventory, observe
 from controller.runplan import RunPlan
@@ -45,6 +45,7 @@ from events.model import (
     NodeQuarantined,
     RunSubmitted,
     ShardWritten,
+    WriteRejected,
 )
 from events.state import RunState
 
@@ -73,6 +74,8 @@ class Model:
     closing: frozenset[str] = frozenset()
     inventory: Inventory = NO_NODES
     node_failures: Mapping[str, int] = field(default_factory=dict)
+    # Rejections being aggregated, per key (controller.rejections).
+    rejections: Mapping[rejections.Key, rejections.Pending] = field(default_factory=dict)
 
     def tracked(self, run_id: str) -> Tracked | None:
         found = self.live.get(run_id)
@@ -117,7 +120,8 @@ class Draft:
     """
 
     __slots__ = ("_closing", "_done", "_ended", "_failures", "_failures_copy", "_live",
-                 "_live_copy", "inventory", "plan_of", "since")
+                 "_live_copy", "_rejections", "_rejections_copy", "inventory", "plan_of",
+                 "since")
 
     def __init__(self, model: Model, plan_of: PlanOf) -> None:
         self.since = model.since
@@ -130,6 +134,8 @@ class Draft:
         self._closing = model.closing
         self._failures: Mapping[str, int] = model.node_failures
         self._failures_copy: dict[str, int] | None = None
+        self._rejections = model.rejections
+        self._rejections_copy: dict[rejections.Key, rejections.Pending] | None = None
 
     def get(self, run_id: str) -> Tracked | None:
         found = self._live.get(run_id)
@@ -148,9 +154,21 @@ class Draft:
         """The model reached; the draft stays usable and copies again before its next write."""
         self._done = self._done.with_(self._ended)
         self._ended = {}
-        self._live_copy = self._failures_copy = None
+        self._live_copy = self._failures_copy = self._rejections_copy = None
         return Model(self.since, self._live, self._done, self._closing, self.inventory,
-                     self._failures)
+                     self._failures, self._rejections)
+
+    def pending_rejections(self) -> Mapping[rejections.Key, rejections.Pending]:
+        return self._rejections
+
+    def set_rejection(self, key: rejections.Key, pending: rejections.Pending | None) -> None:
+        """Keep (or with None, forget) the aggregation of one rejection key."""
+        if self._rejections_copy is None:
+            self._rejections = self._rejections_copy = dict(self._rejections)
+        if pending is None:
+            self._rejections_copy.pop(key, None)
+        else:
+            self._rejections_copy[key] = pending
 
     def absorb(self, event: Event) -> Verdict:
         """Fold one record into the model: the one update path, live and on replay.
@@ -162,6 +180,8 @@ class Draft:
         if isinstance(event, NODE_RECORDS):
             self.inventory = observe(self.inventory, event)
             return _ACCEPTED
+        if isinstance(event, WriteRejected):  # recorded, whatever the run fold says of it
+            self.set_rejection(*rejections.recorded(event))
         return self.absorb_run(event)
 
     def absorb_run(self, event: Event) -> Verdict:
@@ -173,12 +193,20 @@ class Draft:
             return transition.verdict
         if before is None:
             assert isinstance(event, RunSubmitted)  # the fold accepts nothing else first
-            self._put(Tracked(state, self.plan_of(event)))
+            self._put(Tracked(state, self._plan(event)))
             return transition.verdict
         if isinstance(event, FailureClassified) and event.node:
             self._count_failure(event.node)
         self._put(_noted(before, state, event))
         return transition.verdict
+
+    def _plan(self, event: RunSubmitted) -> RunPlan:
+        """The run's plan; one that cannot be made fails the run (``RunPlan.invalid``),
+        live and on replay alike, instead of stopping the controller."""
+        try:
+            return self.plan_of(event)
+        except Exception as exc:
+            return RunPlan(world_size=1, argv=(), invalid=f"{type(exc).__name__}: {exc}")
 
     def _count_failure(self, node: str) -> None:
         if self._failures_copy is None:

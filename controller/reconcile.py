@@ -42,7 +42,7 @@ from controller.run_decide import (
     decide,
     queue_tag,
 )
-from events import workerenv
+from events import authority, workerenv
 from events.model import (
     Event,
     FailureClassified,
@@ -60,10 +60,18 @@ from events.state import Status
 from events.topics import COMMANDS, RUNS
 
 
-def handle(model: Model, event: Event, now: int, plan_of: PlanOf) -> tuple[Model, list[Out]]:
-    """React to one request or report."""
-    em = Emitter(model, now, plan_of)
+def handle(model: Model, event: Event, now: int, plan_of: PlanOf,
+           topic: str | None = None) -> tuple[Model, list[Out]]:
+    """React to one request or report that arrived on ``topic`` (by default its own).
+
+    Anything else (a fact or a command sent as an input, a type on another
+    type's topic) changes nothing and appends nothing: the shell's door
+    (``events.authority.admit_input``) quarantines such records before they get here.
+    """
     rule = inputs.rule_for(event)
+    if rule is None or authority.stray(topic or event.TOPIC, event) is not None:
+        return model, []
+    em = Emitter(model, now, plan_of)
     inputs.take(em, event, rule)
     if rule.alerts:
         judge_alerts(em, event.run_id)
@@ -76,6 +84,7 @@ def tick(model: Model, now: int, plan_of: PlanOf) -> tuple[Model, list[Out]]:
     slots = Slots(em.draft)
     for run_id in model.due():
         reconcile_run(em, run_id, slots)
+    em.close_rejections()
     return em.result()
 
 

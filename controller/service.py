@@ -18,12 +18,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from controller.emitter import Out
+from controller.guard import Encoded, Problem, take_input, take_tick
 from controller.model import Model, PlanOf, replay
-from controller.reconcile import handle, tick
+from events.authority import admit_input
 from events.consume import EventConsumer, read_log
 from events.errors import Fenced, ProducerFenced
-from events.kafka import EventProducer, Quarantine, TransactionalWriter
+from events.kafka import EventProducer, Quarantine, Record, TransactionalWriter
 from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS
 
 log = logging.getLogger("runledger.controller")
@@ -92,8 +92,10 @@ class ControllerService:
         # out a session timeout, during which it would hear no heartbeats.
         consumer = EventConsumer(
             self.bootstrap, self.group_id, [REQUESTS, REPORTS], quarantine=quarantine,
+            admit=admit_input,
             config={"group.instance.id": self.transactional_id, "session.timeout.ms": 10_000})
         listening = False
+        encode = writer.codec.encode
         try:
             while not stop.is_set():
                 records = consumer.poll(self.tick_s)
@@ -105,16 +107,21 @@ class ControllerService:
                     # Missing heartbeats count only from the moment reports flow.
                     model = replace(model, since=now)
                     listening = True
-                out: list[Out] = []
+                out: list[Encoded] = []
                 for record in records:
-                    model, produced = handle(model, record.event, now, self.plan_of)
+                    model, produced, problem = take_input(
+                        model, record.event, record.topic, now, self.plan_of, encode)
                     out += produced
-                model, produced = tick(model, now, self.plan_of)
+                    if problem is not None:
+                        _log_problem(problem, record)
+                model, produced, problems = take_tick(model, now, self.plan_of, encode)
                 out += produced
+                for problem in problems:
+                    _log_problem(problem, None)
                 if out or records:
                     with writer.transaction() as tx:
-                        for topic, event in out:
-                            tx.send(topic, event)
+                        for topic, event, data in out:
+                            tx.send(topic, event, data)
                         tx.send_offsets(consumer.positions(), consumer.group_metadata())
                 self.model = model
                 self._count(len(records), out, time.monotonic() - started)
@@ -127,10 +134,17 @@ class ControllerService:
             consumer.close()
         return 0
 
-    def _count(self, inputs: int, out: list[Out], took_s: float) -> None:
+    def _count(self, inputs: int, out: list[Encoded], took_s: float) -> None:
         stats = self.stats
         stats.inputs += inputs
-        stats.facts += sum(1 for topic, _ in out if topic == RUNS)
-        stats.commands += sum(1 for topic, _ in out if topic == COMMANDS)
+        stats.facts += sum(1 for topic, _, _ in out if topic == RUNS)
+        stats.commands += sum(1 for topic, _, _ in out if topic == COMMANDS)
         stats.ticks += 1
         stats.last_tick_s = took_s
+
+
+def _log_problem(problem: Problem, record: Record | None) -> None:
+    run_id, reason, error = problem
+    where = f" ({record.topic}[{record.partition}]@{record.offset})" if record else ""
+    log.error("run %s: %s%s: %s; recorded, and every other run goes on",
+              run_id, reason, where, error)

@@ -21,6 +21,7 @@ from fastavro.validation import validate
 
 from events.convert import from_record, to_record
 from events.errors import DecodeError, EncodeError, InvalidEvent
+from events.intrange import Check, int_checker
 from events.model import EVENT_TYPES, Event
 from events.registry import SchemaRegistry
 
@@ -80,6 +81,9 @@ class Codec:
         for name in EVENT_TYPES:
             latest = self.registry.latest(name)
             self._writers[name] = (MAGIC + latest.fingerprint, latest.parsed, latest.version)
+        # Per type: the check of its int fields against 32 bits (None: it has none).
+        self._ints: dict[str, Check | None] = {
+            name: int_checker(self.registry.latest(name).parsed) for name in EVENT_TYPES}
 
     def encode(self, event: Event) -> bytes:
         name = type(event).__name__
@@ -94,6 +98,9 @@ class Codec:
         except InvalidEvent as exc:
             raise EncodeError(f"{name}: {exc}") from None
         record["header"]["schema_version"] = version
+        out_of_range = _ints_out_of_range(self._ints[name], record, name)
+        if out_of_range is not None:
+            raise EncodeError(out_of_range)
         buf = io.BytesIO()
         buf.write(prefix)
         try:
@@ -141,6 +148,10 @@ class Codec:
             )
         assert isinstance(record, dict)
         record = self.upcasters.apply(writer.event_type, writer.version, record)
+        out_of_range = _ints_out_of_range(self._ints[writer.event_type], record,
+                                          writer.event_type)
+        if out_of_range is not None:
+            raise DecodeError("int_out_of_range", out_of_range)
         cls = EVENT_TYPES[writer.event_type]
         try:
             event = from_record(cls, record)
@@ -150,6 +161,14 @@ class Codec:
         if event.header.schema_version != writer.version:
             event = replace(event, header=replace(event.header, schema_version=writer.version))
         return Decoded(event=event, event_type=writer.event_type, writer_version=writer.version)
+
+
+def _ints_out_of_range(check: Check | None, record: dict[str, Any], name: str) -> str | None:
+    found = check(record, "") if check is not None else None
+    if found is None:
+        return None
+    path, value = found
+    return f"{name}.{path}: {value} does not fit an Avro int (32 bits)"
 
 
 def _unencodable_text(value: Any, where: str) -> str | None:

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from events.codec import Codec, default_codec
 from events.errors import ConsumerFenced, KafkaOperationError
-from events.kafka import Quarantine, Quarantined, Record, decode_or_quarantine, poll_burst
+from events.kafka import Admit, Quarantine, Quarantined, Record, decode_or_quarantine, poll_burst
 from events.reader import LogReader
 
 
@@ -32,8 +32,10 @@ class EventConsumer:
         self, bootstrap: str, group_id: str, topics: Sequence[str], *,
         quarantine: Quarantine | None = None, codec: Codec | None = None,
         from_beginning: bool = True, config: dict[str, Any] | None = None,
+        admit: Admit | None = None,
     ) -> None:
         self.codec = codec or default_codec()
+        self.admit = admit
         self.quarantine = quarantine
         self.quarantined: list[Quarantined] = []
         self._consumer = Consumer({
@@ -55,7 +57,7 @@ class EventConsumer:
         self.assigned = True
 
     def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[Record]:
-        """Decoded records; undecodable ones are quarantined and skipped."""
+        """Decoded records; undecodable or refused ones (``admit``) are quarantined and skipped."""
         out: list[Record] = []
         for msg in poll_burst(self._consumer, max_records, timeout_s):
             record = self._handle(msg)
@@ -77,7 +79,7 @@ class EventConsumer:
                 raise KafkaOperationError(f"consume: {err.str()}")
             return None  # transient: librdkafka retries on its own
         self._positions[(msg.topic() or "", msg.partition() or 0)] = (msg.offset() or 0) + 1
-        item = decode_or_quarantine(self.codec, msg, self.quarantine)
+        item = decode_or_quarantine(self.codec, msg, self.quarantine, self.admit)
         if isinstance(item, Quarantined):
             self.quarantined.append(item)
             return None

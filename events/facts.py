@@ -102,12 +102,20 @@ class CheckpointIntervalChanged(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WriteRejected(Event):
-    """A report or proposal that was computed on but not accepted."""
+    """A report or proposal that was computed on but not accepted.
+
+    v2: ``member`` and ``rejected_generation`` name the sender, and ``repeats``
+    counts the rejections of the same (run, generation, member, reason) that
+    this record also stands for (controller.rejections aggregates them).
+    """
 
     rejected_event_id: str
     rejected_event_type: str
     reason: str
     detail: str
+    member: str | None = None
+    rejected_generation: int | None = None
+    repeats: int = 0
     TOPIC: ClassVar[str] = "runledger.runs"
 
 

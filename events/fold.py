@@ -47,8 +47,7 @@ from events.model import (
 )
 from events.state import CHECKPOINT_HISTORY, Checkpoint, Cursor, RunState, Status, copy_with
 
-# Verdict reasons: stable strings, recorded in WriteRejected.reason and shown by
-# `runledger events`.
+# Verdict reasons: stable strings, recorded in WriteRejected.reason (`runledger events`).
 STALE_GENERATION = "stale_generation"
 UNKNOWN_RUN = "unknown_run"
 WRONG_RUN = "wrong_run"
@@ -63,6 +62,11 @@ CURSOR_WITHOUT_CHECKPOINT = "cursor_without_checkpoint"
 RESUME_BEYOND_CHECKPOINT = "resume_beyond_checkpoint"
 RESUME_MISSING = "resume_missing"
 UNKNOWN_CHECKPOINT = "unknown_checkpoint"
+STEP_JUMP = "step_jump"
+NOT_ON_NODE = "not_on_node"
+
+# The coordinator reports every step: a larger jump is a claim, not progress.
+MAX_STEP_JUMP = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,9 +170,13 @@ def _fenced(state: RunState, e: Event) -> Verdict:
     return ACCEPTED
 
 
-def _member(state: RunState, e: Event, logical_id: str) -> Verdict:
-    if state.members and logical_id not in {m.logical_id for m in state.members}:
+def _member(state: RunState, e: Event, logical_id: str, node: str | None = None) -> Verdict:
+    """A member's report; one that names its node must name the node the member is on."""
+    placed = next((m.node for m in state.members if m.logical_id == logical_id), None)
+    if state.members and placed is None:
         return reject(NOT_A_MEMBER, f"{e.event_type} from {logical_id!r}, not a member")
+    if state.members and node is not None and node != placed:
+        return reject(NOT_ON_NODE, f"{e.event_type} of {logical_id!r} by {node!r}: on {placed!r}")
     return ACCEPTED
 
 
@@ -213,7 +221,11 @@ def _check(state: RunState, e: Event) -> Verdict:
             if verdict.accepted and s == Status.RUNNING:
                 return reject(ILLEGAL_TRANSITION, "MembershipConfirmed while already Running")
             return verdict
-        case HeartbeatRecorded() | WorkerExited() | StepTimesRecorded():
+        case WorkerExited():
+            # An exit is the agent's word on the processes of its own node only.
+            verdict = _fenced(state, e)
+            return verdict if not verdict.accepted else _member(state, e, e.logical_id, e.node)
+        case HeartbeatRecorded() | StepTimesRecorded():
             verdict = _fenced(state, e)
             return verdict if not verdict.accepted else _member(state, e, e.logical_id)
         case GroupStartCommanded():
@@ -240,6 +252,9 @@ def _check(state: RunState, e: Event) -> Verdict:
             verdict = _fenced(state, e)
             if verdict.accepted and e.step <= state.step:
                 return reject(STEP_NOT_FORWARD, f"step {e.step} is not after step {state.step}")
+            if verdict.accepted and e.step > state.step + MAX_STEP_JUMP:
+                return reject(STEP_JUMP, f"step {e.step} jumps more than {MAX_STEP_JUMP} steps "
+                                         f"past step {state.step}")
             return verdict
         case ManifestProposed() | ManifestCommitted():
             verdict = _fenced(state, e)
@@ -370,7 +385,7 @@ def _advance(state: RunState, e: Event) -> RunState:
         case CancelRequested():
             return replace(state, cancel_requested=True)
         case WriteRejected():
-            return replace(state, rejections=state.rejections + 1)
+            return replace(state, rejections=state.rejections + 1 + e.repeats)
         case AlertRaised():
             if e.key in state.open_alerts:  # a duplicate of an open alert changes nothing
                 return state

@@ -203,8 +203,10 @@ class TransactionalWriter:
         except KafkaException as exc:
             _raise_txn("begin_transaction", exc)
 
-    def send(self, topic: str, event: Event) -> None:
-        data = self.codec.encode(event)
+    def send(self, topic: str, event: Event, data: bytes | None = None) -> None:
+        """Append ``event`` (``data``: its bytes, when the caller encoded it already)."""
+        if data is None:
+            data = self.codec.encode(event)
         try:
             self._producer.produce(
                 topic, value=data, key=event.run_id,
@@ -336,13 +338,22 @@ def quarantined(msg: Message, error: DecodeError) -> Quarantined:
     )
 
 
+# A reader's door rule: given a decoded record and its size in bytes, why it may
+# not pass (a ``DecodeError`` naming the reason), or None (events.authority).
+Admit = Callable[[Record, int], DecodeError | None]
+
+
 def decode_or_quarantine(
-    codec: Codec, msg: Message, quarantine: Quarantine | None = None
+    codec: Codec, msg: Message, quarantine: Quarantine | None = None, admit: Admit | None = None,
 ) -> Record | Quarantined:
-    """The decoded record, or where and why it is undecodable (copied to
-    ``quarantine`` first, when there is one). The one decode step of every reader."""
+    """The decoded record, or where and why it is undecodable or not admitted (copied
+    to ``quarantine`` first, when there is one). The one decode step of every reader."""
     try:
-        return decode_message(codec, msg)
+        record = decode_message(codec, msg)
+        refused = admit(record, len(msg.value() or b"")) if admit is not None else None
+        if refused is not None:
+            raise refused
+        return record
     except DecodeError as exc:
         return quarantine.keep(msg, exc) if quarantine is not None else quarantined(msg, exc)
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from controller.emitter import Emitter
-from controller.inputs import FALLBACK, RULES, Kind, rule_for, take
+from controller.inputs import RULES, Kind, rule_for, take
 from controller.model import Model
-from events.model import (
-    EVENT_TYPES,
-)
+from controller.reconcile import handle
+from events.model import EVENT_TYPES, Header
 from events.topics import REPORTS, REQUESTS
 from tests.controller.test_reconcile import PLAN, plan_of, running
 from tests.events.builders import Ev
@@ -24,12 +25,14 @@ def test_every_request_and_report_type_has_its_own_rule() -> None:
     assert {cls.__name__ for cls, rule in RULES.items() if rule.kind == Kind.REQUEST} == {
         "RunSubmitted", "CancelRequested", "ManifestProposed"}
     queued = Ev("r").queued(at=0, event_id="x", producer="t", reason="r")
-    assert rule_for(queued) is FALLBACK
+    assert rule_for(queued) is None  # a fact is no input
 
 
 def taken(model: Model, event: object) -> tuple[Model, list[str]]:
     em = Emitter(model, 1_000_000, plan_of)
-    take(em, event, rule_for(event))  # type: ignore[arg-type]
+    rule = rule_for(event)  # type: ignore[arg-type]
+    assert rule is not None
+    take(em, event, rule)  # type: ignore[arg-type]
     model, out = em.result()
     return model, [e.event_type for _, e in out]
 
@@ -44,14 +47,34 @@ def test_a_heartbeat_is_folded_but_not_kept_and_a_stale_one_is_recorded_as_rejec
     assert out == ["WriteRejected"] and after.runs["run-1"].rejections == 1
 
 
-def test_a_fact_sent_as_an_input_is_folded_as_a_report_of_its_run() -> None:
+def test_a_fact_or_a_type_off_its_topic_is_no_input_and_changes_nothing() -> None:
     model = running().model
-    _, out = taken(model, EV.queued(1, reason="forged", n=3))
-    assert out == ["WriteRejected"]  # the fold's own verdict: Running cannot be queued
-    # A node's fact names no run: the run fold refuses it, the inventory never sees it.
-    forged = EV.quarantined("n1", reason="x", at=0, event_id="q")
-    after, out = taken(model, forged)
-    assert out == ["WriteRejected"] and not after.inventory.nodes["n1"].quarantined
+    cancel = EV.cancelled(1, principal="someone", reason="forged", n=3)
+    for event, topic in [
+        (EV.queued(1, reason="forged", n=3), REPORTS),
+        (EV.finished(1, outcome="failed", reason="forged", n=3), REPORTS),
+        (cancel, REQUESTS),
+        (EV.quarantined("n1", reason="x", at=0, event_id="q"), REPORTS),
+        # a report on the requests topic, and a request on the reports topic
+        (EV.heartbeat(1, "r0", step=0, node="n1", n=4), REQUESTS),
+        (EV.submitted(spec_digest="sha256:x", world_size=2, dataset_id=None, n=5), REPORTS),
+    ]:
+        after, out = handle(model, event, 1_000_000, plan_of, topic)
+        assert out == [] and after is model, event.event_type
+
+
+def test_a_future_dated_input_counts_from_when_it_was_received() -> None:
+    model = running().model
+    now = 1_000_000
+    ten_years = 10 * 365 * 86_400_000
+    beat = replace(EV.heartbeat(1, "r0", step=0, node="n1", n=7),
+                   header=Header("hb-7", "run-1", 1, now + ten_years, "w"))
+    after, _ = handle(model, beat, now, plan_of)
+    assert after.runs["run-1"].heartbeats["r0"] == now
+    step = replace(EV.step(1, step=1, n=8), header=Header("s-8", "run-1", 1, now + ten_years, "w"))
+    after, out = handle(model, step, now, plan_of)
+    kept = [e for _, e in out if e.event_type == "StepCommitted"]
+    assert kept[0].header.occurred_at == now and after.runs["run-1"].last_progress_at == now
 
 
 def test_a_resubmitted_request_is_the_same_run() -> None:

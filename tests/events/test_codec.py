@@ -21,7 +21,8 @@ from fastavro.schema import to_parsing_canonical_form
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from events.codec import MAGIC, Codec, Upcasters
+from events.codec import MAGIC, Codec, Upcasters, default_codec
+from events.convert import to_record
 from events.errors import DecodeError, EncodeError, InvalidEvent
 from events.fingerprint import fingerprint_bytes
 from events.model import (
@@ -39,6 +40,7 @@ from events.model import (
     RunSubmitted,
     StepCommitted,
 )
+from tests.events.builders import Ev
 from tests.events.sample_events import one_of_each
 from tests.events.strategies import LONG_MAX, LONG_MIN, any_event, event_of
 
@@ -400,3 +402,18 @@ def test_a_corrupt_body_gets_the_same_detail_every_time() -> None:
     second = decode_error(bytes(truncated))
     assert first.reason == "body_invalid" and first.detail == second.detail
     assert " at 0x" not in first.detail
+
+
+def test_an_avro_int_past_32_bits_is_refused_both_ways_naming_the_field() -> None:
+    codec = default_codec()
+    event = Ev("r1").step(1, 5)
+    record = to_record(event)
+    record["header"]["schema_version"] = 2**40  # fastavro would write it as is
+    prefix, parsed, _ = codec._writers["StepCommitted"]
+    buf = io.BytesIO(prefix)
+    buf.seek(len(prefix))
+    fastavro.schemaless_writer(buf, parsed, record)
+    with pytest.raises(DecodeError) as decoded:
+        codec.decode(buf.getvalue())
+    assert decoded.value.reason == "int_out_of_range"
+    assert "StepCommitted.header.schema_version: 1099511627776" in decoded.value.detail

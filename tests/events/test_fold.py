@@ -15,11 +15,13 @@ from events.fold import (
     GENERATION_NOT_FORWARD,
     ILLEGAL_TRANSITION,
     NOT_A_MEMBER,
+    NOT_ON_NODE,
     RESUME_BEYOND_CHECKPOINT,
     RESUME_MISSING,
     RUN_NOT_ACTIVE,
     RUN_TERMINAL,
     STALE_GENERATION,
+    STEP_JUMP,
     STEP_NOT_FORWARD,
     UNKNOWN_CHECKPOINT,
     UNKNOWN_RUN,
@@ -289,6 +291,14 @@ def _scenarios() -> dict[str, Callable[[], tuple[RunState | None, Event]]]:
         ev = Ev()
         return running(ev), ev.revoked(1, 10, digest="sha256:never-committed")
 
+    def step_jump() -> tuple[RunState | None, Event]:
+        ev = Ev()  # at step 10: a claim of step 10**12 would refuse every real step after it
+        return running(ev), ev.step(1, 10**12)
+
+    def not_on_node() -> tuple[RunState | None, Event]:
+        ev = Ev()  # w0 runs on node-a; node-b's agent may not report its exit
+        return running(ev), ev.exited(1, "w0", node="node-b")
+
     return {
         STALE_GENERATION: stale,
         UNKNOWN_RUN: unknown,
@@ -304,6 +314,8 @@ def _scenarios() -> dict[str, Callable[[], tuple[RunState | None, Event]]]:
         RESUME_BEYOND_CHECKPOINT: resume_beyond,
         RESUME_MISSING: resume_missing,
         UNKNOWN_CHECKPOINT: unknown_checkpoint,
+        STEP_JUMP: step_jump,
+        NOT_ON_NODE: not_on_node,
     }
 
 
@@ -442,7 +454,7 @@ FENCED_MAKERS: dict[str, Callable[[Ev, int], Event]] = {
     "StepCommitted": lambda ev, g: ev.step(g, 11),
     "HeartbeatRecorded": lambda ev, g: ev.heartbeat(g, "w0", 11),
     "ShardWritten": lambda ev, g: ev.shard(g, 20),
-    "WorkerExited": lambda ev, g: ev.exited(g, "w0"),
+    "WorkerExited": lambda ev, g: ev.exited(g, "w0", node="node-a"),
     "MembershipConfirmed": lambda ev, g: ev.confirmed(g),
     "GroupStartCommanded": lambda ev, g: ev.group_start(g),
     "CheckpointStaged": lambda ev, g: ev.staged(g, 11),

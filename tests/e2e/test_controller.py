@@ -82,7 +82,8 @@ def test_a_stopped_worker_resumed_after_a_new_generation_can_never_publish(
             for e in of_type(facts, "WriteRejected")
             if e.reason == "stale_generation" and e.header.occurred_at >= resumed_at
         ]
-        return len(rej) >= 3
+        # Aggregated (controller.rejections): one record per member and reason per window.
+        return len(rej) >= 1
 
     facts = cluster.wait_facts(run, stale_rejections, timeout=60, what="stale rejections")
     (gen2,) = [e for e in of_type(facts, "GenerationStarted") if e.generation == 2]

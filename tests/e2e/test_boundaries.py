@@ -1,0 +1,140 @@
+"""Forged and bad inputs against a real controller, while a healthy run keeps committing steps.
+
+The drills of issue "Boundaries", kept as tests: each forged type on a wrong
+topic is quarantined by the controller's door with its origin; each claim the
+controller can check is refused with a named reason; a zombie's flood costs
+one record; a spec value that once crashed the controller fails only its run.
+Throughout, an unrelated run keeps committing steps and succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer
+
+from events.kafka import EventProducer
+from events.model import (
+    CheckpointIntervalChanged,
+    CheckpointWriteFailed,
+    Event,
+    GroupStartCommanded,
+    Header,
+    HeartbeatRecorded,
+    Member,
+    RunCancelled,
+    RunFinished,
+    RunSubmitted,
+    StepCommitted,
+    WorkerExited,
+)
+from events.topics import QUARANTINE, REPORTS, REQUESTS
+from tests.e2e.harness import Cluster, of_type, spec, wait
+
+pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
+
+
+def _h(run_id: str, gen: int, event_id: str, at_ms: int | None = None) -> Header:
+    at = at_ms if at_ms is not None else int(time.time() * 1000)
+    return Header(event_id, run_id, gen, at, "forger")
+
+
+def _quarantined(bootstrap: str, count: int) -> list[dict[str, str]]:
+    """The headers of the first ``count`` records on the quarantine topic."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "drill-reader",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([QUARANTINE])
+    found: list[dict[str, str]] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(found) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                found.append({k: v.decode(errors="replace") for k, v in msg.headers() or []})
+    finally:
+        consumer.close()
+    return found
+
+
+def _steps_after(facts: list[Event], at_ms: int) -> int:
+    return sum(1 for e in of_type(facts, "StepCommitted") if e.header.occurred_at > at_ms)
+
+
+def test_forged_types_claims_floods_and_bad_specs_never_stop_a_healthy_run(
+    cluster: Cluster,
+) -> None:
+    cluster.controller()
+    cluster.agent("n1", 2)
+    run = cluster.submit(spec("healthy", ["--steps", "150", "--step-time", "0.1"]))
+    facts = cluster.wait_facts(run, lambda f: len(of_type(f, "StepCommitted")) >= 5,
+                               what="the healthy run committing steps")
+    (gen,) = {g.generation for g in of_type(facts, "GenerationStarted")}
+    forged_at = int(time.time() * 1000)
+    producer = EventProducer(cluster.bootstrap, client_id="forger")
+    sends: list[tuple[str, Event]] = [
+        # Facts and commands sent as inputs: strays, each on a wrong topic.
+        (REPORTS, RunFinished(header=_h(run, gen, "f-1"), outcome="failed", reason="forged")),
+        (REQUESTS, RunCancelled(header=_h(run, gen, "f-2"), principal="x", reason="forged")),
+        (REPORTS, CheckpointIntervalChanged(
+            header=_h(run, gen, "f-3"), interval_steps=1, interval_s=None, cost_s=None,
+            mtbf_s=None, mtbf_source="fixed")),
+        (REPORTS, GroupStartCommanded(
+            header=_h(run, gen, "f-4"), command_id="f-4", node="n1",
+            members=(Member("r0", "n1", 0),), world_size=1, master_addr="127.0.0.1",
+            master_port=1, argv=("true",), env={})),
+        # Oversize: a report far over the 256 KiB limit.
+        (REPORTS, CheckpointWriteFailed(header=_h(run, gen, "f-5"), step=1, logical_id="r0",
+                                        stage="shards", detail="x" * 400_000)),
+        # Claims the controller checks: a step 10**12, an exit reported from the wrong node.
+        (REPORTS, StepCommitted(header=_h(run, gen, "f-6"), step=10**12, tokens=1,
+                                loss_tokens=1, step_time_ms=1.0, input_wait_ms=0.0)),
+        (REPORTS, WorkerExited(header=_h(run, gen, "f-7"), logical_id="r0", node="n2",
+                               exit_code=1)),
+    ]
+    # A zombie of generation 0 floods heartbeats: 300 refusals.
+    sends += [(REPORTS, HeartbeatRecorded(header=_h(run, 0, f"z-{i}"), logical_id="r0",
+                                          node="n1", step=0)) for i in range(300)]
+    # A spec value that once crashed the controller, sent past the CLI's checks.
+    bad = json.loads(facts[0].spec_json) if isinstance(facts[0], RunSubmitted) else {}
+    bad.update(name="overflow", checkpoint={"policy": "auto", "mtbf_prior_s": 1e300})
+    sends.append((REQUESTS, RunSubmitted(
+        header=_h("overflow-1", 0, "f-8"), spec_digest="sha256:" + "0" * 64,
+        spec_json=json.dumps(bad), principal="mallory", world_size=2)))
+    for topic, event in sends:
+        producer.send(topic, event)
+    producer.flush(30)
+
+    # Every stray and the oversize report is on the quarantine topic with its origin.
+    quarantined = _quarantined(cluster.bootstrap, 5)
+    by_reason = sorted((q["reason"], q["origin_topic"], q.get("event_type", ""))
+                       for q in quarantined)
+    assert by_reason == [
+        ("oversize", REPORTS, "CheckpointWriteFailed"),
+        ("stray", REPORTS, "CheckpointIntervalChanged"),
+        ("stray", REPORTS, "GroupStartCommanded"),
+        ("stray", REPORTS, "RunFinished"),
+        ("stray", REQUESTS, "RunCancelled"),
+    ], quarantined
+
+    facts = cluster.wait_facts(
+        run, lambda f: any(isinstance(e, RunFinished) for e in f), timeout=120,
+        what="the healthy run finishing")
+    finished: list[Any] = of_type(facts, "RunFinished")
+    assert [f.outcome for f in finished] == ["succeeded"], finished
+    assert _steps_after(facts, forged_at) >= 20  # it kept committing throughout
+    assert of_type(facts, "RunCancelled") == []
+    assert of_type(facts, "CheckpointIntervalChanged") == []
+    rejected = {(r.rejected_event_id, r.reason) for r in of_type(facts, "WriteRejected")}
+    assert {("f-6", "step_jump"), ("f-7", "not_on_node")} <= rejected
+    floods = [r for r in of_type(facts, "WriteRejected") if r.rejected_event_id.startswith("z-")]
+    assert len(floods) <= 2, [(r.rejected_event_id, r.repeats) for r in floods]
+    assert max(f.step for f in of_type(facts, "StepCommitted")) == 150
+
+    # The overflowing spec failed its own run, with the reason; the controller lived on.
+    overflow = wait(lambda: [e for e in cluster.facts("overflow-1")
+                             if isinstance(e, RunFinished)] or None, 60, "the bad run failing")
+    assert overflow[0].outcome == "failed" and "mtbf_prior_s" in overflow[0].reason
+    assert cluster.procs[0].poll() is None, cluster.log_of("controller")[-2000:]

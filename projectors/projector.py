@@ -6,8 +6,9 @@ in the database (from the beginning when there are none), so a restart
 resumes exactly after the last committed batch: a crash mid-batch loses the
 whole batch's transaction, never half of it, and nothing is applied twice.
 A record that cannot be decoded becomes a ``quarantine`` row and projection
-goes on. Replay is the same loop into an empty database, stopping once it has
-caught up with the ends the log had when it started.
+goes on, and so does a record whose rows cannot be stored (``UNPROJECTABLE``).
+Replay is the same loop into an empty database, stopping at the ends the log had
+when it started, however much keeps arriving.
 """
 
 from __future__ import annotations
@@ -78,11 +79,14 @@ class Projector:
         return {(t, p): o for t, p, o in rows}
 
     def run(self, *, until_caught_up: bool = False, stop: threading.Event | None = None,
-            poll_s: float = 0.5) -> int:
-        """Project until ``stop`` is set, or (``until_caught_up``) until every
-        partition has reached the end it had when this call started."""
+            poll_s: float = 0.5, retry_s: float = 0.0) -> int:
+        """Project until ``stop`` is set, or (``until_caught_up``) exactly the records
+        below the ends the partitions had when this call started, however many keep
+        arriving. ``retry_s``: how long a broker that is down or failing over is
+        waited for before ``BrokerUnavailable`` (at the start, and while catching up)."""
         reader = LogReader(self.bootstrap, TOPICS, start=self.offsets(), codec=self.codec,
-                           name="runledger-projector")
+                           name="runledger-projector", bounded=until_caught_up,
+                           strict=until_caught_up and retry_s > 0, retry_s=retry_s)
         try:
             total = 0
             while not (stop is not None and stop.is_set()):

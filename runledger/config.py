@@ -14,7 +14,7 @@ Configuration comes from the environment, with one default each:
 - ``RUNLEDGER_RETRY_S`` (default 30): how long a command waits for a broker that
   is down or failing over before it gives up with one line (:func:`retry_s`).
 
-Tested in tests/runledger/test_config.py, tests/runledger/commands/test_runs.py, tests/runledger/commands/test_dataset.py and
+Tested in tests/runledger/commands/test_runs.py, tests/runledger/commands/test_dataset.py and
 tests/runledger/stack/test_cluster.py.
 """
 

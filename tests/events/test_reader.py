@@ -1,7 +1,7 @@
 """The group-less log reader on a real broker: assignment from the beginning, the end
 or stored offsets; positions; the end of the log past transaction markers; decoding
 and quarantine; key filtering; watermarks; a bounded read under a steady trickle;
-patience with a broker that is not there."""
+patience with a broker that is not there, or lost mid-read (a broker of its own)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -17,6 +18,7 @@ from events.errors import BrokerUnavailable, KafkaOperationError
 from events.kafka import EventProducer, Quarantined, Record, TransactionalWriter
 from events.model import HeartbeatRecorded
 from events.reader import BEGINNING, END, LogReader, Watermarks
+from runledger.stack import Stack
 from tests.events.builders import Ev
 
 pytestmark = pytest.mark.kafka
@@ -276,3 +278,43 @@ def test_patience_waits_out_a_missing_broker_then_names_it() -> None:
     with pytest.raises(BrokerUnavailable, match=r"at 127\.0\.0\.1:1 for 2 s"):
         LogReader("127.0.0.1:1", ["runledger.runs"], timeout_s=1.0, retry_s=2.0)
     assert 2.0 <= time.monotonic() - started < 20
+
+
+# Small fetches: a reader that has read a little has not prefetched the rest.
+SMALL_FETCHES = {"fetch.max.bytes": 1000, "message.max.bytes": 1000,
+                 "max.partition.fetch.bytes": 1000, "queued.max.messages.kbytes": 1,
+                 "queued.min.messages": 1}
+
+
+@pytest.mark.slow
+def test_a_broker_lost_mid_read_is_waited_for_then_named(tmp_path: Path) -> None:
+    """A bounded reader whose broker stops mid-read gives up after retry_s with
+    BrokerUnavailable; one whose broker is back within retry_s reads on to its end."""
+    stack = Stack(tmp_path / "kafka", brokers=1)
+    try:
+        address = stack.up().bootstrap
+        topic = make_topic(address, "test.lost", 1)
+        run = f"run-{uuid.uuid4().hex[:8]}"
+        producer = EventProducer(address)
+        for n in range(120):  # one record batch each: a fetch of 1,000 bytes takes a few
+            producer.send(topic, beat(run, n))
+            producer.flush()
+        for comes_back in (True, False):
+            with LogReader(address, [topic], bounded=True, strict=True, retry_s=8.0,
+                           config=SMALL_FETCHES) as reader:
+                got = reader.read_records(10, 5.0)
+                assert got and not reader.caught_up
+                stack.down()
+                if comes_back:
+                    time.sleep(2)
+                    assert stack.up(port=int(address.rpartition(":")[2])).bootstrap == address
+                    got += list(reader.records())
+                    assert [r.event.step for r in got] == list(range(120))
+                else:
+                    started = time.monotonic()
+                    with pytest.raises(BrokerUnavailable, match=f"at {address} for 8 s"):
+                        list(reader.records())
+                    assert 8 <= time.monotonic() - started < 30
+                    assert stack.up(port=int(address.rpartition(":")[2])).bootstrap == address
+    finally:
+        stack.down(purge=True)

@@ -108,16 +108,20 @@ class EventConsumer:
 def read_log(
     bootstrap: str, topic: str, *, follow: bool = False, quarantine: Quarantine | None = None,
     codec: Codec | None = None, idle_timeout_s: float = 1.0,
-    on_quarantine: Callable[[Quarantined], None] | None = None,
+    on_quarantine: Callable[[Quarantined], None] | None = None, retry_s: float = 0.0,
 ) -> Iterator[Record]:
     """Every record of ``topic`` from the beginning, in offset order per partition.
 
-    Without ``follow`` it stops at the end offsets seen at the start (a dump);
-    with it, it waits for new records (a tail). No group, nothing committed.
-    An undecodable record goes to ``on_quarantine`` (by default it is logged).
+    Without ``follow`` it reads up to the end offsets taken at the start and stops,
+    however much keeps arriving (a dump); with it, it waits for new records (a
+    tail). No group, nothing committed. An undecodable record goes to
+    ``on_quarantine`` (by default it is logged). ``retry_s``: how long a broker
+    that is down or failing over is waited for (``LogReader``); a tail waits for
+    it for ever once it has started.
     """
     reader = LogReader(bootstrap, [topic], codec=codec, quarantine=quarantine,
-                       on_quarantine=on_quarantine, strict=True)
+                       on_quarantine=on_quarantine, strict=True, bounded=not follow,
+                       retry_s=retry_s)
     try:
         yield from reader.records(follow=follow, timeout_s=idle_timeout_s)
     finally:

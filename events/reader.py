@@ -4,7 +4,10 @@
 beginning, from the end, or from stored offsets, and owns what each caller
 used to redo: positions (the next offset per partition), the end of the log
 (caught up with the ends seen when reading started, past transaction markers),
-``read_committed`` isolation, decoding and quarantine. An undecodable record
+``read_committed`` isolation, decoding and quarantine. A ``bounded`` reader
+hands out only what was there when it started (a dump, a replay: they end however
+much keeps arriving), and, given ``retry_s``, waits out a broker that is down or
+failing over for that long before it gives up with ``BrokerUnavailable``. An undecodable record
 is handed over as a ``Quarantined`` (where it was, why, and its raw bytes) or,
 to a caller that has nothing better to do with it, reported and logged: it
 never crashes the reader and never vanishes silently. Nothing is committed.
@@ -51,6 +54,16 @@ _SETTINGS: dict[str, Any] = {
 }
 
 
+# Errors no retry mends: the topic is not there, or we may not read it.
+_NO_SUCH_TOPIC = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                            KafkaError._UNKNOWN_PARTITION})
+_PERMANENT = _NO_SUCH_TOPIC | {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError._AUTHENTICATION,
+    KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL}
+RETRY_PAUSE_S = 0.5  # between two tries to list a topic's partitions and their ends
+
+
 def log_quarantined(q: Quarantined) -> None:
     """What a caller with nothing better to do does with an undecodable record."""
     log.warning("%s", q)
@@ -70,8 +83,10 @@ def _partitions(consumer: Consumer, topics: Iterable[str], timeout_s: float) -> 
         except KafkaException as exc:
             raise BrokerUnavailable(f"no Kafka broker answered: {exc.args[0].str()}") from None
         meta = metadata.topics.get(topic)
-        if meta is None or meta.error is not None:
+        if meta is None or (meta.error is not None and meta.error.code() in _NO_SUCH_TOPIC):
             raise KafkaOperationError(f"topic {topic!r} does not exist")
+        if meta.error is not None:  # e.g. no leader while one is elected: it passes
+            raise BrokerUnavailable(f"topic {topic!r}: {meta.error.str()}")
         out += [(topic, p) for p in sorted(meta.partitions)]
     return out
 
@@ -85,11 +100,11 @@ def _watermarks(consumer: Consumer, partitions: Iterable[Partition],
         try:
             marks = consumer.get_watermark_offsets(TopicPartition(topic, part),
                                                    timeout=timeout_s, cached=False)
-        except KafkaException as exc:
-            raise KafkaOperationError(f"watermarks of {topic}[{part}]: "
-                                      f"{exc.args[0].str()}") from None
+        except KafkaException as exc:  # a timeout, a leader moving: it passes
+            raise BrokerUnavailable(f"watermarks of {topic}[{part}]: "
+                                    f"{exc.args[0].str()}") from None
         if marks is None:
-            raise KafkaOperationError(f"watermarks of {topic}[{part}]: no answer")
+            raise BrokerUnavailable(f"watermarks of {topic}[{part}]: no answer")
         out[(topic, part)] = (int(marks[0]), int(marks[1]))
     return out
 
@@ -105,26 +120,33 @@ class LogReader:
     by default it is logged, unless ``quarantine`` has reported it already.
     ``strict``: every consumer error raises ``KafkaOperationError`` (a dump must
     not hang on a broken broker); otherwise only fatal ones do, and librdkafka
-    retries the rest. ``name`` shows in the broker's client ids.
+    retries the rest. ``bounded``: only records below the ends taken at the start
+    are handed out, and a partition that reached its end is paused, so a dump or a
+    replay ends however much keeps arriving. ``retry_s``: how long a broker that is
+    down or failing over is waited for, first to list the partitions and their
+    ends, then (strict) while transient consumer errors come, and (bounded) while
+    records are due and none comes; after that ``BrokerUnavailable`` is raised.
+    ``name`` shows in the broker's client ids.
     """
 
     def __init__(
         self, bootstrap: str, topics: Sequence[str], *, start: Start = BEGINNING,
         codec: Codec | None = None, quarantine: Quarantine | None = None,
         on_quarantine: OnQuarantine | None = None, key: str | None = None,
-        strict: bool = False, name: str = "runledger-reader", timeout_s: float = 10.0,
+        strict: bool = False, bounded: bool = False, retry_s: float = 0.0,
+        name: str = "runledger-reader", timeout_s: float = 10.0,
         config: Mapping[str, Any] | None = None,
     ) -> None:
         self.codec = codec or default_codec()
         self.quarantine = quarantine
         self.on_quarantine = on_quarantine or (
             log_quarantined if quarantine is None else lambda _q: None)
-        self.strict = strict
+        self.strict, self.bounded, self.retry_s = strict, bounded, retry_s
+        self.bootstrap = bootstrap
         self._key = key.encode() if key is not None else None
         self._consumer = _consumer(bootstrap, name, config)
         try:
-            self.partitions = _partitions(self._consumer, topics, timeout_s)
-            marks = _watermarks(self._consumer, self.partitions, timeout_s)
+            self.partitions, marks = self._layout(topics, timeout_s)
             first = {tp: _first_offset(start, tp, low, high) for tp, (low, high) in marks.items()}
             self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in first.items()])
         except BaseException:
@@ -138,19 +160,67 @@ class LogReader:
         self._positions: dict[Partition, int] = {}
         self._reached: dict[Partition, int] = {}
         self.last_read_s = 0.0
+        # Time spent waiting since a message (a record or an end of partition) last
+        # came, and the last transient error since: what patience (retry_s) counts.
+        self._waited_s = 0.0
+        self._trouble: str | None = None
+        if bounded:
+            self._pause([tp for tp in self.partitions if tp not in self._pending])
+
+    def _layout(self, topics: Sequence[str], timeout_s: float,
+                ) -> tuple[list[Partition], dict[Partition, tuple[int, int]]]:
+        """The partitions and their watermarks, tried again for ``retry_s`` while the
+        broker does not answer (a failover, a restart)."""
+        deadline = time.monotonic() + self.retry_s
+        while True:
+            try:
+                parts = _partitions(self._consumer, topics, timeout_s)
+                return parts, _watermarks(self._consumer, parts, timeout_s)
+            except BrokerUnavailable as exc:
+                if time.monotonic() + RETRY_PAUSE_S >= deadline:
+                    raise self._gave_up(str(exc)) from None
+                log.debug("reader %s: %s (tried again)", self.bootstrap, exc)
+                time.sleep(RETRY_PAUSE_S)
+
+    def _gave_up(self, why: str) -> BrokerUnavailable:
+        waited = f" for {self.retry_s:g} s" if self.retry_s > 0 else ""
+        return BrokerUnavailable(f"no Kafka broker answered at {self.bootstrap}{waited}: {why}")
 
     # -- reading --------------------------------------------------------------------
 
     def read(self, max_records: int = 500, timeout_s: float = 1.0) -> list[Record | Quarantined]:
         """As soon as one record is there (or ``timeout_s`` passed): what has arrived,
         decoded or quarantined, in offset order per partition. For tails."""
-        return self._take(poll_burst(self._consumer, max_records, timeout_s))
+        return self._take(self._fetch(poll_burst, max_records, timeout_s))
 
     def read_batch(self, max_records: int = 5000,
                    timeout_s: float = 0.5) -> list[Record | Quarantined]:
         """Up to ``max_records``, waiting up to ``timeout_s`` to fill the batch. For
         throughput: a batch per transaction downstream."""
-        return self._take(self._consumer.consume(max_records, timeout_s))
+        return self._take(self._fetch(
+            lambda c, n, t: c.consume(n, t), max_records, timeout_s))
+
+    def _fetch(self, how: Callable[[Consumer, int, float], list[Message]], max_records: int,
+               timeout_s: float) -> list[Message]:
+        started = time.monotonic()
+        try:
+            messages = how(self._consumer, max_records, timeout_s)
+        except KafkaException as exc:  # fatal, or the consumer is unusable
+            raise KafkaOperationError(f"read: {exc.args[0].str()}") from None
+        self._check_patience(messages, time.monotonic() - started)
+        return messages
+
+    def _check_patience(self, messages: list[Message], waited_s: float) -> None:
+        if any(_heard(m.error()) for m in messages):
+            self._waited_s, self._trouble = 0.0, None
+            return
+        # Only time spent waiting for the broker counts, not a slow caller's.
+        self._waited_s += waited_s
+        due = self.bounded and self._pending
+        if self.retry_s > 0 and due and self._waited_s >= self.retry_s:
+            # Records are due and nothing came: the broker is gone or stuck.
+            raise self._gave_up(self._trouble or f"{len(self._pending)} partition(s) "
+                                "short of their end and nothing came")
 
     def read_records(self, max_records: int = 500, timeout_s: float = 1.0, *,
                      batch: bool = False) -> list[Record]:
@@ -181,9 +251,12 @@ class LogReader:
                 continue
             tp = (msg.topic() or "", msg.partition() or 0)
             offset = (msg.offset() or 0) + 1
+            if self.bounded and offset > self._ends[tp]:
+                self._reach(tp)  # past the end taken at the start: not this reader's
+                continue
             positions[tp] = offset
             if pending and tp in pending and offset >= self._ends[tp]:
-                pending.discard(tp)
+                self._reach(tp)
             if wanted is not None:
                 key = msg.key()
                 if key is not None and key != wanted:
@@ -196,12 +269,28 @@ class LogReader:
         tp = (msg.topic() or "", msg.partition() or 0)
         if err.code() == KafkaError._PARTITION_EOF:
             # Past the transaction markers too, which no record's offset covers.
-            self._pending.discard(tp)
+            self._reach(tp)
             self._reached = {**self._reached, tp: msg.offset() or 0}
             return
-        if self.strict or err.fatal():
+        transient = not err.fatal() and err.code() not in _PERMANENT
+        if err.fatal() or (self.strict and not (transient and self.retry_s > 0)):
             raise KafkaOperationError(f"read {tp[0]}: {err.str()}")
+        # librdkafka retries it; a patient reader gives up in _check_patience.
+        self._trouble = err.str()
         log.debug("read %s: %s (librdkafka retries)", tp[0], err.str())
+
+    def _reach(self, tp: Partition) -> None:
+        """``tp`` has reached the end it had at the start; a bounded reader stops
+        fetching it."""
+        if tp in self._pending:
+            self._pending.discard(tp)
+            if self.bounded:
+                self._pause([tp])
+
+    def _pause(self, partitions: Iterable[Partition]) -> None:
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        if tps:
+            self._consumer.pause(tps)
 
     # -- where reading stands ---------------------------------------------------------
 
@@ -209,6 +298,11 @@ class LogReader:
     def caught_up(self) -> bool:
         """Every partition has reached the end it had when reading started."""
         return not self._pending
+
+    @property
+    def ends(self) -> dict[Partition, int]:
+        """The end (high watermark) of each partition when reading started."""
+        return dict(self._ends)
 
     @property
     def positions(self) -> dict[Partition, int]:
@@ -236,6 +330,11 @@ class LogReader:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+def _heard(err: KafkaError | None) -> bool:
+    """A record, or the end of a partition: the broker is there."""
+    return err is None or err.code() == KafkaError._PARTITION_EOF
 
 
 def _first_offset(start: Start, tp: Partition, low: int, high: int) -> int:

@@ -6,12 +6,14 @@ in the database (from the beginning when there are none), so a restart
 resumes exactly after the last committed batch: a crash mid-batch loses the
 whole batch's transaction, never half of it, and nothing is applied twice.
 A record that cannot be decoded becomes a ``quarantine`` row and projection
-goes on. Replay is the same loop into an empty database, stopping once it has
-caught up with the ends the log had when it started.
+goes on, and so does a record whose rows cannot be stored (``UNPROJECTABLE``).
+Replay is the same loop into an empty database, stopping at the ends the log had
+when it started, however much keeps arriving.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from events.codec import Codec, default_codec
 from events.kafka import Quarantined, Record
@@ -29,6 +32,14 @@ from projectors.rows import EventRow, QuarantineRow, Row
 from projectors.tables import DDL, TABLE_OF, Table, rows_for
 
 TOPICS = (RUNS, REPORTS)
+# The quarantine reason of a record whose rows cannot be stored (a value no column of
+# this projection file holds, text Arrow refuses, a payload that cannot be mapped).
+UNPROJECTABLE = "unprojectable"
+# What storing such a record raises; a broken database or disk raises something
+# else, and that stops the projector instead of quarantining the whole log.
+UNSTORABLE: tuple[type[BaseException], ...] = (
+    ValueError, TypeError, OverflowError, pa.ArrowException, duckdb.DataError)
+log = logging.getLogger("runledger.projectors.projector")
 # Test hook: ``<run id>:<n>`` kills the projector with SIGKILL inside the
 # transaction of the batch that takes that run past n projected records.
 CRASH_ENV = "RUNLEDGER_PROJECTOR_CRASH"
@@ -68,11 +79,14 @@ class Projector:
         return {(t, p): o for t, p, o in rows}
 
     def run(self, *, until_caught_up: bool = False, stop: threading.Event | None = None,
-            poll_s: float = 0.5) -> int:
-        """Project until ``stop`` is set, or (``until_caught_up``) until every
-        partition has reached the end it had when this call started."""
+            poll_s: float = 0.5, retry_s: float = 0.0) -> int:
+        """Project until ``stop`` is set, or (``until_caught_up``) exactly the records
+        below the ends the partitions had when this call started, however many keep
+        arriving. ``retry_s``: how long a broker that is down or failing over is
+        waited for before ``BrokerUnavailable`` (at the start, and while catching up)."""
         reader = LogReader(self.bootstrap, TOPICS, start=self.offsets(), codec=self.codec,
-                           name="runledger-projector")
+                           name="runledger-projector", bounded=until_caught_up,
+                           strict=until_caught_up and retry_s > 0, retry_s=retry_s)
         try:
             total = 0
             while not (stop is not None and stop.is_set()):
@@ -88,25 +102,47 @@ class Projector:
 
     def _apply(self, items: list[Record | Quarantined], decode_s: float = 0.0) -> int:
         started = time.monotonic() - decode_s
+        quarantined = self._commit_or_isolate(items)
+        self.applied += len(items)
+        self.quarantined += quarantined
+        self.batches += 1
+        self.last_batch, self.last_batch_s = len(items), time.monotonic() - started
+        return len(items)
+
+    def _commit_or_isolate(self, items: list[Record | Quarantined]) -> int:
+        """Commit ``items``; when a value in them cannot be stored, find the records
+        that hold one (halving the batch) and commit each as a ``quarantine`` row, so
+        one bad record never stalls projection. Returns the quarantine rows written."""
+        try:
+            return self._commit(items)
+        except UNSTORABLE as exc:
+            if len(items) > 1:
+                mid = len(items) // 2
+                return self._commit_or_isolate(items[:mid]) + self._commit_or_isolate(items[mid:])
+            bad = unprojectable(items[0], exc, self.codec)
+            log.warning("%s", bad)
+            return self._commit([bad])
+
+    def _commit(self, items: list[Record | Quarantined]) -> int:
+        """One transaction: every item's rows and the partitions' next offsets."""
         by_table: dict[type[Row], list[tuple[Any, ...]]] = {}
         ends: dict[tuple[str, int], int] = {}
-        for item in items:
-            topic, part, ofs = item.topic, item.partition, item.offset
-            if isinstance(item, Quarantined):
-                by_table.setdefault(QuarantineRow, []).append(QuarantineRow(
-                    topic, part, ofs, key=item.key or None, reason=item.reason,
-                    detail=item.detail, raw=item.value))
-            else:
-                for row in rows_for(item):
-                    # Kept as a plain tuple: CPython's GC stops tracking a tuple of
-                    # scalars but never a NamedTuple, and a batch's rows kept tracked
-                    # made collections cost about a third more Python time per batch.
-                    by_table.setdefault(type(row), []).append(tuple(row))
-            ends[(topic, part)] = ofs + 1
-        n = len(items)
         con = self.con
         con.execute("BEGIN TRANSACTION")
         try:
+            for item in items:
+                topic, part, ofs = item.topic, item.partition, item.offset
+                if isinstance(item, Quarantined):
+                    by_table.setdefault(QuarantineRow, []).append(QuarantineRow(
+                        topic, part, ofs, key=item.key or None, reason=item.reason,
+                        detail=item.detail, raw=item.value))
+                else:
+                    for row in rows_for(item):
+                        # Kept as a plain tuple: CPython's GC stops tracking a tuple of
+                        # scalars but never a NamedTuple, and a batch's rows kept tracked
+                        # made collections cost about a third more Python time per batch.
+                        by_table.setdefault(type(row), []).append(tuple(row))
+                ends[(topic, part)] = ofs + 1
             for row_type, rows in by_table.items():
                 _insert(con, TABLE_OF[row_type], rows)
                 if row_type is EventRow:
@@ -119,11 +155,7 @@ class Projector:
         except BaseException:
             con.execute("ROLLBACK")
             raise
-        self.applied += n
-        self.quarantined += len(by_table.get(QuarantineRow, ()))
-        self.batches += 1
-        self.last_batch, self.last_batch_s = n, time.monotonic() - started
-        return n
+        return len(by_table.get(QuarantineRow, ()))
 
     def _maybe_crash(self, rows: list[tuple[Any, ...]]) -> None:
         if self._crash is None:
@@ -138,10 +170,33 @@ class Projector:
 # Arrow table of the batch is scanned as a whole, about 100 times faster.
 def _insert(con: duckdb.DuckDBPyConnection, table: Table, rows: list[tuple[Any, ...]]) -> None:
     con.register("_batch", table.batch(rows))
-    try:
-        con.execute(f"INSERT INTO {table.name} SELECT * FROM _batch")
-    finally:
-        con.unregister("_batch")
+    con.execute(f"INSERT INTO {table.name} SELECT * FROM _batch")
+    # Not in a ``finally``: a failed insert aborts the transaction, which refuses
+    # even this until rolled back; the next batch's ``register`` replaces the view.
+    con.unregister("_batch")
+
+
+def unprojectable(item: Record | Quarantined, exc: BaseException, codec: Codec) -> Quarantined:
+    """The quarantine entry of a record none of whose rows could be stored: where it
+    was, why (the event and the error), and its bytes (re-encoded: the codec's
+    encoding is deterministic). Text is made storable whatever the record held."""
+    if isinstance(item, Quarantined):
+        what, key, raw = f"{item.reason}: {item.detail}", item.key, item.value
+    else:
+        event = item.event
+        what, key = f"{event.event_type} {event.header.event_id}", event.run_id
+        try:
+            raw = codec.encode(event)
+        except Exception:  # the bytes are a courtesy; the row is what matters
+            raw = None
+    detail = f"{what}: {type(exc).__name__}: {exc}"
+    return Quarantined(item.topic, item.partition, item.offset, UNPROJECTABLE,
+                       _storable(detail), key=_storable(key) if key else None, value=raw)
+
+
+def _storable(text: str) -> str:
+    # Lone surrogates (from a key or a message) are the text Arrow refuses.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def table_digests(db_path: str | Path) -> dict[str, str]:

@@ -37,7 +37,6 @@ BLOB = SqlType("BLOB", pa.binary())
 Varchar = Annotated[str, VARCHAR]
 OptVarchar = Annotated[str | None, VARCHAR]
 Integer = Annotated[int, INTEGER]
-OptInteger = Annotated[int | None, INTEGER]
 Bigint = Annotated[int, BIGINT]
 OptBigint = Annotated[int | None, BIGINT]
 Double = Annotated[float, DOUBLE]
@@ -90,7 +89,7 @@ class RunRow(NamedTuple):
     run_id: Varchar
     spec_digest: Varchar
     principal: Varchar
-    world_size: Integer
+    world_size: Bigint
     dataset_id: OptVarchar
     submitted_at: Bigint
 
@@ -115,7 +114,7 @@ class MemberRow(NamedTuple):
     generation: Bigint
     logical_id: Varchar
     node: Varchar
-    slot: Integer
+    slot: Bigint
     domain: OptVarchar
 
 
@@ -219,7 +218,7 @@ class StagingRow(NamedTuple):
     stall_ms: Double
     waited_ms: Double
     bytes: Bigint
-    backlog: Integer
+    backlog: Bigint
     durable_step: OptBigint
     occurred_at: Bigint
 
@@ -234,7 +233,7 @@ class RestoreRow(NamedTuple):
     logical_id: Varchar
     verify_ms: Double
     load_ms: Double
-    fell_back: Integer
+    fell_back: Bigint
     occurred_at: Bigint
 
 
@@ -260,7 +259,7 @@ class FailureRow(NamedTuple):
     failure_class: Varchar
     signature: Varchar
     action: Varchar
-    attempt: Integer
+    attempt: Bigint
     detail: Varchar
     logical_id: OptVarchar
     node: OptVarchar
@@ -336,8 +335,8 @@ class ExitRow(NamedTuple):
     generation: Bigint
     logical_id: Varchar
     node: Varchar
-    exit_code: OptInteger
-    signal: OptInteger
+    exit_code: OptBigint
+    signal: OptBigint
     occurred_at: Bigint
 
 

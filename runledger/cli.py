@@ -28,7 +28,7 @@ from runledger.commands import (
     runs,
     stack,
 )
-from runledger.errors import REPORTED, Interrupted, exit_status
+from runledger.errors import REPORTED, Interrupted, exit_status, message
 
 
 class _Runledger(TyperGroup):
@@ -42,7 +42,7 @@ class _Runledger(TyperGroup):
             error = Interrupted()
         except REPORTED as exc:
             error = exc
-        typer.echo(f"runledger: {error}", err=True)
+        typer.echo(f"runledger: {message(error)}", err=True)
         raise typer.Exit(exit_status(error))
 
 

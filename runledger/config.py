@@ -10,7 +10,9 @@ Configuration comes from the environment, with one default each:
   and the local stack (:func:`stack_data_dir`);
 - ``RUNLEDGER_BOOTSTRAP`` or ``--bootstrap``: the Kafka cluster
   (:func:`bootstrap`, :func:`connect`, :func:`external_bootstrap`);
-- ``RUNLEDGER_DATASETS`` or ``--catalog``: the dataset catalog (:func:`catalog`).
+- ``RUNLEDGER_DATASETS`` or ``--catalog``: the dataset catalog (:func:`catalog`);
+- ``RUNLEDGER_RETRY_S`` (default 30): how long a command waits for a broker that
+  is down or failing over before it gives up with one line (:func:`retry_s`).
 
 Tested in tests/runledger/commands/test_runs.py, tests/runledger/commands/test_dataset.py and
 tests/runledger/stack/test_cluster.py.
@@ -19,17 +21,25 @@ tests/runledger/stack/test_cluster.py.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from dataplane.catalog import Catalog, default_catalog_url
+from events.errors import BrokerUnavailable
 from events.kafka import ENV_BOOTSTRAP, bootstrap_from_env, check_broker
+from runledger.errors import UsageError
 
 HOME_ENV = "RUNLEDGER_HOME"
 DEFAULT_HOME = "~/.local/state/runledger"
-BROKER_CHECK_S = 5.0  # a fast, clear failure instead of librdkafka's long retries
+BROKER_CHECK_S = 5.0  # one try's wait: a fast, clear failure instead of librdkafka's
+RETRY_ENV = "RUNLEDGER_RETRY_S"
+# Long enough for a broker restart or a partition leader's failover, short enough
+# that a command against a broker that is not there gives up before its user does.
+DEFAULT_RETRY_S = 30.0
+RETRY_PAUSE_S = 0.5
 
 # --- option types ----------------------------------------------------------------
 
@@ -97,11 +107,38 @@ def bootstrap(explicit: str | None = None) -> str:
     return bootstrap_from_env(explicit)
 
 
+def retry_s() -> float:
+    """``RUNLEDGER_RETRY_S``: seconds to wait for a broker that is down or failing
+    over (0: try once); 30 when unset."""
+    text = os.environ.get(RETRY_ENV, "").strip()
+    if not text:
+        return DEFAULT_RETRY_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86_400:  # also refuses nan and inf
+        raise UsageError(f"{RETRY_ENV}={text!r} is not a number of seconds from 0 to 86400;"
+                         f" unset it for {DEFAULT_RETRY_S:g} s")
+    return value
+
+
 def connect(explicit: str | None = None) -> str:
-    """The bootstrap address, after one broker has answered (a fast, clear failure)."""
+    """The bootstrap address, once a broker has answered; tried again for
+    :func:`retry_s` seconds while none does (a restart, a failover)."""
     address = bootstrap(explicit)
-    check_broker(address, timeout_s=BROKER_CHECK_S)
-    return address
+    patience = retry_s()
+    deadline = time.monotonic() + patience
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            check_broker(address, timeout_s=min(BROKER_CHECK_S, max(left, 1.0)))
+            return address
+        except BrokerUnavailable as exc:
+            if time.monotonic() + RETRY_PAUSE_S >= deadline:
+                waited = f" (waited {patience:g} s)" if patience > 0 else ""
+                raise BrokerUnavailable(f"{exc}{waited}") from None
+            time.sleep(RETRY_PAUSE_S)
 
 
 def catalog(explicit: str | None = None) -> Catalog:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from agent.errors import AgentError
 from controller.errors import ControllerError
 from dataplane.errors import DataPlaneError
-from events.errors import EventsError
+from events.errors import BrokerUnavailable, EventsError
 from queries.errors import QueryError
 from worker.errors import WorkerError
 
@@ -72,6 +72,19 @@ EXIT_STATUS: tuple[tuple[type[Exception], int], ...] = (
     (QueryError, 1),
 )
 REPORTED: tuple[type[Exception], ...] = tuple(kind for kind, _ in EXIT_STATUS)
+
+
+# What to do when no broker answers, said after the error itself.
+BROKER_HINT = ("is the broker up? `runledger stack up` starts a local one; --bootstrap or"
+               " RUNLEDGER_BOOTSTRAP names another; RUNLEDGER_RETRY_S sets how long to wait")
+
+
+def message(exc: Exception) -> str:
+    """The one line a user reads for ``exc``: its message, and what to do next where
+    the error alone does not say."""
+    if isinstance(exc, BrokerUnavailable):
+        return f"{exc}; {BROKER_HINT}"
+    return str(exc)
 
 
 def exit_status(exc: Exception) -> int:

@@ -31,7 +31,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _facts(bootstrap: str, run: str) -> list[Event]:
-    events = [r.event for r in read_log(bootstrap, RUNS) if r.event.run_id == run]
+    events = [r.event for r in read_log(bootstrap, RUNS, retry_s=config.retry_s())
+              if r.event.run_id == run]
     if not events:
         raise RunledgerError(f"no run {run!r} on {RUNS}; `runledger runs` lists the runs")
     return events

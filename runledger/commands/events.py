@@ -105,8 +105,8 @@ def _stream(
         typer.echo(f"runledger: {q}", err=True)
 
     tracker = VerdictTracker()
-    for record in read_log(config.bootstrap(bootstrap), topic, follow=follow,
-                           on_quarantine=report):
+    for record in read_log(config.connect(bootstrap), topic, follow=follow,
+                           on_quarantine=report, retry_s=config.retry_s()):
         if run is not None and record.event.run_id != run:
             continue
         doc = record_document(record, tracker.judge(record))

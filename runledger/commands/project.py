@@ -28,7 +28,8 @@ ProjectDb = Annotated[
     Path | None, db_option("The DuckDB file (default $RUNLEDGER_HOME/projection.duckdb).")
 ]
 NewDb = Annotated[Path, db_option("The DuckDB file.")]
-Once = Annotated[bool, typer.Option("--once", help="Stop when caught up.")]
+Once = Annotated[bool, typer.Option(
+    "--once", help="Project what the log holds now (its ends when the command starts), then stop.")]
 Digests = Annotated[bool, typer.Option("--json", help="Print the table digests.")]
 
 # ETTR per run on each scrape: the queries package's SQL over the projector's own cursor.
@@ -60,7 +61,7 @@ def project(
         if metrics_address is not None:
             collector = ProjectorCollector(projector, ettr_of=ETTR_OF)
             server = serve_metrics(collector, metrics_address, on_close=collector.close)
-        n = projector.run(until_caught_up=once, stop=stop)
+        n = projector.run(until_caught_up=once, stop=stop, retry_s=config.retry_s())
     finally:
         if server is not None:
             server.close()  # first: its cursor lives on the projector's connection
@@ -76,7 +77,7 @@ def replay(db: NewDb, as_json: Digests = False, bootstrap: Bootstrap = None) -> 
             f"{db} exists; replay builds a new database (remove it or pick another path)")
     projector = Projector(db, address)
     try:
-        n = projector.run(until_caught_up=True)
+        n = projector.run(until_caught_up=True, retry_s=config.retry_s())
     finally:
         projector.close()
     if as_json:

@@ -200,7 +200,7 @@ def _load(bootstrap: str, run: str | None, *, with_reports: bool) -> _View:
             if run is None or q.key == run:
                 skipped.append(q)
 
-        records = read_log(bootstrap, topic, on_quarantine=keep)
+        records = read_log(bootstrap, topic, on_quarantine=keep, retry_s=config.retry_s())
         return [r.event for r in records if run is None or r.event.run_id == run]
 
     view = _View(read(REQUESTS), read(RUNS), read(REPORTS) if with_reports else [])

@@ -1,12 +1,15 @@
 """The group-less log reader on a real broker: assignment from the beginning, the end
 or stored offsets; positions; the end of the log past transaction markers; decoding
-and quarantine; key filtering; watermarks."""
+and quarantine; key filtering; watermarks; a bounded read under a steady trickle;
+patience with a broker that is not there, or lost mid-read (a broker of its own)."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -15,6 +18,7 @@ from events.errors import BrokerUnavailable, KafkaOperationError
 from events.kafka import EventProducer, Quarantined, Record, TransactionalWriter
 from events.model import HeartbeatRecorded
 from events.reader import BEGINNING, END, LogReader, Watermarks
+from runledger.stack import Stack
 from tests.events.builders import Ev
 
 pytestmark = pytest.mark.kafka
@@ -225,3 +229,92 @@ def test_watermarks_of_every_partition(bootstrap: str, topic_name: str) -> None:
     assert set(after) == {(topic, 0), (topic, 1)}
     assert sorted(high for _, high in after.values()) == [0, 7]  # one key, one partition
     assert all(low == 0 for low, _ in after.values())
+
+
+def test_a_bounded_reader_stops_at_the_start_ends_however_much_keeps_arriving(
+        bootstrap: str, topic_name: str) -> None:
+    topic = make_topic(bootstrap, topic_name, 3)
+    before = [beat(f"run-{uuid.uuid4().hex[:8]}", n) for n in range(30)]
+    send(bootstrap, topic, before)
+    stop = threading.Event()
+
+    def trickle() -> None:  # another run, reporting steadily throughout
+        producer, other, n = EventProducer(bootstrap), f"run-{uuid.uuid4().hex[:8]}", 0
+        while not stop.is_set():
+            producer.send(topic, beat(other, n))
+            producer.flush()
+            n += 1
+            time.sleep(0.02)
+
+    writer = threading.Thread(target=trickle)
+    writer.start()
+    try:
+        time.sleep(0.5)
+        with LogReader(bootstrap, [topic], bounded=True) as reader:
+            ends = reader.ends
+            got: list[Record] = []
+            for record in reader.records():
+                got.append(record)
+                time.sleep(0.02)  # a slow caller: the trickle's records pile up meanwhile
+            positions = reader.positions
+        time.sleep(0.3)
+        marks = Watermarks(bootstrap, [topic])
+        later = marks.get()
+        marks.close()
+    finally:
+        stop.set()
+        writer.join(10)
+    # Exactly the records below the ends taken at the start: everything sent before
+    # it, none of what the trickle appended while it read (and it kept appending).
+    assert {e.header.event_id for e in before} <= {r.event.header.event_id for r in got}
+    assert len(got) == sum(ends.values())
+    assert all(r.offset < ends[(r.topic, r.partition)] for r in got)
+    assert positions == {tp: end for tp, end in ends.items() if end > 0}
+    assert sum(high for _, high in later.values()) > sum(ends.values())
+
+
+def test_patience_waits_out_a_missing_broker_then_names_it() -> None:
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailable, match=r"at 127\.0\.0\.1:1 for 2 s"):
+        LogReader("127.0.0.1:1", ["runledger.runs"], timeout_s=1.0, retry_s=2.0)
+    assert 2.0 <= time.monotonic() - started < 20
+
+
+# Small fetches: a reader that has read a little has not prefetched the rest.
+SMALL_FETCHES = {"fetch.max.bytes": 1000, "message.max.bytes": 1000,
+                 "max.partition.fetch.bytes": 1000, "queued.max.messages.kbytes": 1,
+                 "queued.min.messages": 1}
+
+
+@pytest.mark.slow
+def test_a_broker_lost_mid_read_is_waited_for_then_named(tmp_path: Path) -> None:
+    """A bounded reader whose broker stops mid-read gives up after retry_s with
+    BrokerUnavailable; one whose broker is back within retry_s reads on to its end."""
+    stack = Stack(tmp_path / "kafka", brokers=1)
+    try:
+        address = stack.up().bootstrap
+        topic = make_topic(address, "test.lost", 1)
+        run = f"run-{uuid.uuid4().hex[:8]}"
+        producer = EventProducer(address)
+        for n in range(120):  # one record batch each: a fetch of 1,000 bytes takes a few
+            producer.send(topic, beat(run, n))
+            producer.flush()
+        for comes_back in (True, False):
+            with LogReader(address, [topic], bounded=True, strict=True, retry_s=8.0,
+                           config=SMALL_FETCHES) as reader:
+                got = reader.read_records(10, 5.0)
+                assert got and not reader.caught_up
+                stack.down()
+                if comes_back:
+                    time.sleep(2)
+                    assert stack.up(port=int(address.rpartition(":")[2])).bootstrap == address
+                    got += list(reader.records())
+                    assert [r.event.step for r in got] == list(range(120))
+                else:
+                    started = time.monotonic()
+                    with pytest.raises(BrokerUnavailable, match=f"at {address} for 8 s"):
+                        list(reader.records())
+                    assert 8 <= time.monotonic() - started < 30
+                    assert stack.up(port=int(address.rpartition(":")[2])).bootstrap == address
+    finally:
+        stack.down(purge=True)

@@ -17,7 +17,8 @@ from confluent_kafka import Producer
 
 from events.kafka import EventProducer
 from events.topics import REPORTS, RUNS
-from projectors.projector import Projector, table_digests
+from projectors.projector import UNPROJECTABLE, Projector, table_digests
+from projectors.tables import DDL
 from tests.events.builders import Ev, members
 
 pytestmark = pytest.mark.kafka
@@ -121,3 +122,45 @@ def test_a_corrupt_record_is_quarantined_and_projection_goes_on(
     p.close()
     assert count(db, f"SELECT count(*) FROM quarantine WHERE key = '{run_id}'") == 1
     assert count(db, f"SELECT count(*) FROM events WHERE run_id = '{run_id}'") == sent
+
+
+def test_values_past_32_bits_are_stored_and_an_unstorable_one_is_quarantined(
+        bootstrap: str, tmp_path: Path, run_id: str) -> None:
+    """world_size = 2**40 and exit_code = 2**33 are valid events. A new projection
+    stores them as they are; a projection file whose columns are still 32-bit (made
+    before they were widened) cannot, and quarantines exactly those two records,
+    with the reason, and projects everything else: it never stalls on them."""
+    ev = Ev(run_id, start=1_000, tick=1, ids="{run}/big/{n}")
+    p = EventProducer(bootstrap)
+    p.send(RUNS, ev.submitted(world_size=2**40))
+    p.send(RUNS, ev.exited(1, exit_code=2**33))
+    p.flush()
+    sent = publish(bootstrap, run_id, 20) + 2
+
+    new = tmp_path / "new.duckdb"
+    projector = Projector(new, bootstrap)
+    projector.run(until_caught_up=True)
+    projector.close()
+    assert count(new, f"SELECT max(world_size) FROM runs WHERE run_id = '{run_id}'") == 2**40
+    assert count(new, f"SELECT max(exit_code) FROM exits WHERE run_id = '{run_id}'") == 2**33
+
+    old = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(old))
+    for table, column in (("runs", "world_size"), ("exits", "exit_code")):
+        ddl = DDL[table].replace(f"{column} BIGINT", f"{column} INTEGER")
+        con.execute(f"CREATE TABLE {table} ({ddl})")
+    con.close()
+    projector = Projector(old, bootstrap)
+    worker = threading.Thread(target=projector.run, kwargs={"until_caught_up": True})
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive(), "the projector stalled on a value it cannot store"
+    projector.close()
+    rows = duckdb.connect(str(old), read_only=True).execute(
+        "SELECT reason, detail, raw IS NOT NULL FROM quarantine WHERE key = ? ORDER BY ofs",
+        [run_id]).fetchall()
+    assert [(r[0], r[2]) for r in rows] == [(UNPROJECTABLE, True)] * 2
+    assert "RunSubmitted" in rows[0][1] and "out of range" in rows[0][1]
+    assert "WorkerExited" in rows[1][1]
+    assert count(old, f"SELECT count(*) FROM events WHERE run_id = '{run_id}'") == sent - 2
+    assert count(old, f"SELECT count(*) FROM steps WHERE run_id = '{run_id}'") == 20

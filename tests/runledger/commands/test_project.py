@@ -1,7 +1,9 @@
 """``runledger project --once`` and ``runledger replay --db NEW``, run as the README writes them.
 
 The shared broker's log holds every test's records, so the checks are about this
-test's run and about the two files agreeing, not about absolute totals.
+test's run and about the two files agreeing, not about absolute totals. Both
+commands end however much keeps arriving: they read up to the ends the log had
+when they started, under a steady trickle of another run's reports.
 """
 
 from __future__ import annotations
@@ -9,11 +11,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from events.kafka import EventProducer
+from events.topics import REPORTS
 from projectors.projector import table_digests
+from tests.events.builders import Ev
 from tests.projectors.test_projector import count, publish
 
 pytestmark = pytest.mark.kafka
@@ -55,3 +64,43 @@ def test_replay_refuses_an_existing_file(bootstrap: str, tmp_path: Path) -> None
     assert out.stderr.strip() == (f"runledger: {existing} exists; replay builds a new database"
                                   " (remove it or pick another path)")
     assert existing.read_bytes() == b""
+
+
+@pytest.fixture
+def trickle(bootstrap: str) -> Iterator[None]:
+    """An unrelated run's agent, reporting a heartbeat every ~50 ms throughout."""
+    stop = threading.Event()
+
+    def report() -> None:
+        producer = EventProducer(bootstrap)
+        ev = Ev(f"run-trickle-{uuid.uuid4().hex[:8]}", ids="{run}/{n}")
+        n = 0
+        while not stop.is_set():
+            producer.send(REPORTS, ev.heartbeat(1, "r0", step=n, node="n1"))
+            producer.flush()
+            n += 1
+            time.sleep(0.05)
+
+    worker = threading.Thread(target=report, daemon=True)
+    worker.start()
+    time.sleep(0.5)  # reporting before the command starts, and after it ends
+    try:
+        yield
+    finally:
+        stop.set()
+        worker.join(10)
+
+
+@pytest.mark.usefixtures("trickle")
+@pytest.mark.parametrize("command", [["project", "--once"], ["replay"]])
+def test_it_ends_under_a_steady_trickle_with_everything_written_before(
+        bootstrap: str, tmp_path: Path, run_id: str, command: list[str]) -> None:
+    publish(bootstrap, run_id, 30)
+    db = tmp_path / "p.duckdb"
+    started = time.monotonic()
+    done = cli(*command, "--db", str(db), bootstrap=bootstrap)  # times out if it never ends
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 120
+    assert count(db, f"SELECT count(*) FROM steps WHERE run_id = '{run_id}'") == 30
+    assert count(db, f"SELECT count(*) FROM heartbeats WHERE run_id = '{run_id}'") == 30
+    assert count(db, f"SELECT count(*) FROM checkpoints WHERE run_id = '{run_id}'") == 3

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,10 @@ from events.model import CancelRequested, Event, RunSubmitted
 from events.topics import REPORTS, REQUESTS, RUNS
 from runledger.cli import app
 from runledger.commands.runs import DatasetPin
+from runledger.errors import BROKER_HINT
+from runledger.stack import Stack
 from tests.events.builders import Ev, members
+from tests.projectors.test_projector import publish
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "run.yaml"
 MEMBERS = members("r0", "r1", node="node-a", domain="rack-1")
@@ -123,13 +127,76 @@ def test_status_and_cancel_of_an_unknown_run_fail_cleanly(bootstrap: str, run_id
         ]
 
 
-def test_an_unreachable_broker_is_one_line_and_exit_1() -> None:
-    # Each try waits out the broker check (5 s), so two commands: a read and a write.
+def test_an_unreachable_broker_is_one_line_and_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each command waits out RUNLEDGER_RETRY_S, so two commands: a read and a write.
+    monkeypatch.setenv("RUNLEDGER_RETRY_S", "1")
     for args in (["status", "some-run"], ["submit", str(EXAMPLE)]):
         out = cli("127.0.0.1:1", *args)
         assert out.returncode == 1
         [line] = out.stderr.strip().splitlines()
         assert line.startswith("runledger: no Kafka broker answered at 127.0.0.1:1")
+        assert line.endswith(BROKER_HINT)
+
+
+def test_a_retry_bound_that_is_not_seconds_is_a_usage_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for bad in ("soon", "-1", "nan", "inf"):
+        monkeypatch.setenv("RUNLEDGER_RETRY_S", bad)
+        out = cli("127.0.0.1:1", "status", "some-run")
+        assert out.returncode == 2
+        assert out.stderr.strip().splitlines() == [
+            f"runledger: RUNLEDGER_RETRY_S={bad!r} is not a number of seconds from 0 to 86400;"
+            " unset it for 30 s"]
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[Stack]:
+    """A broker of this test's own, to stop and start: never the shared one."""
+    stack = Stack(tmp_path / "kafka", brokers=1)
+    try:
+        yield stack
+    finally:
+        stack.down(purge=True)
+
+
+@pytest.mark.slow
+def test_status_with_the_broker_down_is_one_line_after_the_retry_bound(
+        own_broker: Stack, run_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    address = own_broker.up().bootstrap
+    publish(address, run_id, 3)
+    assert cli(address, "status", run_id).returncode == 0
+    own_broker.down()
+    monkeypatch.setenv("RUNLEDGER_RETRY_S", "3")
+    started = time.monotonic()
+    out = cli(address, "status", run_id)
+    assert 3 <= time.monotonic() - started < 30
+    assert out.returncode == 1 and out.stdout == ""
+    assert "Traceback" not in out.stderr
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith(f"runledger: no Kafka broker answered at {address}")
+    assert "(waited 3 s)" in line and "`runledger stack up`" in line
+
+
+@pytest.mark.slow
+def test_status_started_while_the_broker_is_down_succeeds_once_it_is_back(
+        own_broker: Stack, run_id: str) -> None:
+    address = own_broker.up().bootstrap
+    publish(address, run_id, 3)
+    own_broker.down()
+    env = {**os.environ, "RUNLEDGER_BOOTSTRAP": address, "RUNLEDGER_RETRY_S": "90"}
+    waiting = subprocess.Popen([sys.executable, "-m", "runledger.cli", "status", run_id,
+                                "--json"], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)
+        assert waiting.poll() is None, "status gave up while still within its bound"
+        assert own_broker.up(port=int(address.rpartition(":")[2])).bootstrap == address
+        stdout, stderr = waiting.communicate(timeout=120)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 0, stderr
+    doc = json.loads(stdout)
+    assert doc["run_id"] == run_id and doc["state"] == "Submitted"
 
 
 @pytest.mark.kafka

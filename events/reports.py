@@ -53,6 +53,8 @@ class StepTimesRecorded(Event):
             raise InvalidEvent("StepTimesRecorded.input_wait_ms must have one entry per step time")
         if not self.step_time_ms:
             raise InvalidEvent("StepTimesRecorded.step_time_ms must not be empty")
+        if self.first_step + len(self.step_time_ms) - 1 > 2**63 - 1:
+            raise InvalidEvent("StepTimesRecorded: its last step does not fit a long")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,4 +6,6 @@
 - ``projector``: the batch loop with offsets in the same transaction, replay,
   and per-table content digests for comparing a replay with the live tables.
 - ``metrics``: the Prometheus collector (throughput, quarantine, lag, ETTR).
+- ``errors``: ``ProjectorError``, the package's root (a projection file another
+  version made: ``ProjectionLayoutError``).
 """

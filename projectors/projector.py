@@ -29,7 +29,8 @@ from events.kafka import Quarantined, Record
 from events.reader import LogReader
 from events.topics import REPORTS, RUNS
 from projectors.rows import EventRow, QuarantineRow, Row
-from projectors.tables import DDL, TABLE_OF, Table, rows_for
+from projectors.errors import ProjectionLayoutError
+from projectors.tables import DDL, TABLE_OF, TABLES, Table, rows_for
 
 TOPICS = (RUNS, REPORTS)
 # The quarantine reason of a record whose rows cannot be stored (a value no column of
@@ -55,6 +56,7 @@ class Projector:
         self.con = duckdb.connect(self.db_path)
         for table, ddl in DDL.items():
             self.con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({ddl})")
+        self._check_layout()
         self.applied = 0
         # Counters for projectors.metrics. Only this thread writes them; a scrape
         # thread reads single attributes, and rebinding a whole dict is atomic.
@@ -73,6 +75,20 @@ class Projector:
 
     def close(self) -> None:
         self.con.close()
+
+    def _check_layout(self) -> None:
+        """Refuse a file whose tables another runledger version made: rows would not fit."""
+        for table in TABLES:
+            found = [r[0] for r in self.con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ? "
+                "ORDER BY ordinal_position", [table.name]).fetchall()]
+            expected = [name for name, _ in table.columns]
+            if found != expected:
+                self.con.close()
+                raise ProjectionLayoutError(
+                    f"{self.db_path}: table {table.name} has columns {', '.join(found)}; this "
+                    f"runledger writes {', '.join(expected)}. The file was made by another "
+                    "version: rebuild it from the log with `runledger replay --db NEW`")
 
     def offsets(self) -> dict[tuple[str, int], int]:
         rows = self.con.execute("SELECT topic, part, next_offset FROM offsets").fetchall()

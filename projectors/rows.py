@@ -248,6 +248,9 @@ class RejectionRow(NamedTuple):
     reason: Varchar
     detail: Varchar
     occurred_at: Bigint
+    member: OptVarchar  # v2 (None from a v1 record)
+    rejected_generation: OptBigint
+    repeats: Bigint  # further refusals this row stands for: it counts 1 + repeats
 
 
 class FailureRow(NamedTuple):

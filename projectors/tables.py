@@ -197,7 +197,8 @@ def _rejection(e: WriteRejected, p: Pos) -> list[Row]:
     return [RejectionRow(*p, run_id=e.run_id, generation=e.generation,
                          rejected_event_id=e.rejected_event_id,
                          rejected_event_type=e.rejected_event_type, reason=e.reason,
-                         detail=e.detail, occurred_at=e.header.occurred_at)]
+                         detail=e.detail, occurred_at=e.header.occurred_at, member=e.member,
+                         rejected_generation=e.rejected_generation, repeats=e.repeats)]
 
 
 def _failure(e: FailureClassified, p: Pos) -> list[Row]:

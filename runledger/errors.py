@@ -16,6 +16,7 @@ from agent.errors import AgentError
 from controller.errors import ControllerError
 from dataplane.errors import DataPlaneError
 from events.errors import BrokerUnavailable, EventsError
+from projectors.errors import ProjectorError
 from queries.errors import QueryError
 from worker.errors import WorkerError
 
@@ -70,6 +71,7 @@ EXIT_STATUS: tuple[tuple[type[Exception], int], ...] = (
     (DataPlaneError, 1),
     (WorkerError, 1),
     (QueryError, 1),
+    (ProjectorError, 1),
 )
 REPORTED: tuple[type[Exception], ...] = tuple(kind for kind, _ in EXIT_STATUS)
 

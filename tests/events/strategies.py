@@ -187,6 +187,7 @@ _CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("CheckpointVerificationFailed", "reason"): st.sampled_from(VERIFY_REASONS),
     ("CheckpointIntervalChanged", "mtbf_source"): st.sampled_from(MTBF_SOURCES),
     # Both lists have one entry per step: three steps each.
+    ("StepTimesRecorded", "first_step"): st.integers(LONG_MIN, LONG_MAX - 2),
     ("StepTimesRecorded", "step_time_ms"): st.lists(doubles, min_size=3, max_size=3).map(tuple),
     ("StepTimesRecorded", "input_wait_ms"): st.lists(doubles, min_size=3, max_size=3).map(tuple),
 }

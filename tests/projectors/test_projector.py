@@ -164,3 +164,18 @@ def test_values_past_32_bits_are_stored_and_an_unstorable_one_is_quarantined(
     assert "WorkerExited" in rows[1][1]
     assert count(old, f"SELECT count(*) FROM events WHERE run_id = '{run_id}'") == sent - 2
     assert count(old, f"SELECT count(*) FROM steps WHERE run_id = '{run_id}'") == 20
+
+
+def test_a_file_another_version_made_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    import duckdb
+
+    from projectors.errors import ProjectionLayoutError
+
+    db = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE rejections (topic VARCHAR, part INTEGER)")  # an older layout
+    con.close()
+    with pytest.raises(ProjectionLayoutError) as refused:
+        Projector(db, "127.0.0.1:1")
+    assert "table rejections has columns topic, part" in str(refused.value)
+    assert "runledger replay --db NEW" in str(refused.value)

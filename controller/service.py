@@ -98,6 +98,7 @@ class ControllerService:
         self.model: Model | None = None
         self.ownership: Ownership | None = None
         self._assignments = 0  # the consumer's assignments count this loop has taken in
+        self._misplaced: set[str] = set()
         self.stats = LoopStats()
 
     def run(self, stop: threading.Event | None = None) -> int:
@@ -160,7 +161,10 @@ class ControllerService:
             log.error("run %s: another writer (%s) appends facts to it; this controller "
                       "no longer decides for it", fresh, own.foreign[fresh])
         for record in records:
-            if not own.owns(record.event.run_id) and not is_node_key(record.event.run_id):
+            rid = record.event.run_id
+            if not own.owns(rid) and not is_node_key(rid) and rid not in own.foreign \
+                    and rid not in self._misplaced:
+                self._misplaced.add(rid)  # said once per run: a misplaced producer is steady
                 log.warning("input %s of run %s on %s[%d] is not this controller's to "
                             "decide (another partitioner?); left to its owner",
                             record.event.event_type, record.event.run_id, record.topic,

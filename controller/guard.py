@@ -24,7 +24,15 @@ from collections.abc import Callable
 
 from controller.emitter import Emitter, Out
 from controller.model import Model, PlanOf
-from controller.reconcile import Slots, handle, reconcile_run, tick
+from controller.reconcile import (
+    Owns,
+    Slots,
+    everything,
+    handle,
+    quarantine_nodes,
+    reconcile_run,
+    tick,
+)
 from events.model import Event, RunFinished
 from events.topics import RUNS
 
@@ -48,46 +56,56 @@ class _Unencodable(Exception):
 
 
 def take_input(model: Model, event: Event, topic: str, now: int, plan_of: PlanOf,
-               encode: Encode) -> tuple[Model, list[Encoded], Problem | None]:
+               encode: Encode, owns: Owns = everything,
+               ) -> tuple[Model, list[Encoded], Problem | None]:
     """One input handled and its records encoded; or, if that fails, its refusal."""
     try:
-        new, out = handle(model, event, now, plan_of, topic)
-        return new, _encoded(out, encode), None
+        new, out = handle(model, event, now, plan_of, topic, owns=owns)
+        return new, encoded(out, encode), None
     except _Unencodable as exc:
         reason, error = FACT_INVALID, str(exc)
-    except Exception as exc:
+    except Exception as exc:  # whatever it is, it must not stop the loop
         reason, error = INPUT_FAILED, f"{type(exc).__name__}: {exc}"
     em = Emitter(model, now, plan_of)
     em.reject(event, reason, error[:_DETAIL_LIMIT])
     refused, out = em.result()
     try:
-        return refused, _encoded(out, encode), (event.run_id, reason, error)
+        return refused, encoded(out, encode), (event.run_id, reason, error)
     except _Unencodable:  # not even its refusal fits (a forged id of megabytes): log only
         return model, [], (event.run_id, reason, error)
 
 
-def take_tick(model: Model, now: int, plan_of: PlanOf,
-              encode: Encode) -> tuple[Model, list[Encoded], list[Problem]]:
+def take_tick(model: Model, now: int, plan_of: PlanOf, encode: Encode,
+              owns: Owns = everything) -> tuple[Model, list[Encoded], list[Problem]]:
     """The tick for every run; on a failure, run by run, failing only the runs that fail."""
     try:
-        new, out = tick(model, now, plan_of)
-        return new, _encoded(out, encode), []
-    except Exception:
+        new, out = tick(model, now, plan_of, owns)
+        return new, encoded(out, encode), []
+    except Exception:  # found again below, run by run
         pass
     records: list[Encoded] = []
     problems: list[Problem] = []
-    for run_id in model.due():
+    for run_id in [r for r in model.due() if owns(r)]:
         try:
             em = Emitter(model, now, plan_of)
-            reconcile_run(em, run_id, Slots(em.draft))
+            reconcile_run(em, run_id, Slots(em.draft), owns)
             new, out = em.result()
-            records += _encoded(out, encode)
+            records += encoded(out, encode)
             model = new
-        except Exception as exc:
+        except Exception as exc:  # this run fails, not the controller
             error = str(exc) if isinstance(exc, _Unencodable) else f"{type(exc).__name__}: {exc}"
             problems.append((run_id, RECONCILE_FAILED, error))
             model, failed = _fail(model, run_id, now, plan_of, error, encode)
             records += failed
+    try:  # what the tick does after the runs: nodes' quarantines, rejection windows
+        em = Emitter(model, now, plan_of)
+        quarantine_nodes(em, owns)
+        em.close_rejections()
+        new, out = em.result()
+        records += encoded(out, encode)
+        model = new
+    except Exception as exc:
+        problems.append(("", RECONCILE_FAILED, f"{type(exc).__name__}: {exc}"))
     return model, records, problems
 
 
@@ -106,12 +124,13 @@ def _fail(model: Model, run_id: str, now: int, plan_of: PlanOf, error: str,
     em.stop(state, reason)
     new, out = em.result()
     try:
-        return new, _encoded(out, encode)
+        return new, encoded(out, encode)
     except _Unencodable:
         return model, []
 
 
-def _encoded(out: list[Out], encode: Encode) -> list[Encoded]:
+def encoded(out: list[Out], encode: Encode) -> list[Encoded]:
+    """Each record with its bytes; a record that cannot be encoded raises, naming it."""
     records: list[Encoded] = []
     for topic, event in out:
         try:

@@ -12,6 +12,9 @@ rebuilds the same model through the same update path, and the level-triggered
   ``controller.inputs``, then the alert rules for its run if the rule says so.
 - :func:`tick`: :func:`reconcile_run` for every run that can still change
   (and every finished run with an alert still open), in run id order.
+
+Both take ``owns``, the runs (and node keys) this controller decides for
+(``controller.ownership``); by default every one, as for a lone controller.
 - :func:`reconcile_run`: the run's lifecycle decisions
   (``controller.run_decide``) performed in order, then its alert rules
   (``controller.alerts``) on the state they reached.
@@ -24,11 +27,13 @@ as before; only requests are decided at once (a cancellation, a commit).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 from controller import alerts, checkpoints, inputs
 from controller.emitter import PRODUCER, Emitter, Out
 from controller.model import Draft, Model, PlanOf, Tracked
 from controller.run_decide import (
+    NODE_QUARANTINE_AFTER,
     Action,
     Admit,
     Classify,
@@ -59,17 +64,29 @@ from events.model import (
 from events.state import Status
 from events.topics import COMMANDS, RUNS
 
+# Whether this controller decides for a run (or node) key: controller.ownership.
+Owns = Callable[[str], bool]
+
+
+def everything(_key: str) -> bool:
+    """A lone controller owns every run."""
+    return True
+
 
 def handle(model: Model, event: Event, now: int, plan_of: PlanOf,
-           topic: str | None = None) -> tuple[Model, list[Out]]:
+           topic: str | None = None, *, owns: Owns = everything) -> tuple[Model, list[Out]]:
     """React to one request or report that arrived on ``topic`` (by default its own).
 
     Anything else (a fact or a command sent as an input, a type on another
     type's topic) changes nothing and appends nothing: the shell's door
-    (``events.authority.admit_input``) quarantines such records before they get here.
+    (``events.authority.admit_input``) quarantines such records before they get
+    here. Of a run this controller does not ``owns``, it takes only an agent's
+    offer of a node (the inventory is cluster-wide).
     """
     rule = inputs.rule_for(event)
     if rule is None or authority.stray(topic or event.TOPIC, event) is not None:
+        return model, []
+    if rule.kind != inputs.Kind.INVENTORY and not owns(event.run_id):
         return model, []
     em = Emitter(model, now, plan_of)
     inputs.take(em, event, rule)
@@ -78,14 +95,32 @@ def handle(model: Model, event: Event, now: int, plan_of: PlanOf,
     return em.result()
 
 
-def tick(model: Model, now: int, plan_of: PlanOf) -> tuple[Model, list[Out]]:
-    """Level-triggered reconcile of every live run against the clock."""
+def tick(model: Model, now: int, plan_of: PlanOf,
+         owns: Owns = everything) -> tuple[Model, list[Out]]:
+    """Level-triggered reconcile of every live run this controller ``owns`` against the
+    clock (slots are counted over every run, owned or not: they are the cluster's)."""
     em = Emitter(model, now, plan_of)
     slots = Slots(em.draft)
     for run_id in model.due():
-        reconcile_run(em, run_id, slots)
+        if owns(run_id):
+            reconcile_run(em, run_id, slots, owns)
+    quarantine_nodes(em, owns)
     em.close_rejections()
     return em.result()
+
+
+def quarantine_nodes(em: Emitter, owns: Owns) -> None:
+    """Quarantine the nodes whose key this controller owns once their failures call for it.
+
+    The failure that tips a node is usually decided by another run's owner, which
+    may not own the node's key: only one controller writes a node's facts.
+    """
+    draft = em.draft
+    for node, count in sorted(draft.node_failures.items()):
+        known = draft.inventory.nodes.get(node)
+        if count >= NODE_QUARANTINE_AFTER and not (known and known.quarantined) \
+                and owns(node_key(node)):
+            _quarantine(em, node, count)
 
 
 class Slots:
@@ -115,7 +150,7 @@ class Slots:
             used[m.node] = used.get(m.node, 0) + 1
 
 
-def reconcile_run(em: Emitter, run_id: str, slots: Slots) -> None:
+def reconcile_run(em: Emitter, run_id: str, slots: Slots, owns: Owns = everything) -> None:
     """Every decision the run's whole state calls for now: its lifecycle, then its alerts."""
     run = em.draft.get(run_id)
     if run is None:
@@ -123,7 +158,7 @@ def reconcile_run(em: Emitter, run_id: str, slots: Slots) -> None:
     draft = em.draft
     world = World(em.now, draft.since, draft.inventory, draft.node_failures, slots.used)
     for action in decide(run, world):
-        perform(em, run, action, slots)
+        perform(em, run, action, slots, owns)
     judge_alerts(em, run_id)
 
 
@@ -136,7 +171,8 @@ def judge_alerts(em: Emitter, run_id: str) -> None:
             em.emit(RUNS, fact)
 
 
-def perform(em: Emitter, run: Tracked, action: Action, slots: Slots) -> None:
+def perform(em: Emitter, run: Tracked, action: Action, slots: Slots,
+            owns: Owns = everything) -> None:
     """The records that carry out one action on ``run`` (as it was when it was decided)."""
     state = run.state
     rid, gen = state.run_id, state.generation
@@ -160,10 +196,8 @@ def perform(em: Emitter, run: Tracked, action: Action, slots: Slots) -> None:
         case Stop(reason):
             em.stop(state, reason)
         case Quarantine(node, count):
-            key = node_key(node)
-            em.emit(RUNS, NodeQuarantined(
-                header=em.header(key, 0, f"{key}/NodeQuarantined/{count}"), node=node,
-                reason=f"{count} failures on the node"))
+            if owns(node_key(node)):  # else its owner does, in quarantine_nodes
+                _quarantine(em, node, count)
         case Confirm(joined):
             em.emit(RUNS, MembershipConfirmed(
                 header=em.header(rid, gen, f"{rid}/g{gen}/MembershipConfirmed"),
@@ -171,6 +205,12 @@ def perform(em: Emitter, run: Tracked, action: Action, slots: Slots) -> None:
         case Finish(outcome, reason):
             em.emit(RUNS, RunFinished(header=em.header(rid, gen, f"{rid}/RunFinished"),
                                       outcome=outcome, reason=reason))
+
+
+def _quarantine(em: Emitter, node: str, count: int) -> None:
+    key = node_key(node)
+    em.emit(RUNS, NodeQuarantined(header=em.header(key, 0, f"{key}/NodeQuarantined/{count}"),
+                                  node=node, reason=f"{count} failures on the node"))
 
 
 def _start(em: Emitter, run: Tracked, start: Start) -> None:

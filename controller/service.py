@@ -4,8 +4,18 @@ Start-up order matters: ``init_transactions`` first, which fences any older
 controller with the same transactional id and aborts its open transaction;
 only then is ``runledger.runs`` read (``read_committed``) to rebuild the model,
 so the model cannot miss a fact a zombie was still committing. Then the loop:
-consume requests and reports, ``handle`` each, ``tick`` the clock, and append
-every fact and command together with the input offsets in one transaction.
+consume requests and reports, fold what the tail of ``runs`` and the agents'
+node records bring (``controller.follow``, ``controller.ownership``), ``handle``
+each input, ``tick`` the clock, and append every fact and command together
+with the input offsets in one transaction.
+
+Any number of controllers (any transactional ids) share one consumer group:
+each decides only for the runs of the partitions the group gave it, from the
+moment it has read ``runs`` up to where those partitions ended at the
+assignment. The transaction carries the group's generation (exactly-once v2),
+so one that lost its partitions in a rebalance it has not joined yet cannot
+commit: its transaction is aborted, and it rebuilds its model and reads its
+inputs again (docs/architecture.md §7).
 
 Tested in tests/e2e/test_controller.py and tests/controller/test_metrics.py.
 """
@@ -18,12 +28,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from controller.guard import Encoded, Problem, take_input, take_tick
-from controller.model import Model, PlanOf, replay
+from controller.follow import Follower, held, partition_count
+from controller.guard import Encode, Encoded, Problem, encoded, take_input, take_tick
+from controller.model import Model, PlanOf
+from controller.ownership import Ownership, assign, catch_up, follow
 from events.authority import admit_input
-from events.consume import EventConsumer, read_log
-from events.errors import Fenced, ProducerFenced
+from events.codec import default_codec
+from events.consume import EventConsumer
+from events.errors import Fenced, KafkaOperationError, ProducerFenced
 from events.kafka import EventProducer, Quarantine, Record, TransactionalWriter
+from events.model import node_key
 from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS
 
 log = logging.getLogger("runledger.controller")
@@ -31,6 +45,16 @@ log = logging.getLogger("runledger.controller")
 DEFAULT_TRANSACTIONAL_ID = "runledger-controller"
 DEFAULT_GROUP = "runledger-controller"
 FENCED_EXIT = 3
+# How long a transaction may stay open before the broker aborts it. A killed
+# controller's open transaction holds back every read_committed reader of its
+# partitions (and the next owner's takeover) until then; the controller's own
+# transactions last one commit.
+DEFAULT_TRANSACTION_TIMEOUT_S = 60.0
+_INPUTS = (REQUESTS, REPORTS)
+
+
+def is_node_key(key: str) -> bool:
+    return key.startswith(node_key(""))
 
 
 def wall_ms() -> int:
@@ -63,6 +87,7 @@ class ControllerService:
         group_id: str = DEFAULT_GROUP,
         tick_s: float = 0.25,
         clock: Callable[[], int] = wall_ms,
+        transaction_timeout_s: float = DEFAULT_TRANSACTION_TIMEOUT_S,
     ) -> None:
         self.bootstrap = bootstrap
         self.plan_of = plan_of
@@ -70,61 +95,44 @@ class ControllerService:
         self.group_id = group_id
         self.tick_s = tick_s
         self.clock = clock
+        self.transaction_timeout_s = transaction_timeout_s
         self.model: Model | None = None
+        self.ownership: Ownership | None = None
+        self._assignments = 0  # the consumer's assignments count this loop has taken in
+        self._misplaced: set[str] = set()
+        self._encode: Encode = default_codec().encode  # the writer's codec, once it exists
         self.stats = LoopStats()
 
     def run(self, stop: threading.Event | None = None) -> int:
         """Run until ``stop`` is set (exit 0) or a newer controller fences this one."""
         stop = stop or threading.Event()
-        writer = TransactionalWriter(self.bootstrap, self.transactional_id)
+        writer = TransactionalWriter(self.bootstrap, self.transactional_id, config={
+            "transaction.timeout.ms": int(self.transaction_timeout_s * 1000)})
         try:
             writer.init()
         except ProducerFenced as exc:
             log.error("%s", exc)
             return FENCED_EXIT
-        model = replay((r.event for r in read_log(self.bootstrap, RUNS)), self.clock(),
-                       self.plan_of)
-        log.info("rebuilt %d runs from %s", len(model.runs), RUNS)
-        self.model = model  # scrapes see the rebuilt runs before the first assignment
+        self._encode = writer.codec.encode
+        partitions = partition_count(self.bootstrap)
+        follower = Follower(self.bootstrap, self.transactional_id, self.plan_of)
+        self.model = follower.replay(self.clock())
+        log.info("rebuilt %d runs from %s", len(self.model.runs), RUNS)
+        self.ownership = Ownership(self.transactional_id, partitions)
         quarantine = Quarantine(EventProducer(self.bootstrap, client_id="controller-quarantine"))
         # Static membership under the fencing identity: a restarted controller
         # takes over its predecessor's partitions at once instead of waiting
-        # out a session timeout, during which it would hear no heartbeats.
+        # out a session timeout, during which it would hear no heartbeats. The
+        # range assignor gives partition p of requests and of reports to one
+        # member, which therefore owns the runs of partition p.
         consumer = EventConsumer(
-            self.bootstrap, self.group_id, [REQUESTS, REPORTS], quarantine=quarantine,
-            admit=admit_input,
-            config={"group.instance.id": self.transactional_id, "session.timeout.ms": 10_000})
-        listening = False
-        encode = writer.codec.encode
+            self.bootstrap, self.group_id, list(_INPUTS), quarantine=quarantine,
+            admit=admit_input, hold_assigned=True,
+            config={"group.instance.id": self.transactional_id, "session.timeout.ms": 10_000,
+                    "partition.assignment.strategy": "range"})
         try:
             while not stop.is_set():
-                records = consumer.poll(self.tick_s)
-                started = time.monotonic()
-                now = self.clock()
-                if not consumer.assigned:
-                    continue
-                if not listening:
-                    # Missing heartbeats count only from the moment reports flow.
-                    model = replace(model, since=now)
-                    listening = True
-                out: list[Encoded] = []
-                for record in records:
-                    model, produced, problem = take_input(
-                        model, record.event, record.topic, now, self.plan_of, encode)
-                    out += produced
-                    if problem is not None:
-                        _log_problem(problem, record)
-                model, produced, problems = take_tick(model, now, self.plan_of, encode)
-                out += produced
-                for problem in problems:
-                    _log_problem(problem, None)
-                if out or records:
-                    with writer.transaction() as tx:
-                        for topic, event, data in out:
-                            tx.send(topic, event, data)
-                        tx.send_offsets(consumer.positions(), consumer.group_metadata())
-                self.model = model
-                self._count(len(records), out, time.monotonic() - started)
+                self._cycle(consumer, follower, writer)
         except Fenced:
             log.error(
                 "fenced: another controller with transactional id %r has taken over; "
@@ -132,7 +140,87 @@ class ControllerService:
             return FENCED_EXIT
         finally:
             consumer.close()
+            follower.close()
         return 0
+
+    def _cycle(self, consumer: EventConsumer, follower: Follower,
+               writer: TransactionalWriter) -> None:
+        """One turn of the loop: inputs, the tail, ownership, decisions, one transaction."""
+        assert self.model is not None and self.ownership is not None
+        records = consumer.poll(self.tick_s)
+        started = time.monotonic()
+        now = self.clock()
+        own = self._reassigned(consumer, follower, self.ownership)
+        facts, nodes = follower.read()
+        model, own, followed = follow(self.model, facts, nodes, own, now, self.plan_of)
+        out = encoded(followed, self._encode)
+        own, ready = catch_up(own, follower.positions())
+        if ready:
+            # Missing heartbeats count only from the moment this controller owns a
+            # run, so a takeover does not fail healthy runs it has not heard from.
+            model = replace(model, since=now)
+            consumer.resume(held(_INPUTS, ready))
+            log.info("deciding for partitions %s", sorted(ready))
+        for fresh in own.foreign.keys() - self.ownership.foreign.keys():
+            log.error("run %s: another writer (%s) appends facts to it; this controller "
+                      "no longer decides for it", fresh, own.foreign[fresh])
+        for record in records:
+            rid = record.event.run_id
+            if not own.owns(rid) and not is_node_key(rid) and rid not in own.foreign \
+                    and rid not in self._misplaced:
+                self._misplaced.add(rid)  # said once per run: a misplaced producer is steady
+                log.warning("input %s of run %s on %s[%d] is not this controller's to "
+                            "decide (another partitioner?); left to its owner",
+                            record.event.event_type, record.event.run_id, record.topic,
+                            record.partition)
+            model, produced, problem = take_input(model, record.event, record.topic, now,
+                                                  self.plan_of, self._encode, own.owns)
+            out += produced
+            if problem is not None:
+                _log_problem(problem, record)
+        model, produced, problems = take_tick(model, now, self.plan_of, self._encode, own.owns)
+        out += produced
+        for problem in problems:
+            _log_problem(problem, None)
+        self.ownership = own
+        if out or records:
+            try:
+                with writer.transaction() as tx:
+                    for topic, event, data in out:
+                        tx.send(topic, event, data)
+                    tx.send_offsets(consumer.positions(), consumer.group_metadata())
+            except KafkaOperationError as exc:
+                self._refused(exc, consumer, follower, now)
+                return
+        self.model = model
+        self._count(len(records), out, time.monotonic() - started)
+
+    def _reassigned(self, consumer: EventConsumer, follower: Follower,
+                    own: Ownership) -> Ownership:
+        """The ownership after any rebalance the last poll went through."""
+        if consumer.assignments == self._assignments:
+            return own
+        self._assignments = consumer.assignments
+        parts = frozenset(p for t, p in consumer.assignment if t == REPORTS) & frozenset(
+            p for t, p in consumer.assignment if t == REQUESTS)
+        ends = follower.ends(parts)
+        log.info("assigned partitions %s; deciding for them once %s is read up to %s",
+                 sorted(parts), RUNS, {p: ends[p] for p in sorted(ends)})
+        return assign(own, parts, ends)
+
+    def _refused(self, exc: KafkaOperationError, consumer: EventConsumer, follower: Follower,
+                 now: int) -> None:
+        """A transaction that did not commit (aborted): most often the group moved on
+        (a rebalance this member has not joined yet), so its partitions may be another's.
+
+        Nothing of it reached the log, so the model, which already holds its facts,
+        is rebuilt from ``runs``, and the inputs are read again from the committed
+        offsets (the next poll also joins the new assignment)."""
+        log.warning("transaction refused (%s): rebuilding the model from %s and reading "
+                    "the inputs again from the committed offsets", exc, RUNS)
+        consumer.rewind()
+        self.model = follower.replay(now)
+        self._assignments = -1  # decide again only once caught up with the new end
 
     def _count(self, inputs: int, out: list[Encoded], took_s: float) -> None:
         stats = self.stats

@@ -13,7 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from events.codec import Codec, default_codec
 from events.errors import ConsumerFenced, KafkaOperationError
@@ -26,13 +33,21 @@ class EventConsumer:
 
     ``read_committed`` so aborted controller transactions are never seen;
     offsets are committed only by ``commit`` (or sent to a transaction).
+
+    ``assignment`` is what the group gave this member, and ``assignments``
+    counts the assignments received, so a caller sees even a rebalance that
+    revoked and gave back the same partitions within one ``poll``. With
+    ``hold_assigned`` every newly assigned partition starts paused until the
+    caller ``resume``s it (the controller catches up on its facts first). The
+    committed offsets of an assignment seed ``positions``, so a transaction's
+    offsets carry the group's generation even before anything is consumed.
     """
 
     def __init__(
         self, bootstrap: str, group_id: str, topics: Sequence[str], *,
         quarantine: Quarantine | None = None, codec: Codec | None = None,
         from_beginning: bool = True, config: dict[str, Any] | None = None,
-        admit: Admit | None = None,
+        admit: Admit | None = None, hold_assigned: bool = False,
     ) -> None:
         self.codec = codec or default_codec()
         self.admit = admit
@@ -47,14 +62,68 @@ class EventConsumer:
             **(config or {}),
         })
         self.assigned = False
-        self._consumer.subscribe(list(topics), on_assign=self._on_assign)
+        self.hold_assigned = hold_assigned
+        self.assignment: frozenset[tuple[str, int]] = frozenset()
+        self.assignments = 0
+        self._consumer.subscribe(list(topics), on_assign=self._on_assign,
+                                 on_revoke=self._on_revoke)
         # Offsets to commit next: one past the last record handed out, per partition.
         self._positions: dict[tuple[str, int], int] = {}
 
-    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Until the group hands out partitions this member observes nothing, and
         # silence must not be mistaken for dead workers.
         self.assigned = True
+        self.assignment = frozenset((tp.topic, tp.partition) for tp in partitions)
+        self.assignments += 1
+        consumer.assign(partitions)
+        if self.hold_assigned and partitions:
+            consumer.pause(partitions)
+        self._seed(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        self.assignment = self.assignment - gone
+        self._positions = {tp: o for tp, o in self._positions.items() if tp not in gone}
+        consumer.unassign()
+
+    def _seed(self, partitions: list[TopicPartition]) -> None:
+        if not partitions:
+            return
+        try:
+            committed = self._consumer.committed(partitions, timeout=10)
+        except KafkaException:
+            return  # nothing to seed: the first consumed record sets the position
+        for tp in committed:
+            if tp.error is None and tp.offset >= 0:
+                self._positions.setdefault((tp.topic, tp.partition), tp.offset)
+
+    def resume(self, partitions: Sequence[tuple[str, int]]) -> None:
+        """Start fetching partitions held since their assignment."""
+        held = [TopicPartition(t, p) for t, p in partitions if (t, p) in self.assignment]
+        if held:
+            self._consumer.resume(held)
+
+    def rewind(self) -> None:
+        """Back to the committed offsets: after an aborted transaction, whose inputs
+        must be read again. Raises ``KafkaOperationError`` if the broker cannot say."""
+        todo = [TopicPartition(t, p) for t, p in sorted(self.assignment)]
+        if not todo:
+            return
+        try:
+            committed = self._consumer.committed(todo, timeout=10)
+            read, self._positions = self._positions, {}
+            for tp in committed:
+                key = (tp.topic, tp.partition)
+                if tp.offset >= 0:
+                    self._positions[key] = tp.offset
+                # Only where something was read past the commit: a held partition
+                # has no fetch position to move yet.
+                if key in read and read[key] != tp.offset:
+                    offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                    self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+        except KafkaException as exc:
+            raise KafkaOperationError(f"rewind: {exc.args[0]}") from None
 
     def poll(self, timeout_s: float = 1.0, max_records: int = 500) -> list[Record]:
         """Decoded records; undecodable or refused ones (``admit``) are quarantined and skipped."""

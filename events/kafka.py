@@ -1,8 +1,10 @@
 """Kafka at the edge: producers, the controller's transactions, consumers, quarantine.
 
-Every record is keyed by ``run_id`` and carries the Kafka header
-``event_type``. Nothing here decides anything about runs; it moves bytes and
-turns Kafka's failure modes into this package's exceptions.
+Every record is keyed by ``run_id``, placed by Kafka's murmur2 partitioner
+(``events.partition``), and carries the Kafka header ``event_type``; the
+controller's records also name their writer (``WRITER_HEADER``). Nothing here
+decides anything about runs; it moves bytes and turns Kafka's failure modes
+into this package's exceptions.
 """
 
 from __future__ import annotations
@@ -27,11 +29,14 @@ from confluent_kafka.admin import AdminClient
 from events.codec import Codec, default_codec
 from events.errors import BrokerUnavailable, DecodeError, KafkaOperationError, ProducerFenced
 from events.model import Event
+from events.partition import PARTITIONER
 from events.topics import QUARANTINE
 
 log = logging.getLogger("runledger.events.kafka")
 
 ENV_BOOTSTRAP = "RUNLEDGER_BOOTSTRAP"
+# The transactional id that appended a controller record: who decided it.
+WRITER_HEADER = "writer"
 _FENCED_CODES = {
     KafkaError._FENCED,
     KafkaError.PRODUCER_FENCED,
@@ -110,6 +115,7 @@ class EventProducer:
             "acks": "all",
             "enable.idempotence": True,
             "linger.ms": 5,
+            "partitioner": PARTITIONER,
             **(config or {}),
         }
         self._producer = Producer(conf)
@@ -183,6 +189,7 @@ class TransactionalWriter:
             "acks": "all",
             "enable.idempotence": True,
             "transaction.timeout.ms": 60_000,
+            "partitioner": PARTITIONER,
             # Back-to-back transactions meet CONCURRENT_TRANSACTIONS while the
             # previous commit's markers are written; librdkafka's default 100 ms
             # retry backoff then dominates report-to-fact latency (bench/controller.py).
@@ -208,10 +215,9 @@ class TransactionalWriter:
         if data is None:
             data = self.codec.encode(event)
         try:
-            self._producer.produce(
-                topic, value=data, key=event.run_id,
-                headers=_headers(event, self.codec.registry.latest(event.event_type).version),
-            )
+            version = self.codec.registry.latest(event.event_type).version
+            self._producer.produce(topic, value=data, key=event.run_id, headers=[
+                *_headers(event, version), (WRITER_HEADER, self.transactional_id.encode())])
         except KafkaException as exc:
             _raise_txn("produce", exc)
 
@@ -276,6 +282,7 @@ class Record:
     timestamp_ms: int
     event: Event
     writer_version: int
+    writer: str = ""  # the WRITER_HEADER of a controller record; "" on any other
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,17 +371,18 @@ def decode_message(codec: Codec, msg: Message) -> Record:
     if value is None:
         raise DecodeError("empty", "record has no value (tombstone)")
     decoded = codec.decode(value)
+    writer = ""
     for key, raw in header_items(msg):
         named = raw.decode(errors="replace")
         if key == "event_type" and named != decoded.event_type:
             raise DecodeError(
                 "event_type_mismatch", f"header says {named}, bytes are {decoded.event_type}"
             )
+        if key == WRITER_HEADER:
+            writer = named
     _, ts = msg.timestamp()
-    return Record(
-        msg.topic() or "", msg.partition() or 0, msg.offset() or 0, ts, decoded.event,
-        decoded.writer_version,
-    )
+    return Record(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, ts, decoded.event,
+                  decoded.writer_version, writer)
 
 
 def poll_burst(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:

@@ -114,7 +114,8 @@ class LogReader:
 
     ``start``: ``BEGINNING``, ``END`` or stored next offsets. ``key``: only the
     records with this key (or none) are decoded and handed out; the others are
-    passed over undecoded (every topic is keyed by run id). ``quarantine``: a
+    passed over undecoded (every topic is keyed by run id). ``keys``: the same
+    with a predicate on the raw key (the controller's node records: ``node/``). ``quarantine``: a
     byte-exact copy of each undecodable record goes there (it also reports it).
     ``on_quarantine``: what ``read_records`` does with an undecodable record;
     by default it is logged, unless ``quarantine`` has reported it already.
@@ -135,7 +136,7 @@ class LogReader:
         on_quarantine: OnQuarantine | None = None, key: str | None = None,
         strict: bool = False, bounded: bool = False, retry_s: float = 0.0,
         name: str = "runledger-reader", timeout_s: float = 10.0,
-        config: Mapping[str, Any] | None = None,
+        config: Mapping[str, Any] | None = None, keys: Callable[[bytes], bool] | None = None,
     ) -> None:
         self.codec = codec or default_codec()
         self.quarantine = quarantine
@@ -144,6 +145,7 @@ class LogReader:
         self.strict, self.bounded, self.retry_s = strict, bounded, retry_s
         self.bootstrap = bootstrap
         self._key = key.encode() if key is not None else None
+        self._keys = keys
         self._consumer = _consumer(bootstrap, name, config)
         try:
             self.partitions, marks = self._layout(topics, timeout_s)
@@ -243,7 +245,7 @@ class LogReader:
     def _take(self, messages: list[Message]) -> list[Record | Quarantined]:
         started = time.perf_counter()
         out: list[Record | Quarantined] = []
-        positions, pending, wanted = self._positions, self._pending, self._key
+        positions, pending, wanted, keys = self._positions, self._pending, self._key, self._keys
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -261,6 +263,8 @@ class LogReader:
                 key = msg.key()
                 if key is not None and key != wanted:
                     continue
+            if keys is not None and not keys(msg.key() or b""):
+                continue
             out.append(decode_or_quarantine(self.codec, msg, self.quarantine))
         self.last_read_s = time.perf_counter() - started
         return out
@@ -358,9 +362,10 @@ class Watermarks:
     """
 
     def __init__(self, bootstrap: str, topics: Sequence[str], *,
-                 name: str = "runledger-watermarks") -> None:
+                 name: str = "runledger-watermarks",
+                 config: Mapping[str, Any] | None = None) -> None:
         self.topics = tuple(topics)
-        self._consumer = _consumer(bootstrap, name, None)
+        self._consumer = _consumer(bootstrap, name, config)
 
     def get(self, timeout_s: float = 10.0) -> dict[Partition, tuple[int, int]]:
         parts = _partitions(self._consumer, self.topics, timeout_s)

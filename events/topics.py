@@ -1,6 +1,9 @@
 """Topic names and their declared configuration (docs/architecture.md §3).
 
 Every topic is keyed by ``run_id`` so one run's events are totally ordered.
+``requests``, ``reports`` and ``runs`` are co-partitioned (``CO_PARTITIONED``:
+the same partition count, the same partitioner), so a run's inputs and facts
+share one partition number, the unit a controller owns (§7).
 
 Tested in tests/test_docs.py and tests/runledger/stack/test_cluster.py.
 """
@@ -16,6 +19,7 @@ COMMANDS = "runledger.commands"
 QUARANTINE = "runledger.quarantine"
 
 ALL = (REQUESTS, REPORTS, RUNS, COMMANDS, QUARANTINE)
+CO_PARTITIONED = (REQUESTS, REPORTS, RUNS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +40,7 @@ def topic_specs(brokers: int) -> list[TopicSpec]:
     if brokers >= 3:
         base["min.insync.replicas"] = "2"
     specs = [
-        TopicSpec(REQUESTS, 3, {**base, "retention.ms": str(30 * 86_400_000)}),
+        TopicSpec(REQUESTS, 6, {**base, "retention.ms": str(30 * 86_400_000)}),
         TopicSpec(REPORTS, 6, {**base, "retention.ms": str(14 * 86_400_000)}),
         TopicSpec(RUNS, 6, {**base, "retention.ms": "-1", "retention.bytes": "-1"}),
         TopicSpec(COMMANDS, 3, {**base, "retention.ms": str(7 * 86_400_000)}),

@@ -28,8 +28,8 @@ from events.codec import Codec, default_codec
 from events.kafka import Quarantined, Record
 from events.reader import LogReader
 from events.topics import REPORTS, RUNS
-from projectors.rows import EventRow, QuarantineRow, Row
 from projectors.errors import ProjectionLayoutError
+from projectors.rows import EventRow, QuarantineRow, Row
 from projectors.tables import DDL, TABLE_OF, TABLES, Table, rows_for
 
 TOPICS = (RUNS, REPORTS)

@@ -20,6 +20,7 @@ from controller.metrics import ControllerCollector
 from controller.runplan import plan_from_submission
 from controller.service import (
     DEFAULT_GROUP,
+    DEFAULT_TRANSACTION_TIMEOUT_S,
     DEFAULT_TRANSACTIONAL_ID,
     FENCED_EXIT,
     ControllerService,
@@ -30,10 +31,14 @@ from runledger.errors import ControllerFenced
 from runledger.metricsserver import MetricsServer, serve_metrics
 
 TransactionalId = Annotated[
-    str, typer.Option(help="Fencing identity: a second controller with it fences the first.")
+    str, typer.Option(help="Fencing identity: a second controller with it fences the first; "
+                           "controllers with different ids share the runs (one owner each).")
 ]
 Group = Annotated[str, typer.Option(help="Consumer group for requests and reports.")]
 Tick = Annotated[float, typer.Option(help="Seconds between reconcile ticks.")]
+TransactionTimeout = Annotated[float, typer.Option(
+    help="Seconds a transaction may stay open before the broker aborts it: how long a "
+         "killed controller's last transaction can hold back the next owner of its runs.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -46,6 +51,7 @@ def controller(
     group: Group = DEFAULT_GROUP,
     tick: Tick = 0.25,
     metrics_address: MetricsAddress = None,
+    transaction_timeout: TransactionTimeout = DEFAULT_TRANSACTION_TIMEOUT_S,
 ) -> None:
     """Fold the log, reconcile runs with what agents report, append facts and commands."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -62,6 +68,7 @@ def controller(
         transactional_id=transactional_id,
         group_id=group,
         tick_s=tick,
+        transaction_timeout_s=transaction_timeout,
     )
     server: MetricsServer | None = None
     try:

@@ -70,7 +70,7 @@ def test_an_input_whose_handling_raises_is_refused_and_the_model_stays(
     sim = running()
     beat = sim.ev.heartbeat(1, "r0", step=0, node="n1")
 
-    def broken(*_: object) -> None:
+    def broken(*_: object, **__: object) -> None:
         raise ZeroDivisionError("a bug the core never met")
 
     monkeypatch.setattr(guard, "handle", broken)

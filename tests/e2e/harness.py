@@ -76,9 +76,11 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def controller(self, txn_id: str = "ctl", name: str = "controller") -> subprocess.Popen[bytes]:
+    def controller(self, txn_id: str = "ctl", name: str = "controller", *extra: str,
+                   group: str = "ctl") -> subprocess.Popen[bytes]:
         return self._spawn(
-            ["controller", "--transactional-id", txn_id, "--group", "ctl", "--tick", "0.1"],
+            ["controller", "--transactional-id", txn_id, "--group", group, "--tick", "0.1",
+             *extra],
             f"{name}.log",
         )
 

@@ -1,5 +1,6 @@
 """events/consume.py: the group consumer on a real broker: undecodable records are
-quarantined and reading goes on; a group resumes where it explicitly committed.
+quarantined and reading goes on; a group resumes where it explicitly committed; held
+partitions give nothing until resumed, and a rewind reads from the committed offsets.
 
 ``read_log`` is exercised by tests/events/test_kafka.py, which reads back what the
 producers wrote with it.
@@ -86,3 +87,37 @@ def test_explicit_commit_is_where_a_group_resumes(bootstrap: str) -> None:
     assert read(3, commit=False) == [3, 4, 5]  # nothing committed: the same records again
 
 
+
+
+def _poll_until(consumer: EventConsumer, want: int, timeout_s: float = 20.0) -> list[str]:
+    got: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        got += [r.event.header.event_id for r in consumer.poll(0.5)]
+    return got
+
+
+def test_held_partitions_give_nothing_until_resumed_and_rewind_reads_again(
+    bootstrap: str,
+) -> None:
+    topic = new_topic(bootstrap, partitions=1)
+    producer = EventProducer(bootstrap)
+    ev = Ev(f"run-{uuid.uuid4().hex[:8]}")
+    sent = [ev.queued(reason=f"r{i}") for i in range(3)]
+    for event in sent:
+        producer.send(topic, event)
+    producer.flush()
+    c = EventConsumer(bootstrap, f"g-{uuid.uuid4().hex}", [topic], hold_assigned=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not c.assignment and time.monotonic() < deadline:
+            assert c.poll(0.5) == []
+        assert c.assignment == {(topic, 0)} and c.assignments == 1
+        assert c.poll(1.0) == []  # held: the caller has not caught up yet
+        c.resume([(topic, 0)])
+        ids = [e.header.event_id for e in sent]
+        assert _poll_until(c, 3) == ids
+        c.rewind()  # an aborted transaction: back to the committed offsets (none: the start)
+        assert _poll_until(c, 3) == ids
+    finally:
+        c.close()

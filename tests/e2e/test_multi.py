@@ -1,0 +1,139 @@
+"""Several controllers on one cluster: one owner per run (issue #12, build item 5).
+
+Real processes on a private broker: controllers with different transactional
+ids share the runs by partition; every run finishes once, no fact id is
+written twice, and no run's facts come from two writers at once. A killed
+controller's runs are finished by another; a controller outside the group is
+found out as another writer, and the run's owner raises ``foreign_writer``.
+Assertions read the authoritative log and the ``writer`` header of its records.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+
+import pytest
+
+from controller.ownership import FOREIGN_WRITER
+from events.consume import read_log
+from events.kafka import Record
+from events.model import RunFinished
+from events.topics import RUNS
+from tests.e2e.harness import Cluster, spec, wait
+
+pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
+# A killed controller's open transaction holds its partitions back until the
+# broker aborts it; a short timeout keeps the takeover inside the test's time.
+FAST = ("--transaction-timeout", "5")
+
+
+def _runs(cluster: Cluster, count: int, steps: int, step_time: float) -> list[str]:
+    return [cluster.submit(spec(f"multi-{i}", ["--steps", str(steps), "--step-time",
+                                                str(step_time)],
+                                topology={"replicas": 1, "slots_per_node": 1}))
+            for i in range(count)]
+
+
+def _log(cluster: Cluster) -> list[Record]:
+    return list(read_log(cluster.bootstrap, RUNS))
+
+
+def _all_finished(cluster: Cluster, runs: list[str]) -> list[Record] | None:
+    log = _log(cluster)
+    done = {r.event.run_id for r in log if isinstance(r.event, RunFinished)}
+    return log if done >= set(runs) else None
+
+
+def _writers_in_turn(log: list[Record], run: str) -> list[str]:
+    """The run's writers in log order, one entry per uninterrupted stretch."""
+    turns: list[str] = []
+    for r in log:
+        if r.event.run_id == run and (not turns or turns[-1] != r.writer):
+            turns.append(r.writer)
+    return turns
+
+
+def _assert_one_owner_at_a_time(log: list[Record], runs: list[str]) -> None:
+    ids = Counter(r.event.header.event_id for r in log)
+    assert [i for i, n in ids.items() if n > 1] == [], "a fact id written twice"
+    for run in runs:
+        finished = [r.event for r in log
+                    if r.event.run_id == run and isinstance(r.event, RunFinished)]
+        assert [f.outcome for f in finished] == ["succeeded"], run
+        turns = _writers_in_turn(log, run)
+        # A handover moves a run to a new writer; no writer ever comes back to it.
+        assert len(turns) == len(set(turns)), f"{run} decided by turns: {turns}"
+        assert all(turns), f"{run}: a record without its writer header"
+        starts = [r for r in log if r.event.run_id == run
+                  and r.event.event_type == "GenerationStarted"]
+        story = [(r.event.event_type, r.writer, getattr(r.event, "detail", ""))
+                 for r in log if r.event.run_id == run]
+        assert len(starts) == 1, f"{run} restarted across a handover: {story}"
+
+
+def test_two_then_three_controllers_share_the_runs_one_owner_each(cluster: Cluster) -> None:
+    cluster.controller("ctl-a", "controller-a")
+    cluster.controller("ctl-b", "controller-b")
+    cluster.agent("n1", 4)
+    cluster.agent("n2", 4)
+    runs = _runs(cluster, 6, steps=50, step_time=0.15)
+    wait(lambda: sum(r.event.event_type == "MembershipConfirmed" for r in _log(cluster)) >= 3,
+         90, "three runs confirmed running")
+    cluster.controller("ctl-c", "controller-c")  # a rebalance while the runs run
+    log = wait(lambda: _all_finished(cluster, runs), 150, "every run finished",
+               lambda: cluster.log_of("controller-a")[-1500:])
+    _assert_one_owner_at_a_time(log, runs)
+    deciders = {r.writer for r in log if r.event.run_id in runs}
+    assert len(deciders) >= 2, f"one controller decided every run: {deciders}"
+    for name in ("controller-a", "controller-b", "controller-c"):
+        assert "Traceback" not in cluster.log_of(name)
+
+
+def test_a_killed_controllers_runs_are_finished_by_another(cluster: Cluster) -> None:
+    procs = {txn: cluster.controller(txn, f"controller-{txn}", *FAST)
+             for txn in ("ctl-a", "ctl-b", "ctl-c")}
+    cluster.agent("n1", 4)
+    cluster.agent("n2", 4)
+    runs = _runs(cluster, 6, steps=80, step_time=0.15)
+    log = wait(lambda: (lambda got: got if sum(r.event.event_type == "MembershipConfirmed"
+                                               for r in got) >= 4 else None)(_log(cluster)),
+               90, "four runs confirmed running")
+    victim = Counter(r.writer for r in log if r.event.event_type == "MembershipConfirmed"
+                     ).most_common(1)[0][0]
+    victim_runs = {r.event.run_id for r in log
+                   if r.writer == victim and r.event.event_type == "MembershipConfirmed"}
+    os.killpg(procs[victim].pid, signal.SIGKILL)
+    procs[victim].wait(10)
+    log = wait(lambda: _all_finished(cluster, runs), 180, "every run finished after the kill")
+    _assert_one_owner_at_a_time(log, runs)
+    for run in victim_runs:
+        (finished,) = [r for r in log if r.event.run_id == run
+                       and isinstance(r.event, RunFinished)]
+        assert finished.writer not in ("", victim), f"{run} finished by {finished.writer}"
+
+
+def test_a_controller_outside_the_group_is_found_out_as_another_writer(
+    cluster: Cluster,
+) -> None:
+    cluster.controller("ctl-a", "controller-a")
+    cluster.agent("n1", 2)
+    (run,) = _runs(cluster, 1, steps=400, step_time=0.1)
+    wait(lambda: any(r.event.event_type == "MembershipConfirmed" and r.event.run_id == run
+                     for r in _log(cluster)) or None, 60, "the run confirmed running")
+    # Misconfigured: its own group, so it is given every partition too.
+    cluster.controller("ctl-rogue", "controller-rogue", group="rogue")
+
+    def alerted() -> list[Record] | None:
+        got = [r for r in _log(cluster) if r.event.run_id == run
+               and r.event.event_type == "AlertRaised" and r.event.alert == FOREIGN_WRITER]
+        return got or None
+
+    alerts = wait(alerted, 90, "a foreign_writer alert",
+                  lambda: cluster.log_of("controller-a")[-1500:])
+    assert {a.writer for a in alerts} <= {"ctl-a", "ctl-rogue"}
+    assert any(a.event.subject in ("ctl-a", "ctl-rogue") and a.event.subject != a.writer
+               for a in alerts)
+    assert "another writer" in cluster.log_of("controller-a") + cluster.log_of(
+        "controller-rogue")

@@ -55,6 +55,7 @@ from controller.spec_text import (
 from dataplane.documents import canonical_json, sha256_digest
 from dataplane.errors import CatalogError
 from events.model import FAILURE_CLASSES
+from events.names import alias_problem, name_problem
 
 __all__ = [
     "AlertPolicy", "AutoCheckpoint", "Budget", "ElasticMembership", "FixedCheckpoint",
@@ -64,9 +65,9 @@ __all__ = [
 
 _GIT_SHA = re.compile(r"[0-9a-f]{40}")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-# Names become the prefix of run ids, which key Kafka records and name output
-# paths; no "/" keeps them apart from the agents' ``node/<name>`` pseudo run ids.
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+# Names become the prefix of run ids (``<name>-<10 hex>``), which key Kafka records
+# and name output paths: events.names's rule, short enough to leave room for the suffix.
+NAME_MAX = 63
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The agent sets these for every worker (rendezvous, rank, fencing identity);
 # a spec that overrode them would put a worker in the wrong group or generation.
@@ -124,8 +125,9 @@ class RunSpec(Part):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME.fullmatch(v):
-            raise ValueError("must be 1-63 letters, digits, '.', '_' or '-', starting alphanumeric")
+        problem = name_problem(v, "name", NAME_MAX)
+        if problem is not None:
+            raise ValueError(problem)
         return v
 
     @field_validator("code_version")
@@ -294,6 +296,8 @@ def _resolved(data: dict[Any, Any], source: str, resolve: DatasetResolver) -> di
     ref = data.get("dataset")
     if not isinstance(ref, str):
         return data  # missing or not text: validation names it
+    if not _DIGEST.fullmatch(ref.lower()) and alias_problem(ref) is not None:
+        raise SpecError(source, [f"dataset: {alias_problem(ref)}"])
     try:
         return {**data, "dataset": resolve(ref)}
     except CatalogError as exc:

@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model
 
 from controller import alerts
 from controller import spec_bounds as b
+from events.names import host_problem, path_problem
 
 RESUME_CONTRACTS = ("exact", "coverage_equivalent", "distribution_equivalent")
 ResumeContract = Literal["exact", "coverage_equivalent", "distribution_equivalent"]
@@ -30,6 +31,24 @@ Duration = Annotated[float, Strict(), AfterValidator(b.DURATION)]
 Timeout = Annotated[float, Strict(), AfterValidator(b.TIMEOUT)]
 Backoff = Annotated[float, Strict(), AfterValidator(b.BACKOFF)]
 Text = Annotated[str, Strict(), Field(min_length=1)]
+
+
+def _host(v: str) -> str:
+    problem = host_problem(v, "domain")
+    if problem is not None:
+        raise ValueError(problem)
+    return v
+
+
+def _path(v: str) -> str:
+    problem = path_problem(v, "root")
+    if problem is not None:
+        raise ValueError(problem)
+    return v
+
+
+Host = Annotated[str, Strict(), AfterValidator(_host)]
+StoragePath = Annotated[str, Strict(), AfterValidator(_path)]
 
 
 class Part(BaseModel):
@@ -50,7 +69,7 @@ class Topology(Part):
 
     replicas: World
     slots_per_node: Slots
-    domain: Text | None = None
+    domain: Host | None = None
     ranks_per_replica: World = 1
 
     @model_validator(mode="after")
@@ -162,7 +181,8 @@ class CheckpointCommon(Part):
     """Where and how checkpoints are written, whatever decides the interval.
 
     ``root`` is an fsspec URL every member can reach (shared storage on more
-    than one node); without it the worker uses ``$RUNLEDGER_CHECKPOINT_ROOT``.
+    than one node), with no ``..`` segment (each agent also requires it inside
+    its allowed roots); without it the worker uses ``$RUNLEDGER_CHECKPOINT_ROOT``.
     ``mode: async`` stages a host copy and persists it in the background with
     at most ``backlog`` staged copies waiting; when full, ``delay`` makes the
     step wait and ``skip`` drops that checkpoint (both recorded as events).
@@ -171,7 +191,7 @@ class CheckpointCommon(Part):
     ``rollback_window`` committed checkpoints, newest first.
     """
 
-    root: Text | None = None
+    root: StoragePath | None = None
     mode: Literal["sync", "async"] = "sync"
     backlog: Annotated[int, Strict(), AfterValidator(b.BACKLOG)] = 1
     backlog_policy: Literal["delay", "skip"] = "delay"

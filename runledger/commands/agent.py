@@ -99,8 +99,15 @@ def agent(
 
 def default_roots() -> list[str]:
     """Where checkpoints may go when no ``--allow-root`` is given: runledger's own places."""
-    roots = [str(config.home().resolve())]
+    places = [config.home()]
     env_root = os.environ.get(CHECKPOINT_ROOT)
+    if env_root and "://" in env_root:
+        return [*_spellings(places[0]), env_root]
     if env_root:
-        roots.append(env_root if "://" in env_root else str(Path(env_root).resolve()))
-    return roots
+        places.append(Path(env_root))
+    # Paths are compared as text: allow each place as written and with links resolved.
+    return [s for p in places for s in _spellings(p)]
+
+
+def _spellings(path: Path) -> list[str]:
+    return sorted({str(path.expanduser().absolute()), str(path.expanduser().resolve())})

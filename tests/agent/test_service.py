@@ -249,3 +249,15 @@ def test_a_bad_node_name_or_root_is_one_line_and_exit_1(
     assert out.returncode == 1, out.stderr
     [line] = out.stderr.strip().splitlines()
     assert line.startswith(f"runledger: {problem}")
+
+
+def test_default_roots_are_runledger_s_own_places(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from runledger.commands.agent import default_roots
+
+    monkeypatch.setenv("RUNLEDGER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RUNLEDGER_CHECKPOINT_ROOT", "s3://bucket/ckpt")
+    assert default_roots() == [str(tmp_path / "home"), "s3://bucket/ckpt"]
+    monkeypatch.setenv("RUNLEDGER_CHECKPOINT_ROOT", str(tmp_path / "ckpt"))
+    assert str(tmp_path / "ckpt") in default_roots()

@@ -16,9 +16,11 @@ Rules for ``GroupStartCommanded`` of run R, generation G, id C, in this order:
 5. issued more than ``max_start_age_ms`` ago: ignored, so an agent that
    replays old commands (a new consumer group, a reused node name) does not
    resurrect finished runs;
-6. no member on this node: ignored. An invalid rank contract
-   (``events.workerenv``): every member is rejected (``WorkerExited``
-   with exit code 125);
+6. no member on this node: ignored. A run id or logical id that breaks the
+   naming rule, a checkpoint root or resume manifest with a ``..`` segment or
+   outside the agent's allowed roots (``events.names``), or an invalid rank
+   contract (``events.workerenv``): every member is rejected (``WorkerExited``
+   with exit code 125) and nothing is launched;
 7. more members than free slots: the command is deferred (``Defer``: the
    shell decides it again shortly) until it is ``slot_wait_ms`` old, then
    every member is rejected with 125; at once if it exceeds the node's slots.
@@ -41,9 +43,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from events.model import Event, GroupStartCommanded, GroupStopCommanded, Member
+from events.names import logical_id_problem, outside_roots, run_id_problem
 from events.workerenv import (
+    CHECKPOINT_ROOT,
     HEARTBEAT_INTERVAL_S,
     RANKS,
+    RESUME_CANDIDATES,
+    CheckpointEnv,
     WorkerEnv,
     WorkerEnvError,
     parse_interval,
@@ -76,6 +82,11 @@ class AgentConfig:
     slot_wait_ms: int = 15_000
     # How many command ids to remember; rules 2-4 cover anything older.
     seen_limit: int = 4096
+    # Where a start command may point its workers' checkpoints and resume manifests
+    # (local paths or fsspec URLs); a relative path is resolved against base_dir,
+    # the workers' working directory, which is always allowed.
+    allowed_roots: tuple[str, ...] = ()
+    base_dir: str = "."
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +236,9 @@ def _start(config: AgentConfig, state: AgentState, cmd: GroupStartCommanded,
         return Decision(new, tuple(Reject(k, reason, cmd.header.event_id) for k in keys))
 
     try:
+        problem = _confined(config, cmd, mine)
+        if problem is not None:
+            return reject_all(f"invalid start command: {problem}")
         envs = _worker_envs(config, cmd, mine)
     except WorkerEnvError as exc:
         return reject_all(f"invalid start command: {exc}")
@@ -259,6 +273,28 @@ def _stop(config: AgentConfig, state: AgentState, cmd: GroupStopCommanded) -> De
     doomed = sorted((k for k in new.running if k.run_id == run and k.generation <= gen), key=str)
     reason = f"stop g{gen}: {cmd.reason}"
     return Decision(new, tuple(Terminate(k, reason) for k in doomed))
+
+
+def _confined(config: AgentConfig, cmd: GroupStartCommanded,
+              mine: tuple[Member, ...]) -> str | None:
+    """The first name or path of ``cmd`` that breaks a rule of ``events.names``, if any.
+
+    Raises ``WorkerEnvError`` when the checkpoint settings cannot be read at all.
+    """
+    for problem in (run_id_problem(cmd.run_id), *(logical_id_problem(m.logical_id)
+                                                  for m in mine)):
+        if problem is not None:
+            return problem
+    ckpt = CheckpointEnv.from_environ(cmd.env)
+    paths = [(CHECKPOINT_ROOT, ckpt.root), ("resume_manifest", cmd.resume_manifest),
+             *((RESUME_CANDIDATES, manifest) for _, manifest, _ in ckpt.candidates)]
+    roots = (config.base_dir, *config.allowed_roots)
+    for what, path in paths:
+        if path is not None:
+            problem = outside_roots(path, roots, config.base_dir, what)
+            if problem is not None:
+                return problem
+    return None
 
 
 def _worker_envs(config: AgentConfig, cmd: GroupStartCommanded,

@@ -33,7 +33,7 @@ import signal
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
@@ -66,6 +66,7 @@ from events.model import (
     WorkerExited,
     node_key,
 )
+from events.names import host_problem, path_problem
 from events.topics import COMMANDS, REPORTS
 
 log = logging.getLogger("runledger.agent")
@@ -86,13 +87,24 @@ class AgentOptions:
     poll_s: float = 0.2
 
 
+def _root_problem(root: str) -> str | None:
+    problem = path_problem(root, f"--allow-root {root!r}")
+    if problem is None and not (root.startswith("/") or "://" in root):
+        problem = f"--allow-root {root!r} must be an absolute path or a URL"
+    return problem
+
+
 class Agent:
     def __init__(self, config: AgentConfig, options: AgentOptions) -> None:
         if config.slots < 1:
             raise AgentError(f"--slots must be >= 1, got {config.slots}")
-        if not config.node:
-            raise AgentError("--node must be a non-empty name")
-        self.config = config
+        problems = [host_problem(config.node, "--node"),
+                    host_problem(options.domain, "--domain"),
+                    *(_root_problem(r) for r in config.allowed_roots)]
+        if any(problems):
+            raise AgentError("; ".join(p for p in problems if p))
+        # Workers run in the work dir: that is where a relative path lands.
+        self.config = replace(config, base_dir=str(options.work_dir.resolve()))
         self.options = options
         self.state = AgentState()
         self.procs = ProcessTable(options.work_dir, options.grace_s)

@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+from controller.spec_bounds import MAX_COST_S, MAX_STEPS
 from controller.spec_parts import young_interval_s
 from events.model import (
     CheckpointIntervalChanged,
@@ -119,8 +120,8 @@ def interval_decision(
     if previous is None or e.step <= previous.step:
         return None  # the step time is unknown until two checkpoints of one generation
     cost_s = auto.measured_cost_s if auto.measured_cost_s is not None else e.stall_ms / 1000.0
-    if cost_s <= 0:
-        return None
+    if not 0 < cost_s <= MAX_COST_S:
+        return None  # nothing measured, or a stall no spec may declare: not a basis for T
     elapsed_s = (e.header.occurred_at - previous.at) / 1000.0 - previous.stall_ms / 1000.0
     step_s = elapsed_s / (e.step - previous.step)
     if not (math.isfinite(step_s) and step_s > 0):
@@ -131,7 +132,9 @@ def interval_decision(
     else:
         mtbf_s, source = auto.mtbf_prior_s, "prior"
     interval_s = young_interval_s(cost_s, mtbf_s)
-    steps = max(1, round(interval_s / step_s))
+    # Bounded like a spec's interval_steps, so the fact fits its Avro long however
+    # short the observed step time.
+    steps = min(MAX_STEPS, max(1, round(min(interval_s / step_s, MAX_STEPS))))
     current = state.checkpoint_interval_steps or auto.initial_interval_steps
     if abs(steps - current) < INTERVAL_HYSTERESIS * current:
         return None

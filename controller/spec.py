@@ -19,11 +19,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import AfterValidator, Field, Strict, ValidationError, ValidationInfo, field_validator
 
 from controller.errors import SpecError
@@ -32,22 +31,31 @@ from controller.spec_parts import (
     AutoCheckpoint,
     Budget,
     CheckpointPolicy,
+    Duration,
     ElasticMembership,
     FixedCheckpoint,
     FixedMembership,
     HeartbeatPolicy,
     Membership,
     Part,
-    PosNum,
     ResumeContract,
     RetryPolicy,
     Text,
     Topology,
     young_interval_s,
 )
+from controller.spec_text import (
+    MAX_DEPTH,
+    TOO_DEEP,
+    check_size,
+    depth,
+    load_yaml,
+    read_spec_text,
+)
 from dataplane.documents import canonical_json, sha256_digest
 from dataplane.errors import CatalogError
 from events.model import FAILURE_CLASSES
+from events.names import alias_problem, name_problem
 
 __all__ = [
     "AlertPolicy", "AutoCheckpoint", "Budget", "ElasticMembership", "FixedCheckpoint",
@@ -57,9 +65,9 @@ __all__ = [
 
 _GIT_SHA = re.compile(r"[0-9a-f]{40}")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-# Names become the prefix of run ids, which key Kafka records and name output
-# paths; no "/" keeps them apart from the agents' ``node/<name>`` pseudo run ids.
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+# Names become the prefix of run ids (``<name>-<10 hex>``), which key Kafka records
+# and name output paths: events.names's rule, short enough to leave room for the suffix.
+NAME_MAX = 63
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The agent sets these for every worker (rendezvous, rank, fencing identity);
 # a spec that overrode them would put a worker in the wrong group or generation.
@@ -102,8 +110,8 @@ class RunSpec(Part):
     topology: Topology
     membership: Membership = FixedMembership(kind="fixed")
     resume: ResumeContract
-    rpo_s: PosNum
-    rto_s: PosNum
+    rpo_s: Duration
+    rto_s: Duration
     budget: Budget = Budget()
     retry: dict[RetryKey, RetryPolicy] = Field(default_factory=dict, validate_default=True)
     heartbeat: HeartbeatPolicy = HeartbeatPolicy()
@@ -117,8 +125,9 @@ class RunSpec(Part):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME.fullmatch(v):
-            raise ValueError("must be 1-63 letters, digits, '.', '_' or '-', starting alphanumeric")
+        problem = name_problem(v, "name", NAME_MAX)
+        if problem is not None:
+            raise ValueError(problem)
         return v
 
     @field_validator("code_version")
@@ -255,11 +264,7 @@ DatasetResolver = Callable[[str], str]
 
 
 def load_spec(path: str | Path, *, resolve_dataset: DatasetResolver | None = None) -> RunSpec:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(str(path), [f"cannot read the file: {exc}"]) from None
-    return parse_spec(text, str(path), resolve_dataset=resolve_dataset)
+    return parse_spec(read_spec_text(path), str(path), resolve_dataset=resolve_dataset)
 
 
 def parse_spec(text: str, source: str, *,
@@ -269,16 +274,16 @@ def parse_spec(text: str, source: str, *,
     With ``resolve_dataset``, a textual ``dataset`` is replaced by what it
     returns before validation, so the spec (and its digest) holds the manifest id.
     """
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no object tags
-    except yaml.YAMLError as exc:
-        raise SpecError(source, [_yaml_problem(exc)]) from None
+    data = load_yaml(text, source)  # bounded size, depth and aliases; no object tags
     if not isinstance(data, dict):
         got = "an empty document" if data is None else type(data).__name__
         raise SpecError(source, [f"(spec): must be a mapping of fields, got {got}"])
     if resolve_dataset is not None:
         data = _resolved(data, source, resolve_dataset)
-    return _validate(lambda: RunSpec.model_validate(data), source)
+    spec = _validate(lambda: RunSpec.model_validate(data), source)
+    # Defaults filled in and aliases expanded, the recorded form may outgrow the text.
+    check_size(spec.canonical_json(), source, " as canonical JSON")
+    return spec
 
 
 def _resolved(data: dict[Any, Any], source: str, resolve: DatasetResolver) -> dict[Any, Any]:
@@ -291,6 +296,8 @@ def _resolved(data: dict[Any, Any], source: str, resolve: DatasetResolver) -> di
     ref = data.get("dataset")
     if not isinstance(ref, str):
         return data  # missing or not text: validation names it
+    if not _DIGEST.fullmatch(ref.lower()) and alias_problem(ref) is not None:
+        raise SpecError(source, [f"dataset: {alias_problem(ref)}"])
     try:
         return {**data, "dataset": resolve(ref)}
     except CatalogError as exc:
@@ -305,8 +312,16 @@ def _resolved(data: dict[Any, Any], source: str, resolve: DatasetResolver) -> di
 
 
 def parse_spec_json(text: str, source: str = "spec_json") -> RunSpec:
-    """A spec from its canonical JSON, as ``RunSubmitted.spec_json`` carries it."""
-    return _validate(lambda: RunSpec.model_validate_json(text), source)
+    """A spec from its canonical JSON, as ``RunSubmitted.spec_json`` carries it.
+
+    Held to the same limits as a spec's YAML, so an old log or a forged request
+    is refused here with a :class:`SpecError`, never by a crash further on.
+    """
+    check_size(text, source)
+    spec = _validate(lambda: RunSpec.model_validate_json(text), source)
+    if depth(spec.model) + 1 > MAX_DEPTH:
+        raise SpecError(source, [f"model: {TOO_DEEP}: nested more than {MAX_DEPTH} levels deep"])
+    return spec
 
 
 def _validate(build: Callable[[], RunSpec], source: str) -> RunSpec:
@@ -314,32 +329,3 @@ def _validate(build: Callable[[], RunSpec], source: str) -> RunSpec:
         return build()
     except ValidationError as exc:
         raise SpecError.from_validation(source, exc) from None
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc)
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    return f"not valid YAML: {where}{problem}"
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice, which plain YAML loading resolves silently."""
-
-
-def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue  # ``<<`` merges may be overridden on purpose
-        key = loader.construct_object(key_node)
-        if isinstance(key, Hashable):
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} is given twice", key_node.start_mark
-                )
-            seen.add(key)
-    return loader.construct_mapping(node)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)

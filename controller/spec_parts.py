@@ -12,19 +12,43 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model_validator
 
-from controller import alerts, watch
+from controller import alerts
+from controller import spec_bounds as b
+from events.names import host_problem, path_problem
 
 RESUME_CONTRACTS = ("exact", "coverage_equivalent", "distribution_equivalent")
 ResumeContract = Literal["exact", "coverage_equivalent", "distribution_equivalent"]
 
 # Strict: YAML turns ``yes``/``on`` into booleans, which lax pydantic would take as 1.
-PosInt = Annotated[int, Strict(), Field(ge=1)]
-NonNegInt = Annotated[int, Strict(), Field(ge=0)]
-PosNum = Annotated[float, Strict(), Field(gt=0)]
-NonNegNum = Annotated[float, Strict(), Field(ge=0)]
+# Every number has a range (controller.spec_bounds); the validator names it.
+World = Annotated[int, Strict(), AfterValidator(b.WORLD)]
+Slots = Annotated[int, Strict(), AfterValidator(b.SLOTS)]
+Steps = Annotated[int, Strict(), AfterValidator(b.STEPS)]
+Count = Annotated[int, Strict(), AfterValidator(b.COUNT)]
+Duration = Annotated[float, Strict(), AfterValidator(b.DURATION)]
+Timeout = Annotated[float, Strict(), AfterValidator(b.TIMEOUT)]
+Backoff = Annotated[float, Strict(), AfterValidator(b.BACKOFF)]
 Text = Annotated[str, Strict(), Field(min_length=1)]
+
+
+def _host(v: str) -> str:
+    problem = host_problem(v, "domain")
+    if problem is not None:
+        raise ValueError(problem)
+    return v
+
+
+def _path(v: str) -> str:
+    problem = path_problem(v, "root")
+    if problem is not None:
+        raise ValueError(problem)
+    return v
+
+
+Host = Annotated[str, Strict(), AfterValidator(_host)]
+StoragePath = Annotated[str, Strict(), AfterValidator(_path)]
 
 
 class Part(BaseModel):
@@ -43,10 +67,18 @@ class Topology(Part):
     one topology domain (a rack, a switch).
     """
 
-    replicas: PosInt
-    slots_per_node: PosInt
-    domain: Text | None = None
-    ranks_per_replica: PosInt = 1
+    replicas: World
+    slots_per_node: Slots
+    domain: Host | None = None
+    ranks_per_replica: World = 1
+
+    @model_validator(mode="after")
+    def _world(self) -> Topology:
+        if self.world_size > b.MAX_WORLD_SIZE:
+            raise ValueError(
+                f"replicas {self.replicas} x ranks_per_replica {self.ranks_per_replica} ="
+                f" {self.world_size} ranks, over the limit of {b.MAX_WORLD_SIZE}")
+        return self
 
     @property
     def world_size(self) -> int:
@@ -65,8 +97,8 @@ class ElasticMembership(Part):
     """The run may continue with any replica count in ``min..max``."""
 
     kind: Literal["elastic"]
-    min: PosInt
-    max: PosInt
+    min: World
+    max: World
 
     @model_validator(mode="after")
     def _ordered(self) -> ElasticMembership:
@@ -81,9 +113,9 @@ Membership = Annotated[FixedMembership | ElasticMembership, Field(discriminator=
 class Budget(Part):
     """Limits; ``None`` means unlimited."""
 
-    max_gpu_hours: PosNum | None = None
-    max_wall_s: PosNum | None = None
-    price_per_gpu_hour: PosNum | None = None
+    max_gpu_hours: Annotated[float, Strict(), AfterValidator(b.GPU_HOURS)] | None = None
+    max_wall_s: Duration | None = None
+    price_per_gpu_hour: Annotated[float, Strict(), AfterValidator(b.PRICE)] | None = None
 
 
 class RetryPolicy(Part):
@@ -95,10 +127,10 @@ class RetryPolicy(Part):
     attempts left, because a deterministic fault does not heal by repetition.
     """
 
-    attempts: NonNegInt = 3
-    backoff_base_s: NonNegNum = 1.0
-    backoff_cap_s: NonNegNum = 30.0
-    escalate_after: PosInt = 3
+    attempts: Annotated[int, Strict(), AfterValidator(b.ATTEMPTS)] = 3
+    backoff_base_s: Backoff = 1.0
+    backoff_cap_s: Backoff = 30.0
+    escalate_after: Count = 3
 
     @model_validator(mode="after")
     def _cap_covers_base(self) -> RetryPolicy:
@@ -122,9 +154,9 @@ class RetryPolicy(Part):
 
 
 class HeartbeatPolicy(Part):
-    interval_s: PosNum = 1.0
-    timeout_s: PosNum = 10.0
-    stall_timeout_s: PosNum = 60.0
+    interval_s: Annotated[float, Strict(), AfterValidator(b.HEARTBEAT)] = 1.0
+    timeout_s: Timeout = 10.0
+    stall_timeout_s: Timeout = 60.0
 
     @model_validator(mode="after")
     def _ordered(self) -> HeartbeatPolicy:
@@ -149,7 +181,8 @@ class CheckpointCommon(Part):
     """Where and how checkpoints are written, whatever decides the interval.
 
     ``root`` is an fsspec URL every member can reach (shared storage on more
-    than one node); without it the worker uses ``$RUNLEDGER_CHECKPOINT_ROOT``.
+    than one node), with no ``..`` segment (each agent also requires it inside
+    its allowed roots); without it the worker uses ``$RUNLEDGER_CHECKPOINT_ROOT``.
     ``mode: async`` stages a host copy and persists it in the background with
     at most ``backlog`` staged copies waiting; when full, ``delay`` makes the
     step wait and ``skip`` drops that checkpoint (both recorded as events).
@@ -158,13 +191,13 @@ class CheckpointCommon(Part):
     ``rollback_window`` committed checkpoints, newest first.
     """
 
-    root: Text | None = None
+    root: StoragePath | None = None
     mode: Literal["sync", "async"] = "sync"
-    backlog: PosInt = 1
+    backlog: Annotated[int, Strict(), AfterValidator(b.BACKLOG)] = 1
     backlog_policy: Literal["delay", "skip"] = "delay"
-    keep_last: PosInt = 3
-    keep_every: PosInt | None = None
-    rollback_window: PosInt = 3
+    keep_last: Count = 3
+    keep_every: Steps | None = None
+    rollback_window: Annotated[int, Strict(), AfterValidator(b.ROLLBACK)] = 3
 
     @model_validator(mode="after")
     def _window(self) -> CheckpointCommon:
@@ -178,7 +211,7 @@ class CheckpointCommon(Part):
 
 class FixedCheckpoint(CheckpointCommon):
     policy: Literal["fixed"]
-    interval_steps: PosInt
+    interval_steps: Steps
 
 
 class AutoCheckpoint(CheckpointCommon):
@@ -190,10 +223,10 @@ class AutoCheckpoint(CheckpointCommon):
     """
 
     policy: Literal["auto"]
-    mtbf_prior_s: PosNum
-    measured_cost_s: PosNum | None = None
+    mtbf_prior_s: Annotated[float, Strict(), AfterValidator(b.MTBF)]
+    measured_cost_s: Annotated[float, Strict(), AfterValidator(b.COST)] | None = None
     # Used until the first checkpoint's stall is measured.
-    initial_interval_steps: PosInt = 100
+    initial_interval_steps: Steps = 100
 
     def interval_s(self, cost_s: float | None = None, mtbf_s: float | None = None) -> float | None:
         """Young's interval; ``None`` while no checkpoint cost is known."""
@@ -210,8 +243,8 @@ def young_interval_s(cost_s: float, mtbf_s: float) -> float:
 CheckpointPolicy = Annotated[FixedCheckpoint | AutoCheckpoint, Field(discriminator="policy")]
 
 
-Ratio = Annotated[float, Strict(), Field(gt=1)]
-Share = Annotated[float, Strict(), Field(gt=0, lt=1)]
+Ratio = Annotated[float, Strict(), AfterValidator(b.RATIO)]
+Share = Annotated[float, Strict(), AfterValidator(b.SHARE)]
 
 
 class AlertPolicy(Part):
@@ -226,12 +259,12 @@ class AlertPolicy(Part):
 
     owner: Text | None = None
     runbook_base: Text = alerts.DEFAULT_RUNBOOK_BASE
-    progress_stall_s: PosNum | None = None
-    window_steps: Annotated[int, Strict(), Field(ge=alerts.MIN_SAMPLES, le=watch.MAX_WINDOW)] = (
-        alerts.DEFAULT_WINDOW_STEPS)
+    progress_stall_s: Timeout | None = None
+    window_steps: Annotated[int, Strict(), AfterValidator(b.WINDOW)] = alerts.DEFAULT_WINDOW_STEPS
     straggler_ratio: Ratio = alerts.DEFAULT_STRAGGLER_RATIO
     input_wait_share: Share = alerts.DEFAULT_INPUT_WAIT_SHARE
-    checkpoint_lag_steps: PosInt | None = None
+    checkpoint_lag_steps: Steps | None = None
     mixture_drift: Share = alerts.DEFAULT_MIXTURE_DRIFT
     # Twice is the least that is "repeated"; once is what FailureClassified already says.
-    repeated_failure: Annotated[int, Strict(), Field(ge=2)] = alerts.DEFAULT_REPEATED_FAILURE
+    repeated_failure: Annotated[int, Strict(), AfterValidator(b.REPEATS)] = (
+        alerts.DEFAULT_REPEATED_FAILURE)

@@ -6,6 +6,7 @@ Tested in tests/agent/test_service.py.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +14,7 @@ import typer
 
 from agent.decide import AgentConfig
 from agent.service import Agent, AgentOptions
+from events.workerenv import CHECKPOINT_ROOT
 from runledger import config
 from runledger.config import Bootstrap
 
@@ -46,6 +48,13 @@ MaxStartAge = Annotated[
     typer.Option("--max-start-age", min=1.0,
                  help="Ignore start commands issued longer ago than this (seconds)."),
 ]
+AllowRoot = Annotated[
+    list[str] | None,
+    typer.Option("--allow-root",
+                 help="A directory or fsspec URL under which start commands may put checkpoint "
+                      "roots and resume manifests (repeatable). The work dir is always allowed; "
+                      "default: also $RUNLEDGER_HOME and $RUNLEDGER_CHECKPOINT_ROOT."),
+]
 SlotWait = Annotated[
     float,
     typer.Option("--slot-wait", min=0.0,
@@ -69,6 +78,7 @@ def agent(
     grace: Grace = 5.0,
     max_start_age: MaxStartAge = 300.0,
     slot_wait: SlotWait = 15.0,
+    allow_root: AllowRoot = None,
 ) -> None:
     """Run a node agent: register slots, heartbeat, launch and stop worker groups on command.
 
@@ -80,7 +90,24 @@ def agent(
     agent_config = AgentConfig(node=node, slots=slots, bootstrap=kafka,
                                heartbeat_interval_s=heartbeat_interval,
                                max_start_age_ms=int(max_start_age * 1000),
-                               slot_wait_ms=int(slot_wait * 1000))
+                               slot_wait_ms=int(slot_wait * 1000),
+                               allowed_roots=tuple(allow_root or default_roots()))
     options = AgentOptions(domain=domain, address=address,
                            work_dir=work_dir or config.agent_work_dir(node), grace_s=grace)
     raise typer.Exit(Agent(agent_config, options).run())
+
+
+def default_roots() -> list[str]:
+    """Where checkpoints may go when no ``--allow-root`` is given: runledger's own places."""
+    places = [config.home()]
+    env_root = os.environ.get(CHECKPOINT_ROOT)
+    if env_root and "://" in env_root:
+        return [*_spellings(places[0]), env_root]
+    if env_root:
+        places.append(Path(env_root))
+    # Paths are compared as text: allow each place as written and with links resolved.
+    return [s for p in places for s in _spellings(p)]
+
+
+def _spellings(path: Path) -> list[str]:
+    return sorted({str(path.expanduser().absolute()), str(path.expanduser().resolve())})

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from agent.decide import (
     REJECTED_EXIT_CODE,
     Action,
@@ -21,6 +23,7 @@ from agent.decide import (
     worker_exited,
 )
 from events.model import GroupStartCommanded, GroupStopCommanded
+from events.workerenv import CHECKPOINT_ROOT, RESUME_CANDIDATES
 from tests.agent.commands import NOW, start_cmd, stop_cmd
 
 CFG = AgentConfig(node="n1", slots=3, bootstrap="kafka:9092", heartbeat_interval_s=1.5)
@@ -156,3 +159,49 @@ def test_remembered_ids_are_bounded() -> None:
     for gen in range(1, 6):
         state = decide(cfg, state, stop_cmd("n1", "run", gen), NOW).state
     assert state.seen == ("run/g3/n1/stop", "run/g4/n1/stop", "run/g5/n1/stop")
+
+
+# --- names and paths confined (events.names) -----------------------------------------
+
+ROOTED = replace(CFG, allowed_roots=("/data/ckpt", "s3://bucket/ckpt"), base_dir="/work/n1")
+
+
+def reasons(d: Decision) -> list[str]:
+    return [a.reason for a in d.actions if isinstance(a, Reject)]
+
+
+@pytest.mark.parametrize(("run", "ids", "reason"), [
+    ("../../etc", ("r0",), "bad_name: run id '../../etc'"),
+    ("node/n1", ("r0",), "bad_name: run id 'node/n1'"),
+    ("run", ("r0", "../r1"), "bad_name: logical id '../r1'"),
+])
+def test_a_forged_run_id_or_logical_id_launches_nothing(
+    run: str, ids: tuple[str, ...], reason: str
+) -> None:
+    d = decide(ROOTED, AgentState(), start_cmd("n1", run, 1, ids), NOW)
+    assert kinds(d) == ["Reject"] * len(ids)
+    assert all(r == f"invalid start command: {reason} must be 1-128 letters, digits, '.', '_'"
+               " or '-', starting with a letter or digit" for r in reasons(d))
+    assert not d.state.running
+
+
+@pytest.mark.parametrize(("env", "manifest", "launched"), [
+    ({CHECKPOINT_ROOT: "/data/ckpt"}, None, True),
+    ({CHECKPOINT_ROOT: "s3://bucket/ckpt/team"}, None, True),
+    ({CHECKPOINT_ROOT: "rel/ckpt"}, None, True),  # inside the work dir
+    ({}, "/data/ckpt/run/g000001/step-0000000010/manifest.json", True),
+    ({CHECKPOINT_ROOT: "/data/ckpt/../../etc"}, None, False),
+    ({CHECKPOINT_ROOT: "/etc"}, None, False),
+    ({CHECKPOINT_ROOT: "s3://other/ckpt"}, None, False),
+    ({}, "/home/victim/manifest.json", False),
+    ({RESUME_CANDIDATES: '[[10, "/tmp/x/manifest.json", "sha256:x"]]'}, None, False),
+    ({RESUME_CANDIDATES: "not json"}, None, False),
+])
+def test_checkpoint_paths_must_lie_inside_the_allowed_roots(
+    env: dict[str, str], manifest: str | None, launched: bool
+) -> None:
+    cmd = replace(start_cmd("n1", "run", 1, ("r0",), env=env), resume_manifest=manifest)
+    d = decide(ROOTED, AgentState(), cmd, NOW)
+    assert kinds(d) == (["Launch"] if launched else ["Reject"]), reasons(d)
+    if not launched:
+        assert reasons(d)[0].startswith("invalid start command: ")

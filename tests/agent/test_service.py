@@ -209,3 +209,55 @@ def test_sigterm_stops_workers_reports_them_and_exits_0(
                 f"/proc/{pid}/cmdline").read_bytes()
     finally:
         stop_agent(own)
+
+
+@pytest.mark.kafka
+def test_a_forged_start_with_a_climbing_run_id_starts_nothing_and_is_reported(
+    agent: Running, run_id: str
+) -> None:
+    forged = f"../../{run_id}"
+    now = int(time.time() * 1000)
+    agent.send(start_cmd(agent.node, forged, 1, ("r0",), at=now),
+               start_cmd(agent.node, run_id, 1, ("r0",), at=now,
+                         env={"RUNLEDGER_CHECKPOINT_ROOT": "/etc"}))
+    (bad,) = agent.wait_exits(forged, 1).values()
+    (outside,) = agent.wait_exits(run_id, 1).values()
+    assert (bad.exit_code, bad.signal) == (REJECTED_EXIT_CODE, None)
+    assert (outside.exit_code, outside.signal) == (REJECTED_EXIT_CODE, None)
+    agent.wait_log(f"{forged}/g1/r0: not launched: invalid start command: bad_name: run id")
+    agent.wait_log(f"{run_id}/g1/r0: not launched: invalid start command: path_outside_roots")
+    assert "started pid" not in "".join(
+        line for line in agent.log.read_text().splitlines() if run_id in line)
+    assert not (agent.work_dir / run_id).exists()
+    assert not (agent.work_dir.parent.parent / run_id).exists()
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize(("option", "value", "problem"), [
+    ("--node", "../n", "bad_name: --node '../n'"),
+    ("--allow-root", "/data/../etc", "bad_path: --allow-root '/data/../etc'"),
+    ("--allow-root", "relative", "--allow-root 'relative' must be an absolute path or a URL"),
+])
+def test_a_bad_node_name_or_root_is_one_line_and_exit_1(
+    bootstrap: str, tmp_path: Path, option: str, value: str, problem: str
+) -> None:
+    args = {"--node": "n1", "--slots": "1", "--work-dir": str(tmp_path), option: value}
+    out = subprocess.run([sys.executable, "-m", "runledger.cli", "agent",
+                          *(x for kv in args.items() for x in kv)],
+                         env={**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap},
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 1, out.stderr
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith(f"runledger: {problem}")
+
+
+def test_default_roots_are_runledger_s_own_places(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from runledger.commands.agent import default_roots
+
+    monkeypatch.setenv("RUNLEDGER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RUNLEDGER_CHECKPOINT_ROOT", "s3://bucket/ckpt")
+    assert default_roots() == [str(tmp_path / "home"), "s3://bucket/ckpt"]
+    monkeypatch.setenv("RUNLEDGER_CHECKPOINT_ROOT", str(tmp_path / "ckpt"))
+    assert str(tmp_path / "ckpt") in default_roots()

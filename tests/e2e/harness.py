@@ -94,6 +94,9 @@ class Cluster:
                 str(slots),
                 "--work-dir",
                 str(self.work / node),
+                # Checkpoint roots of these tests sit beside the agents' work dirs.
+                "--allow-root",
+                str(self.work),
                 "--heartbeat-interval",
                 "0.3",
                 "--grace",

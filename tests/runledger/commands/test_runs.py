@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -370,3 +371,39 @@ def test_submit_records_the_resolved_id(
     # The spec digest is that of the spec with the id written in place of the alias.
     pinned = load_spec(spec_file(tmp_path, unique, dataset=manifest_id))
     assert doc["spec_digest"] == pinned.digest()
+
+
+def _bomb(levels: int, width: int) -> str:
+    lines = ["  l0: &l0 [" + ", ".join(["lol"] * width) + "]"]
+    lines += [f"  l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * width) + "]"
+              for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (lambda t: t + "# " + "x" * 1_000_000 + "\n", "(spec): too_large: the spec is more than"),
+    (lambda t: t + "deep: " + "[" * 3000 + "]" * 3000 + "\n", "(spec): too_deep: nested more"),
+    (lambda t: t.replace("\nmodel:\n", "\nmodel:\n" + _bomb(9, 10), 1),
+     "(spec): too_many_aliases:"),
+    (lambda t: t.replace("\nmodel:\n", "\nmodel:\n" + _bomb(6, 10), 1),
+     "(spec): too_many_values:"),
+    (lambda t: t.replace("mtbf_prior_s: 21600", "mtbf_prior_s: 1.0e+300"),
+     "checkpoint.mtbf_prior_s: 1e+300 is out of range: must be >= 1 and <= 315576000 s"),
+    (lambda t: t.replace("root: s3://training-checkpoints/tiny-lm", "root: /ckpt/../../etc"),
+     "checkpoint.root: bad_path: root '/ckpt/../../etc' has a '..' segment"),
+])
+def test_submit_refuses_an_unbounded_spec_quickly_with_no_traceback(
+    tmp_path: Path, change: Any, expected: str
+) -> None:
+    text = EXAMPLE.read_text()
+    path = tmp_path / "run.yaml"
+    path.write_text(change(text))
+    assert path.read_text() != text
+    started = time.monotonic()
+    out = cli("127.0.0.1:1", "submit", str(path))  # refused before any broker is asked
+    assert time.monotonic() - started < 20  # the interpreter's start included; no hang
+    assert out.returncode == 1 and out.stdout == ""
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines[0] == f"runledger: {path}: invalid run spec, 1 problem:", lines
+    assert lines[1].strip().startswith(expected), lines

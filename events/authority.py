@@ -10,7 +10,8 @@ security work enforces the same table at the broker (ACLs per role).
 
 Sizes are bounded at the same door (:func:`oversize`): a record larger than its
 topic's limit is quarantined, so one report cannot make the controller hold or
-copy megabytes.
+copy megabytes; and so are names (:func:`names_problem`): a run id or node name
+outside ``events.names``' charset never reaches the controller.
 
 Tested in tests/events/test_authority.py.
 """
@@ -23,7 +24,8 @@ from enum import StrEnum
 
 from events.errors import DecodeError
 from events.kafka import Record
-from events.model import EVENT_TYPES, Event
+from events.model import EVENT_TYPES, AgentHeartbeatRecorded, AgentRegistered, Event
+from events.names import BAD_NAME, host_problem, key_problem
 from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS
 
 
@@ -93,4 +95,15 @@ def admit_input(record: Record, size: int) -> DecodeError | None:
     if why is not None:
         return DecodeError(OVERSIZE, why)
     why = stray(record.topic, record.event)
-    return DecodeError(STRAY, why) if why is not None else None
+    if why is not None:
+        return DecodeError(STRAY, why)
+    why = names_problem(record.event)
+    return DecodeError(BAD_NAME, why) if why is not None else None
+
+
+def names_problem(event: Event) -> str | None:
+    """Why the names an input is keyed by are not valid (events.names), or None."""
+    why = key_problem(event.run_id)
+    if why is None and isinstance(event, AgentRegistered | AgentHeartbeatRecorded):
+        why = host_problem(event.node)
+    return why

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from events.authority import (
@@ -55,3 +57,15 @@ def test_the_door_quarantines_strays_and_oversize_records_by_name() -> None:
     big = admit_input(Record(REPORTS, 0, 7, 0, beat, 1), MAX_BYTES[REPORTS] + 1)
     assert big is not None and big.reason == OVERSIZE
     assert oversize(QUARANTINE, 10**9) is None  # no limit where nothing is judged
+
+
+def test_the_door_refuses_run_ids_and_node_names_outside_the_charset() -> None:
+    beat = SAMPLES["HeartbeatRecorded"]
+    forged = replace(beat, header=replace(beat.header, run_id="../../etc"))
+    refused = admit_input(Record(REPORTS, 0, 1, 0, forged, 1), 100)
+    assert refused is not None and refused.reason == "bad_name"
+    agent = SAMPLES["AgentRegistered"]
+    bad_node = replace(agent, node="n1;rm -rf /", header=replace(agent.header, run_id="node/n1"))
+    refused = admit_input(Record(REPORTS, 0, 1, 0, bad_node, 1), 100)
+    assert refused is not None and refused.reason == "bad_name"
+    assert admit_input(Record(REPORTS, 0, 1, 0, agent, 1), 100) is None

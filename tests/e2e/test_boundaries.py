@@ -103,15 +103,20 @@ def test_forged_types_claims_floods_and_bad_specs_never_stop_a_healthy_run(
     sends.append((REQUESTS, RunSubmitted(
         header=_h("overflow-1", 0, "f-8"), spec_digest="sha256:" + "0" * 64,
         spec_json=json.dumps(bad), principal="mallory", world_size=2)))
+    # A run id that would escape a directory, sent past the CLI.
+    sends.append((REQUESTS, RunSubmitted(
+        header=_h("../escape", 0, "f-9"), spec_digest="sha256:" + "1" * 64,
+        spec_json="{}", principal="mallory", world_size=1)))
     for topic, event in sends:
         producer.send(topic, event)
     producer.flush(30)
 
     # Every stray and the oversize report is on the quarantine topic with its origin.
-    quarantined = _quarantined(cluster.bootstrap, 5)
+    quarantined = _quarantined(cluster.bootstrap, 6)
     by_reason = sorted((q["reason"], q["origin_topic"], q.get("event_type", ""))
                        for q in quarantined)
     assert by_reason == [
+        ("bad_name", REQUESTS, "RunSubmitted"),
         ("oversize", REPORTS, "CheckpointWriteFailed"),
         ("stray", REPORTS, "CheckpointIntervalChanged"),
         ("stray", REPORTS, "GroupStartCommanded"),

@@ -37,6 +37,8 @@ log = logging.getLogger("runledger.events.kafka")
 ENV_BOOTSTRAP = "RUNLEDGER_BOOTSTRAP"
 # The transactional id that appended a controller record: who decided it.
 WRITER_HEADER = "writer"
+# The headers a quarantined copy carries besides the original's own.
+QUARANTINE_HEADERS = ("origin_topic", "origin_partition", "origin_offset", "reason", "detail")
 _FENCED_CODES = {
     KafkaError._FENCED,
     KafkaError.PRODUCER_FENCED,
@@ -283,6 +285,9 @@ class Record:
     event: Event
     writer_version: int
     writer: str = ""  # the WRITER_HEADER of a controller record; "" on any other
+    # On the quarantine topic: where the record came from and why it was kept
+    # there (the ``QUARANTINE_HEADERS`` of ``Quarantine.keep``); empty elsewhere.
+    origin: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +377,7 @@ def decode_message(codec: Codec, msg: Message) -> Record:
         raise DecodeError("empty", "record has no value (tombstone)")
     decoded = codec.decode(value)
     writer = ""
+    origin: list[tuple[str, str]] = []
     for key, raw in header_items(msg):
         named = raw.decode(errors="replace")
         if key == "event_type" and named != decoded.event_type:
@@ -380,9 +386,11 @@ def decode_message(codec: Codec, msg: Message) -> Record:
             )
         if key == WRITER_HEADER:
             writer = named
+        elif key in QUARANTINE_HEADERS:
+            origin.append((key, named))
     _, ts = msg.timestamp()
     return Record(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, ts, decoded.event,
-                  decoded.writer_version, writer)
+                  decoded.writer_version, writer, tuple(origin))
 
 
 def poll_burst(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:

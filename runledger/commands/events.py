@@ -52,6 +52,8 @@ def record_document(record: Record, verdict: dict[str, Any] | None) -> dict[str,
         "header": header,
         "payload": body,
     }
+    if record.origin:
+        doc["quarantined"] = dict(record.origin)  # where it came from and why it is here
     if verdict is not None:
         doc["verdict"] = verdict
     return doc
@@ -83,6 +85,11 @@ def _human(doc: dict[str, Any]) -> str:
     mark = ""
     if verdict is not None:
         mark = "  [ok]" if verdict["accepted"] else f"  [REJECTED {verdict['reason']}]"
+    kept = doc.get("quarantined")
+    if kept:
+        mark += (f"  [QUARANTINED {kept.get('reason', '?')} from {kept.get('origin_topic', '?')}"
+                 f"[{kept.get('origin_partition', '?')}]@{kept.get('origin_offset', '?')}:"
+                 f" {kept.get('detail', '')}]")
     return (
         f"{doc['partition']}:{doc['offset']:<6} {doc['type']:<20} run={h['run_id']} "
         f"gen={h['generation']} {payload}{mark}"

@@ -14,7 +14,6 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
 
 from events.kafka import EventProducer
 from events.model import (
@@ -42,21 +41,15 @@ def _h(run_id: str, gen: int, event_id: str, at_ms: int | None = None) -> Header
     return Header(event_id, run_id, gen, at, "forger")
 
 
-def _quarantined(bootstrap: str, count: int) -> list[dict[str, str]]:
-    """The headers of the first ``count`` records on the quarantine topic."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "drill-reader",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([QUARANTINE])
-    found: list[dict[str, str]] = []
-    deadline = time.monotonic() + 60
-    try:
-        while len(found) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                found.append({k: v.decode(errors="replace") for k, v in msg.headers() or []})
-    finally:
-        consumer.close()
-    return found
+def _quarantined(cluster: Cluster, count: int) -> list[dict[str, Any]]:
+    """What ``runledger events dump --topic runledger.quarantine --json`` lists, as the
+    README tells an operator to look, once it lists ``count`` records."""
+    def listed() -> list[dict[str, Any]] | None:
+        done = cluster.cli("events", "dump", "--topic", QUARANTINE, "--json")
+        assert done.returncode == 0, done.stderr
+        docs = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+        return docs if len(docs) >= count else None
+    return wait(listed, 60, f"{count} quarantined records")
 
 
 def _steps_after(facts: list[Event], at_ms: int) -> int:
@@ -112,8 +105,8 @@ def test_forged_types_claims_floods_and_bad_specs_never_stop_a_healthy_run(
     producer.flush(30)
 
     # Every stray and the oversize report is on the quarantine topic with its origin.
-    quarantined = _quarantined(cluster.bootstrap, 6)
-    by_reason = sorted((q["reason"], q["origin_topic"], q.get("event_type", ""))
+    quarantined = _quarantined(cluster, 6)
+    by_reason = sorted((q["quarantined"]["reason"], q["quarantined"]["origin_topic"], q["type"])
                        for q in quarantined)
     assert by_reason == [
         ("bad_name", REQUESTS, "RunSubmitted"),
@@ -123,6 +116,9 @@ def test_forged_types_claims_floods_and_bad_specs_never_stop_a_healthy_run(
         ("stray", REPORTS, "RunFinished"),
         ("stray", REQUESTS, "RunCancelled"),
     ], quarantined
+    human = cluster.cli("events", "dump", "--topic", QUARANTINE).stdout
+    assert "[QUARANTINED stray from runledger.reports[" in human
+    assert "RunFinished is sent by the controller on runledger.runs" in human
 
     facts = cluster.wait_facts(
         run, lambda f: any(isinstance(e, RunFinished) for e in f), timeout=120,

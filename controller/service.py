@@ -36,9 +36,10 @@ from events.authority import admit_input
 from events.codec import default_codec
 from events.consume import EventConsumer
 from events.errors import Fenced, KafkaOperationError, ProducerFenced
-from events.kafka import EventProducer, Quarantine, Record, TransactionalWriter
+from events.kafka import EventProducer, Quarantine, Record
 from events.model import node_key
 from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS
+from events.transactions import TransactionalWriter
 
 log = logging.getLogger("runledger.controller")
 

@@ -7,12 +7,18 @@
   verdicts (docs/architecture.md §5); ``fence``: the fold's answer to a follower
   without state, whether a generation may still publish (§6).
 - ``registry``, ``fingerprint``, ``convert``, ``codec``: the schema files, CRC-64-AVRO,
-  Avro single-object encoding, schema resolution and upcasters.
-- ``topics``: topic names and declared configs.
+  Avro single-object encoding, schema resolution and upcasters; ``intrange``: the
+  32-bit check of Avro ``int`` fields the codec applies both ways.
+- ``topics``: topic names and declared configs; ``partition``: the murmur2
+  placement every producer shares (co-partitioned topics, one owner per run).
+- ``authority``: who may say what (each type's topic and sending role), size
+  limits, and the controller's door (``admit_input``); ``names``: the charset of
+  run ids, node names, logical ids and aliases, and path confinement.
 - ``workerenv``: the environment contract between the controller, the agent and
   a worker process.
-- ``kafka``: idempotent producer, transactional writer, the decoded ``Record``,
-  the quarantine for undecodable records, and the one decode-or-quarantine step.
+- ``kafka``: idempotent producer, the decoded ``Record``, the quarantine for
+  undecodable or refused records, and the one decode-or-quarantine step;
+  ``transactions``: the controller's ``TransactionalWriter``.
 - ``reader``: ``LogReader``, the one group-less reader (assignment from the
   beginning, the end or stored offsets; positions; end of log; quarantine), and
   ``Watermarks``.

@@ -1,4 +1,4 @@
-"""Kafka at the edge: producers, the controller's transactions, consumers, quarantine.
+"""Kafka at the edge: producers, records, quarantine (transactions: ``events.transactions``).
 
 Every record is keyed by ``run_id``, placed by Kafka's murmur2 partitioner
 (``events.partition``), and carries the Kafka header ``event_type``; the
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,12 +21,11 @@ from confluent_kafka import (
     KafkaException,
     Message,
     Producer,
-    TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
 
 from events.codec import Codec, default_codec
-from events.errors import BrokerUnavailable, DecodeError, KafkaOperationError, ProducerFenced
+from events.errors import BrokerUnavailable, DecodeError, KafkaOperationError
 from events.model import Event
 from events.partition import PARTITIONER
 from events.topics import QUARANTINE
@@ -39,13 +37,6 @@ ENV_BOOTSTRAP = "RUNLEDGER_BOOTSTRAP"
 WRITER_HEADER = "writer"
 # The headers a quarantined copy carries besides the original's own.
 QUARANTINE_HEADERS = ("origin_topic", "origin_partition", "origin_offset", "reason", "detail")
-_FENCED_CODES = {
-    KafkaError._FENCED,
-    KafkaError.PRODUCER_FENCED,
-    KafkaError.INVALID_PRODUCER_EPOCH,
-    # Offsets sent by a consumer whose static group membership was taken over.
-    KafkaError.FENCED_INSTANCE_ID,
-}
 
 
 def bootstrap_from_env(explicit: str | None = None) -> str:
@@ -96,7 +87,7 @@ def _delivery_report(on_failure: OnFailure) -> Callable[[KafkaError | None, Mess
     return report
 
 
-def _headers(event: Event, version: int) -> Headers:
+def event_headers(event: Event, version: int) -> Headers:
     return [("event_type", event.event_type.encode()), ("schema_version", str(version).encode())]
 
 
@@ -130,7 +121,7 @@ class EventProducer:
         data = self.codec.encode(event)
         # The version the codec wrote (the newest), not the one the event was built with.
         version = self.codec.registry.latest(event.event_type).version
-        self.send_bytes(topic, event.run_id, data, _headers(event, version),
+        self.send_bytes(topic, event.run_id, data, event_headers(event, version),
                         on_failure)
 
     def send_bytes(
@@ -158,120 +149,6 @@ class EventProducer:
 
     def close(self, timeout_s: float = 30.0) -> None:
         self.flush(timeout_s)
-
-
-def _raise_txn(call: str, exc: KafkaException) -> None:
-    err: KafkaError = exc.args[0]
-    if err.code() in _FENCED_CODES or (err.fatal() and "fenced" in err.str().lower()):
-        raise ProducerFenced(
-            f"{call}: this writer was fenced by a newer one with the same transactional id"
-        ) from None
-    raise KafkaOperationError(f"{call}: {err.str()}") from None
-
-
-class TransactionalWriter:
-    """The controller's consume-transform-produce writer.
-
-    Facts and commands go out in one Kafka transaction together with the input
-    offsets, so a fact is appended exactly once and a zombie is fenced by the
-    broker: a second writer with the same ``transactional_id`` makes every call
-    of the first raise ``ProducerFenced``.
-    """
-
-    def __init__(
-        self, bootstrap: str, transactional_id: str, *, codec: Codec | None = None,
-        config: dict[str, Any] | None = None,
-    ) -> None:
-        self.codec = codec or default_codec()
-        self.transactional_id = transactional_id
-        self._producer = Producer({
-            "bootstrap.servers": bootstrap,
-            "transactional.id": transactional_id,
-            "client.id": transactional_id,
-            "acks": "all",
-            "enable.idempotence": True,
-            "transaction.timeout.ms": 60_000,
-            "partitioner": PARTITIONER,
-            # Back-to-back transactions meet CONCURRENT_TRANSACTIONS while the
-            # previous commit's markers are written; librdkafka's default 100 ms
-            # retry backoff then dominates report-to-fact latency (bench/controller.py).
-            "retry.backoff.ms": 10,
-            "retry.backoff.max.ms": 50,
-            **(config or {}),
-        })
-
-    def init(self, timeout_s: float = 30.0) -> None:
-        try:
-            self._producer.init_transactions(timeout_s)
-        except KafkaException as exc:
-            _raise_txn("init_transactions", exc)
-
-    def begin(self) -> None:
-        try:
-            self._producer.begin_transaction()
-        except KafkaException as exc:
-            _raise_txn("begin_transaction", exc)
-
-    def send(self, topic: str, event: Event, data: bytes | None = None) -> None:
-        """Append ``event`` (``data``: its bytes, when the caller encoded it already)."""
-        if data is None:
-            data = self.codec.encode(event)
-        try:
-            version = self.codec.registry.latest(event.event_type).version
-            self._producer.produce(topic, value=data, key=event.run_id, headers=[
-                *_headers(event, version), (WRITER_HEADER, self.transactional_id.encode())])
-        except KafkaException as exc:
-            _raise_txn("produce", exc)
-
-    def send_offsets(self, offsets: Sequence[TopicPartition], group_metadata: Any) -> None:
-        """Commit a consumer's input offsets inside this transaction.
-
-        ``group_metadata`` is ``EventConsumer.group_metadata()``.
-        """
-        try:
-            self._producer.send_offsets_to_transaction(list(offsets), group_metadata, 30.0)
-        except KafkaException as exc:
-            _raise_txn("send_offsets_to_transaction", exc)
-
-    def commit(self, timeout_s: float = 30.0) -> None:
-        try:
-            self._producer.commit_transaction(timeout_s)
-        except KafkaException as exc:
-            _raise_txn("commit_transaction", exc)
-
-    def abort(self, timeout_s: float = 30.0) -> None:
-        try:
-            self._producer.abort_transaction(timeout_s)
-        except KafkaException as exc:
-            _raise_txn("abort_transaction", exc)
-
-    @contextmanager
-    def transaction(self) -> Iterator[TransactionalWriter]:
-        """Begin; commit on success; abort (unless fenced) and re-raise on error."""
-        self.begin()
-        try:
-            yield self
-        except ProducerFenced:
-            raise
-        except BaseException:
-            self.abort()
-            raise
-        try:
-            self.commit()
-        except KafkaOperationError as commit_error:
-            # A writer fenced mid-commit may only hear a generic broker error
-            # (seen: "EndTxn commit failed: UNKNOWN"). The abort that a failed
-            # commit needs anyway tells: a fenced writer's abort is refused as
-            # fenced. When the coordinator refuses both, this writer can no
-            # longer end a transaction at all: it must stop like a fenced one.
-            try:
-                self.abort()
-            except KafkaOperationError as abort_error:
-                raise ProducerFenced(
-                    f"{self.transactional_id}: commit refused ({commit_error}) and abort "
-                    f"refused ({abort_error}); this writer no longer owns its transactions"
-                ) from None
-            raise
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ import pytest
 
 from events.consume import read_log
 from events.errors import BrokerUnavailable, ProducerFenced
-from events.kafka import EventProducer, TransactionalWriter, check_broker
+from events.kafka import EventProducer, check_broker
+from events.transactions import TransactionalWriter
 from tests.events.broker import new_topic, raw_values
 from tests.events.builders import Ev
 from tests.events.sample_events import one_of_each

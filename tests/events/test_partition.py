@@ -11,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from events.consume import read_log
-from events.kafka import EventProducer, TransactionalWriter
+from events.kafka import EventProducer
 from events.partition import murmur2, partition_for
+from events.transactions import TransactionalWriter
 from tests.events.broker import new_topic
 from tests.events.builders import Ev
 

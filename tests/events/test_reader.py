@@ -15,9 +15,10 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from events.errors import BrokerUnavailable, KafkaOperationError
-from events.kafka import EventProducer, Quarantined, Record, TransactionalWriter
+from events.kafka import EventProducer, Quarantined, Record
 from events.model import HeartbeatRecorded
 from events.reader import BEGINNING, END, LogReader, Watermarks
+from events.transactions import TransactionalWriter
 from runledger.stack import Stack
 from tests.events.builders import Ev
 

@@ -36,7 +36,7 @@ def make_topic(bootstrap: str, name: str, partitions: int) -> str:
             try:
                 if len(marks.get()) == partitions:
                     return name
-            except KafkaOperationError:  # no leader elected yet
+            except (KafkaOperationError, BrokerUnavailable):  # no leader elected yet
                 pass
             time.sleep(0.1)
         raise AssertionError(f"{name}: no leader answered within 30 s")

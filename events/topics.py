@@ -17,8 +17,9 @@ REPORTS = "runledger.reports"
 RUNS = "runledger.runs"
 COMMANDS = "runledger.commands"
 QUARANTINE = "runledger.quarantine"
+KEYS = "runledger.keys"
 
-ALL = (REQUESTS, REPORTS, RUNS, COMMANDS, QUARANTINE)
+ALL = (REQUESTS, REPORTS, RUNS, COMMANDS, QUARANTINE, KEYS)
 CO_PARTITIONED = (REQUESTS, REPORTS, RUNS)
 
 
@@ -47,6 +48,9 @@ def topic_specs(brokers: int) -> list[TopicSpec]:
         # Undecodable records are copied here byte for byte, with their origin in
         # headers, so nothing is lost; kept forever like the runs topic.
         TopicSpec(QUARANTINE, 1, {**base, "retention.ms": "-1"}),
+        # Principals' public keys, registered and revoked by the admin: every
+        # signature in the log is checked against them, forever.
+        TopicSpec(KEYS, 1, {**base, "retention.ms": "-1", "retention.bytes": "-1"}),
     ]
     return specs
 

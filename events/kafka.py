@@ -51,15 +51,20 @@ def bootstrap_from_env(explicit: str | None = None) -> str:
 
 
 def check_broker(bootstrap: str, timeout_s: float = 5.0) -> int:
-    """Number of brokers that answer; ``BrokerUnavailable`` when none does."""
+    """Number of brokers that answer; ``BrokerUnavailable`` when none does,
+    ``NotAuthorized`` when one answers but refuses the credentials."""
+    seen: list[KafkaError] = []  # librdkafka reports a failed login here, not in the call's error
     admin = AdminClient(client_config(
-        bootstrap, {"socket.connection.setup.timeout.ms": 3000, "log_level": 0}))
+        bootstrap, {"socket.connection.setup.timeout.ms": 3000, "log_level": 0,
+                    "error_cb": seen.append}))
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        refusal = refused(exc.args[0].code(), "connect to", bootstrap)
-        if refusal is not None:
-            raise NotAuthorized(refusal) from None
+        admin.poll(0)  # serves the error callbacks queued meanwhile
+        for err in [exc.args[0], *seen]:
+            refusal = refused(err.code(), "connect to", bootstrap)
+            if refusal is not None:
+                raise NotAuthorized(refusal) from None
         hint = ("" if security_settings() else
                 f"; if the cluster requires authentication, set {ENV_CREDENTIALS}")
         raise BrokerUnavailable(f"no Kafka broker answered at {bootstrap}: "
@@ -86,11 +91,19 @@ def header_items(msg: Message) -> list[tuple[str, bytes]]:
 OnFailure = Callable[[str], None]
 
 
-def _delivery_report(on_failure: OnFailure) -> Callable[[KafkaError | None, Message], None]:
-    def report(err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            on_failure(refused(err.code(), "write", msg.topic() or "?") or err.str())
-    return report
+def _usable(err: KafkaError) -> KafkaError:
+    """The error a delivery report can read. On a fatal error (a producer id
+    refused) confluent-kafka calls the report with its own exception pending,
+    so every method of ``err`` raises SystemError; the real error is its cause."""
+    try:
+        err.code()
+        return err
+    except SystemError as exc:
+        cause = exc.__cause__ or exc.__context__
+        inner = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
+        if isinstance(inner, KafkaError):
+            return inner
+        raise
 
 
 def event_headers(event: Event, version: int) -> Headers:
@@ -116,6 +129,9 @@ class EventProducer:
             "partitioner": PARTITIONER,
             **(config or {}),
         })
+        # A fatal error (e.g. refused a producer id) is kept by the delivery
+        # report and raised by flush, naming what was refused.
+        self._fatal: KafkaError | None = None
         self._producer = Producer(conf)
 
     def send(
@@ -133,7 +149,7 @@ class EventProducer:
         self, topic: str, key: str | bytes | None, value: bytes,
         headers: Headers | None = None, on_failure: OnFailure | None = None,
     ) -> None:
-        report = None if on_failure is None else _delivery_report(on_failure)
+        report = self._report(on_failure)
         while True:
             try:
                 self._producer.produce(
@@ -147,15 +163,31 @@ class EventProducer:
     def poll(self, timeout_s: float = 0.0) -> int:
         return int(self._producer.poll(timeout_s))
 
+    def _report(self, on_failure: OnFailure | None
+                ) -> Callable[[KafkaError | None, Message], None]:
+        def report(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                return
+            err = _usable(err)
+            if err.fatal():
+                self._fatal = err
+            if on_failure is not None:
+                on_failure(refused(err.code(), "write", msg.topic() or "?") or err.str())
+        return report
+
     def flush(self, timeout_s: float = 30.0) -> None:
         try:
             remaining = self._producer.flush(timeout_s)
-        except KafkaException as exc:  # fatal: e.g. refused a producer id
-            err = exc.args[0]
+        except SystemError:  # the fatal error a delivery report kept, raised below
+            if self._fatal is None:
+                raise
+            remaining = 0
+        if self._fatal is not None:
+            err = self._fatal
             refusal = refused(err.code(), "write", "any topic")
             if refusal is not None:
-                raise NotAuthorized(refusal) from None
-            raise KafkaOperationError(f"flush: {err.str()}") from None
+                raise NotAuthorized(refusal)
+            raise KafkaOperationError(f"flush: {err.str()}")
         if remaining:
             raise KafkaOperationError(f"flush: {remaining} records not delivered in {timeout_s}s")
 

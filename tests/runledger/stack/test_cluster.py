@@ -110,8 +110,10 @@ def test_status_json_reports_topics(single: tuple[Path, dict[str, Any]]) -> None
     assert all(topics[n]["replication"] == 1 for n in ALL)
     assert topics[RUNS]["config"]["retention.ms"] == "-1"
     assert topics[RUNS]["config"]["cleanup.policy"] == "delete"
-    # RUNLEDGER_BOOTSTRAP (without --data-dir) reports the same cluster via admin calls.
-    remote = cli("status", "--json", env={"RUNLEDGER_BOOTSTRAP": info["bootstrap"]})
+    # RUNLEDGER_BOOTSTRAP (without --data-dir) reports the same cluster via admin calls,
+    # as the principal RUNLEDGER_CREDENTIALS names (this stack's own admin).
+    remote = cli("status", "--json", env={"RUNLEDGER_BOOTSTRAP": info["bootstrap"],
+                                          "RUNLEDGER_CREDENTIALS": info["credentials"]})
     assert remote.returncode == 0, remote.stderr
     assert {t["name"] for t in json.loads(remote.stdout)["topics"]} >= set(ALL)
 
@@ -164,14 +166,9 @@ def _leader_of(info: StackInfo, topic: str, partition: int) -> int:
 
 
 def _read_all(bootstrap: str, topic: str, partitions: int) -> list[Message]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"verify-{time.monotonic_ns()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
+    consumer = Consumer(client_config(bootstrap, {
+        "group.id": f"verify-{time.monotonic_ns()}", "enable.auto.commit": False,
+        "enable.partition.eof": True}))
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     messages: list[Message] = []
     at_end: set[int] = set()
@@ -215,14 +212,8 @@ def test_three_brokers_keep_every_acknowledged_write(tmp_path: Path) -> None:
             assert isinstance(value, bytes)
             (failed if err is not None else acked).append(value.decode())
 
-        producer = Producer(
-            {
-                "bootstrap.servers": info.bootstrap,
-                "acks": "all",
-                "enable.idempotence": True,
-                "linger.ms": 5,
-            }
-        )
+        producer = Producer(client_config(info.bootstrap, {
+            "acks": "all", "enable.idempotence": True, "linger.ms": 5}))
         total, kill_at = 3000, 1000
         victim = _leader_of(info, RUNS, 0)  # a partition leader: forces a leader election
         for i in range(total):

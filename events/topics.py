@@ -3,7 +3,10 @@
 Every topic is keyed by ``run_id`` so one run's events are totally ordered.
 ``requests``, ``reports`` and ``runs`` are co-partitioned (``CO_PARTITIONED``:
 the same partition count, the same partitioner), so a run's inputs and facts
-share one partition number, the unit a controller owns (§7).
+share one partition number, the unit a controller owns (§7). ``keys`` holds
+the principals' public keys (``events.principals``), one partition so key
+records are totally ordered, kept forever like ``runs``; it is not
+co-partitioned: every reader reads all of it.
 
 Tested in tests/test_docs.py and tests/runledger/stack/test_cluster.py.
 """
@@ -17,8 +20,9 @@ REPORTS = "runledger.reports"
 RUNS = "runledger.runs"
 COMMANDS = "runledger.commands"
 QUARANTINE = "runledger.quarantine"
+KEYS = "runledger.keys"
 
-ALL = (REQUESTS, REPORTS, RUNS, COMMANDS, QUARANTINE)
+ALL = (REQUESTS, REPORTS, RUNS, COMMANDS, QUARANTINE, KEYS)
 CO_PARTITIONED = (REQUESTS, REPORTS, RUNS)
 
 
@@ -47,6 +51,9 @@ def topic_specs(brokers: int) -> list[TopicSpec]:
         # Undecodable records are copied here byte for byte, with their origin in
         # headers, so nothing is lost; kept forever like the runs topic.
         TopicSpec(QUARANTINE, 1, {**base, "retention.ms": "-1"}),
+        # Who holds which key, and since when: an audit of an old fact needs the
+        # key that signed it, so key records are never deleted either.
+        TopicSpec(KEYS, 1, {**base, "retention.ms": "-1", "retention.bytes": "-1"}),
     ]
     return specs
 

@@ -25,7 +25,9 @@ broker, no clock and no randomness:
 Only a validly signed fact moves its run's chain forward: a forged or altered
 record is reported once, where it is, and the run's next genuine fact is then
 judged against the last genuine one (after an alteration, that next fact
-names the lost original and is reported too).
+names the lost original and is reported too). A genuine fact out of place
+(after a removal, a reordering) moves the chain to itself, so one gap is
+reported once; a genuine fact played a second time moves nothing.
 
 **The end of a chain.** Removing a run's *last* facts leaves a valid, shorter
 chain: nothing that remains names what was removed. The log alone cannot
@@ -233,6 +235,11 @@ def _check_fact(ring: KeyRing, chains: dict[str, _Chain], record: LoggedRecord,
     at = event.header.occurred_at if event is not None else None
     digest = _chained_and_signed(ring, chain, record, at, problem)
     if digest is None:
+        return
+    if digest in chain.digests:
+        # A genuine fact played again: its chain break is reported; the run goes on
+        # from where it was, so the facts after it are not reported too.
+        problem(BROKEN_CHAIN, "a replay of an earlier fact of the run")
         return
     chain.head = digest
     chain.digests.add(digest)

@@ -102,7 +102,8 @@ _REQUEST = {UNSIGNED: REQUEST_UNSIGNED, BAD_SIGNATURE: REQUEST_BAD_SIGNATURE,
 class LoggedRecord:
     """One Kafka record as stored: where it is, its value bytes and its headers.
 
-    ``key`` (the record key) only attributes an undecodable fact to its run.
+    Headers keep the log's order and repeats (a header Kafka holds as null is
+    ``b""``). ``key`` (the record key) only attributes an undecodable fact to its run.
     """
 
     topic: str

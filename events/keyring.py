@@ -21,7 +21,10 @@ signed record's own ``header.occurred_at`` (ms). A key revoked by a revocation
 whose ``header.occurred_at`` is T verifies records with ``at < T``, and nothing
 at or after T; ``at=None`` (a live verifier: the controller, an agent) means
 "now": a revoked key verifies nothing. A rotation therefore registers the new
-key, moves the signer to it, and only then revokes the old one.
+key, moves the signer to it, and only then revokes the old one. Times are the
+writers' own (an admin's, a controller's), so a clock skew between them moves
+the line; and a registration is not dated: a key verifies records older than
+its registration, which only an admin could have arranged.
 
 Tested in tests/events/test_keyring.py.
 """

@@ -409,3 +409,17 @@ def test_a_forged_fact_is_reported_where_it_was_inserted(i: int, run: str, forge
     # The forgery names the right prev: only its signature gives it away, and the
     # genuine facts after it still chain from the last genuine one.
     assert [(p.where, p.reason) for p in report.problems] == [(records[i].where, reason)]
+
+
+def test_a_copied_cancel_request_is_checked_like_a_submission() -> None:
+    log = RunsLog()
+    ev = Ev("r9", start=START, producer="controller")
+    log.submit(ev.submitted(principal="alice"), CAST.alice)
+    cancel = ev.cancel_requested(principal="bob")
+    log.append(cancel, request=sign_request(CAST.bob, CODEC.encode(cancel)))
+    assert audit(log.records).ok
+    forged = ev.cancel_requested(principal="bob")
+    log.append(forged, request=sign_request(CAST.alice, CODEC.encode(forged)))
+    report = audit(log.records)
+    assert [(p.where, p.reason) for p in report.problems] == [
+        (log.records[2].where, REQUEST_WRONG_PRINCIPAL)]

@@ -103,6 +103,7 @@ from controller.runplan import plan_from_submission
 from controller.service import ControllerService
 from controller.spec import RunSpec, run_id_for
 from events.codec import MAGIC, Codec, default_codec
+from events.connection import client_config
 from events.convert import to_record
 from events.fold import apply
 from events.kafka import EventProducer, check_broker
@@ -654,8 +655,8 @@ class Reader(threading.Thread):
         self.on_message = on_message
         self.stop = threading.Event()
         self.error: str | None = None
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                                  **READER_SETTINGS})
+        self.consumer = Consumer(client_config(bootstrap, {"group.id": group,
+                                  **READER_SETTINGS}))
         meta = self.consumer.list_topics(topic, timeout=10).topics[topic]
         start = [TopicPartition(topic, p, self._end(topic, p)) for p in sorted(meta.partitions)]
         self.consumer.assign(start)
@@ -755,8 +756,8 @@ def raw_round_trip(bootstrap: str, codec: Codec, mode: Mode, replication: int) -
 
     reader = Reader(bootstrap, topic, on_message, f"bench-raw-{uuid.uuid4().hex[:8]}")
     reader.start()
-    producer = Producer({"bootstrap.servers": bootstrap, "client.id": "bench-raw",
-                         **PRODUCER_SETTINGS})
+    producer = Producer(client_config(bootstrap, {"client.id": "bench-raw",
+                         **PRODUCER_SETTINGS}))
     # Warm-up, as the controller path has had: a producer id, connections, and a
     # record the reader has seen, before the paced sends start.
     warm = codec.encode(step_report(run_id, 1, 0, "raw-warmup"))

@@ -57,6 +57,7 @@ from bench.common import (
     write_results,
 )
 from events.codec import PREFIX_LEN, Codec, default_codec
+from events.connection import client_config
 from events.consume import EventConsumer, read_log
 from events.convert import to_record
 from events.errors import BrokerUnavailable
@@ -346,7 +347,7 @@ class Topics:
 
     def __init__(self, bootstrap: str, replication: int) -> None:
         # The client must outlive every future it hands out.
-        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.admin = AdminClient(client_config(bootstrap, {}))
         self.replication = replication
         self.created: list[str] = []
         self.prefix = f"bench.events.{os.getpid()}.{uuid.uuid4().hex[:8]}"
@@ -380,8 +381,8 @@ class Topics:
 def _produce_raw(bootstrap: str, topic: str,
                  records: Sequence[tuple[str, bytes, list[tuple[str, str | bytes | None]]]]
                  ) -> float:
-    producer = Producer({"bootstrap.servers": bootstrap, "client.id": "bench-raw",
-                         **PRODUCER_SETTINGS})
+    producer = Producer(client_config(bootstrap, {"client.id": "bench-raw",
+                         **PRODUCER_SETTINGS}))
     key, value, headers = records[0]
     producer.produce(topic, value=value, key=key, headers=headers)  # warm-up: connect, pid
     producer.flush(30)
@@ -419,8 +420,8 @@ def _read_raw(bootstrap: str, topic: str) -> Read:
     start = time.perf_counter()
     first = 0.0
     count = size = 0
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "runledger-reader",
-                         **READER_SETTINGS})
+    consumer = Consumer(client_config(bootstrap, {"group.id": "runledger-reader",
+                         **READER_SETTINGS}))
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         partitions = sorted(meta.partitions)
@@ -470,8 +471,8 @@ def _group_raw(bootstrap: str, topic: str, expected: int) -> Read:
     start = time.perf_counter()
     first = 0.0
     count = size = 0
-    consumer = Consumer({"bootstrap.servers": bootstrap,
-                         "group.id": f"bench-raw-{uuid.uuid4().hex[:8]}", **GROUP_SETTINGS})
+    consumer = Consumer(client_config(bootstrap, {
+                         "group.id": f"bench-raw-{uuid.uuid4().hex[:8]}", **GROUP_SETTINGS}))
     try:
         consumer.subscribe([topic])
         deadline = start + DEADLINE_S

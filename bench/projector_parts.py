@@ -46,6 +46,7 @@ from confluent_kafka import (
 
 from bench.common import REPO_ROOT, percentile
 from events.codec import MAGIC, Codec
+from events.connection import client_config
 from events.convert import to_record
 from events.errors import DecodeError
 from events.kafka import decode_message
@@ -529,8 +530,8 @@ def produce_log(bootstrap: str, log: Log) -> dict[str, Any]:
         if err is not None:
             failed.append(err.str())
 
-    producer = Producer({"bootstrap.servers": bootstrap, "client.id": "bench-projector",
-                         "on_delivery": delivered, **PRODUCE_SETTINGS})
+    producer = Producer(client_config(bootstrap, {"client.id": "bench-projector",
+                         "on_delivery": delivered, **PRODUCE_SETTINGS}))
     started = time.perf_counter()
     for topic, key, value, headers in log.records:
         while True:
@@ -550,7 +551,7 @@ def produce_log(bootstrap: str, log: Log) -> dict[str, Any]:
 
 def watermarks(bootstrap: str) -> dict[str, int]:
     """Records per projected topic (high - low watermark over its partitions)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-projector-marks"})
+    consumer = Consumer(client_config(bootstrap, {"group.id": "bench-projector-marks"}))
     try:
         out = {}
         for topic in TOPICS:
@@ -593,7 +594,7 @@ def consume_pass(bootstrap: str, work: Work, group: str) -> PassResult:
     Same consumer settings, same ``consume(num_messages=1000, timeout=0.5)`` loop
     and the same end-of-partition rule; ``work`` is applied to every record.
     """
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, **CONSUMER_SETTINGS})
+    consumer = Consumer(client_config(bootstrap, {"group.id": group, **CONSUMER_SETTINGS}))
     errors: Counter[str] = Counter()
     try:
         started = time.perf_counter()

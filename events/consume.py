@@ -23,7 +23,8 @@ from confluent_kafka import (
 )
 
 from events.codec import Codec, default_codec
-from events.errors import ConsumerFenced, KafkaOperationError
+from events.connection import client_config, refused
+from events.errors import ConsumerFenced, KafkaOperationError, NotAuthorized
 from events.kafka import Admit, Quarantine, Quarantined, Record, decode_or_quarantine, poll_burst
 from events.reader import LogReader
 
@@ -50,17 +51,17 @@ class EventConsumer:
         admit: Admit | None = None, hold_assigned: bool = False,
     ) -> None:
         self.codec = codec or default_codec()
+        self.group_id = group_id
         self.admit = admit
         self.quarantine = quarantine
         self.quarantined: list[Quarantined] = []
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap,
+        self._consumer = Consumer(client_config(bootstrap, {
             "group.id": group_id,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest" if from_beginning else "latest",
             "isolation.level": "read_committed",
             **(config or {}),
-        })
+        }))
         self.assigned = False
         self.hold_assigned = hold_assigned
         self.assignment: frozenset[tuple[str, int]] = frozenset()
@@ -144,6 +145,11 @@ class EventConsumer:
             fenced = (KafkaError.FENCED_INSTANCE_ID, KafkaError._FENCED)
             if err.code() in fenced or "fenced" in err.str().lower():
                 raise ConsumerFenced(f"consume: {err.str()}")
+            resource = (self.group_id if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+                        else msg.topic() or "its topics")
+            refusal = refused(err.code(), "read", resource)
+            if refusal is not None:  # retrying cannot help: the principal lacks a grant
+                raise NotAuthorized(refusal)
             if err.fatal():
                 raise KafkaOperationError(f"consume: {err.str()}")
             return None  # transient: librdkafka retries on its own

@@ -58,3 +58,11 @@ class ProducerFenced(Fenced):
 
 class KafkaOperationError(EventsError):
     """A Kafka call failed in a way the caller must handle (names the call)."""
+
+
+class CredentialsError(EventsError):
+    """The credentials file cannot be used (names the file and, where it can, the line)."""
+
+
+class NotAuthorized(EventsError):
+    """The broker refused this principal an operation on a resource (names all three)."""

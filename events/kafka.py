@@ -25,7 +25,8 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 
 from events.codec import Codec, default_codec
-from events.errors import BrokerUnavailable, DecodeError, KafkaOperationError
+from events.connection import ENV_CREDENTIALS, client_config, refused, security_settings
+from events.errors import BrokerUnavailable, DecodeError, KafkaOperationError, NotAuthorized
 from events.model import Event
 from events.partition import PARTITIONER
 from events.topics import QUARANTINE
@@ -51,13 +52,18 @@ def bootstrap_from_env(explicit: str | None = None) -> str:
 
 def check_broker(bootstrap: str, timeout_s: float = 5.0) -> int:
     """Number of brokers that answer; ``BrokerUnavailable`` when none does."""
-    admin = AdminClient(
-        {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 3000, "log_level": 0}
-    )
+    admin = AdminClient(client_config(
+        bootstrap, {"socket.connection.setup.timeout.ms": 3000, "log_level": 0}))
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        raise BrokerUnavailable(f"no Kafka broker answered at {bootstrap}: {exc.args[0]}") from None
+        refusal = refused(exc.args[0].code(), "connect to", bootstrap)
+        if refusal is not None:
+            raise NotAuthorized(refusal) from None
+        hint = ("" if security_settings() else
+                f"; if the cluster requires authentication, set {ENV_CREDENTIALS}")
+        raise BrokerUnavailable(f"no Kafka broker answered at {bootstrap}: "
+                                f"{exc.args[0]}{hint}") from None
     return len(metadata.brokers)
 
 
@@ -81,9 +87,9 @@ OnFailure = Callable[[str], None]
 
 
 def _delivery_report(on_failure: OnFailure) -> Callable[[KafkaError | None, Message], None]:
-    def report(err: KafkaError | None, _msg: Message) -> None:
+    def report(err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            on_failure(err.str())
+            on_failure(refused(err.code(), "write", msg.topic() or "?") or err.str())
     return report
 
 
@@ -102,15 +108,14 @@ class EventProducer:
         config: dict[str, Any] | None = None,
     ) -> None:
         self.codec = codec or default_codec()
-        conf: dict[str, Any] = {
-            "bootstrap.servers": bootstrap,
+        conf = client_config(bootstrap, {
             "client.id": client_id,
             "acks": "all",
             "enable.idempotence": True,
             "linger.ms": 5,
             "partitioner": PARTITIONER,
             **(config or {}),
-        }
+        })
         self._producer = Producer(conf)
 
     def send(
@@ -143,7 +148,14 @@ class EventProducer:
         return int(self._producer.poll(timeout_s))
 
     def flush(self, timeout_s: float = 30.0) -> None:
-        remaining = self._producer.flush(timeout_s)
+        try:
+            remaining = self._producer.flush(timeout_s)
+        except KafkaException as exc:  # fatal: e.g. refused a producer id
+            err = exc.args[0]
+            refusal = refused(err.code(), "write", "any topic")
+            if refusal is not None:
+                raise NotAuthorized(refusal) from None
+            raise KafkaOperationError(f"flush: {err.str()}") from None
         if remaining:
             raise KafkaOperationError(f"flush: {remaining} records not delivered in {timeout_s}s")
 

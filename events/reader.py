@@ -33,7 +33,8 @@ from confluent_kafka import (
 )
 
 from events.codec import Codec, default_codec
-from events.errors import BrokerUnavailable, KafkaOperationError
+from events.connection import client_config, refused
+from events.errors import BrokerUnavailable, KafkaOperationError, NotAuthorized
 from events.kafka import Quarantine, Quarantined, Record, decode_or_quarantine, poll_burst
 
 log = logging.getLogger("runledger.events.reader")
@@ -71,8 +72,8 @@ def log_quarantined(q: Quarantined) -> None:
 
 def _consumer(bootstrap: str, name: str, config: Mapping[str, Any] | None) -> Consumer:
     # librdkafka wants a group id even for a consumer that never joins or commits.
-    return Consumer({"bootstrap.servers": bootstrap, "group.id": name, "client.id": name,
-                     **_SETTINGS, **(config or {})})
+    return Consumer(client_config(bootstrap, {"group.id": name, "client.id": name,
+                                              **_SETTINGS, **(config or {})}))
 
 
 def _partitions(consumer: Consumer, topics: Iterable[str], timeout_s: float) -> list[Partition]:
@@ -85,6 +86,9 @@ def _partitions(consumer: Consumer, topics: Iterable[str], timeout_s: float) -> 
         meta = metadata.topics.get(topic)
         if meta is None or (meta.error is not None and meta.error.code() in _NO_SUCH_TOPIC):
             raise KafkaOperationError(f"topic {topic!r} does not exist")
+        refusal = None if meta.error is None else refused(meta.error.code(), "read", topic)
+        if refusal is not None:  # retrying cannot help: the principal lacks a grant
+            raise NotAuthorized(refusal)
         if meta.error is not None:  # e.g. no leader while one is elected: it passes
             raise BrokerUnavailable(f"topic {topic!r}: {meta.error.str()}")
         out += [(topic, p) for p in sorted(meta.partitions)]
@@ -276,6 +280,13 @@ class LogReader:
             self._reach(tp)
             self._reached = {**self._reached, tp: msg.offset() or 0}
             return
+        if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            # This reader never joins or commits: librdkafka looks up the group's
+            # coordinator anyway, which a principal without a group grant is refused.
+            return
+        refusal = refused(err.code(), "read", tp[0])
+        if refusal is not None:  # retrying cannot help: the principal lacks a grant
+            raise NotAuthorized(refusal)
         transient = not err.fatal() and err.code() not in _PERMANENT
         if err.fatal() or (self.strict and not (transient and self.retry_s > 0)):
             raise KafkaOperationError(f"read {tp[0]}: {err.str()}")

@@ -51,8 +51,8 @@ def topic_specs(brokers: int) -> list[TopicSpec]:
         # Undecodable records are copied here byte for byte, with their origin in
         # headers, so nothing is lost; kept forever like the runs topic.
         TopicSpec(QUARANTINE, 1, {**base, "retention.ms": "-1"}),
-        # Who holds which key, and since when: an audit of an old fact needs the
-        # key that signed it, so key records are never deleted either.
+        # Principals' public keys, registered and revoked by the admin: every
+        # signature in the log is checked against them, forever.
         TopicSpec(KEYS, 1, {**base, "retention.ms": "-1", "retention.bytes": "-1"}),
     ]
     return specs

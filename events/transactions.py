@@ -17,7 +17,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from events.codec import Codec, default_codec
-from events.errors import KafkaOperationError, ProducerFenced
+from events.connection import client_config, refused
+from events.errors import KafkaOperationError, NotAuthorized, ProducerFenced
 from events.kafka import WRITER_HEADER, event_headers
 from events.model import Event
 from events.partition import PARTITIONER
@@ -31,12 +32,15 @@ _FENCED_CODES = {
 }
 
 
-def _raise_txn(call: str, exc: KafkaException) -> None:
+def _raise_txn(call: str, exc: KafkaException, transactional_id: str = "") -> None:
     err: KafkaError = exc.args[0]
     if err.code() in _FENCED_CODES or (err.fatal() and "fenced" in err.str().lower()):
         raise ProducerFenced(
             f"{call}: this writer was fenced by a newer one with the same transactional id"
         ) from None
+    refusal = refused(err.code(), "use", transactional_id or "its transactional id")
+    if refusal is not None:
+        raise NotAuthorized(f"{call}: {refusal}") from None
     raise KafkaOperationError(f"{call}: {err.str()}") from None
 
 
@@ -55,8 +59,7 @@ class TransactionalWriter:
     ) -> None:
         self.codec = codec or default_codec()
         self.transactional_id = transactional_id
-        self._producer = Producer({
-            "bootstrap.servers": bootstrap,
+        self._producer = Producer(client_config(bootstrap, {
             "transactional.id": transactional_id,
             "client.id": transactional_id,
             "acks": "all",
@@ -69,13 +72,13 @@ class TransactionalWriter:
             "retry.backoff.ms": 10,
             "retry.backoff.max.ms": 50,
             **(config or {}),
-        })
+        }))
 
     def init(self, timeout_s: float = 30.0) -> None:
         try:
             self._producer.init_transactions(timeout_s)
         except KafkaException as exc:
-            _raise_txn("init_transactions", exc)
+            _raise_txn("init_transactions", exc, self.transactional_id)
 
     def begin(self) -> None:
         try:

@@ -26,6 +26,7 @@ from runledger.commands import (
     query,
     report,
     runs,
+    security,
     stack,
 )
 from runledger.errors import REPORTED, Interrupted, exit_status, message
@@ -54,7 +55,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 # Registration order is the order `runledger --help` lists the commands in.
-for command in (stack, events, checkpoint, project, query, report, dataset, runs, agent,
+for command in (stack, security, events, checkpoint, project, query, report, dataset, runs, agent,
                 controller, interval, demo):
     command.register(app)
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/with-broker.sh COMMAND [ARGS...]: run COMMAND with RUNLEDGER_BOOTSTRAP
-# pointing at a throwaway one-node broker in a temporary data directory. The
+# pointing at a throwaway one-node secure broker in a temporary data directory,
+# and RUNLEDGER_CREDENTIALS at its admin's credentials. The
 # broker is stopped and its data removed on every exit path (pass, fail,
 # Ctrl-C), and COMMAND's exit status is kept. `make test` and `make
 # bench-smoke` run under it.
@@ -19,9 +20,12 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 info=$("$runledger" stack up --data-dir "$data_dir" --json)
-bootstrap=$("$venv/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["bootstrap"])' <<<"$info")
+field() { "$venv/bin/python" -c "import json, sys; print(json.load(sys.stdin)[\"$1\"] or '')" <<<"$info"; }
+bootstrap=$(field bootstrap)
+# Secure, as `runledger stack up` is by default: the command runs as the admin.
+credentials=$(field credentials)
 echo "throwaway broker at $bootstrap ($data_dir)" >&2
 
 status=0
-RUNLEDGER_BOOTSTRAP=$bootstrap "$@" || status=$?
+RUNLEDGER_BOOTSTRAP=$bootstrap RUNLEDGER_CREDENTIALS=$credentials "$@" || status=$?
 exit "$status"

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from events.connection import ENV_CREDENTIALS
 from runledger.stack import Stack
 from tests import reaper
 from tests.e2e.harness import Cluster
+from tests.stacks import private_stack
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -38,11 +40,14 @@ def bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     stack = Stack(tmp_path_factory.mktemp("kafka"), brokers=1)
     try:
         info = stack.up()
-        # Code under test that reads the environment must find the same broker.
+        # Code under test that reads the environment must find the same broker,
+        # as the same principal (the stack's admin, as `make test` exports).
         os.environ["RUNLEDGER_BOOTSTRAP"] = info.bootstrap
+        os.environ[ENV_CREDENTIALS] = str(info.credentials)
         yield info.bootstrap
     finally:
         os.environ.pop("RUNLEDGER_BOOTSTRAP", None)
+        os.environ.pop(ENV_CREDENTIALS, None)
         stack.down(purge=True)
 
 
@@ -70,7 +75,7 @@ def run_id(unique: str) -> str:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     """A private one-node broker and the processes of one scenario, all stopped after."""
-    stack = Stack(tmp_path / "kafka", brokers=1)
+    stack = private_stack(tmp_path / "kafka")
     info = stack.up()
     work = tmp_path / "work"
     work.mkdir()

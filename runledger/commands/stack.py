@@ -31,6 +31,8 @@ DataDir = Annotated[
 Brokers = Annotated[int, typer.Option(help="Nodes: 1, or 3 for replication tests.")]
 Port = Annotated[int | None, typer.Option(help="Client port of node 1 (node k gets port+k-1).")]
 Purge = Annotated[bool, typer.Option(help="Also delete the data directory.")]
+Insecure = Annotated[bool, typer.Option(
+    "--insecure", help="Plaintext, no authentication, no ACLs (only for a new data dir).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -49,17 +51,26 @@ def register(app: typer.Typer) -> None:
 
 
 def up(data_dir: DataDir = None, brokers: Brokers = 1, port: Port = None,
-       as_json: AsJson = False) -> None:
+       insecure: Insecure = False, as_json: AsJson = False) -> None:
     """Start the cluster and create the runledger topics; print the bootstrap address.
 
+    Secure by default: SASL/SCRAM-SHA-512, ACLs, deny when none matches; the
+    admin's and each role's credentials are written into DATA_DIR/credentials.
     Idempotent: on a running stack it reports the existing one.
     """
     external = config.external_bootstrap() if data_dir is None else None
-    info = cluster_up(external) if external is not None else Stack(data_dir, brokers).up(port)
+    if external is not None:
+        info = cluster_up(external)
+    else:
+        info = Stack(data_dir, brokers, secure=False if insecure else None).up(port)
     if as_json:
         _print_json(info.to_json())
-    else:
-        typer.echo(info.bootstrap)
+        return
+    typer.echo(info.bootstrap)
+    if info.credentials is not None:
+        typer.echo(f"secure: SASL/SCRAM and ACLs; credentials of admin and each role in "
+                   f"{info.credentials.parent}/ (use: export RUNLEDGER_CREDENTIALS="
+                   f"{info.credentials.parent}/operator.properties)", err=True)
 
 
 def down(data_dir: DataDir = None, purge: Purge = False, as_json: AsJson = False) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from events.connection import ENV_CREDENTIALS
 from events.errors import EventsError
 from events.kafka import check_broker
 from events.state import Status
@@ -40,6 +41,7 @@ from runledger.demo.setup import (
 )
 from runledger.demo.watch import RunWatch, Stage, follow
 from runledger.errors import Interrupted, StackError
+from runledger.stack.acls import CONTROLLER_PREFIX
 
 Say = Callable[[str], None]
 
@@ -111,6 +113,8 @@ class _Demo:
         self.summary = summary
         self.say = say
         self.stack: stack.Stack | None = None
+        # A secure local stack's credentials directory: each service runs as its role.
+        self.credentials: Path | None = None
         self.services: Services | None = None
         self.watch: RunWatch | None = None
         self._t = time.monotonic()
@@ -129,6 +133,7 @@ class _Demo:
                "RUNLEDGER_HOME": str(layout.root), "RUNLEDGER_DATASETS": str(layout.catalog),
                "PYTHONUNBUFFERED": "1"}
         env.pop("RUNLEDGER_FAULT", None)  # only the demo's own fault, only in the agent
+        env.update(self._as_role("operator"))  # submit, status, the queries: an operator's
         summary.dataset_id = build_dataset(layout, env, say)
         domain = write_spec(layout, opts)
         self._lap("dataset")
@@ -139,11 +144,13 @@ class _Demo:
         summary.db = str(layout.db)
         # Own fencing identity and consumer group: on a shared broker the demo's
         # controller must never fence (or share offsets with) a real one.
-        tag = domain
+        # Under the controller role's prefix, which its ACLs grant.
+        tag = f"{CONTROLLER_PREFIX}-{domain}"
         services.start("controller", ["controller", "--transactional-id", tag, "--group", tag],
-                       logs["controller"])
-        services.start("projector", ["project", "--db", str(layout.db)], logs["projector"])
-        agent_env = {**env, "RUNLEDGER_FAULT": fault_for(opts),
+                       logs["controller"], env={**env, **self._as_role("controller")})
+        services.start("projector", ["project", "--db", str(layout.db)], logs["projector"],
+                       env={**env, **self._as_role("projector")})
+        agent_env = {**env, **self._as_role("agent"), "RUNLEDGER_FAULT": fault_for(opts),
                      "RUNLEDGER_TRACE_BATCHES": str(layout.batches)}
         services.start("agent", ["agent", "--node", opts.node, "--slots", "2", "--domain", domain,
                                  "--work-dir", str(layout.agent), "--heartbeat-interval", "0.5",
@@ -176,8 +183,22 @@ class _Demo:
         self.stack = stack.Stack(self.layout.stack)
         self.summary.stack_started = True
         info = self.stack.up()
-        self.say(f"  broker at {info.bootstrap}")
+        if info.credentials is not None:
+            self.credentials = info.credentials.parent
+            # This process reads the run's facts as an operator would.
+            os.environ.update(self._as_role("operator"))
+            self.say(f"  broker at {info.bootstrap} (SASL/SCRAM, ACLs; each service runs as "
+                     f"its role, credentials in {self.credentials})")
+        else:
+            self.say(f"  broker at {info.bootstrap}")
         return info.bootstrap
+
+    def _as_role(self, role: str) -> dict[str, str]:
+        """The environment that makes a process one role's principal (nothing on a
+        cluster the demo did not start: the user's own credentials hold there)."""
+        if self.credentials is None:
+            return {}
+        return {ENV_CREDENTIALS: str(self.credentials / f"{role}.properties")}
 
     def _follow(self, run_id: str, bootstrap: str, controller_log: Path, agent_log: Path) -> None:
         opts, layout = self.opts, self.layout
@@ -245,7 +266,8 @@ class _Demo:
         assert self.services is not None
         for name in ("agent", "controller", "projector"):  # the agent first: it reports exits
             self.services.stop(name)
-        out = cli_ok(["project", "--db", str(self.layout.db), "--once"], env).strip()
+        out = cli_ok(["project", "--db", str(self.layout.db), "--once"],
+                     {**env, **self._as_role("projector")}).strip()
         self.say(f"projection caught up: {out}")
 
     def _queries(self, run_id: str, env: dict[str, str]) -> None:
@@ -297,7 +319,10 @@ def _epilogue(summary: Summary, layout: Layout, say: Say, kept: bool) -> None:
     if summary.run_id is None:
         return
     # How to look further: the projection needs no broker, status and events do.
-    say(f"explore  export RUNLEDGER_HOME={layout.root} RUNLEDGER_BOOTSTRAP={summary.bootstrap}")
+    creds = (f" RUNLEDGER_CREDENTIALS={layout.stack}/credentials/operator.properties"
+             if summary.stack_started else "")
+    say(f"explore  export RUNLEDGER_HOME={layout.root} RUNLEDGER_BOOTSTRAP={summary.bootstrap}"
+        f"{creds}")
     if summary.stack_started and not kept:
         say(f"         runledger stack up --data-dir {layout.stack}   # the broker, again")
     say(f"         runledger query audit {summary.run_id}; runledger events dump --topic"

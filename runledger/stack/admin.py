@@ -25,6 +25,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from events.connection import client_config
 from events.topics import TopicSpec
 from runledger.errors import BrokerUnreachableError, StackError
 
@@ -42,10 +43,15 @@ class TopicInfo:
     offline: int = 0
 
 
-def admin_client(bootstrap: str) -> AdminClient:
+# Which credentials an admin call uses: a file's path, "" for none (a plaintext
+# stack, whatever the environment says), None for $RUNLEDGER_CREDENTIALS.
+Credentials = str | None
+
+
+def admin_client(bootstrap: str, credentials: Credentials = None) -> AdminClient:
     # log_level 0: librdkafka would otherwise print its own connection-refused
     # lines to stderr, on top of our one-line message.
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    return AdminClient(client_config(bootstrap, {"log_level": 0}, credentials))
 
 
 def _unreachable(bootstrap: str, timeout: float, exc: KafkaException) -> BrokerUnreachableError:
@@ -66,11 +72,12 @@ def check_reachable(bootstrap: str, timeout: float = 2.0) -> None:
     raise BrokerUnreachableError(f"no Kafka broker answered at {bootstrap} (connection refused)")
 
 
-def cluster_nodes(bootstrap: str, timeout: float = 10.0) -> list[tuple[int, str, int]]:
+def cluster_nodes(bootstrap: str, timeout: float = 10.0,
+                  credentials: Credentials = None) -> list[tuple[int, str, int]]:
     """``(node_id, host, port)`` of the registered, unfenced brokers; raises
     :class:`BrokerUnreachableError` if nothing answers."""
     check_reachable(bootstrap)
-    admin = admin_client(bootstrap)
+    admin = admin_client(bootstrap, credentials)
     try:
         result = admin.describe_cluster(request_timeout=timeout).result()
     except KafkaException as exc:
@@ -79,11 +86,12 @@ def cluster_nodes(bootstrap: str, timeout: float = 10.0) -> list[tuple[int, str,
 
 
 def wait_ready(
-    bootstrap: str, brokers: int, timeout: float, alive: Callable[[], str | None]
+    bootstrap: str, brokers: int, timeout: float, alive: Callable[[], str | None],
+    credentials: Credentials = None,
 ) -> None:
     """Wait until ``brokers`` brokers are registered. ``alive`` returns a reason
     string as soon as a launched process has died, which ends the wait early."""
-    admin = admin_client(bootstrap)
+    admin = admin_client(bootstrap, credentials)
     deadline = time.monotonic() + timeout
     while True:
         dead = alive()
@@ -104,7 +112,8 @@ def wait_ready(
 
 
 def ensure_topics(
-    bootstrap: str, specs: list[TopicSpec], replication: int, timeout: float = 60.0
+    bootstrap: str, specs: list[TopicSpec], replication: int, timeout: float = 60.0,
+    credentials: Credentials = None,
 ) -> list[str]:
     """Create the missing topics; existing ones are left as they are.
 
@@ -112,7 +121,7 @@ def ensure_topics(
     creation can fail transiently; it is retried until ``timeout``. Returns once
     every partition of these topics has a leader.
     """
-    admin = admin_client(bootstrap)
+    admin = admin_client(bootstrap, credentials)
     deadline = time.monotonic() + timeout
     pending = {s.name: s for s in specs}
     last = ""
@@ -155,10 +164,11 @@ def _wait_leaders(admin: AdminClient, bootstrap: str, names: list[str], deadline
         time.sleep(0.3)
 
 
-def describe_topics(bootstrap: str, timeout: float = 10.0) -> list[TopicInfo]:
+def describe_topics(bootstrap: str, timeout: float = 10.0,
+                    credentials: Credentials = None) -> list[TopicInfo]:
     """Every non-internal topic with partitions, replication and key configs."""
     check_reachable(bootstrap)
-    admin = admin_client(bootstrap)
+    admin = admin_client(bootstrap, credentials)
     try:
         topics = admin.list_topics(timeout=timeout).topics
     except KafkaException as exc:

@@ -26,9 +26,10 @@ from typing import Any
 from events.topics import replication_for, topic_specs
 from runledger.config import stack_data_dir
 from runledger.errors import BrokerUnreachableError, NotRunningError, StackError
-from runledger.stack import admin, proc
+from runledger.stack import admin, principals, proc
 from runledger.stack import layout as cfg
 from runledger.stack.admin import TopicInfo
+from runledger.stack.credentials import admin_password, credentials_file
 from runledger.stack.jars import ensure_jars, kafka_version, pom_path
 
 __all__ = [
@@ -60,6 +61,13 @@ class StackInfo:
     brokers: list[BrokerInfo]
     data_dir: Path | None
     topics: list[str]
+    # The admin's credentials file of a secure local stack (None: plaintext, or
+    # an existing cluster); the role files lie next to it.
+    credentials: Path | None = None
+
+    @property
+    def secure(self) -> bool:
+        return self.credentials is not None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +75,8 @@ class StackInfo:
             "brokers": [{"node_id": b.node_id, "port": b.port, "pid": b.pid} for b in self.brokers],
             "data_dir": str(self.data_dir) if self.data_dir else None,
             "topics": self.topics,
+            "secure": self.secure,
+            "credentials": str(self.credentials) if self.credentials else None,
         }
 
 
@@ -104,15 +114,18 @@ def _answers(port: int) -> bool:
 class Stack:
     """The local cluster whose state lives in ``data_dir``.
 
-    ``brokers`` only matters to :meth:`up` on an empty data dir; afterwards the
-    recorded layout decides, and asking for a different count is an error.
+    ``brokers`` and ``secure`` only matter to :meth:`up` on an empty data dir;
+    afterwards the recorded layout decides, and asking for a different count or
+    mode is an error. ``secure=None`` means "as recorded", secure for a new stack.
     """
 
-    def __init__(self, data_dir: Path | str | None = None, brokers: int = 1) -> None:
+    def __init__(self, data_dir: Path | str | None = None, brokers: int = 1,
+                 secure: bool | None = None) -> None:
         if brokers not in (1, 3):
             raise StackError(f"--brokers must be 1 or 3, not {brokers}")
         self.data_dir = Path(data_dir or stack_data_dir()).expanduser().resolve()
         self.brokers = brokers
+        self.secure = secure
 
     # -- public API ---------------------------------------------------------
 
@@ -125,24 +138,24 @@ class Stack:
         wait = timeout or (60.0 if self.brokers == 1 else 90.0)
         with self._locked():
             layout = cfg.load_layout(self.data_dir)
-            if layout is not None and layout.brokers != self.brokers:
-                raise StackError(
-                    f"{self.data_dir} holds a {layout.brokers}-broker stack; "
-                    f"use --brokers {layout.brokers} or another --data-dir"
-                )
+            self._check_recorded(layout)
             running = self._running(layout)
             if layout is not None and len(running) == layout.brokers:
                 if port is not None and layout.nodes[0].port != port:
                     raise StackError(f"{self.data_dir}: stack already runs at {layout.bootstrap}")
-                admin.wait_ready(layout.bootstrap, layout.brokers, wait, lambda: None)
+                admin.wait_ready(layout.bootstrap, layout.brokers, wait, lambda: None,
+                                 self._credentials(layout))
             else:
                 layout = self._start(layout, running, port, wait)
-            names = admin.ensure_topics(
-                layout.bootstrap, topic_specs(self.brokers), replication_for(self.brokers)
-            )
+            creds = self._credentials(layout)
+            names = admin.ensure_topics(layout.bootstrap, topic_specs(self.brokers),
+                                        replication_for(self.brokers), credentials=creds)
+            if layout.secure:
+                principals.ensure_roles(self.data_dir, layout.bootstrap, creds)
             brokers = [BrokerInfo(n.node_id, n.port, proc.read_pid(self.data_dir, n.node_id))
                        for n in layout.nodes]  # fmt: skip
-            return StackInfo(layout.bootstrap, brokers, self.data_dir, names)
+            admin_file = credentials_file(self.data_dir, cfg.ADMIN) if layout.secure else None
+            return StackInfo(layout.bootstrap, brokers, self.data_dir, names, admin_file)
 
     def down(self, purge: bool = False, timeout: float = 30.0) -> list[int]:
         """Stop this data dir's brokers (SIGTERM, then SIGKILL after ``timeout``).
@@ -174,7 +187,8 @@ class Stack:
             error = f"no broker of {self.data_dir} is running"
             return StackStatus(layout.bootstrap, self.data_dir, brokers, error=error)
         try:
-            topics = admin.describe_topics(layout.bootstrap)
+            topics = admin.describe_topics(layout.bootstrap,
+                                           credentials=self._credentials(layout))
         except BrokerUnreachableError as exc:
             return StackStatus(layout.bootstrap, self.data_dir, brokers, error=str(exc))
         return StackStatus(layout.bootstrap, self.data_dir, brokers, topics)
@@ -209,6 +223,25 @@ class Stack:
 
     # -- internals ----------------------------------------------------------
 
+    def _check_recorded(self, layout: cfg.Layout | None) -> None:
+        if layout is None:
+            return
+        if layout.brokers != self.brokers:
+            raise StackError(
+                f"{self.data_dir} holds a {layout.brokers}-broker stack; "
+                f"use --brokers {layout.brokers} or another --data-dir"
+            )
+        if self.secure is not None and self.secure != layout.secure:
+            held = "a secure" if layout.secure else "a plaintext (--insecure)"
+            fix = "drop --insecure" if layout.secure else "add --insecure"
+            raise StackError(f"{self.data_dir} holds {held} stack; {fix} or use another "
+                             "--data-dir")
+
+    def _credentials(self, layout: cfg.Layout) -> str:
+        # The stack's own admin file, never $RUNLEDGER_CREDENTIALS: that may name
+        # another cluster's principal. "" is plaintext.
+        return str(credentials_file(self.data_dir, cfg.ADMIN)) if layout.secure else ""
+
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         # Serialises up/down on one data dir (two terminals, make and pytest).
@@ -225,7 +258,8 @@ class Stack:
         """The layout to launch with: the recorded one where its ports are usable."""
         if layout is None:
             version = kafka_version(pom_path())
-            return cfg.Layout(cfg.new_cluster_id(), version, cfg.plan_nodes(self.brokers, port))
+            return cfg.Layout(cfg.new_cluster_id(), version, cfg.plan_nodes(self.brokers, port),
+                              self.secure is not False)
         if running:
             if port is not None and layout.nodes[0].port != port:
                 raise StackError(f"part of the stack in {self.data_dir} runs at {layout.bootstrap}")
@@ -238,7 +272,7 @@ class Stack:
         # Nothing runs and a recorded port is taken (or a new one was asked for):
         # node ids and storage stay, only the listeners move.
         nodes = cfg.plan_nodes(self.brokers, port)
-        return cfg.Layout(layout.cluster_id, layout.kafka_version, nodes)
+        return cfg.Layout(layout.cluster_id, layout.kafka_version, nodes, layout.secure)
 
     def _start(
         self, layout: cfg.Layout | None, running: set[int], port: int | None, wait: float
@@ -251,16 +285,19 @@ class Stack:
         causes: list[str] = []
         for _attempt in range(3):
             layout = self._plan(layout, running, port)
+            password = admin_password(self.data_dir) if layout.secure else None
             cfg.save_layout(self.data_dir, layout)
-            cfg.write_configs(self.data_dir, layout)
+            cfg.write_configs(self.data_dir, layout, password)
             unformatted = [n for n in layout.nodes if not self._formatted(n.node_id)]
             if unformatted:
-                proc.format_storage(self.data_dir, lib, layout, [n.node_id for n in unformatted])
+                proc.format_storage(self.data_dir, lib, layout, [n.node_id for n in unformatted],
+                                    password)
             launched = [n.node_id for n in layout.nodes if n.node_id not in running]
             for node_id in launched:
                 proc.launch(self.data_dir, lib, node_id)
             try:
-                admin.wait_ready(layout.bootstrap, layout.brokers, wait, self._died(launched))
+                admin.wait_ready(layout.bootstrap, layout.brokers, wait, self._died(launched),
+                                 self._credentials(layout))
                 return layout
             except StackError as exc:
                 failure = exc

@@ -21,7 +21,9 @@ from runledger.errors import PortInUseError, StackError
 HOST = "127.0.0.1"
 STATE_FILE = "stack.json"
 LOG4J_FILE = "log4j2.properties"
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: records ``secure``
+ADMIN = "admin"  # the super user of a secure stack
+SCRAM = "SCRAM-SHA-512"
 
 # Everything goes to stderr, which the launcher redirects into node-<id>/kafka.log;
 # the broker's stdout stays empty and StorageTool's stdout stays parseable.
@@ -55,6 +57,9 @@ class Layout:
     cluster_id: str
     kafka_version: str
     nodes: tuple[NodeSpec, ...]
+    # SASL/SCRAM and ACLs (the default); False: `stack up --insecure`, plaintext.
+    # Stacks recorded before this field existed were plaintext.
+    secure: bool = False
 
     @property
     def brokers(self) -> int:
@@ -89,7 +94,8 @@ def load_layout(data_dir: Path) -> Layout | None:
     try:
         raw = json.loads(path.read_text())
         nodes = tuple(NodeSpec(**node) for node in raw["nodes"])
-        return Layout(raw["cluster_id"], raw["kafka_version"], nodes)
+        return Layout(raw["cluster_id"], raw["kafka_version"], nodes,
+                      bool(raw.get("secure", False)))
     except (ValueError, KeyError, TypeError) as exc:
         raise StackError(f"{path} is unreadable ({exc}); remove that data dir") from exc
 
@@ -101,6 +107,7 @@ def save_layout(data_dir: Path, layout: Layout) -> None:
         "cluster_id": layout.cluster_id,
         "kafka_version": layout.kafka_version,
         "nodes": [asdict(n) for n in layout.nodes],
+        "secure": layout.secure,
     }
     tmp = data_dir / f"{STATE_FILE}.tmp"
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
@@ -169,7 +176,8 @@ def plan_nodes(brokers: int, port: int | None) -> tuple[NodeSpec, ...]:
     return tuple(NodeSpec(i + 1, client[i], controller[i]) for i in range(brokers))
 
 
-def server_properties(data_dir: Path, layout: Layout, node: NodeSpec) -> str:
+def server_properties(data_dir: Path, layout: Layout, node: NodeSpec,
+                      admin_password: str | None = None) -> str:
     brokers = layout.brokers
     replication = 3 if brokers >= 3 else 1
     min_isr = 2 if brokers >= 3 else 1
@@ -205,12 +213,51 @@ def server_properties(data_dir: Path, layout: Layout, node: NodeSpec) -> str:
         "num.network.threads": "2",
         "num.io.threads": "4",
     }
+    if layout.secure:
+        if admin_password is None:
+            raise StackError("a secure stack needs its admin password")
+        props.update(secure_properties(node, admin_password))
     return "".join(f"{key}={value}\n" for key, value in props.items())
 
 
-def write_configs(data_dir: Path, layout: Layout) -> None:
+def secure_properties(node: NodeSpec, admin_password: str) -> dict[str, str]:
+    """SASL on both listeners, Kafka's StandardAuthorizer, deny when no ACL matches.
+
+    Clients and brokers use SCRAM-SHA-512 on the client listener (credentials
+    live in the cluster metadata, the admin's bootstrapped at format). The
+    controller listener uses PLAIN with the admin's password from this file:
+    SCRAM cannot serve it, because its credentials are read from the metadata
+    that the controllers themselves serve.
+    """
+    jaas_user = f'username="{ADMIN}" password="{admin_password}"'
+    return {
+        "listeners": f"SASL_PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
+        "advertised.listeners": f"SASL_PLAINTEXT://{HOST}:{node.port}",
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        "sasl.mechanism.inter.broker.protocol": SCRAM,
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": SCRAM,
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config":
+            f"org.apache.kafka.common.security.scram.ScramLoginModule required {jaas_user};",
+        "listener.name.controller.plain.sasl.jaas.config":
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            f'{jaas_user} user_{ADMIN}="{admin_password}";',
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "false",
+        "super.users": f"User:{ADMIN}",
+    }
+
+
+def write_configs(data_dir: Path, layout: Layout, admin_password: str | None = None) -> None:
     (data_dir / LOG4J_FILE).write_text(LOG4J2)
     for node in layout.nodes:
         home = node_dir(data_dir, node.node_id)
         (home / "data").mkdir(parents=True, exist_ok=True)
-        (home / "server.properties").write_text(server_properties(data_dir, layout, node))
+        path = home / "server.properties"
+        # It may hold the admin's password: owner-only from the first byte.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(server_properties(data_dir, layout, node, admin_password))

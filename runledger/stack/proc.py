@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from runledger.errors import StackError
-from runledger.stack.layout import LOG4J_FILE, Layout, node_dir
+from runledger.stack.layout import ADMIN, LOG4J_FILE, SCRAM, Layout, node_dir
 
 HEAP = ["-Xms256m", "-Xmx512m"]
 PID_FILE = "kafka.pid"
@@ -48,15 +48,24 @@ def _jvm(data_dir: Path, lib: Path, *extra: str) -> list[str]:
     ]
 
 
-def format_storage(data_dir: Path, lib: Path, layout: Layout, node_ids: Iterable[int]) -> None:
-    """Format the given nodes' log dirs with the cluster id (no-op once formatted)."""
+def format_storage(data_dir: Path, lib: Path, layout: Layout, node_ids: Iterable[int],
+                   admin_password: str | None = None) -> None:
+    """Format the given nodes' log dirs with the cluster id (no-op once formatted).
+
+    A secure stack's admin SCRAM credential is written into the first metadata
+    records here (KIP-900): the brokers authenticate to each other with it, so
+    it must exist before any of them starts. The password is on this one
+    process's command line for the second it runs (StorageTool reads no file).
+    """
+    scram = ([] if admin_password is None else
+             ["--add-scram", f"{SCRAM}=[name={ADMIN},password={admin_password}]"])
     procs = []
     for node_id in node_ids:
         props = node_dir(data_dir, node_id) / "server.properties"
         cmd = [
             *_jvm(data_dir, lib, "-Xmx256m"),
             "kafka.tools.StorageTool", "format", "--ignore-formatted",
-            "-t", layout.cluster_id, "-c", str(props),
+            "-t", layout.cluster_id, "-c", str(props), *scram,
         ]  # fmt: skip
         # Nodes format in parallel: each is a JVM start of a second or two.
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))

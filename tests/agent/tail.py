@@ -21,6 +21,7 @@ from typing import TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from events.codec import default_codec
+from events.connection import client_config
 from events.errors import DecodeError
 from events.kafka import decode_message
 from events.model import Event
@@ -35,11 +36,10 @@ class Tail:
     def __init__(self, bootstrap: str, topic: str = REPORTS) -> None:
         self.codec = default_codec()
         self.events: list[Event] = []
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap,
+        self._consumer = Consumer(client_config(bootstrap, {
             "group.id": f"test-tail-{uuid.uuid4().hex}",  # never committed
             "enable.auto.commit": False,
-        })
+        }))
         meta = self._consumer.list_topics(topic, timeout=10).topics[topic]
         start = [TopicPartition(topic, p, self._end(topic, p)) for p in sorted(meta.partitions)]
         self._consumer.assign(start)

@@ -12,12 +12,13 @@ import uuid
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from events.connection import client_config
 from events.kafka import header_items
 
 
 def new_topic(bootstrap: str, partitions: int = 3) -> str:
     name = f"test.{uuid.uuid4().hex[:12]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    admin = AdminClient(client_config(bootstrap, {}))  # must outlive the future
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
     return name
 
@@ -25,9 +26,9 @@ def new_topic(bootstrap: str, partitions: int = 3) -> str:
 def raw_values(bootstrap: str, topic: str) -> list[tuple[int, int, bytes, dict[str, bytes]]]:
     """(partition, offset, value, headers) of every committed record of ``topic``."""
     out = []
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4().hex}",
+    consumer = Consumer(client_config(bootstrap, {"group.id": f"raw-{uuid.uuid4().hex}",
                          "auto.offset.reset": "earliest", "enable.partition.eof": True,
-                         "isolation.level": "read_committed"})
+                         "isolation.level": "read_committed"}))
     meta = consumer.list_topics(topic, timeout=10).topics[topic]
     consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
     pending = set(meta.partitions)

@@ -14,20 +14,21 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from events.connection import client_config
 from events.errors import BrokerUnavailable, KafkaOperationError
 from events.kafka import EventProducer, Quarantined, Record
 from events.model import HeartbeatRecorded
 from events.reader import BEGINNING, END, LogReader, Watermarks
 from events.transactions import TransactionalWriter
-from runledger.stack import Stack
 from tests.events.builders import Ev
+from tests.stacks import private_stack
 
 pytestmark = pytest.mark.kafka
 
 
 def make_topic(bootstrap: str, name: str, partitions: int) -> str:
     """A new topic whose every partition's leader answers watermark lookups."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future
+    admin = AdminClient(client_config(bootstrap, {}))  # must outlive the future
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
     marks = Watermarks(bootstrap, [name])
     try:
@@ -291,7 +292,7 @@ SMALL_FETCHES = {"fetch.max.bytes": 1000, "message.max.bytes": 1000,
 def test_a_broker_lost_mid_read_is_waited_for_then_named(tmp_path: Path) -> None:
     """A bounded reader whose broker stops mid-read gives up after retry_s with
     BrokerUnavailable; one whose broker is back within retry_s reads on to its end."""
-    stack = Stack(tmp_path / "kafka", brokers=1)
+    stack = private_stack(tmp_path / "kafka")
     try:
         address = stack.up().bootstrap
         topic = make_topic(address, "test.lost", 1)

@@ -15,6 +15,7 @@ import duckdb
 import pytest
 from confluent_kafka import Producer
 
+from events.connection import client_config
 from events.kafka import EventProducer
 from events.topics import REPORTS, RUNS
 from projectors.metrics import EndOffsets, ProjectorCollector, Snapshot, families, lags
@@ -81,7 +82,7 @@ def publish(bootstrap: str, run: str, steps: int) -> int:
 
 
 def corrupt(bootstrap: str, run: str) -> None:
-    raw = Producer({"bootstrap.servers": bootstrap})
+    raw = Producer(client_config(bootstrap, {}))
     raw.produce(RUNS, key=run, value=b"\xc3\x01not an event at all")
     raw.flush(10)
 

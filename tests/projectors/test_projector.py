@@ -15,6 +15,7 @@ import duckdb
 import pytest
 from confluent_kafka import Producer
 
+from events.connection import client_config
 from events.kafka import EventProducer
 from events.topics import REPORTS, RUNS
 from projectors.projector import UNPROJECTABLE, Projector, table_digests
@@ -112,7 +113,7 @@ def test_a_crash_mid_batch_loses_and_doubles_nothing(bootstrap: str, tmp_path: P
 
 def test_a_corrupt_record_is_quarantined_and_projection_goes_on(
         bootstrap: str, tmp_path: Path, run_id: str) -> None:
-    raw = Producer({"bootstrap.servers": bootstrap})
+    raw = Producer(client_config(bootstrap, {}))
     raw.produce(RUNS, key=run_id, value=b"\xc3\x01not an event at all")
     raw.flush(10)
     sent = publish(bootstrap, run_id, 5)

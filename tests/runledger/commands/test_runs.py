@@ -24,6 +24,7 @@ from controller.spec import load_spec, parse_spec
 from dataplane.catalog import Catalog, build_manifest
 from dataplane.errors import CatalogError
 from dataplane.synth import template, write_corpus
+from events.connection import client_config
 from events.consume import read_log
 from events.kafka import EventProducer
 from events.model import CancelRequested, Event, RunSubmitted
@@ -34,6 +35,7 @@ from runledger.errors import BROKER_HINT
 from runledger.stack import Stack
 from tests.events.builders import Ev, members
 from tests.projectors.test_projector import publish
+from tests.stacks import private_stack
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "run.yaml"
 MEMBERS = members("r0", "r1", node="node-a", domain="rack-1")
@@ -57,7 +59,7 @@ def events_of(bootstrap: str, topic: str, run: str) -> list[Event]:
 
 
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-offsets"})
+    consumer = Consumer(client_config(bootstrap, {"group.id": "test-offsets"}))
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
@@ -153,7 +155,7 @@ def test_a_retry_bound_that_is_not_seconds_is_a_usage_error(
 @pytest.fixture
 def own_broker(tmp_path: Path) -> Iterator[Stack]:
     """A broker of this test's own, to stop and start: never the shared one."""
-    stack = Stack(tmp_path / "kafka", brokers=1)
+    stack = private_stack(tmp_path / "kafka")
     try:
         yield stack
     finally:

@@ -20,9 +20,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from events.connection import client_config
 from events.topics import ALL, RUNS
-from runledger.stack import Stack, StackInfo
+from runledger.stack import StackInfo
 from runledger.stack.admin import cluster_nodes, describe_topics
+from tests.stacks import private_stack
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -153,7 +155,7 @@ def test_down_stops_only_its_own_pids(single: tuple[Path, dict[str, Any]]) -> No
 
 
 def _leader_of(info: StackInfo, topic: str, partition: int) -> int:
-    consumer = Consumer({"bootstrap.servers": info.bootstrap, "group.id": "leader-probe"})
+    consumer = Consumer(client_config(info.bootstrap, {"group.id": "leader-probe"}))
     try:
         meta = consumer.list_topics(topic, timeout=10)
         return int(meta.topics[topic].partitions[partition].leader)
@@ -196,7 +198,7 @@ def _read_all(bootstrap: str, topic: str, partitions: int) -> list[Message]:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_three_brokers_keep_every_acknowledged_write(tmp_path: Path) -> None:
-    stack = Stack(tmp_path / "stack", brokers=3)
+    stack = private_stack(tmp_path / "stack", brokers=3)
     try:
         info = stack.up()
         topics = {t.name: t for t in stack.status().topics}

@@ -2,7 +2,8 @@
 
 - ``model``: the event catalog (``EVENT_TYPES``); import any event class from it.
   The classes live by concern: ``base`` (``Header``, ``Member``, the ``Event`` base),
-  ``requests``, ``facts`` (``runledger.runs``), ``reports``, ``commands``.
+  ``requests``, ``facts`` (``runledger.runs``), ``reports``, ``commands``,
+  ``principals`` (key records, ``runledger.keys``).
 - ``state``, ``fold``: run state and the pure fold ``apply(state, event)`` with
   verdicts (docs/architecture.md §5); ``fence``: the fold's answer to a follower
   without state, whether a generation may still publish (§6).
@@ -24,5 +25,9 @@
   ``Watermarks``.
 - ``consume``: ``EventConsumer``, a consumer-group member with explicit commits,
   and ``read_log`` (a dump or a tail of one topic, over ``LogReader``).
+- ``signing``: Ed25519 keys, the domain-separated message each use signs, fact
+  digests (each run's hash chain) and the signature headers; ``keyring``: the
+  pure fold of key records and the one signature judge (``check``); ``audit``:
+  offline verification of the keys log and every run's signed chain.
 - ``errors``: ``EventsError`` and its leaves.
 """

@@ -2,7 +2,8 @@
 
 One table (:data:`SENDERS`) for the whole system (docs/architecture.md §4):
 operators send requests, agents report on their node and its workers, workers
-report on their run, and only the controller writes facts and commands. The
+report on their run, only the controller writes facts and commands, and only
+an admin writes key records (``runledger.keys``, ``events.principals``). The
 controller's input path admits a record only when its type is one it takes and
 it arrived on its type's topic (:func:`stray`); anything else is quarantined
 with its origin, never folded and never copied onto ``runledger.runs``. The
@@ -26,7 +27,7 @@ from events.errors import DecodeError
 from events.kafka import Record
 from events.model import EVENT_TYPES, AgentHeartbeatRecorded, AgentRegistered, Event
 from events.names import BAD_NAME, host_problem, key_problem
-from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS
+from events.topics import COMMANDS, KEYS, REPORTS, REQUESTS, RUNS
 
 
 class Role(StrEnum):
@@ -34,6 +35,7 @@ class Role(StrEnum):
     AGENT = "agent"
     WORKER = "worker"
     CONTROLLER = "controller"
+    ADMIN = "admin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +46,8 @@ class Sender:
 
 # Reports by agents, not workers: the node's life and the exits of the processes it ran.
 _AGENT_REPORTS = frozenset({"AgentRegistered", "AgentHeartbeatRecorded", "WorkerExited"})
-_ROLE_OF_TOPIC = {REQUESTS: Role.OPERATOR, RUNS: Role.CONTROLLER, COMMANDS: Role.CONTROLLER}
+_ROLE_OF_TOPIC = {REQUESTS: Role.OPERATOR, RUNS: Role.CONTROLLER, COMMANDS: Role.CONTROLLER,
+                  KEYS: Role.ADMIN}
 
 
 def _sender(cls: type[Event]) -> Sender:

@@ -26,6 +26,7 @@ _EXACT: dict[Any, frozenset[type]] = {
     int: frozenset({int}),
     float: frozenset({float, int}),
     bool: frozenset({bool}),
+    bytes: frozenset({bytes}),
 }
 _ENCODE: dict[type[Any], tuple[tuple[str, frozenset[type] | None], ...]] = {}
 

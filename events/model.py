@@ -3,7 +3,8 @@
 The classes live by concern: ``events.base`` (``Header``, ``Member``, the
 ``Event`` base), ``events.requests`` (operators), ``events.facts`` (the
 controller, ``runledger.runs``), ``events.reports`` (agents and workers),
-``events.commands`` (the controller to agents). This module gathers them:
+``events.commands`` (the controller to agents), ``events.principals`` (admins'
+key records, ``runledger.keys``). This module gathers them:
 import any of them from here. Each class has a schema file
 ``schemas/<Name>.v<N>.avsc``; the codec checks at load time that the newest
 version's fields are exactly the class's fields, and ``EVENT_TYPES`` is the
@@ -37,6 +38,12 @@ from events.facts import (
     RunQueued,
     WriteRejected,
     alert_key,
+)
+from events.principals import (
+    PRINCIPAL_ROLES,
+    PrincipalKeyRegistered,
+    PrincipalKeyRevoked,
+    principal_key,
 )
 from events.reports import (
     CHECKPOINT_STAGES,
@@ -92,6 +99,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NodeQuarantined,
         GroupStartCommanded,
         GroupStopCommanded,
+        PrincipalKeyRegistered,
+        PrincipalKeyRevoked,
     )
 }
 
@@ -101,6 +110,7 @@ __all__ = [
     "FAILURE_ACTIONS",
     "FAILURE_CLASSES",
     "OUTCOMES",
+    "PRINCIPAL_ROLES",
     "SEVERITIES",
     "VERIFY_REASONS",
     "AgentHeartbeatRecorded",
@@ -128,6 +138,8 @@ __all__ = [
     "Member",
     "MembershipConfirmed",
     "NodeQuarantined",
+    "PrincipalKeyRegistered",
+    "PrincipalKeyRevoked",
     "RunAdmitted",
     "RunCancelled",
     "RunFinished",
@@ -140,4 +152,5 @@ __all__ = [
     "WriteRejected",
     "alert_key",
     "node_key",
+    "principal_key",
 ]

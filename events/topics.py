@@ -3,7 +3,10 @@
 Every topic is keyed by ``run_id`` so one run's events are totally ordered.
 ``requests``, ``reports`` and ``runs`` are co-partitioned (``CO_PARTITIONED``:
 the same partition count, the same partitioner), so a run's inputs and facts
-share one partition number, the unit a controller owns (§7).
+share one partition number, the unit a controller owns (§7). ``keys`` holds
+the principals' public keys (``events.principals``), one partition so key
+records are totally ordered, kept forever like ``runs``; it is not
+co-partitioned: every reader reads all of it.
 
 Tested in tests/test_docs.py and tests/runledger/stack/test_cluster.py.
 """

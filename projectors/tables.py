@@ -323,6 +323,8 @@ def _plain(value: Any) -> Any:
         return dataclasses.asdict(value)
     if isinstance(value, tuple | frozenset | set):
         return list(value)
+    if isinstance(value, bytes):
+        return value.hex()  # a key record's public key
     raise TypeError(f"cannot put {type(value).__name__} in a payload")
 
 

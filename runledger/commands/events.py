@@ -50,7 +50,8 @@ def record_document(record: Record, verdict: dict[str, Any] | None) -> dict[str,
         "timestamp_ms": record.timestamp_ms,
         "writer_version": record.writer_version,
         "header": header,
-        "payload": body,
+        # Bytes (a key record's public key) as hex: JSON has no bytes.
+        "payload": {k: v.hex() if isinstance(v, bytes) else v for k, v in body.items()},
     }
     if record.origin:
         doc["quarantined"] = dict(record.origin)  # where it came from and why it is here

@@ -58,6 +58,8 @@ from events.model import (
     Member,
     MembershipConfirmed,
     NodeQuarantined,
+    PrincipalKeyRegistered,
+    PrincipalKeyRevoked,
     RunAdmitted,
     RunCancelled,
     RunFinished,
@@ -69,7 +71,9 @@ from events.model import (
     WorkerExited,
     WriteRejected,
     node_key,
+    principal_key,
 )
+from events.signing import key_id_of
 from events.state import Checkpoint
 
 E = TypeVar("E", bound=Event)
@@ -306,3 +310,20 @@ class Ev:
     def quarantined(self, node: str = "node-b", **kw: Any) -> NodeQuarantined:
         kw["run_id"] = kw.get("run_id") or node_key(node)
         return self.event(NodeQuarantined, 0, dict(node=node, reason="3 crashes"), kw)
+
+    # -- keys (keyed ``key/<principal>``, on ``runledger.keys``) ----------------------
+
+    def key_registered(self, principal: str = "alice", role: str = "operator",
+                       public_key: bytes = b"\x01" * 32, **kw: Any) -> PrincipalKeyRegistered:
+        """A registration; ``key_id`` defaults to the id of ``public_key``."""
+        kw["run_id"] = kw.get("run_id") or principal_key(principal)
+        key_id = kw.pop("key_id", None) or key_id_of(public_key)
+        return self.event(PrincipalKeyRegistered, 0, dict(
+            principal=principal, role=role, key_id=key_id, public_key=public_key,
+            reason="onboarding"), kw)
+
+    def key_revoked(self, principal: str = "alice", key_id: str = "0123456789abcdef",
+                    **kw: Any) -> PrincipalKeyRevoked:
+        kw["run_id"] = kw.get("run_id") or principal_key(principal)
+        return self.event(PrincipalKeyRevoked, 0, dict(
+            principal=principal, key_id=key_id, reason="rotated"), kw)

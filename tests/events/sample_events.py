@@ -36,6 +36,8 @@ from events.model import (
     Member,
     MembershipConfirmed,
     NodeQuarantined,
+    PrincipalKeyRegistered,
+    PrincipalKeyRevoked,
     RunAdmitted,
     RunCancelled,
     RunFinished,
@@ -48,9 +50,11 @@ from events.model import (
     WriteRejected,
 )
 from events.registry import SchemaRegistry
+from events.signing import key_id_of
 from tests.events.builders import Ev
 
 MEMBERS = (Member("r0", "node-a", 0, "rack-1"), Member("r1", "node-b", 1, None))
+KEY_ID = key_id_of(bytes(range(32)))
 
 
 @functools.cache
@@ -150,6 +154,12 @@ def one_of_each(run_id: str) -> list[Event]:
                            load_ms=2048.75, fell_back=1),
         CheckpointIntervalChanged(header=hd(2), interval_steps=250, interval_s=812.5,
                                   cost_s=12.25, mtbf_s=27000.0, mtbf_source="observed"),
+        # Key records (runledger.keys).
+        PrincipalKeyRegistered(header=hd(0), principal="alice", role="operator",
+                               key_id=KEY_ID, public_key=bytes(range(32)),
+                               reason="onboarding — Ärztin"),
+        PrincipalKeyRevoked(header=hd(0), principal="alice", key_id=KEY_ID,
+                            reason="laptop lost"),
     ]
     events = [as_written(e) for e in events]
     assert {type(e).__name__ for e in events} == set(EVENT_TYPES), "sample set is incomplete"

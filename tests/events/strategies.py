@@ -23,6 +23,7 @@ from events.model import (
     FAILURE_ACTIONS,
     FAILURE_CLASSES,
     OUTCOMES,
+    PRINCIPAL_ROLES,
     SEVERITIES,
     VERIFY_REASONS,
     AgentHeartbeatRecorded,
@@ -167,8 +168,14 @@ def _for_type(tp: Any) -> st.SearchStrategy[Any]:
         return longs
     if tp is float:
         return doubles
+    if tp is bytes:
+        return st.binary(max_size=40)
     raise TypeError(f"no strategy for field type {tp!r}")
 
+
+# A valid ``events.names`` name, and a key id (16 lowercase hex characters).
+principal_names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,30}", fullmatch=True)
+key_ids = st.from_regex(r"[0-9a-f]{16}", fullmatch=True)
 
 # Fields whose values ``__post_init__`` constrains beyond their Avro type.
 _CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
@@ -190,6 +197,12 @@ _CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("StepTimesRecorded", "first_step"): st.integers(LONG_MIN, LONG_MAX - 2),
     ("StepTimesRecorded", "step_time_ms"): st.lists(doubles, min_size=3, max_size=3).map(tuple),
     ("StepTimesRecorded", "input_wait_ms"): st.lists(doubles, min_size=3, max_size=3).map(tuple),
+    ("PrincipalKeyRegistered", "principal"): principal_names,
+    ("PrincipalKeyRegistered", "role"): st.sampled_from(PRINCIPAL_ROLES),
+    ("PrincipalKeyRegistered", "key_id"): key_ids,
+    ("PrincipalKeyRegistered", "public_key"): st.binary(min_size=32, max_size=32),
+    ("PrincipalKeyRevoked", "principal"): principal_names,
+    ("PrincipalKeyRevoked", "key_id"): key_ids,
 }
 
 # Fields a newer schema version added: also drawn all absent together, as an older

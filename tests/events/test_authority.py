@@ -17,8 +17,8 @@ from events.authority import (
     stray,
 )
 from events.kafka import Record
-from events.model import EVENT_TYPES
-from events.topics import ALL, COMMANDS, QUARANTINE, REPORTS, REQUESTS, RUNS
+from events.model import EVENT_TYPES, PRINCIPAL_ROLES
+from events.topics import ALL, COMMANDS, KEYS, QUARANTINE, REPORTS, REQUESTS, RUNS
 from tests.events.sample_events import one_of_each
 
 SAMPLES = {e.event_type: e for e in one_of_each("r1")}
@@ -34,6 +34,10 @@ def test_every_type_has_one_sender_and_only_the_controller_writes_facts_and_comm
                for role in Role}
     assert by_role[Role.OPERATOR] == ["CancelRequested", "RunSubmitted"]
     assert by_role[Role.AGENT] == ["AgentHeartbeatRecorded", "AgentRegistered", "WorkerExited"]
+    assert by_role[Role.ADMIN] == ["PrincipalKeyRegistered", "PrincipalKeyRevoked"]
+    assert {s.topic for s in SENDERS.values() if s.role == Role.ADMIN} == {KEYS}
+    # A key may be registered for every role that sends (and for projectors, which read).
+    assert {role.value for role in Role} <= set(PRINCIPAL_ROLES)
 
 
 @pytest.mark.parametrize("name", sorted(EVENT_TYPES))

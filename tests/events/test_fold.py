@@ -510,6 +510,7 @@ def test_cancel_revokes_and_everything_after_is_refused() -> None:
         ev.quarantined(run_id="r1"), ev.staged(1, 11), ev.skipped(1, 11),
         ev.write_failed(1, 11), ev.verify_failed(1, CKPT10), ev.restored(1, CKPT10),
         ev.revoke(1, CKPT10), ev.interval(1, 100), ev.step_times(1),
+        ev.key_registered(run_id="r1"), ev.key_revoked(run_id="r1"),
     ]
     informational = {t.__name__ for t in INFORMATIONAL_TYPES}
     assert informational == {"WriteRejected", "AlertRaised", "AlertResolved",
@@ -646,6 +647,9 @@ COLUMNS: dict[str, Callable[[Ev, RunState], Event]] = {
     "CheckpointIntervalChanged": lambda ev, s: ev.interval(s.generation, 100),
     "AlertResolved": lambda ev, s: ev.alert_resolved(s.generation),
     "StepTimesRecorded": lambda ev, s: ev.step_times(s.generation, s.step + 1, "w1"),
+    # Key records belong on runledger.keys; wrongly keyed by the run, the fold has no rule.
+    "PrincipalKeyRegistered": lambda ev, s: ev.key_registered(run_id=s.run_id),
+    "PrincipalKeyRevoked": lambda ev, s: ev.key_revoked(run_id=s.run_id),
 }
 
 SUB, QUE, ADM, STA, RUN, REC = (Status.SUBMITTED, Status.QUEUED, Status.ADMITTED,
@@ -693,6 +697,8 @@ LEGAL: dict[str, set[Status]] = {
     "CheckpointIntervalChanged": LIVE,
     "AlertResolved": ALL,
     "StepTimesRecorded": ACTIVE,
+    "PrincipalKeyRegistered": set(),
+    "PrincipalKeyRevoked": set(),
 }
 
 _FENCED_COLUMNS = {"MembershipConfirmed", "ManifestCommitted", "CursorAdvanced",

@@ -1,0 +1,136 @@
+"""Signed logs for the signing tests: real Ed25519 keys, the real codec, facts the fold accepts.
+
+``KeysLog`` appends key records signed as an admin would (``sign_key_record``);
+``RunsLog`` appends facts as the controller would (``sign_fact``, each run's
+chain kept from its head), a ``RunSubmitted`` carrying its operator's request
+signature. ``story()`` is one small log: an anchor admin, a controller, two
+operators and an agent; run ``r1`` submitted by alice runs to success, run
+``r2`` submitted by bob is cancelled, a node is quarantined and an input of an
+unknown run is rejected, the runs interleaved over two partitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from events.audit import LoggedRecord
+from events.codec import default_codec
+from events.model import Event, RunSubmitted
+from events.signing import (
+    GENESIS,
+    Headers,
+    SigningKey,
+    fact_digest,
+    sign_fact,
+    sign_key_record,
+    sign_request,
+    signature_of,
+)
+from events.topics import KEYS, RUNS
+from tests.events.builders import Ev
+
+CODEC = default_codec()
+START = 1_700_000_000_000
+
+
+@dataclass(frozen=True)
+class Cast:
+    """Everyone's signing key (generated once per test session)."""
+
+    admin: SigningKey = field(default_factory=SigningKey.generate)
+    controller: SigningKey = field(default_factory=SigningKey.generate)
+    alice: SigningKey = field(default_factory=SigningKey.generate)
+    bob: SigningKey = field(default_factory=SigningKey.generate)
+    agent: SigningKey = field(default_factory=SigningKey.generate)
+    stranger: SigningKey = field(default_factory=SigningKey.generate)  # never registered
+
+
+CAST = Cast()
+
+
+class KeysLog:
+    def __init__(self, at: int = START - 100_000) -> None:
+        self.records: list[LoggedRecord] = []
+        self.ev = Ev("keys", start=at, producer="admin/root", ids="keys-{n}")
+
+    def append(self, event: Event, signer: SigningKey) -> LoggedRecord:
+        value = CODEC.encode(event)
+        record = LoggedRecord(KEYS, 0, len(self.records), value,
+                              sign_key_record(signer, value), event.run_id.encode())
+        self.records.append(record)
+        return record
+
+    def register(self, principal: str, role: str, key: SigningKey,
+                 signer: SigningKey | None = None, **kw: object) -> LoggedRecord:
+        event = self.ev.key_registered(principal, role, key.public.raw, **kw)
+        return self.append(event, signer or CAST.admin)
+
+    def revoke(self, principal: str, key: SigningKey, signer: SigningKey | None = None,
+               **kw: object) -> LoggedRecord:
+        event = self.ev.key_revoked(principal, key.key_id, **kw)
+        return self.append(event, signer or CAST.admin)
+
+
+def cast_keys() -> KeysLog:
+    keys = KeysLog()
+    keys.register("root", "admin", CAST.admin, signer=CAST.admin)  # the anchor
+    keys.register("controller", "controller", CAST.controller)
+    keys.register("alice", "operator", CAST.alice)
+    keys.register("bob", "operator", CAST.bob)
+    keys.register("node-a", "agent", CAST.agent)
+    return keys
+
+
+class RunsLog:
+    """Facts as the controller appends them, each run's chain continued from its head."""
+
+    def __init__(self) -> None:
+        self.records: list[LoggedRecord] = []
+        self.heads: dict[str, str] = {}
+        self._offsets: dict[int, int] = {}
+
+    def append(self, event: Event, key: SigningKey | None = None, request: Headers = (),
+               partition: int = 0, prev: str | None = None) -> LoggedRecord:
+        value = CODEC.encode(event)
+        prev = prev or self.heads.get(event.run_id, GENESIS)
+        headers = sign_fact(key or CAST.controller, prev, value, request)
+        offset = self._offsets.get(partition, 0)
+        self._offsets[partition] = offset + 1
+        record = LoggedRecord(RUNS, partition, offset, value, headers, event.run_id.encode())
+        self.records.append(record)
+        self.heads[event.run_id] = digest_of(record)
+        return record
+
+    def submit(self, event: RunSubmitted, operator: SigningKey,
+               partition: int = 0) -> LoggedRecord:
+        """The request's value bytes copied onto runs with the operator's signature."""
+        request = sign_request(operator, CODEC.encode(event))
+        return self.append(event, request=request, partition=partition)
+
+
+def digest_of(record: LoggedRecord) -> str:
+    found = signature_of(record.headers)
+    assert isinstance(found, tuple)
+    return fact_digest(record.value, found[1])
+
+
+def story() -> tuple[KeysLog, RunsLog]:
+    keys = cast_keys()
+    runs = RunsLog()
+    r1, r2 = Ev("r1", start=START, producer="controller"), Ev("r2", start=START + 500,
+                                                             producer="controller")
+    runs.submit(r1.submitted(principal="alice"), CAST.alice, partition=0)
+    runs.submit(r2.submitted(principal="bob"), CAST.bob, partition=1)
+    runs.append(r1.queued(), partition=0)
+    runs.append(r1.admitted(), partition=0)
+    runs.append(r2.queued(), partition=1)
+    runs.append(r1.generation_started(1), partition=0)
+    runs.append(r1.confirmed(1), partition=0)
+    runs.append(r2.cancelled(), partition=1)
+    runs.append(r1.step(1, 1), partition=0)
+    runs.append(r1.quarantined("node-b"), partition=1)
+    runs.append(r1.step(1, 2), partition=0)
+    runs.append(r1.committed(1, 2), partition=0)
+    runs.append(r2.rejected(run_id="ghost", reason="unknown_run"), partition=1)
+    runs.append(r1.finished(1), partition=0)
+    return keys, runs

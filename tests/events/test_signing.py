@@ -1,0 +1,168 @@
+"""events/signing.py: Ed25519 keys on disk, domain-separated messages, digests and headers."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from events.signing import (
+    GENESIS,
+    KEY_HEADER,
+    PREV_HEADER,
+    REQUEST_KEY_HEADER,
+    REQUEST_SIG_HEADER,
+    SIG_HEADER,
+    PublicKey,
+    SigningKey,
+    command_message,
+    fact_digest,
+    fact_message,
+    key_id_of,
+    key_message,
+    prev_of,
+    request_message,
+    sign_command,
+    sign_fact,
+    sign_key_record,
+    sign_request,
+    signature_of,
+)
+
+KEY = SigningKey.generate()
+OTHER = SigningKey.generate()
+VALUE = b"\xc3\x01" + bytes(range(40))
+
+
+def test_a_signature_verifies_with_its_key_only() -> None:
+    sig = KEY.sign(b"hello")
+    assert len(sig) == 64
+    assert KEY.public.verify(b"hello", sig)
+    assert not KEY.public.verify(b"hellO", sig)
+    assert not OTHER.public.verify(b"hello", sig)
+
+
+@pytest.mark.parametrize("bad", [b"", b"x", b"x" * 63, b"x" * 65, b"\x00" * 64])
+def test_verify_answers_false_never_raises(bad: bytes) -> None:
+    assert KEY.public.verify(b"hello", bad) is False
+
+
+def test_public_key_from_raw_and_its_id() -> None:
+    raw = KEY.public.raw
+    assert len(raw) == 32
+    again = PublicKey.from_raw(raw)
+    assert again == KEY.public and hash(again) == hash(KEY.public)
+    assert again.key_id == KEY.key_id == key_id_of(raw)
+    assert len(again.key_id) == 16 and int(again.key_id, 16) >= 0
+    assert KEY.key_id in repr(KEY) and KEY.key_id in repr(KEY.public)
+    with pytest.raises(ValueError):
+        PublicKey.from_raw(raw[:31])
+
+
+def test_save_writes_pkcs8_pem_mode_0600_and_never_overwrites(tmp_path: Path) -> None:
+    path = tmp_path / "operator.pem"
+    old = os.umask(0)  # the mode must not depend on the umask
+    try:
+        KEY.save(path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
+    loaded = SigningKey.load(path)
+    assert loaded.public == KEY.public
+    assert KEY.public.verify(b"m", loaded.sign(b"m"))
+    with pytest.raises(FileExistsError):
+        OTHER.save(path)
+    assert SigningKey.load(path).public == KEY.public
+
+
+def test_save_refuses_a_link_in_the_way(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    link = tmp_path / "key.pem"
+    link.symlink_to(target)
+    with pytest.raises(FileExistsError):
+        KEY.save(link)
+    assert not target.exists()
+
+
+def test_load_refuses_another_kind_of_key(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    pem = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption())
+    path = tmp_path / "ec.pem"
+    path.write_bytes(pem)
+    with pytest.raises(ValueError, match="not an Ed25519"):
+        SigningKey.load(path)
+
+
+def test_each_use_signs_a_different_message() -> None:
+    messages = [request_message(VALUE), command_message(VALUE), key_message(VALUE),
+                fact_message(GENESIS, VALUE)]
+    assert len(set(messages)) == 4
+    assert all(m.endswith(VALUE) and b"\x00" in m for m in messages)
+    # A request signature is worthless as a command, a fact or a key record.
+    sig = KEY.sign(request_message(VALUE))
+    assert [KEY.public.verify(m, sig) for m in messages] == [True, False, False, False]
+
+
+def test_fact_message_binds_the_previous_digest() -> None:
+    prev = fact_digest(b"before", KEY.sign(b"before"))
+    assert fact_message(prev, VALUE) != fact_message(GENESIS, VALUE)
+    with pytest.raises(ValueError):
+        fact_message("abc", VALUE)
+    with pytest.raises(ValueError):
+        fact_message(GENESIS.upper().replace("0", "A"), VALUE)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=64), st.binary(max_size=64), st.binary(max_size=64),
+       st.binary(max_size=64))
+def test_fact_digest_never_confuses_two_splits(v1: bytes, s1: bytes, v2: bytes, s2: bytes) -> None:
+    if (v1, s1) != (v2, s2):
+        assert fact_digest(v1, s1) != fact_digest(v2, s2)
+    assert len(fact_digest(v1, s1)) == 64 and fact_digest(v1, s1) != GENESIS
+
+
+def test_digest_moves_a_byte_from_value_to_signature() -> None:
+    assert fact_digest(b"ab", b"c") != fact_digest(b"a", b"bc")
+
+
+def test_fact_headers_carry_signature_key_prev_and_a_copied_request() -> None:
+    request = sign_request(OTHER, VALUE)
+    headers = sign_fact(KEY, GENESIS, VALUE, request=request)
+    names = [name for name, _ in headers]
+    assert names == [SIG_HEADER, KEY_HEADER, PREV_HEADER, REQUEST_SIG_HEADER, REQUEST_KEY_HEADER]
+    found = signature_of(headers)
+    assert isinstance(found, tuple) and found[0] == KEY.key_id
+    assert KEY.public.verify(fact_message(GENESIS, VALUE), found[1])
+    assert prev_of(headers) == GENESIS
+    carried = signature_of(headers, REQUEST_SIG_HEADER, REQUEST_KEY_HEADER)
+    assert isinstance(carried, tuple) and carried[0] == OTHER.key_id
+    assert OTHER.public.verify(request_message(VALUE), carried[1])
+
+
+def test_command_and_key_record_headers() -> None:
+    for sign, message in ((sign_command, command_message), (sign_key_record, key_message)):
+        found = signature_of(sign(KEY, VALUE))
+        assert isinstance(found, tuple) and found[0] == KEY.key_id
+        assert KEY.public.verify(message(VALUE), found[1])
+
+
+def test_missing_doubled_or_garbled_headers_read_as_no_signature() -> None:
+    headers = sign_command(KEY, VALUE)
+    assert signature_of(()) == f"no {SIG_HEADER} header"
+    assert signature_of(headers[:1]) == f"no {KEY_HEADER} header"
+    doubled = signature_of(headers + headers[:1])
+    assert isinstance(doubled, str) and "more than once" in doubled
+    assert isinstance(signature_of(((SIG_HEADER, b"s"), (KEY_HEADER, b"\xff"))), str)
+    assert prev_of(()) is None
+    assert prev_of(((PREV_HEADER, b"xyz"),)) is None
+    assert prev_of(((PREV_HEADER, GENESIS.encode()),) * 2) is None
+    assert prev_of(((PREV_HEADER, b"\xff" * 64),)) is None

@@ -108,7 +108,6 @@ from events.connection import client_config
 from events.convert import to_record
 from events.fold import apply
 from events.kafka import EventProducer, check_broker
-from events.signing import SigningKey
 from events.model import (
     EVENT_TYPES,
     AgentHeartbeatRecorded,
@@ -132,6 +131,7 @@ from events.model import (
     WriteRejected,
     node_key,
 )
+from events.signing import SigningKey
 from events.state import RunState
 from events.topics import REPORTS, REQUESTS, RUNS, TopicSpec, replication_for, topic_specs
 from runledger.stack import Stack
@@ -976,7 +976,8 @@ def latency_section(mode: Mode, codec: Codec, explicit: str | None,
           f"finished cleanly: {ctl['run_finished']}; stack up {stack_up_s:.1f} s", flush=True)
     print(flush=True)
     return {"where": where, "bootstrap": bootstrap, "stack_up_s": stack_up_s,
-            "tick_s": TICK_S, "signed": signed, "rate_per_s": mode.rate_per_s, "warmup_reports": WARMUP_REPORTS,
+            "tick_s": TICK_S, "signed": signed, "rate_per_s": mode.rate_per_s,
+            "warmup_reports": WARMUP_REPORTS,
             "producer_settings": PRODUCER_SETTINGS, "reader_settings": READER_SETTINGS,
             "raw": raw, "controller": ctl,
             "ratio_p50": ratio(ctl["p50_ms"], raw["p50_ms"]),

@@ -37,7 +37,8 @@ Usage: ``.venv/bin/python bench/controller.py [--quick] [--bootstrap HOST:PORT] 
    ``runledger.runs`` by a ``read_committed`` consumer. Baseline, same run: the
    same bytes at the same rate through a plain producer to a fresh topic, read
    back by a plain consumer with the same settings: one hop, no controller, no
-   transaction.
+   transaction. The controller signs every fact and command with a key made
+   for the run (one Ed25519 signature each); ``--unsigned`` runs it without.
 
 Ratios are runledger / baseline from this run (events/s: 1.00 = as fast, lower
 is slower; latency: how many times the baseline's). Nothing asserts on a
@@ -130,6 +131,7 @@ from events.model import (
     WriteRejected,
     node_key,
 )
+from events.signing import SigningKey
 from events.state import RunState
 from events.topics import REPORTS, REQUESTS, RUNS, TopicSpec, replication_for, topic_specs
 from runledger.stack import Stack
@@ -820,7 +822,8 @@ class RunWatch:
                 self.rejections.append(f"{event.rejected_event_type}: {event.reason}")
 
 
-def controller_round_trip(bootstrap: str, codec: Codec, mode: Mode) -> dict[str, Any]:
+def controller_round_trip(bootstrap: str, codec: Codec, mode: Mode,
+                          signed: bool = True) -> dict[str, Any]:
     """Reports through a ControllerService to ``runledger.runs``, timed per report."""
     tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     node = f"bench-node-{tag}"
@@ -838,7 +841,8 @@ def controller_round_trip(bootstrap: str, codec: Codec, mode: Mode) -> dict[str,
     def run_controller() -> None:
         service = ControllerService(bootstrap, plan_from_submission,
                                     transactional_id=f"bench-controller-{tag}",
-                                    group_id=f"bench-controller-{tag}", tick_s=TICK_S)
+                                    group_id=f"bench-controller-{tag}", tick_s=TICK_S,
+                                    signing_key=SigningKey.generate() if signed else None)
         exit_code.append(service.run(stop))
 
     thread = threading.Thread(target=run_controller, name="controller", daemon=True)
@@ -926,7 +930,8 @@ def controller_round_trip(bootstrap: str, codec: Codec, mode: Mode) -> dict[str,
             "rejections": watch.rejections, **lat.summary(measured)}
 
 
-def latency_section(mode: Mode, codec: Codec, explicit: str | None) -> dict[str, Any]:
+def latency_section(mode: Mode, codec: Codec, explicit: str | None,
+                    signed: bool = True) -> dict[str, Any]:
     stack: Any = None
     tmp: tempfile.TemporaryDirectory[str] | None = None
     started = time.perf_counter()
@@ -945,7 +950,7 @@ def latency_section(mode: Mode, codec: Codec, explicit: str | None) -> dict[str,
     stack_up_s = time.perf_counter() - started
     try:
         raw = raw_round_trip(bootstrap, codec, mode, replication_for(brokers))
-        ctl = controller_round_trip(bootstrap, codec, mode)
+        ctl = controller_round_trip(bootstrap, codec, mode, signed)
     finally:
         gc.collect()  # close the section's Kafka clients before their broker goes away
         if stack is not None:
@@ -962,7 +967,8 @@ def latency_section(mode: Mode, codec: Codec, explicit: str | None) -> dict[str,
     print_table(
         ["latency ms", "raw 1 hop", "via controller", "ratio"], rows,
         title=f"3. report -> fact latency on {where}: {mode.reports:,} StepCommitted at "
-        f"{mode.rate_per_s:.0f}/s after {WARMUP_REPORTS} warm-up; controller tick_s={TICK_S}, "
+        f"{mode.rate_per_s:.0f}/s after {WARMUP_REPORTS} warm-up; controller tick_s={TICK_S} "
+        f"({'signed' if signed else 'unsigned'}), "
         f"EventProducer linger.ms={PRODUCER_SETTINGS['linger.ms']}; ratio = controller / raw")
     if ctl["rejections"]:
         print(f"   our run had {len(ctl['rejections'])} WriteRejected: {ctl['rejections'][:5]}")
@@ -970,7 +976,8 @@ def latency_section(mode: Mode, codec: Codec, explicit: str | None) -> dict[str,
           f"finished cleanly: {ctl['run_finished']}; stack up {stack_up_s:.1f} s", flush=True)
     print(flush=True)
     return {"where": where, "bootstrap": bootstrap, "stack_up_s": stack_up_s,
-            "tick_s": TICK_S, "rate_per_s": mode.rate_per_s, "warmup_reports": WARMUP_REPORTS,
+            "tick_s": TICK_S, "signed": signed, "rate_per_s": mode.rate_per_s,
+            "warmup_reports": WARMUP_REPORTS,
             "producer_settings": PRODUCER_SETTINGS, "reader_settings": READER_SETTINGS,
             "raw": raw, "controller": ctl,
             "ratio_p50": ratio(ctl["p50_ms"], raw["p50_ms"]),
@@ -989,6 +996,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="also run path (c) under cProfile and print the hot spots")
     parser.add_argument("--skip-latency", action="store_true", help="sections 1 and 2 only")
+    parser.add_argument("--unsigned", action="store_true",
+                        help="section 3's controller signs nothing (the cost of signing)")
     args = parser.parse_args(argv)
     mode = QUICK if args.quick else FULL
     logging.basicConfig(level=logging.WARNING, format="   %(name)s: %(message)s")
@@ -1032,7 +1041,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         section = time.perf_counter()
         try:
-            results["latency"] = latency_section(mode, codec, args.bootstrap)
+            results["latency"] = latency_section(mode, codec, args.bootstrap,
+                                                 signed=not args.unsigned)
         except Exception as exc:  # keep section 1's numbers when the broker part fails
             print(f"3. latency: FAILED: {exc!r}", flush=True)
             results["latency"] = {"failed": repr(exc)}

@@ -5,7 +5,9 @@ of ``runledger.runs`` that first replays it (the model a controller starts
 from) and then tails it, and a reader over every partition of
 ``runledger.reports`` that hands out only agents' node records (keyed
 ``node/<name>``; every other report is passed over undecoded). What is done
-with them is ``controller.ownership.follow``'s, which is pure.
+with them is ``controller.ownership.follow``'s, which is pure. ``runs`` is read
+raw (value bytes and headers), so a replay also recovers the head of each
+run's hash chain (``controller.chains``).
 
 :func:`partition_count` refuses a cluster whose ``requests``, ``reports`` and
 ``runs`` are not co-partitioned: one run's inputs would reach two controllers.
@@ -15,6 +17,7 @@ Tested in tests/e2e/test_multi.py and tests/e2e/test_controller.py.
 
 from __future__ import annotations
 
+from controller.chains import Chains
 from controller.errors import ControllerError
 from controller.model import Draft, Model, PlanOf
 from events.kafka import Record
@@ -66,16 +69,21 @@ class Follower:
         self._ends = Watermarks(bootstrap, [RUNS], name=f"{name}-ends",
                                 config={"isolation.level": "read_uncommitted"})
 
-    def replay(self, since: int) -> Model:
+    def replay(self, since: int, chains: Chains | None = None) -> Model:
         """The model of every fact on ``runs``, read from the beginning; the tail
-        goes on from there."""
+        goes on from there. ``chains`` is rebuilt from the same records."""
         if self._runs is not None:
             self._runs.close()
-        self._runs = LogReader(self.bootstrap, [RUNS], name=f"{self.name}-runs")
+        self._runs = LogReader(self.bootstrap, [RUNS], name=f"{self.name}-runs", raw=True)
         draft = Draft(Model(since=since), self.plan_of)
+        if chains is not None:
+            chains.reset()
         while not self._runs.caught_up:
-            for record in self._runs.read_records(_TAIL_BATCH, 0.5, batch=True):
+            records = self._runs.read_records(_TAIL_BATCH, 0.5, batch=True)
+            for record in records:
                 draft.absorb(record.event)
+            if chains is not None:
+                chains.observe(records)
         return draft.freeze()
 
     def read(self) -> tuple[list[Record], list[Event]]:

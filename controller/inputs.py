@@ -21,7 +21,12 @@ what; the shell quarantines strays at the door, before they reach this table).
 
 Times are the controller's, not the sender's alone (:func:`received`): a
 heartbeat counts when it is received, and no input may be dated after it was
-received, so a clock set ten years ahead cannot hide a hang.
+received, so a clock set ten years ahead cannot hide a hang. The one exception
+is a ``RunSubmitted``: its fact is the operator's signed bytes, copied
+(``controller.chains``), which a new date would break; a submission's time
+starts no timer.
+
+Tested in tests/controller/test_inputs.py.
 """
 
 from __future__ import annotations
@@ -81,6 +86,8 @@ def received(event: Event, now: int) -> Event:
     Liveness (a heartbeat, a node's) is the receive time itself; any other input
     keeps its sender's time unless that is later than its receipt.
     """
+    if isinstance(event, _COPIED):
+        return event
     at = event.header.occurred_at
     if isinstance(event, _LIVENESS) or at > now:
         at = now
@@ -195,6 +202,8 @@ RULES: Mapping[type[Event], Input] = {
     CheckpointRestored: _KEPT,
 }
 _LIVENESS = (HeartbeatRecorded, AgentHeartbeatRecorded, AgentRegistered)
+# Appended as the request's own bytes (the operator's signature covers them).
+_COPIED = (RunSubmitted,)
 
 
 def rule_for(event: Event) -> Input | None:

@@ -7,7 +7,9 @@ so the model cannot miss a fact a zombie was still committing. Then the loop:
 consume requests and reports, fold what the tail of ``runs`` and the agents'
 node records bring (``controller.follow``, ``controller.ownership``), ``handle``
 each input, ``tick`` the clock, and append every fact and command together
-with the input offsets in one transaction.
+with the input offsets in one transaction. Each fact is signed and chained to
+its run's previous fact, each command signed (``controller.chains``), with the
+controller's key; without one (``signing_key=None``) they go out unsigned.
 
 Any number of controllers (any transactional ids) share one consumer group:
 each decides only for the runs of the partitions the group gave it, from the
@@ -28,8 +30,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from controller.chains import Chains, Outgoing, outgoing
 from controller.follow import Follower, held, partition_count
-from controller.guard import Encode, Encoded, Problem, encoded, take_input, take_tick
+from controller.guard import Encode, Problem, encoded, take_input, take_tick
 from controller.model import Model, PlanOf
 from controller.ownership import Ownership, assign, catch_up, follow
 from events.authority import admit_input
@@ -38,6 +41,7 @@ from events.consume import EventConsumer
 from events.errors import Fenced, KafkaOperationError, ProducerFenced
 from events.kafka import EventProducer, Quarantine, Record
 from events.model import node_key
+from events.signing import SigningKey
 from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS
 from events.transactions import TransactionalWriter
 
@@ -45,6 +49,8 @@ log = logging.getLogger("runledger.controller")
 
 DEFAULT_TRANSACTIONAL_ID = "runledger-controller"
 DEFAULT_GROUP = "runledger-controller"
+# The controller's signing key file (PEM, as ``events.signing.SigningKey.save`` writes it).
+ENV_SIGNING_KEY = "RUNLEDGER_SIGNING_KEY"
 FENCED_EXIT = 3
 # How long a transaction may stay open before the broker aborts it. A killed
 # controller's open transaction holds back every read_committed reader of its
@@ -89,6 +95,7 @@ class ControllerService:
         tick_s: float = 0.25,
         clock: Callable[[], int] = wall_ms,
         transaction_timeout_s: float = DEFAULT_TRANSACTION_TIMEOUT_S,
+        signing_key: SigningKey | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.plan_of = plan_of
@@ -102,6 +109,7 @@ class ControllerService:
         self._assignments = 0  # the consumer's assignments count this loop has taken in
         self._misplaced: set[str] = set()
         self._encode: Encode = default_codec().encode  # the writer's codec, once it exists
+        self.chains = Chains(signing_key, transactional_id)
         self.stats = LoopStats()
 
     def run(self, stop: threading.Event | None = None) -> int:
@@ -117,8 +125,12 @@ class ControllerService:
         self._encode = writer.codec.encode
         partitions = partition_count(self.bootstrap)
         follower = Follower(self.bootstrap, self.transactional_id, self.plan_of)
-        self.model = follower.replay(self.clock())
+        self.model = follower.replay(self.clock(), self.chains)
         log.info("rebuilt %d runs from %s", len(self.model.runs), RUNS)
+        if self.chains.key is not None:
+            log.info("signing facts and commands with key %s", self.chains.key.key_id)
+        else:
+            log.warning("no signing key: facts and commands are appended unsigned")
         self.ownership = Ownership(self.transactional_id, partitions)
         quarantine = Quarantine(EventProducer(self.bootstrap, client_id="controller-quarantine"))
         # Static membership under the fencing identity: a restarted controller
@@ -128,7 +140,7 @@ class ControllerService:
         # member, which therefore owns the runs of partition p.
         consumer = EventConsumer(
             self.bootstrap, self.group_id, list(_INPUTS), quarantine=quarantine,
-            admit=admit_input, hold_assigned=True,
+            admit=admit_input, hold_assigned=True, raw=True,
             config={"group.instance.id": self.transactional_id, "session.timeout.ms": 10_000,
                     "partition.assignment.strategy": "range"})
         try:
@@ -153,8 +165,9 @@ class ControllerService:
         now = self.clock()
         own = self._reassigned(consumer, follower, self.ownership)
         facts, nodes = follower.read()
+        self.chains.observe(facts, own=False)
         model, own, followed = follow(self.model, facts, nodes, own, now, self.plan_of)
-        out = encoded(followed, self._encode)
+        out = outgoing(encoded(followed, self._encode))
         own, ready = catch_up(own, follower.positions())
         if ready:
             # Missing heartbeats count only from the moment this controller owns a
@@ -176,25 +189,34 @@ class ControllerService:
                             record.partition)
             model, produced, problem = take_input(model, record.event, record.topic, now,
                                                   self.plan_of, self._encode, own.owns)
-            out += produced
+            out += outgoing(produced, record)
             if problem is not None:
                 _log_problem(problem, record)
         model, produced, problems = take_tick(model, now, self.plan_of, self._encode, own.owns)
-        out += produced
+        out += outgoing(produced)
         for problem in problems:
             _log_problem(problem, None)
         self.ownership = own
-        if out or records:
-            try:
-                with writer.transaction() as tx:
-                    for topic, event, data in out:
-                        tx.send(topic, event, data)
-                    tx.send_offsets(consumer.positions(), consumer.group_metadata())
-            except KafkaOperationError as exc:
-                self._refused(exc, consumer, follower, now)
-                return
+        if (out or records) and not self._commit(out, consumer, follower, writer, now):
+            return
         self.model = model
         self._count(len(records), out, time.monotonic() - started)
+
+    def _commit(self, out: list[Outgoing], consumer: EventConsumer, follower: Follower,
+                writer: TransactionalWriter, now: int) -> bool:
+        """Sign and append ``out`` with the input offsets in one transaction; whether
+        it committed (if not, the model and the chains' heads are rebuilt)."""
+        signed, moved = self.chains.sign(out)
+        try:
+            with writer.transaction() as tx:
+                for o in signed:
+                    tx.send(o.topic, o.event, o.value, o.headers, o.version)
+                tx.send_offsets(consumer.positions(), consumer.group_metadata())
+        except KafkaOperationError as exc:
+            self._refused(exc, consumer, follower, now)
+            return False
+        self.chains.advance(moved)
+        return True
 
     def _reassigned(self, consumer: EventConsumer, follower: Follower,
                     own: Ownership) -> Ownership:
@@ -220,14 +242,14 @@ class ControllerService:
         log.warning("transaction refused (%s): rebuilding the model from %s and reading "
                     "the inputs again from the committed offsets", exc, RUNS)
         consumer.rewind()
-        self.model = follower.replay(now)
+        self.model = follower.replay(now, self.chains)
         self._assignments = -1  # decide again only once caught up with the new end
 
-    def _count(self, inputs: int, out: list[Encoded], took_s: float) -> None:
+    def _count(self, inputs: int, out: list[Outgoing], took_s: float) -> None:
         stats = self.stats
         stats.inputs += inputs
-        stats.facts += sum(1 for topic, _, _ in out if topic == RUNS)
-        stats.commands += sum(1 for topic, _, _ in out if topic == COMMANDS)
+        stats.facts += sum(1 for o in out if o.topic == RUNS)
+        stats.commands += sum(1 for o in out if o.topic == COMMANDS)
         stats.ticks += 1
         stats.last_tick_s = took_s
 

@@ -42,15 +42,18 @@ class EventConsumer:
     caller ``resume``s it (the controller catches up on its facts first). The
     committed offsets of an assignment seed ``positions``, so a transaction's
     offsets carry the group's generation even before anything is consumed.
+    ``raw``: each record keeps its value bytes and headers (the controller
+    carries a request's signature onto the fact that copies it).
     """
 
     def __init__(
         self, bootstrap: str, group_id: str, topics: Sequence[str], *,
         quarantine: Quarantine | None = None, codec: Codec | None = None,
         from_beginning: bool = True, config: dict[str, Any] | None = None,
-        admit: Admit | None = None, hold_assigned: bool = False,
+        admit: Admit | None = None, hold_assigned: bool = False, raw: bool = False,
     ) -> None:
         self.codec = codec or default_codec()
+        self.raw = raw
         self.group_id = group_id
         self.admit = admit
         self.quarantine = quarantine
@@ -154,7 +157,7 @@ class EventConsumer:
                 raise KafkaOperationError(f"consume: {err.str()}")
             return None  # transient: librdkafka retries on its own
         self._positions[(msg.topic() or "", msg.partition() or 0)] = (msg.offset() or 0) + 1
-        item = decode_or_quarantine(self.codec, msg, self.quarantine, self.admit)
+        item = decode_or_quarantine(self.codec, msg, self.quarantine, self.admit, self.raw)
         if isinstance(item, Quarantined):
             self.quarantined.append(item)
             return None

@@ -209,6 +209,11 @@ class Record:
     # On the quarantine topic: where the record came from and why it was kept
     # there (the ``QUARANTINE_HEADERS`` of ``Quarantine.keep``); empty elsewhere.
     origin: tuple[tuple[str, str], ...] = ()
+    # The record as stored, for a reader that judges or carries signatures
+    # (``raw=True``): the exact value bytes, and every header in log order
+    # (a null header as b""). Empty for every other reader.
+    value: bytes = field(default=b"", repr=False, compare=False)
+    headers: tuple[tuple[str, bytes], ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,11 +283,13 @@ Admit = Callable[[Record, int], DecodeError | None]
 
 def decode_or_quarantine(
     codec: Codec, msg: Message, quarantine: Quarantine | None = None, admit: Admit | None = None,
+    raw: bool = False,
 ) -> Record | Quarantined:
     """The decoded record, or where and why it is undecodable or not admitted (copied
-    to ``quarantine`` first, when there is one). The one decode step of every reader."""
+    to ``quarantine`` first, when there is one). The one decode step of every reader.
+    ``raw``: the record keeps its value bytes and headers (``Record.value``)."""
     try:
-        record = decode_message(codec, msg)
+        record = decode_message(codec, msg, raw)
         refused = admit(record, len(msg.value() or b"")) if admit is not None else None
         if refused is not None:
             raise refused
@@ -291,16 +298,20 @@ def decode_or_quarantine(
         return quarantine.keep(msg, exc) if quarantine is not None else quarantined(msg, exc)
 
 
-def decode_message(codec: Codec, msg: Message) -> Record:
-    """Decode one Kafka message or raise ``DecodeError`` saying why not."""
+def decode_message(codec: Codec, msg: Message, raw: bool = False) -> Record:
+    """Decode one Kafka message or raise ``DecodeError`` saying why not.
+
+    ``raw``: keep the value bytes and every header on the record as well.
+    """
     value = msg.value()
     if value is None:
         raise DecodeError("empty", "record has no value (tombstone)")
     decoded = codec.decode(value)
     writer = ""
     origin: list[tuple[str, str]] = []
-    for key, raw in header_items(msg):
-        named = raw.decode(errors="replace")
+    headers = header_items(msg)
+    for key, data in headers:
+        named = data.decode(errors="replace")
         if key == "event_type" and named != decoded.event_type:
             raise DecodeError(
                 "event_type_mismatch", f"header says {named}, bytes are {decoded.event_type}"
@@ -311,7 +322,8 @@ def decode_message(codec: Codec, msg: Message) -> Record:
             origin.append((key, named))
     _, ts = msg.timestamp()
     return Record(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, ts, decoded.event,
-                  decoded.writer_version, writer, tuple(origin))
+                  decoded.writer_version, writer, tuple(origin),
+                  value if raw else b"", tuple(headers) if raw else ())
 
 
 def poll_burst(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:

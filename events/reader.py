@@ -131,7 +131,8 @@ class LogReader:
     down or failing over is waited for, first to list the partitions and their
     ends, then (strict) while transient consumer errors come, and (bounded) while
     records are due and none comes; after that ``BrokerUnavailable`` is raised.
-    ``name`` shows in the broker's client ids.
+    ``name`` shows in the broker's client ids. ``raw``: each record keeps its value
+    bytes and headers (``Record.value``, ``Record.headers``: signatures).
     """
 
     def __init__(
@@ -141,8 +142,10 @@ class LogReader:
         strict: bool = False, bounded: bool = False, retry_s: float = 0.0,
         name: str = "runledger-reader", timeout_s: float = 10.0,
         config: Mapping[str, Any] | None = None, keys: Callable[[bytes], bool] | None = None,
+        raw: bool = False,
     ) -> None:
         self.codec = codec or default_codec()
+        self.raw = raw
         self.quarantine = quarantine
         self.on_quarantine = on_quarantine or (
             log_quarantined if quarantine is None else lambda _q: None)
@@ -269,7 +272,7 @@ class LogReader:
                     continue
             if keys is not None and not keys(msg.key() or b""):
                 continue
-            out.append(decode_or_quarantine(self.codec, msg, self.quarantine))
+            out.append(decode_or_quarantine(self.codec, msg, self.quarantine, raw=self.raw))
         self.last_read_s = time.perf_counter() - started
         return out
 

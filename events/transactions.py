@@ -86,14 +86,22 @@ class TransactionalWriter:
         except KafkaException as exc:
             _raise_txn("begin_transaction", exc)
 
-    def send(self, topic: str, event: Event, data: bytes | None = None) -> None:
-        """Append ``event`` (``data``: its bytes, when the caller encoded it already)."""
+    def send(self, topic: str, event: Event, data: bytes | None = None,
+             headers: Sequence[tuple[str, bytes]] = (), version: int | None = None) -> None:
+        """Append ``event`` (``data``: its bytes, when the caller encoded it already).
+
+        ``headers`` go after the record's own (a signature's, ``events.signing``);
+        ``version`` is the schema version ``data`` was written with, when not
+        the codec's newest (bytes copied from another writer's record).
+        """
         if data is None:
             data = self.codec.encode(event)
         try:
-            version = self.codec.registry.latest(event.event_type).version
+            if version is None:
+                version = self.codec.registry.latest(event.event_type).version
             self._producer.produce(topic, value=data, key=event.run_id, headers=[
-                *event_headers(event, version), (WRITER_HEADER, self.transactional_id.encode())])
+                *event_headers(event, version), (WRITER_HEADER, self.transactional_id.encode()),
+                *headers])
         except KafkaException as exc:
             _raise_txn("produce", exc)
 

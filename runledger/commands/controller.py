@@ -3,18 +3,27 @@
 With ``--metrics HOST:PORT`` the run model is also served at
 ``http://HOST:PORT/metrics`` for Prometheus (``controller.metrics``).
 
-Tested in tests/controller/test_metrics.py and tests/e2e/test_controller.py.
+Every fact and command is signed with the controller's Ed25519 key,
+``--signing-key FILE`` or ``$RUNLEDGER_SIGNING_KEY`` (a local secure stack
+writes ``<data dir>/keys/controller.key``). Without one the controller refuses
+to start, unless ``--unsigned`` says to append them unsigned.
+
+Tested in tests/controller/test_metrics.py, tests/e2e/test_controller.py and
+tests/runledger/commands/test_controller.py.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
+from pathlib import Path
 from types import FrameType
 from typing import Annotated
 
 import typer
+from cryptography.exceptions import UnsupportedAlgorithm
 
 from controller.metrics import ControllerCollector
 from controller.runplan import plan_from_submission
@@ -22,12 +31,14 @@ from controller.service import (
     DEFAULT_GROUP,
     DEFAULT_TRANSACTION_TIMEOUT_S,
     DEFAULT_TRANSACTIONAL_ID,
+    ENV_SIGNING_KEY,
     FENCED_EXIT,
     ControllerService,
 )
+from events.signing import SigningKey
 from runledger import config
 from runledger.config import Bootstrap, MetricsAddress
-from runledger.errors import ControllerFenced
+from runledger.errors import ControllerFenced, UsageError
 from runledger.metricsserver import MetricsServer, serve_metrics
 
 TransactionalId = Annotated[
@@ -39,6 +50,13 @@ Tick = Annotated[float, typer.Option(help="Seconds between reconcile ticks.")]
 TransactionTimeout = Annotated[float, typer.Option(
     help="Seconds a transaction may stay open before the broker aborts it: how long a "
          "killed controller's last transaction can hold back the next owner of its runs.")]
+SigningKeyFile = Annotated[Path | None, typer.Option(
+    "--signing-key", metavar="FILE",
+    help=f"The controller's Ed25519 key, PEM (default ${ENV_SIGNING_KEY}): it signs every "
+         "fact and command.")]
+Unsigned = Annotated[bool, typer.Option(
+    "--unsigned", help="Append facts and commands unsigned, without a key (an audit "
+                       "reports every one of them).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -52,8 +70,11 @@ def controller(
     tick: Tick = 0.25,
     metrics_address: MetricsAddress = None,
     transaction_timeout: TransactionTimeout = DEFAULT_TRANSACTION_TIMEOUT_S,
+    signing_key: SigningKeyFile = None,
+    unsigned: Unsigned = False,
 ) -> None:
-    """Fold the log, reconcile runs with what agents report, append facts and commands."""
+    """Fold the log, reconcile runs with what agents report, append signed facts and commands."""
+    key = load_signing_key(signing_key, unsigned)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
 
@@ -69,6 +90,7 @@ def controller(
         group_id=group,
         tick_s=tick,
         transaction_timeout_s=transaction_timeout,
+        signing_key=key,
     )
     server: MetricsServer | None = None
     try:
@@ -83,3 +105,30 @@ def controller(
             f"controller fenced: another controller with transactional id "
             f"{transactional_id!r} took over; this one stopped without writing more")
     raise typer.Exit(code)
+
+
+def load_signing_key(path: Path | None, unsigned: bool) -> SigningKey | None:
+    """The key named by ``--signing-key`` or the environment; None with ``--unsigned``.
+
+    An explicit ``--unsigned`` wins over the environment's key; with
+    ``--signing-key`` it is a contradiction.
+    """
+    if unsigned:
+        if path is not None:
+            raise UsageError("--signing-key and --unsigned contradict each other: pass one")
+        return None
+    named = path or (Path(os.environ[ENV_SIGNING_KEY]) if os.environ.get(ENV_SIGNING_KEY)
+                     else None)
+    if named is None:
+        raise UsageError(f"no signing key: pass --signing-key FILE (or set {ENV_SIGNING_KEY}) "
+                         "with the controller's key, or --unsigned to append facts and "
+                         "commands unsigned")
+    try:
+        return SigningKey.load(named)
+    except FileNotFoundError:
+        raise UsageError(f"signing key {named}: no such file; pass the controller's key file "
+                         "(a local stack writes <data dir>/keys/controller.key)") from None
+    except (OSError, ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        why = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"signing key {named}: not an unencrypted Ed25519 PEM key ({why}); "
+                         "pass the file the controller's key was saved to") from None

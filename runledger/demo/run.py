@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.service import ENV_SIGNING_KEY
 from events.connection import ENV_CREDENTIALS
 from events.errors import EventsError
 from events.kafka import check_broker
@@ -146,7 +147,8 @@ class _Demo:
         # controller must never fence (or share offsets with) a real one.
         # Under the controller role's prefix, which its ACLs grant.
         tag = f"{CONTROLLER_PREFIX}-{domain}"
-        services.start("controller", ["controller", "--transactional-id", tag, "--group", tag],
+        services.start("controller", ["controller", "--transactional-id", tag, "--group", tag,
+                                      *self._signing()],
                        logs["controller"], env={**env, **self._as_role("controller")})
         services.start("projector", ["project", "--db", str(layout.db)], logs["projector"],
                        env={**env, **self._as_role("projector")})
@@ -192,6 +194,14 @@ class _Demo:
         else:
             self.say(f"  broker at {info.bootstrap}")
         return info.bootstrap
+
+    def _signing(self) -> list[str]:
+        """How the demo's controller signs: with the key its stack wrote, else the one
+        the environment names, else (a cluster with no key at hand) unsigned."""
+        key = self.layout.stack / "keys" / "controller.key"
+        if self.stack is not None and key.exists():
+            return ["--signing-key", str(key)]
+        return [] if os.environ.get(ENV_SIGNING_KEY) else ["--unsigned"]
 
     def _as_role(self, role: str) -> dict[str, str]:
         """The environment that makes a process one role's principal (nothing on a

@@ -85,3 +85,13 @@ def test_a_resubmitted_request_is_the_same_run() -> None:
                                            dataset_id=None, n=5))
     assert out == [] and again.runs == model.runs
     assert model.tracked("run-1").plan == PLAN  # type: ignore[union-attr]
+
+
+def test_a_future_dated_submission_is_kept_as_sent_its_fact_is_the_signed_copy() -> None:
+    ten_years = 10 * 365 * 86_400_000
+    sub = EV.submitted(spec_digest="sha256:x", world_size=2, dataset_id=None, n=9,
+                       at=1_000_000 + ten_years)
+    em = Emitter(Model(since=0), 1_000_000, plan_of)
+    take(em, sub, RULES[type(sub)])
+    _, out = em.result()
+    assert [e for _, e in out] == [sub]  # the very event: the copy keeps the operator's bytes

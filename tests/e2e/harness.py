@@ -2,7 +2,8 @@
 
 Each scenario gets its own single-node Kafka (a few seconds to start), because
 a controller acts on every run it finds on the log: sharing one broker would
-let one test's controller admit another test's runs.
+let one test's controller admit another test's runs. Each cluster's
+controllers sign with one key, generated for it (``Cluster.controller_key``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import yaml
 from events.consume import read_log
 from events.kafka import Record
 from events.model import Event
+from events.signing import SigningKey
 from events.topics import COMMANDS, RUNS
 
 PY = sys.executable
@@ -61,6 +63,10 @@ class Cluster:
         self.work = work
         self.env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap}
         self.procs: list[subprocess.Popen[bytes]] = []
+        # The key every controller of this cluster signs facts and commands with.
+        self.controller_key = SigningKey.generate()
+        self.controller_key_file = work / "controller.key"
+        self.controller_key.save(self.controller_key_file)
 
     # -- processes ----------------------------------------------------------
 
@@ -80,7 +86,7 @@ class Cluster:
                    group: str = "ctl") -> subprocess.Popen[bytes]:
         return self._spawn(
             ["controller", "--transactional-id", txn_id, "--group", group, "--tick", "0.1",
-             *extra],
+             "--signing-key", str(self.controller_key_file), *extra],
             f"{name}.log",
         )
 

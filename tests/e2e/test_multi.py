@@ -5,7 +5,8 @@ ids share the runs by partition; every run finishes once, no fact id is
 written twice, and no run's facts come from two writers at once. A killed
 controller's runs are finished by another; a controller outside the group is
 found out as another writer, and the run's owner raises ``foreign_writer``.
-Assertions read the authoritative log and the ``writer`` header of its records.
+Assertions read the authoritative log and the ``writer`` header of its records;
+each run's hash chain verifies across handovers (``events.audit``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from events.kafka import Record
 from events.model import RunFinished, WriteRejected
 from events.topics import RUNS
 from tests.e2e.harness import Cluster, spec, wait
+from tests.e2e.signed import audit, submit_signed
+from tests.events.signed_log import CAST
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 # A killed controller's open transaction holds its partitions back until the
@@ -31,10 +34,17 @@ FAST = ("--transaction-timeout", "5")
 
 
 def _runs(cluster: Cluster, count: int, steps: int, step_time: float) -> list[str]:
-    return [cluster.submit(spec(f"multi-{i}", ["--steps", str(steps), "--step-time",
-                                                str(step_time)],
-                                topology={"replicas": 1, "slots_per_node": 1}))
+    return [submit_signed(cluster, spec(f"multi-{i}", ["--steps", str(steps), "--step-time",
+                                                        str(step_time)],
+                                        topology={"replicas": 1, "slots_per_node": 1}),
+                          "alice", CAST.alice)[0]
             for i in range(count)]
+
+
+def _assert_chains_verify(cluster: Cluster) -> None:
+    """Whoever wrote a run's facts, in turn, continued its chain from the last one."""
+    report = audit(cluster, {"alice": CAST.alice})
+    assert report.ok, "\n".join(map(str, report.problems))
 
 
 def _log(cluster: Cluster) -> list[Record]:
@@ -88,6 +98,7 @@ def test_two_then_three_controllers_share_the_runs_one_owner_each(cluster: Clust
     _assert_one_owner_at_a_time(log, runs)
     deciders = {r.writer for r in log if r.event.run_id in runs}
     assert len(deciders) >= 2, f"one controller decided every run: {deciders}"
+    _assert_chains_verify(cluster)
     for name in ("controller-a", "controller-b", "controller-c"):
         assert "Traceback" not in cluster.log_of(name)
 
@@ -113,6 +124,7 @@ def test_a_killed_controllers_runs_are_finished_by_another(cluster: Cluster) -> 
         (finished,) = [r for r in log if r.event.run_id == run
                        and isinstance(r.event, RunFinished)]
         assert finished.writer not in ("", victim), f"{run} finished by {finished.writer}"
+    _assert_chains_verify(cluster)
 
 
 def test_a_controller_outside_the_group_is_found_out_as_another_writer(

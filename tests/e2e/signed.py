@@ -1,0 +1,77 @@
+"""The signed log of a test cluster, read back raw and audited (``events.audit.verify``).
+
+A cluster's controllers sign with ``Cluster.controller_key``; the keys log an
+auditor needs is built here in memory (``tests.events.signed_log``): the
+session's admin as the anchor, that controller key, and the operators a test
+names. ``submit_signed`` writes a ``RunSubmitted`` request as a signed client
+would: its value bytes with the operator's ``sign_request`` headers.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from controller.spec import parse_spec, run_id_for
+from events.audit import AuditReport, LoggedRecord, verify
+from events.codec import default_codec
+from events.kafka import EventProducer, event_headers
+from events.model import Header, RunSubmitted
+from events.reader import LogReader
+from events.signing import SigningKey, sign_request
+from events.topics import REQUESTS, RUNS
+from tests.e2e.harness import Cluster
+from tests.events.signed_log import CAST, KeysLog
+
+CODEC = default_codec()
+
+
+def raw_log(bootstrap: str, topic: str = RUNS) -> list[LoggedRecord]:
+    """Every record of ``topic`` as stored: value bytes and all headers, in log order."""
+    reader = LogReader(bootstrap, [topic], raw=True, bounded=True, strict=True,
+                       name=f"test-audit-{uuid.uuid4().hex[:8]}")
+    try:
+        return [LoggedRecord(r.topic, r.partition, r.offset, r.value, r.headers,
+                             r.event.run_id.encode()) for r in reader.records()]
+    finally:
+        reader.close()
+
+
+def keys_log(cluster: Cluster, operators: Mapping[str, SigningKey]) -> KeysLog:
+    keys = KeysLog()
+    keys.register("root", "admin", CAST.admin, signer=CAST.admin)
+    keys.register("controller", "controller", cluster.controller_key)
+    for name, key in operators.items():
+        keys.register(name, "operator", key)
+    return keys
+
+
+def audit(cluster: Cluster, operators: Mapping[str, SigningKey] | None = None,
+          runs: list[LoggedRecord] | None = None) -> AuditReport:
+    """The audit of the cluster's ``runs`` (or of ``runs``, a copy of it)."""
+    keys = keys_log(cluster, operators or {})
+    records = runs if runs is not None else raw_log(cluster.bootstrap)
+    return verify(keys.records, records, trust=CAST.admin.key_id)
+
+
+def submit_signed(cluster: Cluster, doc: dict[str, Any], principal: str,
+                  key: SigningKey) -> tuple[str, bytes]:
+    """Request the run of spec ``doc`` as ``principal``, signed; its run id and value bytes."""
+    spec = parse_spec(yaml.safe_dump(doc), doc["name"])
+    run_id = run_id_for(spec, principal, uuid.uuid4().hex)
+    event = RunSubmitted(
+        header=Header(f"{run_id}/submitted", run_id, 0, int(time.time() * 1000),
+                      f"cli/{principal}"),
+        spec_digest=spec.digest(), spec_json=spec.canonical_json(), principal=principal,
+        world_size=spec.world_size, dataset_id=spec.dataset)
+    value = CODEC.encode(event)
+    version = CODEC.registry.latest(event.event_type).version
+    producer = EventProducer(cluster.bootstrap, client_id="test-signed-submit")
+    producer.send_bytes(REQUESTS, run_id, value,
+                        [*event_headers(event, version), *sign_request(key, value)])
+    producer.flush(30.0)
+    return run_id, value

@@ -1,0 +1,73 @@
+"""The controller signs what it writes: each run's facts a hash chain, each command signed.
+
+Real processes on a private broker (tests/e2e/harness.py); the log is read
+back raw and judged by ``events.audit.verify``, as an auditor would, across a
+``kill -9`` and restart of the controller.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import replace
+
+import pytest
+
+from events.audit import BAD_SIGNATURE, LoggedRecord
+from events.keyring import check_headers
+from events.model import RunFinished, RunSubmitted
+from events.signing import REQUEST_SIG_HEADER, command_message, header_values
+from events.topics import COMMANDS
+from tests.e2e.harness import Cluster, of_type, spec
+from tests.e2e.signed import CODEC, audit, raw_log, submit_signed
+from tests.events.signed_log import CAST
+
+pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
+
+
+def test_a_run_across_a_controller_kill_verifies_and_an_altered_copy_fails_where_it_is(
+    cluster: Cluster,
+) -> None:
+    first = cluster.controller(name="controller")
+    cluster.agent("n1", 2)
+    run, request = submit_signed(cluster, spec("signed", ["--steps", "30", "--step-time", "0.15"]),
+                                 "alice", CAST.alice)
+    cluster.wait_facts(run, lambda f: len(of_type(f, "StepCommitted")) >= 3,
+                       what="generation 1 making progress")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(10)
+    cluster.controller(name="controller-2")
+    cluster.wait_facts(run, lambda f: any(isinstance(e, RunFinished) for e in f), timeout=90,
+                       what="the run's end")
+    runs = raw_log(cluster.bootstrap)
+    mine = [r for r in runs if r.key == run.encode()]
+    report = audit(cluster, {"alice": CAST.alice}, runs)
+    assert report.ok, "\n".join(map(str, report.problems))
+    assert report.anchor == CAST.admin.key_id
+    (verdict,) = [v for v in report.runs if v.run_id == run]
+    assert verdict.records == len(mine) > 10
+
+    # The submission is the operator's very bytes, with the operator's signature.
+    (submitted,) = [r for r in mine if isinstance(CODEC.decode(r.value).event, RunSubmitted)]
+    assert submitted.value == request and header_values(submitted.headers, REQUEST_SIG_HEADER)
+
+    # Every command is signed by the controller's key.
+    commands = [r for r in raw_log(cluster.bootstrap, COMMANDS) if r.key == run.encode()]
+    assert commands
+    for command in commands:
+        assert check_headers(report.ring, command.headers, command_message(command.value),
+                             principal="controller", role="controller") is None, command.where
+
+    # One fact altered in a copy of the log: the audit names where it is.
+    at = len(mine) // 2
+    target = mine[at]
+    event = CODEC.decode(target.value).event
+    altered = CODEC.encode(replace(event, header=replace(
+        event.header, occurred_at=event.header.occurred_at + 1)))
+    copy = [LoggedRecord(r.topic, r.partition, r.offset, altered, r.headers, r.key)
+            if r is target else r for r in runs]
+    broken = audit(cluster, {"alice": CAST.alice}, copy)
+    assert not broken.ok
+    first_problem = broken.problems[0]
+    assert (first_problem.where, first_problem.reason) == (target.where, BAD_SIGNATURE)
+

@@ -147,8 +147,9 @@ class _Demo:
         # controller must never fence (or share offsets with) a real one.
         # Under the controller role's prefix, which its ACLs grant.
         tag = f"{CONTROLLER_PREFIX}-{domain}"
+        signing = self._signing()
         services.start("controller", ["controller", "--transactional-id", tag, "--group", tag,
-                                      *self._signing()],
+                                      *signing],
                        logs["controller"], env={**env, **self._as_role("controller")})
         services.start("projector", ["project", "--db", str(layout.db)], logs["projector"],
                        env={**env, **self._as_role("projector")})
@@ -156,7 +157,10 @@ class _Demo:
                      "RUNLEDGER_TRACE_BATCHES": str(layout.batches)}
         services.start("agent", ["agent", "--node", opts.node, "--slots", "2", "--domain", domain,
                                  "--work-dir", str(layout.agent), "--heartbeat-interval", "0.5",
-                                 "--grace", "5"], logs["agent"], env=agent_env)
+                                 "--grace", "5",
+                                 # An unsigned controller's commands carry no signature.
+                                 *(["--trust-unsigned"] if "--unsigned" in signing else [])],
+                       logs["agent"], env=agent_env)
         say(f"started controller, projector and agent {opts.node} (2 slots); logs in"
             f" {layout.root / 'logs'}")
         say(f"$ runledger submit {layout.spec}")

@@ -22,6 +22,7 @@ from runledger.commands import (
     demo,
     events,
     interval,
+    keys,
     project,
     query,
     report,
@@ -55,8 +56,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 # Registration order is the order `runledger --help` lists the commands in.
-for command in (stack, security, events, checkpoint, project, query, report, dataset, runs, agent,
-                controller, interval, demo):
+for command in (stack, security, keys, events, checkpoint, project, query, report, dataset, runs,
+                agent, controller, interval, demo):
     command.register(app)
 
 

@@ -47,14 +47,15 @@ def read_raw(bootstrap: str, topics: Sequence[str], *, credentials: str | None =
     """Every record of each topic below the end it had when reading started.
 
     Per topic, in (partition, offset) order. ``patience_s``: how long to wait
-    while records are due and none comes before ``BrokerUnavailable``.
+    while records are due and none comes before ``BrokerUnavailable`` (10 s at
+    least: a fetch takes its time even from a broker that is there).
     """
     consumer = Consumer(client_config(bootstrap, _SETTINGS, credentials))
     try:
-        marks = _watermarks(consumer, topics, min(patience_s, 10.0) or 10.0)
+        marks = _watermarks(consumer, topics, 10.0)
         due = {tp: high for tp, (low, high) in marks.items() if high > low}
         consumer.assign([TopicPartition(t, p, marks[(t, p)][0]) for t, p in due])
-        records = _drain(consumer, due, patience_s, bootstrap)
+        records = _drain(consumer, due, max(patience_s, 10.0), bootstrap)
     finally:
         consumer.close()
     out: dict[str, list[LoggedRecord]] = {topic: [] for topic in topics}

@@ -151,7 +151,10 @@ def _produce(bootstrap: str, topic: str, key: str, value: bytes,
             landed.append(f"{msg.topic()}[{msg.partition()}]@{msg.offset()}")
             return
         try:
-            failed.append(refused(err.code(), "write", topic) or err.str())
+            why = refused(err.code(), "write", topic)
+            # Only the admin writes key records: say so rather than "ask for a role".
+            failed.append(_no_write(topic, credentials) if why and " may not " in why
+                          else why or err.str())
         except SystemError:
             # A fatal error (no producer id: the principal may write nowhere) leaves
             # confluent-kafka's own exception pending, and every method of err raises.

@@ -57,9 +57,9 @@ class Running:
                            lambda: text in self.log.read_text(errors="replace"), timeout_s)
 
 
-def start_agent(bootstrap: str, tmp: Path, slots: int, *trust: str) -> Running:
+def start_agent(bootstrap: str, tmp: Path, slots: int, trust_unsigned: bool = True) -> Running:
     """An agent driven by these tests' hand-made commands: ``--trust-unsigned`` unless
-    ``trust`` says otherwise (tests/agent/test_verify.py runs one that checks)."""
+    told otherwise (tests/agent/test_signed_commands.py runs one that checks)."""
     node = f"node-{uuid.uuid4().hex[:8]}"
     tail = Tail(bootstrap)
     log = tmp / f"{node}.log"
@@ -67,7 +67,7 @@ def start_agent(bootstrap: str, tmp: Path, slots: int, *trust: str) -> Running:
         proc = subprocess.Popen(
             [sys.executable, "-m", "runledger.cli", "agent", "--node", node, "--slots", str(slots),
              "--domain", "rack-7", "--heartbeat-interval", "0.3", "--grace", "2",
-             "--work-dir", str(tmp / node), *(trust or ("--trust-unsigned",))],
+             "--work-dir", str(tmp / node), *(["--trust-unsigned"] if trust_unsigned else [])],
             env={**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap}, stdout=out, stderr=out,
         )
     agent = Running(node, proc, log, tmp / node, tail, EventProducer(bootstrap))

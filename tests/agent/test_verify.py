@@ -1,6 +1,6 @@
 """agent.verify: a command is acted on only when a controller key signed it and the fact
 log shows its generation live. The pure judges here; the agent process in
-tests/e2e/test_signed_commands.py."""
+tests/agent/test_signed_commands.py."""
 
 from __future__ import annotations
 

@@ -58,15 +58,21 @@ def spec(name: str, worker_args: list[str], **overrides: Any) -> dict[str, Any]:
 
 
 class Cluster:
-    def __init__(self, bootstrap: str, work: Path) -> None:
+    def __init__(self, bootstrap: str, work: Path, keys: Path | None = None) -> None:
         self.bootstrap = bootstrap
         self.work = work
         self.env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap}
         self.procs: list[subprocess.Popen[bytes]] = []
-        # The key every controller of this cluster signs facts and commands with.
-        self.controller_key = SigningKey.generate()
-        self.controller_key_file = work / "controller.key"
-        self.controller_key.save(self.controller_key_file)
+        # The key every controller of this cluster signs facts and commands with: the
+        # one its secure stack registered on runledger.keys, which the agents check.
+        # A plaintext stack registers none: its controllers sign nothing and its
+        # agents take unsigned commands on the broker's word.
+        self.controller_key_file = keys / "controller.key" if keys is not None else None
+        self.controller_key = (SigningKey.load(self.controller_key_file)
+                               if self.controller_key_file is not None else None)
+        self._signing = (["--signing-key", str(self.controller_key_file)]
+                         if self.controller_key_file is not None else ["--unsigned"])
+        self._trust = [] if self.controller_key_file is not None else ["--trust-unsigned"]
 
     # -- processes ----------------------------------------------------------
 
@@ -86,7 +92,7 @@ class Cluster:
                    group: str = "ctl") -> subprocess.Popen[bytes]:
         return self._spawn(
             ["controller", "--transactional-id", txn_id, "--group", group, "--tick", "0.1",
-             "--signing-key", str(self.controller_key_file), *extra],
+             *self._signing, *extra],
             f"{name}.log",
         )
 
@@ -107,6 +113,7 @@ class Cluster:
                 "0.3",
                 "--grace",
                 str(grace),
+                *self._trust,
             ],
             f"agent-{node}.log",
         )

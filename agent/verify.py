@@ -35,20 +35,18 @@ from events.base import Event
 from events.fold import fold
 from events.kafka import Record
 from events.keyring import (
-    EMPTY,
     REVOKED_KEY,
     UNKNOWN_KEY,
     UNSIGNED,
     KeyRing,
-    Refusal,
-    apply,
     check_headers,
 )
+from events.keys import read_ring
 from events.model import GroupStartCommanded
-from events.reader import BEGINNING, LogReader
-from events.signing import command_message, signature_of
+from events.reader import LogReader
+from events.signing import command_message
 from events.state import RunState
-from events.topics import KEYS, RUNS
+from events.topics import RUNS
 
 log = logging.getLogger("runledger.agent")
 
@@ -88,23 +86,7 @@ class CommandVerifier:
         self.ring = self._read_ring()
 
     def _read_ring(self) -> KeyRing:
-        """The ring folded from the whole keys log, as it is now (a small topic)."""
-        reader = LogReader(self.bootstrap, [KEYS], start=BEGINNING, raw=True, bounded=True,
-                           strict=True, retry_s=FACTS_READ_S, name=f"{self.name}-keys")
-        ring = EMPTY
-        try:
-            for record in reader.records():
-                signed = signature_of(record.headers)
-                key_id, signature = (None, None) if isinstance(signed, str) else signed
-                after = apply(ring, record.event, key_id, signature, record.value)
-                if isinstance(after, Refusal):
-                    log.error("key record %s[%d]@%d refused: %s", record.topic,
-                              record.partition, record.offset, after)
-                else:
-                    ring = after
-        finally:
-            reader.close()
-        return ring
+        return read_ring(self.bootstrap, name=self.name)
 
     def judge(self, record: Record) -> str | None:
         """None when the agent may act on this command, else the reason it may not."""

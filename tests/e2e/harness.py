@@ -3,7 +3,7 @@
 Each scenario gets its own single-node Kafka (a few seconds to start), because
 a controller acts on every run it finds on the log: sharing one broker would
 let one test's controller admit another test's runs. Each cluster's
-controllers sign with one key, generated for it (``Cluster.controller_key``).
+controllers sign with the key its secure stack registered (``Cluster.controller_key``).
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ class Cluster:
         self.work = work
         self.env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap}
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.keys = keys  # the stack's key files (admin.key, controller.key, operator.key)
+        self.registered: set[str] = set()  # operators whose keys a test registered
         # The key every controller of this cluster signs facts and commands with: the
         # one its secure stack registered on runledger.keys, which the agents check.
         # A plaintext stack registers none: its controllers sign nothing and its

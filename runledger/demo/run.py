@@ -209,7 +209,8 @@ class _Demo:
         the environment names, else (a cluster with no key at hand) unsigned."""
         key = self.layout.stack / "keys" / "controller.key"
         if self.stack is not None and key.exists():
-            return ["--signing-key", str(key)]
+            # Its stack's operator key signs the submission: unsigned requests are refused.
+            return ["--signing-key", str(key), "--require-signatures"]
         return [] if os.environ.get(ENV_SIGNING_KEY) else ["--unsigned"]
 
     def _signer(self) -> list[str]:
@@ -300,6 +301,12 @@ class _Demo:
         say, db = self.say, str(self.layout.db)
         say(f"\n$ runledger status {run_id}")
         say(cli_ok(["status", run_id], env).rstrip())
+        if self.keys is not None:  # a log the demo's own stack signed
+            copy = str(self.layout.root / "log-copy")
+            say(f"\n$ runledger audit verify {run_id}")
+            say(cli_ok(["audit", "verify", run_id], env).rstrip())
+            say(f"$ runledger audit export {copy}   # verify it offline: audit verify --from")
+            say(cli_ok(["audit", "export", copy], env).rstrip())
         if not self.opts.queries:
             say("\n(--no-queries: skipping the ETTR, provenance and incidents queries and the"
                 " report)")

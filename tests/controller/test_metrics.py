@@ -167,7 +167,7 @@ def test_the_server_binds_an_ephemeral_port_and_serves_a_service_snapshot() -> N
 
 def test_a_bad_metrics_address_is_a_usage_error() -> None:
     done = subprocess.run(
-        [PY, "-m", "runledger.cli", "controller", "--metrics", "127.0.0.1:http"],
+        [PY, "-m", "runledger.cli", "controller", "--unsigned", "--metrics", "127.0.0.1:http"],
         env={**os.environ, "RUNLEDGER_BOOTSTRAP": "127.0.0.1:1"}, capture_output=True,
         text=True, timeout=60)
     assert done.returncode == 2
@@ -183,7 +183,8 @@ def start_controller(cluster: Cluster) -> tuple[subprocess.Popen[bytes], str]:
     with log.open("ab") as sink:
         proc = subprocess.Popen(
             [PY, "-m", "runledger.cli", "controller", "--transactional-id", "ctl", "--group",
-             "ctl", "--tick", "0.1", "--metrics", "127.0.0.1:0"],
+             "ctl", "--tick", "0.1", "--signing-key", str(cluster.controller_key_file),
+             "--metrics", "127.0.0.1:0"],
             env=cluster.env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     cluster.procs.append(proc)  # stopped by the fixture, whatever happens
     line = r"^metrics at (http://127\.0\.0\.1:(\d+)/metrics)$"

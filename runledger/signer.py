@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography.exceptions import UnsupportedAlgorithm
+
 from events.codec import Codec
 from events.kafka import Headers, event_headers
 from events.model import Event
@@ -39,20 +41,21 @@ class Signer:
     path: Path
 
 
-def load_key(path: Path) -> SigningKey:
-    """A key file, or a one-line error naming the file and what to do."""
+def load_key(path: Path, option: str) -> SigningKey:
+    """A key file, or a one-line error naming the option, the file and what to do."""
     try:
         return SigningKey.load(path)
     except FileNotFoundError:
-        raise UsageError(f"--key {path}: no such file (it also comes from ${ENV_KEY})") from None
-    except (OSError, ValueError, TypeError) as exc:
-        raise UsageError(f"--key {path} is not a key file `runledger key create` wrote "
-                         f"({exc})") from None
+        raise UsageError(f"{option} {path}: no such file") from None
+    except (OSError, ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        why = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"{option} {path} is not an unencrypted Ed25519 key file as "
+                         f"`runledger key create` writes ({why})") from None
 
 
 def signer(bootstrap: str, path: Path, principal: str | None) -> Signer:
     """Who signs with the key in ``path``, from the keys log; ``principal`` must agree."""
-    key = load_key(path)
+    key = load_key(path, f"--key (or ${ENV_KEY})")
     ring = keylog.load_ring(bootstrap, patience_s=config.retry_s()).ring
     entry = ring.get(key.key_id)
     if entry is None:

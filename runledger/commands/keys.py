@@ -27,6 +27,7 @@ from events.signing import PublicKey, SigningKey, is_key_id
 from runledger import config, keylog
 from runledger.config import AsJson, Bootstrap
 from runledger.errors import UsageError
+from runledger.signer import load_key
 
 PrincipalArg = Annotated[str, typer.Argument(metavar="PRINCIPAL", help="Whose key.")]
 Out = Annotated[Path | None, typer.Option(
@@ -87,7 +88,7 @@ def register_key(principal: PrincipalArg, role: RoleOption, admin_key: AdminKey,
     _check_principal(principal)
     keylog.check_role(role)
     registered = _public_key(public, key)
-    admin = _load(admin_key, "--admin-key")
+    admin = load_key(admin_key, "--admin-key")
     address = config.connect(bootstrap)
     ring = keylog.load_ring(address, patience_s=config.retry_s()).ring
     event = keylog.registration(principal, role, registered, now_ms=_now_ms(),
@@ -106,7 +107,7 @@ def revoke(principal: PrincipalArg, key_id: KeyIdArg, admin_key: AdminKey,
     if not is_key_id(key_id):
         raise UsageError(f"KEY_ID {key_id!r:.40} is not a key id (16 lowercase hex characters; "
                          "`runledger key list` shows them)")
-    admin = _load(admin_key, "--admin-key")
+    admin = load_key(admin_key, "--admin-key")
     address = config.connect(bootstrap)
     ring = keylog.load_ring(address, patience_s=config.retry_s()).ring
     event = keylog.revocation(principal, key_id, now_ms=_now_ms(),
@@ -157,23 +158,13 @@ def _public_key(public: str | None, key: Path | None) -> PublicKey:
     if (public is None) == (key is None):
         raise UsageError("give the key to register once: --public HEX or --key FILE")
     if key is not None:
-        return _load(key, "--key").public
+        return load_key(key, "--key").public
     assert public is not None
     try:
         return PublicKey(bytes.fromhex(public.strip()))
     except ValueError:
         raise UsageError(f"--public {public!r:.80} is not an Ed25519 public key (64 hex "
                          "characters, as `runledger key create` prints)") from None
-
-
-def _load(path: Path, option: str) -> SigningKey:
-    try:
-        return SigningKey.load(path)
-    except FileNotFoundError:
-        raise UsageError(f"{option} {path}: no such file") from None
-    except (OSError, ValueError, TypeError) as exc:
-        raise UsageError(f"{option} {path} is not a key file `runledger key create` wrote "
-                         f"({exc})") from None
 
 
 def _check_principal(principal: str) -> None:

@@ -21,6 +21,8 @@ import os
 import time
 from pathlib import Path
 
+from cryptography.exceptions import UnsupportedAlgorithm
+
 from events.keyring import KeyRing
 from events.signing import SigningKey
 from runledger import keylog
@@ -78,8 +80,9 @@ def _key_files(data_dir: Path) -> dict[str, SigningKey]:
             SigningKey.generate().save(path)
         try:
             out[principal] = SigningKey.load(path)
-        except (OSError, ValueError) as exc:
-            raise StackError(f"cannot read the key file {path} ({exc}); move it away and run "
+        except (OSError, ValueError, TypeError, UnsupportedAlgorithm) as exc:
+            why = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise StackError(f"cannot read the key file {path} ({why}); move it away and run "
                              "`runledger stack up` again to make a new one") from None
     return out
 

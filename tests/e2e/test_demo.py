@@ -80,6 +80,7 @@ def test_the_demo_kills_a_worker_recovers_from_a_checkpoint_and_succeeds(
         _check_ettr(summary, facts)
         _check_provenance(summary, work)
         _check_audit(summary, work)
+        _check_no_secret_leaked(work)
         assert Path(summary["report"]).is_file()
         # Every process the demo started is gone (only the broker stays, --keep-stack).
         assert _ours(work) == []
@@ -120,6 +121,31 @@ def _check_audit(summary: dict[str, Any], work: Path) -> None:
         if name == "removed":
             named = f"{named['topic']}[{named['partition']}]@{named['offset']}"
         assert named in done.stdout + done.stderr, (name, done.stdout)
+
+
+def _check_no_secret_leaked(work: Path) -> None:
+    """No password and no private key of the demo's stack is in anything the demo
+    wrote besides the secret files themselves: logs, the projection, the report, the
+    summary, the log copy, the workers' files, the broker's logs and data."""
+    secrets: list[bytes] = []
+    for creds in (work / "stack" / "credentials").glob("*.properties"):
+        secrets += [line.partition("=")[2].encode() for line in creds.read_text().splitlines()
+                    if line.startswith("sasl.password=")]
+    for key in (work / "stack" / "keys").glob("*.key"):
+        body = "".join(line for line in key.read_text().splitlines() if "-----" not in line)
+        secrets.append(body.encode())
+    assert len(secrets) >= 8
+    private = {work / "stack" / "credentials", work / "stack" / "keys"}
+    checked = 0
+    for path in work.rglob("*"):
+        if not path.is_file() or any(p in path.parents for p in private):
+            continue
+        if path.name == "server.properties":  # the broker's own (owner-only) configuration
+            continue
+        data = path.read_bytes()
+        checked += 1
+        assert not any(secret in data for secret in secrets), f"a secret is in {path}"
+    assert checked > 20
 
 
 def _check_summary(summary: dict[str, Any], work: Path) -> None:

@@ -91,19 +91,15 @@ def header_items(msg: Message) -> list[tuple[str, bytes]]:
 OnFailure = Callable[[str], None]
 
 
-def _usable(err: KafkaError) -> KafkaError:
-    """The error a delivery report can read. On a fatal error (a producer id
-    refused) confluent-kafka calls the report with its own exception pending,
-    so every method of ``err`` raises SystemError; the real error is its cause."""
-    try:
-        err.code()
-        return err
-    except SystemError as exc:
-        cause = exc.__cause__ or exc.__context__
-        inner = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
-        if isinstance(inner, KafkaError):
-            return inner
-        raise
+def _kafka_error_in(exc: BaseException | None) -> KafkaError | None:
+    """The KafkaError behind ``exc``: itself, its cause or its context (a few levels)."""
+    for _ in range(6):
+        if exc is None:
+            return None
+        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+            return exc.args[0]
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def event_headers(event: Event, version: int) -> Headers:
@@ -132,6 +128,7 @@ class EventProducer:
         # A fatal error (e.g. refused a producer id) is kept by the delivery
         # report and raised by flush, naming what was refused.
         self._fatal: KafkaError | None = None
+        self._broken: SystemError | None = None
         self._producer = Producer(conf)
 
     def send(
@@ -168,20 +165,31 @@ class EventProducer:
         def report(err: KafkaError | None, msg: Message) -> None:
             if err is None:
                 return
-            err = _usable(err)
-            if err.fatal():
+            try:
+                code, fatal, text = err.code(), err.fatal(), err.str()
+                topic = msg.topic() or "?"
+            except SystemError as exc:
+                # A fatal error (a producer id refused): confluent-kafka calls this
+                # with its own exception pending, so nothing more can run here;
+                # flush reports it, outside this callback.
+                self._broken = exc
+                return
+            if fatal:
                 self._fatal = err
             if on_failure is not None:
-                on_failure(refused(err.code(), "write", msg.topic() or "?") or err.str())
+                on_failure(refused(code, "write", topic) or text)
         return report
 
     def flush(self, timeout_s: float = 30.0) -> None:
         try:
             remaining = self._producer.flush(timeout_s)
-        except SystemError:  # the fatal error a delivery report kept, raised below
-            if self._fatal is None:
+        except (SystemError, KafkaException) as exc:
+            found = _kafka_error_in(exc) or _kafka_error_in(self._broken)
+            if found is None:
                 raise
-            remaining = 0
+            self._fatal, remaining = found, 0
+        if self._fatal is None and self._broken is not None:
+            self._fatal = _kafka_error_in(self._broken)
         if self._fatal is not None:
             err = self._fatal
             refusal = refused(err.code(), "write", "any topic")

@@ -49,6 +49,10 @@ OnQuarantine = Callable[[Quarantined], None]
 
 # Read-only, never committed, and never past an open or aborted transaction.
 _SETTINGS: dict[str, Any] = {
+    # librdkafka's own log lines would reach a command's stderr beside its one
+    # line (a group coordinator's login dropped at close, on a secure cluster);
+    # every error this reader must report it reports itself.
+    "log_level": 0,
     "enable.auto.commit": False,
     "isolation.level": "read_committed",
     "enable.partition.eof": True,

@@ -19,8 +19,9 @@ Rules for ``GroupStartCommanded`` of run R, generation G, id C, in this order:
 6. no member on this node: ignored. A run id or logical id that breaks the
    naming rule, a checkpoint root or resume manifest with a ``..`` segment or
    outside the agent's allowed roots (``events.names``), or an invalid rank
-   contract (``events.workerenv``): every member is rejected (``WorkerExited``
-   with exit code 125) and nothing is launched;
+   contract (``events.workerenv``), or an executable (``argv[0]``, compared as
+   written) outside a non-empty ``--allow`` list: every member is rejected
+   (``WorkerExited`` with exit code 125) and nothing is launched;
 7. more members than free slots: the command is deferred (``Defer``: the
    shell decides it again shortly) until it is ``slot_wait_ms`` old, then
    every member is rejected with 125; at once if it exceeds the node's slots.
@@ -59,6 +60,7 @@ from events.workerenv import (
 # The exit code reported for a member the agent refused to launch; 125 is what
 # shells and container runtimes use for "the launcher failed", never the worker.
 REJECTED_EXIT_CODE = 125
+NOT_ALLOWED = "not_allowed"  # a start's executable outside the agent's --allow list
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,8 @@ class AgentConfig:
     # the workers' working directory, which is always allowed.
     allowed_roots: tuple[str, ...] = ()
     base_dir: str = "."
+    # The programs a start command may run (its argv[0], as written); empty: any.
+    allowed_executables: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +292,10 @@ def _confined(config: AgentConfig, cmd: GroupStartCommanded,
     ckpt = CheckpointEnv.from_environ(cmd.env)
     paths = [(CHECKPOINT_ROOT, ckpt.root), ("resume_manifest", cmd.resume_manifest),
              *((RESUME_CANDIDATES, manifest) for _, manifest, _ in ckpt.candidates)]
+    program = cmd.argv[0] if cmd.argv else ""
+    if config.allowed_executables and program not in config.allowed_executables:
+        return (f"{NOT_ALLOWED}: the command's executable {program!r} is not one the agent "
+                f"may run (--allow {' '.join(config.allowed_executables)})")
     roots = (config.base_dir, *config.allowed_roots)
     for what, path in paths:
         if path is not None:

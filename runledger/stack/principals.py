@@ -118,10 +118,11 @@ def _grant(found: AclBinding) -> Grant:
                  found.resource_pattern_type == ResourcePatternType.PREFIXED)
 
 
-def ensure_roles(data_dir: Path, bootstrap: str, credentials: Credentials) -> None:
+def ensure_roles(data_dir: Path, bootstrap: str, credentials: Credentials,
+                 ca: Path | None = None) -> None:
     """A secure local stack's role principals: one per role, named as the role,
     with its credentials file in the data dir and its ACLs on the cluster."""
     for role in Role:
-        password = ensure(data_dir, (role.value,))[role.value]
+        password = ensure(data_dir, (role.value,), ca)[role.value]
         add_principal(bootstrap, role.value, password, credentials)
         apply_role(bootstrap, role.value, role, credentials)

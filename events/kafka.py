@@ -65,6 +65,12 @@ def check_broker(bootstrap: str, timeout_s: float = 5.0) -> int:
             refusal = refused(err.code(), "connect to", bootstrap)
             if refusal is not None:
                 raise NotAuthorized(refusal) from None
+        tls = next((e for e in seen if e.code() == KafkaError._SSL), None)
+        if tls is not None:  # no retry mends a certificate that cannot be verified
+            raise KafkaOperationError(
+                f"the TLS handshake with {bootstrap} failed ({tls.str()}); put the "
+                "cluster's CA in the credentials file as ssl.ca.location (a local stack's "
+                "is <data dir>/tls/ca.pem)") from None
         hint = ("" if security_settings() else
                 f"; if the cluster requires authentication, set {ENV_CREDENTIALS}")
         raise BrokerUnavailable(f"no Kafka broker answered at {bootstrap}: "

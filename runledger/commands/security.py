@@ -62,8 +62,13 @@ def add(name: Annotated[str, typer.Argument(help="The principal's name.")],
     password = new_password()
     add_principal(address, name, password)
     grants = apply_role(address, name, kind)
-    protocol = security_settings().get("security.protocol", "SASL_PLAINTEXT")
-    write_private(target, render(name, password, protocol))
+    # The new principal reaches the cluster the way the admin does (TLS, its CA).
+    admin = security_settings()
+    protocol = admin.get("security.protocol", "SASL_PLAINTEXT")
+    ssl = {k: v for k, v in admin.items()
+           if k.startswith("ssl.") and k not in ("ssl.key.location", "ssl.key.password",
+                                                 "ssl.certificate.location")}
+    write_private(target, render(name, password, protocol, ssl))
     typer.echo(f"principal {name} ({kind.value}, {len(grants)} ACLs); credentials in {target}")
 
 

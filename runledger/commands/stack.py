@@ -31,6 +31,9 @@ DataDir = Annotated[
 Brokers = Annotated[int, typer.Option(help="Nodes: 1, or 3 for replication tests.")]
 Port = Annotated[int | None, typer.Option(help="Client port of node 1 (node k gets port+k-1).")]
 Purge = Annotated[bool, typer.Option(help="Also delete the data directory.")]
+Tls = Annotated[bool, typer.Option(
+    "--tls", help="TLS on the client listener, with a CA of the stack's own (DATA_DIR/tls/ca.pem; "
+                  "only for a new data dir).")]
 Insecure = Annotated[bool, typer.Option(
     "--insecure", help="Plaintext, no authentication, no ACLs (only for a new data dir).")]
 
@@ -51,7 +54,7 @@ def register(app: typer.Typer) -> None:
 
 
 def up(data_dir: DataDir = None, brokers: Brokers = 1, port: Port = None,
-       insecure: Insecure = False, as_json: AsJson = False) -> None:
+       insecure: Insecure = False, tls: Tls = False, as_json: AsJson = False) -> None:
     """Start the cluster and create the runledger topics; print the bootstrap address.
 
     Secure by default: SASL/SCRAM-SHA-512, ACLs, deny when none matches; the
@@ -62,7 +65,7 @@ def up(data_dir: DataDir = None, brokers: Brokers = 1, port: Port = None,
     if external is not None:
         info = cluster_up(external)
     else:
-        info = Stack(data_dir, brokers, secure=False if insecure else None).up(port)
+        info = Stack(data_dir, brokers, secure=False if insecure else None, tls=tls).up(port)
     if as_json:
         _print_json(info.to_json())
         return

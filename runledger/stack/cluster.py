@@ -33,6 +33,7 @@ from runledger.stack import layout as cfg
 from runledger.stack.admin import TopicInfo
 from runledger.stack.credentials import admin_password, credentials_file
 from runledger.stack.jars import ensure_jars, kafka_version, pom_path
+from runledger.stack.tls import ensure_tls, tls_files
 
 __all__ = [
     "BrokerInfo",
@@ -125,12 +126,15 @@ class Stack:
     """
 
     def __init__(self, data_dir: Path | str | None = None, brokers: int = 1,
-                 secure: bool | None = None) -> None:
+                 secure: bool | None = None, tls: bool = False) -> None:
         if brokers not in (1, 3):
             raise StackError(f"--brokers must be 1 or 3, not {brokers}")
         self.data_dir = Path(data_dir or stack_data_dir()).expanduser().resolve()
         self.brokers = brokers
         self.secure = secure
+        self.tls = tls  # only for a new data dir: TLS on the client listener
+        if tls and secure is False:
+            raise StackError("--tls needs the secure stack: drop --insecure")
 
     # -- public API ---------------------------------------------------------
 
@@ -157,7 +161,8 @@ class Stack:
                                         replication_for(self.brokers), credentials=creds)
             keys = None
             if layout.secure:
-                principals.ensure_roles(self.data_dir, layout.bootstrap, creds)
+                principals.ensure_roles(self.data_dir, layout.bootstrap, creds,
+                                        self._ca(layout))
                 keys = stack_keys.ensure_keys(self.data_dir, layout.bootstrap, creds)
             brokers = [BrokerInfo(n.node_id, n.port, proc.read_pid(self.data_dir, n.node_id))
                        for n in layout.nodes]  # fmt: skip
@@ -243,6 +248,12 @@ class Stack:
             fix = "drop --insecure" if layout.secure else "add --insecure"
             raise StackError(f"{self.data_dir} holds {held} stack; {fix} or use another "
                              "--data-dir")
+        if self.tls and not layout.tls:
+            raise StackError(f"{self.data_dir} holds a stack without TLS; drop --tls or use "
+                             "another --data-dir")
+
+    def _ca(self, layout: cfg.Layout) -> Path | None:
+        return tls_files(self.data_dir).ca if layout.tls else None
 
     def _credentials(self, layout: cfg.Layout) -> str:
         # The stack's own admin file, never $RUNLEDGER_CREDENTIALS: that may name
@@ -266,7 +277,7 @@ class Stack:
         if layout is None:
             version = kafka_version(pom_path())
             return cfg.Layout(cfg.new_cluster_id(), version, cfg.plan_nodes(self.brokers, port),
-                              self.secure is not False)
+                              self.secure is not False, self.tls)
         if running:
             if port is not None and layout.nodes[0].port != port:
                 raise StackError(f"part of the stack in {self.data_dir} runs at {layout.bootstrap}")
@@ -279,7 +290,8 @@ class Stack:
         # Nothing runs and a recorded port is taken (or a new one was asked for):
         # node ids and storage stay, only the listeners move.
         nodes = cfg.plan_nodes(self.brokers, port)
-        return cfg.Layout(layout.cluster_id, layout.kafka_version, nodes, layout.secure)
+        return cfg.Layout(layout.cluster_id, layout.kafka_version, nodes, layout.secure,
+                          layout.tls)
 
     def _start(
         self, layout: cfg.Layout | None, running: set[int], port: int | None, wait: float
@@ -292,9 +304,11 @@ class Stack:
         causes: list[str] = []
         for _attempt in range(3):
             layout = self._plan(layout, running, port)
-            password = admin_password(self.data_dir) if layout.secure else None
+            files = ensure_tls(self.data_dir) if layout.tls else None
+            password = admin_password(self.data_dir, self._ca(layout)) if layout.secure else None
             cfg.save_layout(self.data_dir, layout)
-            cfg.write_configs(self.data_dir, layout, password)
+            cfg.write_configs(self.data_dir, layout, password,
+                              (files.ca, files.keystore) if files is not None else None)
             unformatted = [n for n in layout.nodes if not self._formatted(n.node_id)]
             if unformatted:
                 proc.format_storage(self.data_dir, lib, layout, [n.node_id for n in unformatted],

@@ -40,10 +40,20 @@ def credentials_file(data_dir: Path, name: str) -> Path:
     return credentials_dir(data_dir) / f"{name}.properties"
 
 
-def render(username: str, password: str, protocol: str = "SASL_PLAINTEXT") -> str:
+def render(username: str, password: str, protocol: str = "SASL_PLAINTEXT",
+           ssl: dict[str, str] | None = None) -> str:
+    """A credentials file; ``ssl``: the ``ssl.*`` settings (a TLS cluster's CA)."""
+    extra = "".join(f"{key}={value}\n" for key, value in sorted((ssl or {}).items()))
     return (f"# runledger credentials of principal {username}: keep this file private\n"
             f"security.protocol={protocol}\nsasl.mechanism={SCRAM}\n"
-            f"sasl.username={username}\nsasl.password={password}\n")
+            f"sasl.username={username}\nsasl.password={password}\n{extra}")
+
+
+def tls_settings(ca: Path | None) -> tuple[str, dict[str, str]]:
+    """The protocol and ``ssl.*`` settings of a stack with (or without) TLS."""
+    if ca is None:
+        return "SASL_PLAINTEXT", {}
+    return "SASL_SSL", {"ssl.ca.location": str(ca)}
 
 
 def new_password() -> str:
@@ -80,21 +90,23 @@ def password_of(path: Path) -> str:
     return password
 
 
-def ensure(data_dir: Path, names: tuple[str, ...]) -> dict[str, str]:
-    """Every named principal's password, generating the files that are missing."""
+def ensure(data_dir: Path, names: tuple[str, ...], ca: Path | None = None) -> dict[str, str]:
+    """Every named principal's password, generating the files that are missing
+    (for a TLS stack, naming its CA: ``ca``)."""
     out: dict[str, str] = {}
+    protocol, ssl = tls_settings(ca)
     for name in names:
         path = credentials_file(data_dir, name)
         if not path.exists():
-            write_private(path, render(name, new_password()))
+            write_private(path, render(name, new_password(), protocol, ssl))
         out[name] = password_of(path)
     return out
 
 
-def admin_password(data_dir: Path) -> str:
+def admin_password(data_dir: Path, ca: Path | None = None) -> str:
     """The admin's password, which also goes into server.properties and format's
     arguments: only characters that need no quoting there."""
-    password = ensure(data_dir, (ADMIN,))[ADMIN]
+    password = ensure(data_dir, (ADMIN,), ca)[ADMIN]
     if not _PLAIN.fullmatch(password):
         path = credentials_file(data_dir, ADMIN)
         raise StackError(f"the admin password in {path} may hold only letters, digits, "

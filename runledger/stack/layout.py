@@ -60,6 +60,8 @@ class Layout:
     # SASL/SCRAM and ACLs (the default); False: `stack up --insecure`, plaintext.
     # Stacks recorded before this field existed were plaintext.
     secure: bool = False
+    # TLS on the client listener (`stack up --tls`), with the stack's own CA.
+    tls: bool = False
 
     @property
     def brokers(self) -> int:
@@ -95,7 +97,7 @@ def load_layout(data_dir: Path) -> Layout | None:
         raw = json.loads(path.read_text())
         nodes = tuple(NodeSpec(**node) for node in raw["nodes"])
         return Layout(raw["cluster_id"], raw["kafka_version"], nodes,
-                      bool(raw.get("secure", False)))
+                      bool(raw.get("secure", False)), bool(raw.get("tls", False)))
     except (ValueError, KeyError, TypeError) as exc:
         raise StackError(f"{path} is unreadable ({exc}); remove that data dir") from exc
 
@@ -108,6 +110,7 @@ def save_layout(data_dir: Path, layout: Layout) -> None:
         "kafka_version": layout.kafka_version,
         "nodes": [asdict(n) for n in layout.nodes],
         "secure": layout.secure,
+        "tls": layout.tls,
     }
     tmp = data_dir / f"{STATE_FILE}.tmp"
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
@@ -176,8 +179,12 @@ def plan_nodes(brokers: int, port: int | None) -> tuple[NodeSpec, ...]:
     return tuple(NodeSpec(i + 1, client[i], controller[i]) for i in range(brokers))
 
 
+# A TLS stack's (CA certificate, broker keystore) files, as runledger.stack.tls made them.
+TlsPaths = tuple[Path, Path]
+
+
 def server_properties(data_dir: Path, layout: Layout, node: NodeSpec,
-                      admin_password: str | None = None) -> str:
+                      admin_password: str | None = None, tls: TlsPaths | None = None) -> str:
     brokers = layout.brokers
     replication = 3 if brokers >= 3 else 1
     min_isr = 2 if brokers >= 3 else 1
@@ -216,30 +223,34 @@ def server_properties(data_dir: Path, layout: Layout, node: NodeSpec,
     if layout.secure:
         if admin_password is None:
             raise StackError("a secure stack needs its admin password")
-        props.update(secure_properties(node, admin_password))
+        props.update(secure_properties(node, admin_password, tls if layout.tls else None))
     return "".join(f"{key}={value}\n" for key, value in props.items())
 
 
-def secure_properties(node: NodeSpec, admin_password: str) -> dict[str, str]:
+def secure_properties(node: NodeSpec, admin_password: str,
+                      tls: TlsPaths | None = None) -> dict[str, str]:
     """SASL on both listeners, Kafka's StandardAuthorizer, deny when no ACL matches.
 
     Clients and brokers use SCRAM-SHA-512 on the client listener (credentials
     live in the cluster metadata, the admin's bootstrapped at format). The
     controller listener uses PLAIN with the admin's password from this file:
     SCRAM cannot serve it, because its credentials are read from the metadata
-    that the controllers themselves serve.
+    that the controllers themselves serve. With ``tls`` the client listener is
+    SASL_SSL with the stack's CA and broker keystore (PEM files); the
+    controller listener stays on loopback without TLS.
     """
     jaas_user = f'username="{ADMIN}" password="{admin_password}"'
-    return {
-        "listeners": f"SASL_PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
-        "advertised.listeners": f"SASL_PLAINTEXT://{HOST}:{node.port}",
-        "inter.broker.listener.name": "SASL_PLAINTEXT",
-        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+    name = "SASL_SSL" if tls else "SASL_PLAINTEXT"
+    props = {
+        "listeners": f"{name}://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
+        "advertised.listeners": f"{name}://{HOST}:{node.port}",
+        "inter.broker.listener.name": name,
+        "listener.security.protocol.map": f"{name}:{name},CONTROLLER:SASL_PLAINTEXT",
         "sasl.mechanism.inter.broker.protocol": SCRAM,
         "sasl.mechanism.controller.protocol": "PLAIN",
-        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": SCRAM,
+        f"listener.name.{name.lower()}.sasl.enabled.mechanisms": SCRAM,
         "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config":
+        f"listener.name.{name.lower()}.scram-sha-512.sasl.jaas.config":
             f"org.apache.kafka.common.security.scram.ScramLoginModule required {jaas_user};",
         "listener.name.controller.plain.sasl.jaas.config":
             "org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -248,9 +259,15 @@ def secure_properties(node: NodeSpec, admin_password: str) -> dict[str, str]:
         "allow.everyone.if.no.acl.found": "false",
         "super.users": f"User:{ADMIN}",
     }
+    if tls:
+        ca, keystore = tls
+        props.update({"ssl.keystore.type": "PEM", "ssl.keystore.location": str(keystore),
+                      "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca)})
+    return props
 
 
-def write_configs(data_dir: Path, layout: Layout, admin_password: str | None = None) -> None:
+def write_configs(data_dir: Path, layout: Layout, admin_password: str | None = None,
+                  tls: TlsPaths | None = None) -> None:
     (data_dir / LOG4J_FILE).write_text(LOG4J2)
     for node in layout.nodes:
         home = node_dir(data_dir, node.node_id)
@@ -260,4 +277,4 @@ def write_configs(data_dir: Path, layout: Layout, admin_password: str | None = N
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w") as handle:
-            handle.write(server_properties(data_dir, layout, node, admin_password))
+            handle.write(server_properties(data_dir, layout, node, admin_password, tls))

@@ -26,6 +26,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
+    UserScramCredentialAlteration,
     UserScramCredentialUpsertion,
 )
 
@@ -59,11 +60,19 @@ def _failure(what: str, exc: KafkaException, credentials: Credentials) -> StackE
 def add_principal(bootstrap: str, name: str, password: str,
                   credentials: Credentials = None) -> None:
     """Create or update the SCRAM-SHA-512 credential of ``name``."""
+    add_principals(bootstrap, {name: password}, credentials)
+
+
+def add_principals(bootstrap: str, passwords: dict[str, str],
+                   credentials: Credentials = None) -> None:
+    """Create or update the SCRAM-SHA-512 credentials of several principals, in one call."""
     admin = admin_client(bootstrap, credentials)
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
-    upsert = UserScramCredentialUpsertion(name, info, password.encode())
-    futures = admin.alter_user_scram_credentials([upsert], request_timeout=TIMEOUT_S)
-    for future in futures.values():
+    upserts: list[UserScramCredentialAlteration] = [
+        UserScramCredentialUpsertion(name, info, password.encode())
+        for name, password in passwords.items()]
+    futures = admin.alter_user_scram_credentials(upserts, request_timeout=TIMEOUT_S)
+    for name, future in futures.items():
         try:
             future.result()
         except KafkaException as exc:
@@ -80,16 +89,24 @@ def binding(principal: str, grant: Grant) -> AclBinding:
 def apply_role(bootstrap: str, name: str, role: Role,
                credentials: Credentials = None) -> list[Grant]:
     """Add ``role``'s ACLs for principal ``name``; returns the grants applied."""
-    grants = grants_for(role)
+    return apply_roles(bootstrap, {name: role}, credentials)[name]
+
+
+def apply_roles(bootstrap: str, roles: dict[str, Role],
+                credentials: Credentials = None) -> dict[str, list[Grant]]:
+    """Add the ACLs of several principals' roles in one call; the grants of each."""
+    grants = {name: list(grants_for(role)) for name, role in roles.items()}
     admin = admin_client(bootstrap, credentials)
-    futures = admin.create_acls([binding(name, g) for g in grants],
+    futures = admin.create_acls([binding(name, g) for name, gs in grants.items() for g in gs],
                                 request_timeout=TIMEOUT_S)
-    for future in futures.values():
+    for bound, future in futures.items():
         try:
             future.result()
         except KafkaException as exc:
-            raise _failure(f"adding the {role.value} ACLs of {name!r}", exc, credentials) from None
-    return list(grants)
+            name = bound.principal.removeprefix("User:")
+            raise _failure(f"adding the {roles[name].value} ACLs of {name!r}", exc,
+                           credentials) from None
+    return grants
 
 
 def current_acls(bootstrap: str, name: str,
@@ -118,10 +135,10 @@ def _grant(found: AclBinding) -> Grant:
                  found.resource_pattern_type == ResourcePatternType.PREFIXED)
 
 
-def ensure_roles(data_dir: Path, bootstrap: str, credentials: Credentials) -> None:
+def ensure_roles(data_dir: Path, bootstrap: str, credentials: Credentials,
+                 ca: Path | None = None) -> None:
     """A secure local stack's role principals: one per role, named as the role,
     with its credentials file in the data dir and its ACLs on the cluster."""
-    for role in Role:
-        password = ensure(data_dir, (role.value,))[role.value]
-        add_principal(bootstrap, role.value, password, credentials)
-        apply_role(bootstrap, role.value, role, credentials)
+    names = tuple(role.value for role in Role)
+    add_principals(bootstrap, ensure(data_dir, names, ca), credentials)
+    apply_roles(bootstrap, {role.value: role for role in Role}, credentials)

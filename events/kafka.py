@@ -134,7 +134,10 @@ class EventProducer:
         # A fatal error (e.g. refused a producer id) is kept by the delivery
         # report and raised by flush, naming what was refused.
         self._fatal: KafkaError | None = None
-        self._broken: SystemError | None = None
+        self._broken: BaseException | None = None
+        # Delivery failures noted by the callback, judged by poll and flush.
+        self._failed: list[tuple[KafkaError, str, OnFailure | None]] = []
+        self._topics: set[str] = set()  # what this producer was asked to write, for errors
         self._producer = Producer(conf)
 
     def send(
@@ -153,6 +156,7 @@ class EventProducer:
         headers: Headers | None = None, on_failure: OnFailure | None = None,
     ) -> None:
         report = self._report(on_failure)
+        self._topics.add(topic)
         while True:
             try:
                 self._producer.produce(
@@ -164,27 +168,36 @@ class EventProducer:
                 self._producer.poll(0.1)
 
     def poll(self, timeout_s: float = 0.0) -> int:
-        return int(self._producer.poll(timeout_s))
+        served = int(self._producer.poll(timeout_s))
+        self._deliver_failures()
+        return served
 
     def _report(self, on_failure: OnFailure | None
                 ) -> Callable[[KafkaError | None, Message], None]:
         def report(err: KafkaError | None, msg: Message) -> None:
+            # Only note it: on a fatal error (a producer id refused) confluent-kafka
+            # runs this with its own exception pending, and then any further call
+            # here may fail. poll and flush judge the failures outside the callback.
             if err is None:
                 return
             try:
-                code, fatal, text = err.code(), err.fatal(), err.str()
-                topic = msg.topic() or "?"
-            except SystemError as exc:
-                # A fatal error (a producer id refused): confluent-kafka calls this
-                # with its own exception pending, so nothing more can run here;
-                # flush reports it, outside this callback.
+                self._failed.append((err, msg.topic() or "?", on_failure))
+            except BaseException as exc:  # the pending error itself: flush reports it
                 self._broken = exc
-                return
-            if fatal:
-                self._fatal = err
-            if on_failure is not None:
-                on_failure(refused(code, "write", topic) or text)
         return report
+
+    def _deliver_failures(self) -> None:
+        while True:  # pop is atomic: a heartbeat thread may poll meanwhile
+            try:
+                err, topic, on_failure = self._failed.pop(0)
+            except IndexError:
+                return
+            if err.fatal():
+                self._fatal = err
+            # A fatal error purges the queue: the record's own error then says only that.
+            cause = self._fatal if err.code() == KafkaError._PURGE_QUEUE and self._fatal else err
+            if on_failure is not None:
+                on_failure(refused(cause.code(), "write", topic) or err.str())
 
     def flush(self, timeout_s: float = 30.0) -> None:
         try:
@@ -194,11 +207,12 @@ class EventProducer:
             if found is None:
                 raise
             self._fatal, remaining = found, 0
+        self._deliver_failures()
         if self._fatal is None and self._broken is not None:
             self._fatal = _kafka_error_in(self._broken)
         if self._fatal is not None:
             err = self._fatal
-            refusal = refused(err.code(), "write", "any topic")
+            refusal = refused(err.code(), "write", ", ".join(sorted(self._topics)) or "any topic")
             if refusal is not None:
                 raise NotAuthorized(refusal)
             raise KafkaOperationError(f"flush: {err.str()}")

@@ -104,7 +104,7 @@ from controller.runplan import plan_from_submission
 from controller.service import ControllerService
 from controller.spec import RunSpec, run_id_for
 from events.codec import MAGIC, Codec, default_codec
-from events.connection import client_config
+from events.connection import ENV_CREDENTIALS, client_config
 from events.convert import to_record
 from events.fold import apply
 from events.kafka import EventProducer, check_broker
@@ -944,7 +944,11 @@ def latency_section(mode: Mode, codec: Codec, explicit: str | None,
     else:
         tmp = tempfile.TemporaryDirectory(prefix="runledger-bench-")
         stack = Stack(Path(tmp.name) / "stack")
-        bootstrap = stack.up().bootstrap
+        info = stack.up()
+        bootstrap = info.bootstrap
+        # Its clients (and the controller it starts) act as this stack's admin, not as
+        # whatever principal $RUNLEDGER_CREDENTIALS names for another cluster.
+        os.environ[ENV_CREDENTIALS] = str(info.credentials or "")
         brokers = 1
         where = f"throwaway stack {bootstrap}"
     stack_up_s = time.perf_counter() - started

@@ -48,6 +48,7 @@ import argparse
 import dataclasses
 import functools
 import gc
+import os
 import random
 import shutil
 import statistics
@@ -87,6 +88,7 @@ from bench.projector_parts import (
     watermarks,
 )
 from events.codec import Codec, default_codec
+from events.connection import ENV_CREDENTIALS
 from events.kafka import check_broker
 from events.topics import replication_for, topic_specs
 from projectors.projector import Projector, table_digests
@@ -443,7 +445,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             where = f"existing cluster {bootstrap}"
         else:
             stack = Stack(tmp / "stack")
-            bootstrap = stack.up().bootstrap
+            info = stack.up()
+            bootstrap = info.bootstrap
+            # Its clients act as this stack's admin, whatever $RUNLEDGER_CREDENTIALS says.
+            os.environ[ENV_CREDENTIALS] = str(info.credentials or "")
             where = f"throwaway stack {bootstrap}"
         print(f"   broker: {where} ({time.perf_counter() - t0:.0f} s)", flush=True)
         results["broker"] = {"where": where, "up_s": time.perf_counter() - t0}

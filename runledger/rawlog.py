@@ -52,7 +52,7 @@ def read_raw(bootstrap: str, topics: Sequence[str], *, credentials: str | None =
     """
     consumer = Consumer(client_config(bootstrap, _SETTINGS, credentials))
     try:
-        marks = _watermarks(consumer, topics, 10.0)
+        marks = _patient_watermarks(consumer, topics, max(patience_s, 10.0))
         due = {tp: high for tp, (low, high) in marks.items() if high > low}
         consumer.assign([TopicPartition(t, p, marks[(t, p)][0]) for t, p in due])
         records = _drain(consumer, due, max(patience_s, 10.0), bootstrap)
@@ -62,6 +62,20 @@ def read_raw(bootstrap: str, topics: Sequence[str], *, credentials: str | None =
     for record in sorted(records, key=lambda r: (r.topic, r.partition, r.offset)):
         out[record.topic].append(record)
     return out
+
+
+def _patient_watermarks(consumer: Consumer, topics: Sequence[str],
+                        patience_s: float) -> dict[Partition, tuple[int, int]]:
+    """:func:`_watermarks`, tried again while a leader is elected (a topic just made
+    answers "not leader" for a moment) or the broker fails over."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return _watermarks(consumer, topics, 10.0)
+        except BrokerUnavailable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.3)
 
 
 def _watermarks(consumer: Consumer, topics: Sequence[str],

@@ -123,11 +123,11 @@ def test_a_killed_controllers_runs_are_finished_by_another(cluster: Cluster) -> 
     procs[victim].wait(10)
     log = wait(lambda: _all_finished(cluster, runs), 180, "every run finished after the kill")
     _assert_one_owner_at_a_time(log, runs)
+    _assert_chains_verify(cluster)
     for run in victim_runs:
         (finished,) = [r for r in log if r.event.run_id == run
                        and isinstance(r.event, RunFinished)]
         assert finished.writer not in ("", victim), f"{run} finished by {finished.writer}"
-    _assert_chains_verify(cluster)
 
 
 def test_a_controller_outside_the_group_is_found_out_as_another_writer(

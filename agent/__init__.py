@@ -2,6 +2,9 @@
 
 - ``decide``: the pure decisions (numbered rules, a closed set of frozen
   actions) about a start or stop command, given the agent's memory;
+- ``verify``: what a command must pass before ``decide`` sees it (a live
+  controller key's signature from the keys log, and for a start the fact
+  log's current generation), and the shell that reads both;
 - ``service``: the process loop (class ``Agent``) that reads
   ``runledger.commands``, performs those actions and reports registration,
   heartbeats and worker exits to ``runledger.reports``;

@@ -38,6 +38,7 @@ from pathlib import Path
 from types import FrameType
 
 from agent.decide import (
+    REJECTED_EXIT_CODE,
     Action,
     AgentConfig,
     AgentState,
@@ -54,8 +55,9 @@ from agent.decide import (
 )
 from agent.errors import AgentError
 from agent.procs import Exit, ProcessTable
+from agent.verify import CommandVerifier
 from events.consume import EventConsumer
-from events.kafka import EventProducer
+from events.kafka import EventProducer, Record
 from events.model import (
     AgentHeartbeatRecorded,
     AgentRegistered,
@@ -85,6 +87,9 @@ class AgentOptions:
     grace_s: float = 5.0
     # How long one consumer poll may block: bounds the delay of exit reports and stops.
     poll_s: float = 0.2
+    # Act on unsigned commands too (a controller run with --unsigned); a badly
+    # signed one is still refused (agent.verify).
+    trust_unsigned: bool = False
 
 
 def _root_problem(root: str) -> str | None:
@@ -116,6 +121,7 @@ class Agent:
         # Deferred start commands by id, in arrival order; decided again every loop.
         self._pending: dict[str, Event] = {}
         self._producer: EventProducer | None = None
+        self._verifier: CommandVerifier | None = None
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -133,7 +139,9 @@ class Agent:
         self._producer = EventProducer(cfg.bootstrap, client_id=self.producer_id)
         # Commands are written only by the controller, so an undecodable one is
         # logged, not copied to the quarantine once per agent.
-        consumer = EventConsumer(cfg.bootstrap, f"agent-{cfg.node}", [COMMANDS])
+        consumer = EventConsumer(cfg.bootstrap, f"agent-{cfg.node}", [COMMANDS], raw=True)
+        self._verifier = CommandVerifier(cfg.bootstrap, name=f"agent-{cfg.node}",
+                                         trust_unsigned=self.options.trust_unsigned)
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="agent-heartbeat",
                                      daemon=True)
         try:
@@ -162,7 +170,7 @@ class Agent:
                 log.error("skipping an undecodable command: %s", q)
             commands = [r.event for r in records
                         if isinstance(r.event, GroupStartCommanded | GroupStopCommanded)
-                        and r.event.node == self.config.node]
+                        and r.event.node == self.config.node and self._trusted(r)]
             if commands:
                 self.state = lookahead(self.config, self.state, commands)
                 for command in commands:
@@ -174,6 +182,24 @@ class Agent:
             seen_bad = len(consumer.quarantined)
             if self._report_exits() or self._pending:
                 self._retry_pending()
+
+    def _trusted(self, record: Record) -> bool:
+        """Whether the command passes agent.verify; a refused start is reported (125)."""
+        if self._verifier is None:
+            raise AgentError("the agent is not running")
+        problem = self._verifier.judge(record)
+        if problem is None:
+            return True
+        command = record.event
+        log.error("refused %s %s[%d]@%d (%s g%d): %s; nothing done", command.event_type,
+                  record.topic, record.partition, record.offset, command.run_id,
+                  command.generation, problem)
+        if isinstance(command, GroupStartCommanded):
+            for member in command.members:
+                if member.node == self.config.node:
+                    key = WorkerKey(command.run_id, command.generation, member.logical_id)
+                    self._send_exit(key, command.header.event_id, REJECTED_EXIT_CODE, None)
+        return False
 
     def _handle(self, command: Event, retry: bool = False) -> None:
         decision = decide(self.config, self.state, command, now_ms())

@@ -75,6 +75,19 @@ def take_input(model: Model, event: Event, topic: str, now: int, plan_of: PlanOf
         return model, [], (event.run_id, reason, error)
 
 
+def refuse_input(model: Model, event: Event, now: int, plan_of: PlanOf, encode: Encode,
+                 reason: str, detail: str) -> tuple[Model, list[Encoded]]:
+    """An input refused before it is handled (a request whose signature fails):
+    recorded as a ``WriteRejected`` with the reason, and nothing else changes."""
+    em = Emitter(model, now, plan_of)
+    em.reject(event, reason, detail[:_DETAIL_LIMIT])
+    refused, out = em.result()
+    try:
+        return refused, encoded(out, encode)
+    except _Unencodable:
+        return model, []
+
+
 def take_tick(model: Model, now: int, plan_of: PlanOf, encode: Encode,
               owns: Owns = everything) -> tuple[Model, list[Encoded], list[Problem]]:
     """The tick for every run; on a failure, run by run, failing only the runs that fail."""

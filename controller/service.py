@@ -32,9 +32,10 @@ from dataclasses import dataclass, replace
 
 from controller.chains import Chains, Outgoing, outgoing
 from controller.follow import Follower, held, partition_count
-from controller.guard import Encode, Problem, encoded, take_input, take_tick
+from controller.guard import Encode, Problem, encoded, refuse_input, take_input, take_tick
 from controller.model import Model, PlanOf
 from controller.ownership import Ownership, assign, catch_up, follow
+from controller.signatures import RequestJudge
 from events.authority import admit_input
 from events.codec import default_codec
 from events.consume import EventConsumer
@@ -96,6 +97,7 @@ class ControllerService:
         clock: Callable[[], int] = wall_ms,
         transaction_timeout_s: float = DEFAULT_TRANSACTION_TIMEOUT_S,
         signing_key: SigningKey | None = None,
+        require_signatures: bool = False,
     ) -> None:
         self.bootstrap = bootstrap
         self.plan_of = plan_of
@@ -110,6 +112,8 @@ class ControllerService:
         self._misplaced: set[str] = set()
         self._encode: Encode = default_codec().encode  # the writer's codec, once it exists
         self.chains = Chains(signing_key, transactional_id)
+        self.require_signatures = require_signatures
+        self.requests: RequestJudge | None = None
         self.stats = LoopStats()
 
     def run(self, stop: threading.Event | None = None) -> int:
@@ -132,6 +136,8 @@ class ControllerService:
         else:
             log.warning("no signing key: facts and commands are appended unsigned")
         self.ownership = Ownership(self.transactional_id, partitions)
+        self.requests = RequestJudge(self.bootstrap, require=self.require_signatures,
+                                     name=self.transactional_id)
         quarantine = Quarantine(EventProducer(self.bootstrap, client_id="controller-quarantine"))
         # Static membership under the fencing identity: a restarted controller
         # takes over its predecessor's partitions at once instead of waiting
@@ -187,6 +193,14 @@ class ControllerService:
                             "decide (another partitioner?); left to its owner",
                             record.event.event_type, record.event.run_id, record.topic,
                             record.partition)
+            refusal = (self.requests.judge(record)
+                       if self.requests is not None and own.owns(rid) else None)
+            if refusal is not None:
+                model, produced = refuse_input(model, record.event, now, self.plan_of,
+                                               self._encode, *refusal)
+                out += outgoing(produced, record)
+                log.error("run %s: %s refused: %s", rid, record.event.event_type, refusal[1])
+                continue
             model, produced, problem = take_input(model, record.event, record.topic, now,
                                                   self.plan_of, self._encode, own.owns)
             out += outgoing(produced, record)

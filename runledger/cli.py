@@ -16,12 +16,14 @@ from typer.core import TyperGroup
 
 from runledger.commands import (
     agent,
+    audit,
     checkpoint,
     controller,
     dataset,
     demo,
     events,
     interval,
+    keys,
     project,
     query,
     report,
@@ -55,8 +57,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 # Registration order is the order `runledger --help` lists the commands in.
-for command in (stack, security, events, checkpoint, project, query, report, dataset, runs, agent,
-                controller, interval, demo):
+for command in (stack, security, keys, audit, events, checkpoint, project, query, report,
+                dataset, runs, agent, controller, interval, demo):
     command.register(app)
 
 

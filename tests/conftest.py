@@ -79,7 +79,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     info = stack.up()
     work = tmp_path / "work"
     work.mkdir()
-    c = Cluster(info.bootstrap, work)
+    c = Cluster(info.bootstrap, work, info.keys)
     try:
         yield c
     finally:

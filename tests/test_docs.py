@@ -43,3 +43,22 @@ def test_compose_creates_the_declared_topics_with_their_configs() -> None:
     for name, (partitions, config) in declared.items():
         assert created[name][0] == partitions, name
         assert created[name][1].get("retention.ms") == config["retention.ms"], name
+
+
+def test_compose_is_secure_and_runs_each_service_as_its_role() -> None:
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    services = compose["services"]
+    kafka = services["kafka"]["environment"]
+    assert kafka["KAFKA_AUTHORIZER_CLASS_NAME"].endswith("StandardAuthorizer")
+    assert kafka["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
+    assert kafka["KAFKA_SUPER_USERS"] == "User:admin"
+    protocols = dict(p.split(":") for p in kafka["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert set(protocols.values()) == {"SASL_PLAINTEXT"}
+    roles = {name: services[name]["environment"]["ROLE"]
+             for name in ("acls", "controller", "projector", "agent")}
+    assert roles == {"acls": "admin", "controller": "controller", "projector": "projector",
+                     "agent": "agent"}
+    for name in roles:
+        assert services[name]["entrypoint"][-1].startswith("scripts/compose-credentials.sh && ")
+    jaas = kafka["KAFKA_LISTENER_NAME_INTERNAL_PLAIN_SASL_JAAS_CONFIG"]
+    assert all(f"user_{role}=" in jaas for role in roles.values())

@@ -17,5 +17,8 @@ no module imports another command module.
 - ``agent``: ``agent``
 - ``controller``: ``controller``
 - ``stack``: ``stack up|down|status|jars``
+- ``security``: ``principal add``, ``acl apply``
+- ``keys``: ``key create|register|revoke|list``
+- ``audit``: ``audit verify|export``
 - ``demo``: ``demo``
 """

@@ -63,6 +63,15 @@ SlotWait = Annotated[
 ]
 
 
+TrustUnsigned = Annotated[
+    bool,
+    typer.Option("--trust-unsigned",
+                 help="Also act on unsigned commands (a controller started with --unsigned). "
+                      "A command signed by anything but a registered controller key is refused "
+                      "either way."),
+]
+
+
 def register(app: typer.Typer) -> None:
     app.command()(agent)
 
@@ -79,6 +88,7 @@ def agent(
     max_start_age: MaxStartAge = 300.0,
     slot_wait: SlotWait = 15.0,
     allow_root: AllowRoot = None,
+    trust_unsigned: TrustUnsigned = False,
 ) -> None:
     """Run a node agent: register slots, heartbeat, launch and stop worker groups on command.
 
@@ -93,7 +103,8 @@ def agent(
                                slot_wait_ms=int(slot_wait * 1000),
                                allowed_roots=tuple(allow_root or default_roots()))
     options = AgentOptions(domain=domain, address=address,
-                           work_dir=work_dir or config.agent_work_dir(node), grace_s=grace)
+                           work_dir=work_dir or config.agent_work_dir(node), grace_s=grace,
+                           trust_unsigned=trust_unsigned)
     raise typer.Exit(Agent(agent_config, options).run())
 
 

@@ -59,6 +59,12 @@ Unsigned = Annotated[bool, typer.Option(
                        "reports every one of them).")]
 
 
+RequireSignatures = Annotated[bool, typer.Option(
+    "--require-signatures",
+    help="Refuse unsigned submit and cancel requests too (recorded as WriteRejected "
+         "`unsigned`); a badly signed one is refused either way.")]
+
+
 def register(app: typer.Typer) -> None:
     app.command()(controller)
 
@@ -72,6 +78,7 @@ def controller(
     transaction_timeout: TransactionTimeout = DEFAULT_TRANSACTION_TIMEOUT_S,
     signing_key: SigningKeyFile = None,
     unsigned: Unsigned = False,
+    require_signatures: RequireSignatures = False,
 ) -> None:
     """Fold the log, reconcile runs with what agents report, append signed facts and commands."""
     key = load_signing_key(signing_key, unsigned)
@@ -91,6 +98,7 @@ def controller(
         tick_s=tick,
         transaction_timeout_s=transaction_timeout,
         signing_key=key,
+        require_signatures=require_signatures,
     )
     server: MetricsServer | None = None
     try:

@@ -6,6 +6,8 @@ controller decides on them; ``status`` believes only ``runledger.runs`` (the
 authoritative facts), except that a run the controller has not copied there
 yet is shown as submitted but unseen. Clocks and ids are read here, at the
 edge: the submission id, ``occurred_at``, and "now" for heartbeat ages.
+``submit`` and ``cancel`` sign the request with an operator's key when one is
+given (``--key`` or ``RUNLEDGER_KEY``; :mod:`runledger.signer`).
 
 Every command reads the topics it needs from the beginning. That is fine at
 today's volumes; the DuckDB projections will answer these questions later.
@@ -37,6 +39,7 @@ from runledger import config
 from runledger.config import AsJson, Bootstrap, Principal, RunArg, catalog_option
 from runledger.errors import RunledgerError
 from runledger.runview import UNSEEN, list_rows, status_document, status_lines
+from runledger.signer import ENV_KEY, Signer, signed_record, signer
 
 SpecPath = Annotated[Path, typer.Argument(metavar="SPEC.yaml", help="The run spec.")]
 SubmitCatalog = Annotated[
@@ -45,6 +48,10 @@ SubmitCatalog = Annotated[
                    " $RUNLEDGER_DATASETS or ~/.local/share/runledger/datasets)."),
 ]
 Reason = Annotated[str, typer.Option("--reason", help="Why; recorded with the request.")]
+KeyOption = Annotated[Path | None, typer.Option(
+    "--key", metavar="FILE", envvar=ENV_KEY, show_envvar=False,
+    help=f"Sign the request with this key file (default ${ENV_KEY}); the principal is then "
+         "the one the key is registered to on runledger.keys.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -60,19 +67,22 @@ def submit(
     as_json: AsJson = False,
     bootstrap: Bootstrap = None,
     catalog: SubmitCatalog = None,
+    key: KeyOption = None,
 ) -> None:
     """Validate a run spec and request the run; print its run id.
 
     A dataset alias (e.g. corpus/latest) is resolved through the catalog first,
     so the run records the manifest id. An invalid spec is refused with every
-    bad field named, and nothing is written.
+    bad field named, and nothing is written. With a key the request is signed.
     """
     pin = DatasetPin(catalog)
     spec = load_spec(spec_path, resolve_dataset=pin)
     if pin.alias is not None:
         typer.echo(f"resolved {pin.alias} -> {spec.dataset}", err=True)
-    who = _principal(principal)
+    who = _principal(principal) if key is None else ""
     address = config.connect(bootstrap)
+    signed = signer(address, key, principal) if key is not None else None
+    who = signed.principal if signed is not None else who
     # The submission id makes two submissions of one spec two runs; it is made
     # here, never in the pure code, so run_id_for stays deterministic.
     run_id = run_id_for(spec, who, uuid.uuid4().hex)
@@ -85,9 +95,10 @@ def submit(
         world_size=spec.world_size,
         dataset_id=spec.dataset,
     )
-    _send(address, REQUESTS, event)
+    _send(address, REQUESTS, event, signed)
     if as_json:
-        typer.echo(json.dumps({"run_id": run_id, "spec_digest": digest}))
+        typer.echo(json.dumps({"run_id": run_id, "spec_digest": digest, "principal": who,
+                               "key_id": signed.key.key_id if signed else None}))
     else:
         typer.echo(run_id)
 
@@ -135,16 +146,20 @@ def cancel(
     principal: Principal = None,
     as_json: AsJson = False,
     bootstrap: Bootstrap = None,
+    key: KeyOption = None,
 ) -> None:
     """Ask the controller to cancel a run.
 
     The controller checks the principal against the run's cancel authority (the
     spec's list plus the submitter) and records RunCancelled or a WriteRejected.
+    With a key the request is signed.
     """
-    who = _principal(principal)
+    who = _principal(principal) if key is None else ""
     if not reason.strip():
         raise RunledgerError("--reason must say why")
     address = config.connect(bootstrap)
+    signed = signer(address, key, principal) if key is not None else None
+    who = signed.principal if signed is not None else who
     view = _load(address, run, with_reports=False)
     doc = status_document(run, view.requests, view.facts, (), _now_ms())
     if doc is None:
@@ -157,9 +172,10 @@ def cancel(
     event_id = f"{run}/cancel/{uuid.uuid4().hex[:12]}"
     event = CancelRequested(header=_header(event_id, run, int(doc["generation"]), who),
                             principal=who, reason=reason)
-    _send(address, REQUESTS, event)
+    _send(address, REQUESTS, event, signed)
     if as_json:
-        typer.echo(json.dumps({"run_id": run, "event_id": event_id, "principal": who}))
+        typer.echo(json.dumps({"run_id": run, "event_id": event_id, "principal": who,
+                               "key_id": signed.key.key_id if signed else None}))
     else:
         typer.echo(f"cancel of {run} requested by {who} ({event_id}); the controller decides")
 
@@ -224,14 +240,19 @@ def _may_cancel(events: Iterable[Event], principal: str) -> bool:
     return True
 
 
-def _send(bootstrap: str, topic: str, event: Event) -> None:
-    """Write one event and wait until the broker has it (acks=all), or raise."""
+def _send(bootstrap: str, topic: str, event: Event, signed: Signer | None = None) -> None:
+    """Write one event (signed when there is a signer) and wait until the broker has it
+    (acks=all), or raise."""
     failures: list[str] = []
     # A delivery timeout below the flush timeout turns a lost write into a
     # delivery error with a reason rather than an unexplained flush timeout.
     producer = EventProducer(bootstrap, client_id="runledger-cli",
                              config={"message.timeout.ms": 15_000})
-    producer.send(topic, event, on_failure=failures.append)
+    if signed is None:
+        producer.send(topic, event, on_failure=failures.append)
+    else:
+        value, headers = signed_record(producer.codec, event, signed.key)
+        producer.send_bytes(topic, event.run_id, value, headers, on_failure=failures.append)
     producer.flush(30.0)
     if failures:
         raise KafkaOperationError(f"write to {topic}: {failures[0]}")

@@ -2,7 +2,8 @@
 
 :func:`run_demo` starts a local Kafka broker in a work directory (or uses an
 existing one), synthesizes a mixed corpus, starts the controller, the
-projector and one two-slot agent as real OS processes, submits a two-process
+projector and one two-slot agent as real OS processes, submits (signed with the
+local stack's operator key) a two-process
 torch run of ``examples/train_tiny.py`` whose rank 1 is killed between two
 checkpoints, follows the run through the kill, the automatic recovery from the
 latest committed checkpoint and its success, then lets the projection catch up
@@ -42,6 +43,7 @@ from runledger.demo.setup import (
 )
 from runledger.demo.watch import RunWatch, Stage, follow
 from runledger.errors import Interrupted, StackError
+from runledger.signer import ENV_KEY
 from runledger.stack.acls import CONTROLLER_PREFIX
 
 Say = Callable[[str], None]
@@ -116,6 +118,8 @@ class _Demo:
         self.stack: stack.Stack | None = None
         # A secure local stack's credentials directory: each service runs as its role.
         self.credentials: Path | None = None
+        # A secure local stack's signing keys: the run is submitted signed by its operator.
+        self.keys: Path | None = None
         self.services: Services | None = None
         self.watch: RunWatch | None = None
         self._t = time.monotonic()
@@ -147,8 +151,9 @@ class _Demo:
         # controller must never fence (or share offsets with) a real one.
         # Under the controller role's prefix, which its ACLs grant.
         tag = f"{CONTROLLER_PREFIX}-{domain}"
+        signing = self._signing()
         services.start("controller", ["controller", "--transactional-id", tag, "--group", tag,
-                                      *self._signing()],
+                                      *signing],
                        logs["controller"], env={**env, **self._as_role("controller")})
         services.start("projector", ["project", "--db", str(layout.db)], logs["projector"],
                        env={**env, **self._as_role("projector")})
@@ -156,11 +161,14 @@ class _Demo:
                      "RUNLEDGER_TRACE_BATCHES": str(layout.batches)}
         services.start("agent", ["agent", "--node", opts.node, "--slots", "2", "--domain", domain,
                                  "--work-dir", str(layout.agent), "--heartbeat-interval", "0.5",
-                                 "--grace", "5"], logs["agent"], env=agent_env)
+                                 "--grace", "5",
+                                 # An unsigned controller's commands carry no signature.
+                                 *(["--trust-unsigned"] if "--unsigned" in signing else [])],
+                       logs["agent"], env=agent_env)
         say(f"started controller, projector and agent {opts.node} (2 slots); logs in"
             f" {layout.root / 'logs'}")
         say(f"$ runledger submit {layout.spec}")
-        out = cli_ok(["submit", str(layout.spec), "--principal", "demo", "--json"], env)
+        out = cli_ok(["submit", str(layout.spec), *self._signer(), "--json"], env)
         run_id = str(json.loads(out)["run_id"])
         summary.run_id = run_id
         say(f"  run {run_id}: {opts.steps} steps, a checkpoint every {opts.interval},"
@@ -185,6 +193,7 @@ class _Demo:
         self.stack = stack.Stack(self.layout.stack)
         self.summary.stack_started = True
         info = self.stack.up()
+        self.keys = info.keys
         if info.credentials is not None:
             self.credentials = info.credentials.parent
             # This process reads the run's facts as an operator would.
@@ -200,8 +209,16 @@ class _Demo:
         the environment names, else (a cluster with no key at hand) unsigned."""
         key = self.layout.stack / "keys" / "controller.key"
         if self.stack is not None and key.exists():
-            return ["--signing-key", str(key)]
+            # Its stack's operator key signs the submission: unsigned requests are refused.
+            return ["--signing-key", str(key), "--require-signatures"]
         return [] if os.environ.get(ENV_SIGNING_KEY) else ["--unsigned"]
+
+    def _signer(self) -> list[str]:
+        """Who submits: the stack's operator key signs (its principal is the key's); on a
+        cluster the demo did not start, the user's own key (RUNLEDGER_KEY) or nobody's."""
+        if self.keys is not None:
+            return ["--key", str(self.keys / "operator.key")]
+        return [] if os.environ.get(ENV_KEY) else ["--principal", "demo"]
 
     def _as_role(self, role: str) -> dict[str, str]:
         """The environment that makes a process one role's principal (nothing on a
@@ -284,6 +301,12 @@ class _Demo:
         say, db = self.say, str(self.layout.db)
         say(f"\n$ runledger status {run_id}")
         say(cli_ok(["status", run_id], env).rstrip())
+        if self.keys is not None:  # a log the demo's own stack signed
+            copy = str(self.layout.root / "log-copy")
+            say(f"\n$ runledger audit verify {run_id}")
+            say(cli_ok(["audit", "verify", run_id], env).rstrip())
+            say(f"$ runledger audit export {copy}   # verify it offline: audit verify --from")
+            say(cli_ok(["audit", "export", copy], env).rstrip())
         if not self.opts.queries:
             say("\n(--no-queries: skipping the ETTR, provenance and incidents queries and the"
                 " report)")

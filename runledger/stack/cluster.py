@@ -3,8 +3,9 @@
 ``Stack(data_dir, brokers).up()`` fetches the broker jars (once, into a cache
 outside the clone), writes one combined broker+controller ``server.properties``
 per node, formats storage, starts the JVMs detached, waits until every broker
-is registered and creates the runledger topics. ``down()`` stops exactly the
-processes recorded in that data dir. :func:`cluster_up` and
+is registered and creates the runledger topics; a secure stack also gets its
+role principals and its signing keys (:mod:`runledger.stack.keys`).
+``down()`` stops exactly the processes recorded in that data dir. :func:`cluster_up` and
 :func:`cluster_status` do the same for an existing cluster
 (``RUNLEDGER_BOOTSTRAP``).
 """
@@ -27,6 +28,7 @@ from events.topics import replication_for, topic_specs
 from runledger.config import stack_data_dir
 from runledger.errors import BrokerUnreachableError, NotRunningError, StackError
 from runledger.stack import admin, principals, proc
+from runledger.stack import keys as stack_keys
 from runledger.stack import layout as cfg
 from runledger.stack.admin import TopicInfo
 from runledger.stack.credentials import admin_password, credentials_file
@@ -64,6 +66,8 @@ class StackInfo:
     # The admin's credentials file of a secure local stack (None: plaintext, or
     # an existing cluster); the role files lie next to it.
     credentials: Path | None = None
+    # The directory of the signing keys of a secure local stack (runledger.stack.keys).
+    keys: Path | None = None
 
     @property
     def secure(self) -> bool:
@@ -77,6 +81,7 @@ class StackInfo:
             "topics": self.topics,
             "secure": self.secure,
             "credentials": str(self.credentials) if self.credentials else None,
+            "keys": str(self.keys) if self.keys else None,
         }
 
 
@@ -150,12 +155,14 @@ class Stack:
             creds = self._credentials(layout)
             names = admin.ensure_topics(layout.bootstrap, topic_specs(self.brokers),
                                         replication_for(self.brokers), credentials=creds)
+            keys = None
             if layout.secure:
                 principals.ensure_roles(self.data_dir, layout.bootstrap, creds)
+                keys = stack_keys.ensure_keys(self.data_dir, layout.bootstrap, creds)
             brokers = [BrokerInfo(n.node_id, n.port, proc.read_pid(self.data_dir, n.node_id))
                        for n in layout.nodes]  # fmt: skip
             admin_file = credentials_file(self.data_dir, cfg.ADMIN) if layout.secure else None
-            return StackInfo(layout.bootstrap, brokers, self.data_dir, names, admin_file)
+            return StackInfo(layout.bootstrap, brokers, self.data_dir, names, admin_file, keys)
 
     def down(self, purge: bool = False, timeout: float = 30.0) -> list[int]:
         """Stop this data dir's brokers (SIGTERM, then SIGKILL after ``timeout``).

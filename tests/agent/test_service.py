@@ -57,7 +57,9 @@ class Running:
                            lambda: text in self.log.read_text(errors="replace"), timeout_s)
 
 
-def start_agent(bootstrap: str, tmp: Path, slots: int) -> Running:
+def start_agent(bootstrap: str, tmp: Path, slots: int, trust_unsigned: bool = True) -> Running:
+    """An agent driven by these tests' hand-made commands: ``--trust-unsigned`` unless
+    told otherwise (tests/agent/test_signed_commands.py runs one that checks)."""
     node = f"node-{uuid.uuid4().hex[:8]}"
     tail = Tail(bootstrap)
     log = tmp / f"{node}.log"
@@ -65,7 +67,7 @@ def start_agent(bootstrap: str, tmp: Path, slots: int) -> Running:
         proc = subprocess.Popen(
             [sys.executable, "-m", "runledger.cli", "agent", "--node", node, "--slots", str(slots),
              "--domain", "rack-7", "--heartbeat-interval", "0.3", "--grace", "2",
-             "--work-dir", str(tmp / node)],
+             "--work-dir", str(tmp / node), *(["--trust-unsigned"] if trust_unsigned else [])],
             env={**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap}, stdout=out, stderr=out,
         )
     agent = Running(node, proc, log, tmp / node, tail, EventProducer(bootstrap))

@@ -3,7 +3,7 @@
 Each scenario gets its own single-node Kafka (a few seconds to start), because
 a controller acts on every run it finds on the log: sharing one broker would
 let one test's controller admit another test's runs. Each cluster's
-controllers sign with one key, generated for it (``Cluster.controller_key``).
+controllers sign with the key its secure stack registered (``Cluster.controller_key``).
 """
 
 from __future__ import annotations
@@ -58,15 +58,23 @@ def spec(name: str, worker_args: list[str], **overrides: Any) -> dict[str, Any]:
 
 
 class Cluster:
-    def __init__(self, bootstrap: str, work: Path) -> None:
+    def __init__(self, bootstrap: str, work: Path, keys: Path | None = None) -> None:
         self.bootstrap = bootstrap
         self.work = work
         self.env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap}
         self.procs: list[subprocess.Popen[bytes]] = []
-        # The key every controller of this cluster signs facts and commands with.
-        self.controller_key = SigningKey.generate()
-        self.controller_key_file = work / "controller.key"
-        self.controller_key.save(self.controller_key_file)
+        self.keys = keys  # the stack's key files (admin.key, controller.key, operator.key)
+        self.registered: set[str] = set()  # operators whose keys a test registered
+        # The key every controller of this cluster signs facts and commands with: the
+        # one its secure stack registered on runledger.keys, which the agents check.
+        # A plaintext stack registers none: its controllers sign nothing and its
+        # agents take unsigned commands on the broker's word.
+        self.controller_key_file = keys / "controller.key" if keys is not None else None
+        self.controller_key = (SigningKey.load(self.controller_key_file)
+                               if self.controller_key_file is not None else None)
+        self._signing = (["--signing-key", str(self.controller_key_file)]
+                         if self.controller_key_file is not None else ["--unsigned"])
+        self._trust = [] if self.controller_key_file is not None else ["--trust-unsigned"]
 
     # -- processes ----------------------------------------------------------
 
@@ -86,7 +94,7 @@ class Cluster:
                    group: str = "ctl") -> subprocess.Popen[bytes]:
         return self._spawn(
             ["controller", "--transactional-id", txn_id, "--group", group, "--tick", "0.1",
-             "--signing-key", str(self.controller_key_file), *extra],
+             *self._signing, *extra],
             f"{name}.log",
         )
 
@@ -107,6 +115,7 @@ class Cluster:
                 "0.3",
                 "--grace",
                 str(grace),
+                *self._trust,
             ],
             f"agent-{node}.log",
         )

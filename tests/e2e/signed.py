@@ -20,7 +20,7 @@ from controller.spec import parse_spec, run_id_for
 from events.audit import AuditReport, LoggedRecord, verify
 from events.codec import default_codec
 from events.kafka import EventProducer, event_headers
-from events.model import Header, RunSubmitted
+from events.model import CancelRequested, Header, RunSubmitted
 from events.reader import LogReader
 from events.signing import SigningKey, sign_request
 from events.topics import REQUESTS, RUNS
@@ -58,9 +58,26 @@ def audit(cluster: Cluster, operators: Mapping[str, SigningKey] | None = None,
     return verify(keys.records, records, trust=CAST.admin.key_id)
 
 
+def register_operator(cluster: Cluster, principal: str, key: SigningKey) -> None:
+    """Register ``key`` as ``principal``'s (role operator) on the cluster's keys log, as an
+    admin does with the README's `runledger key register`; once per cluster."""
+    if principal in cluster.registered:
+        return
+    assert cluster.keys is not None, "a secure cluster registers keys"
+    done = cluster.cli("key", "register", principal, "--role", "operator",
+                       "--public", key.public.raw.hex(),
+                       "--admin-key", str(cluster.keys / "admin.key"))
+    assert done.returncode == 0, done.stderr
+    cluster.registered.add(principal)
+
+
 def submit_signed(cluster: Cluster, doc: dict[str, Any], principal: str,
-                  key: SigningKey) -> tuple[str, bytes]:
-    """Request the run of spec ``doc`` as ``principal``, signed; its run id and value bytes."""
+                  key: SigningKey, register: bool = True) -> tuple[str, bytes]:
+    """Request the run of spec ``doc`` as ``principal``, signed; its run id and value bytes.
+
+    The key is registered to ``principal`` first unless ``register`` is false."""
+    if register:
+        register_operator(cluster, principal, key)
     spec = parse_spec(yaml.safe_dump(doc), doc["name"])
     run_id = run_id_for(spec, principal, uuid.uuid4().hex)
     event = RunSubmitted(
@@ -75,3 +92,19 @@ def submit_signed(cluster: Cluster, doc: dict[str, Any], principal: str,
                         [*event_headers(event, version), *sign_request(key, value)])
     producer.flush(30.0)
     return run_id, value
+
+
+def cancel_signed(cluster: Cluster, run_id: str, principal: str,
+                  key: SigningKey | None) -> None:
+    """A ``CancelRequested`` claiming ``principal``, signed with ``key`` (None: unsigned),
+    written by hand: the CLI itself refuses to sign for a name that is not its key's."""
+    event = CancelRequested(
+        header=Header(f"{run_id}/cancel/{uuid.uuid4().hex[:8]}", run_id, 0,
+                      int(time.time() * 1000), f"cli/{principal}"),
+        principal=principal, reason="test")
+    value = CODEC.encode(event)
+    version = CODEC.registry.latest(event.event_type).version
+    producer = EventProducer(cluster.bootstrap, client_id="test-signed-cancel")
+    signature = sign_request(key, value) if key is not None else []
+    producer.send_bytes(REQUESTS, run_id, value, [*event_headers(event, version), *signature])
+    producer.flush(30.0)

@@ -10,8 +10,10 @@ demo's (see tests/e2e/harness.py). That costs the broker's start, about 7 s.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 import duckdb
 import pytest
 
+from events.connection import ENV_CREDENTIALS
 from events.consume import read_log
 from events.model import Event, GenerationStarted, ManifestCommitted, StepCommitted
 from events.topics import RUNS
@@ -51,6 +54,7 @@ def _ours(work: Path) -> list[int]:
 def test_the_demo_kills_a_worker_recovers_from_a_checkpoint_and_succeeds(
         tmp_path: Path) -> None:
     work = tmp_path / "demo"
+    session = os.environ.get(ENV_CREDENTIALS)
     env = {k: v for k, v in os.environ.items() if k != "RUNLEDGER_BOOTSTRAP"}
     cmd = [sys.executable, "-m", "runledger.cli", "demo", "--workdir", str(work), "--json",
            "--keep-stack", "--steps", str(STEPS), "--interval", str(INTERVAL),
@@ -62,16 +66,86 @@ def test_the_demo_kills_a_worker_recovers_from_a_checkpoint_and_succeeds(
         summary = json.loads(done.stdout)
         assert done.returncode == 0, f"{summary['error']}\n{done.stderr[-4000:]}"
         _check_summary(summary, work)
-        facts = [r.event for r in read_log(summary["bootstrap"], RUNS)
-                 if r.event.run_id == summary["run_id"]]
+        # The demo's stack has principals of its own: read as its operator.
+        os.environ[ENV_CREDENTIALS] = str(work / "stack" / "credentials" / "operator.properties")
+        try:
+            facts = [r.event for r in read_log(summary["bootstrap"], RUNS)
+                     if r.event.run_id == summary["run_id"]]
+        finally:
+            if session is None:
+                os.environ.pop(ENV_CREDENTIALS, None)
+            else:
+                os.environ[ENV_CREDENTIALS] = session
         _check_log(facts)
         _check_ettr(summary, facts)
         _check_provenance(summary, work)
+        _check_audit(summary, work)
+        _check_no_secret_leaked(work)
         assert Path(summary["report"]).is_file()
         # Every process the demo started is gone (only the broker stays, --keep-stack).
         assert _ours(work) == []
     finally:
         Stack(work / "stack").down(purge=True)
+
+
+def _audit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "runledger.cli", "audit", "verify", *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def _check_audit(summary: dict[str, Any], work: Path) -> None:
+    """The demo's signed log verifies offline from its copy; a copy with one byte
+    altered, and one with a record removed, fail, naming the record."""
+    copy = work / "log-copy"
+    assert _audit("--from", str(copy)).returncode == 0
+    lines = (copy / "runs.jsonl").read_text().splitlines()
+    run_key = base64.b64encode(summary["run_id"].encode()).decode()
+    ours = [i for i, line in enumerate(lines) if json.loads(line)["key"] == run_key]
+    at = ours[len(ours) // 2]  # a fact in the middle of the run's chain
+    doc = json.loads(lines[at])
+    where = f"{doc['topic']}[{doc['partition']}]@{doc['offset']}"
+    value = bytearray(base64.b64decode(doc["value"]))
+    value[-1] ^= 0x01
+    altered = [*lines[:at], json.dumps({**doc, "value": base64.b64encode(value).decode()}),
+               *lines[at + 1:]]
+    removed = [*lines[:at], *lines[at + 1:]]
+    for name, variant in (("altered", altered), ("removed", removed)):
+        tampered = work / f"log-copy-{name}"
+        shutil.copytree(copy, tampered)
+        (tampered / "runs.jsonl").write_text("\n".join(variant) + "\n")
+        done = _audit("--from", str(tampered))
+        assert done.returncode == 1, (name, done.stdout, done.stderr)
+        # The altered record itself; after a removal, the next fact of the run, whose
+        # link no longer matches.
+        named = where if name == "altered" else json.loads(lines[ours[ours.index(at) + 1]])
+        if name == "removed":
+            named = f"{named['topic']}[{named['partition']}]@{named['offset']}"
+        assert named in done.stdout + done.stderr, (name, done.stdout)
+
+
+def _check_no_secret_leaked(work: Path) -> None:
+    """No password and no private key of the demo's stack is in anything the demo
+    wrote besides the secret files themselves: logs, the projection, the report, the
+    summary, the log copy, the workers' files, the broker's logs and data."""
+    secrets: list[bytes] = []
+    for creds in (work / "stack" / "credentials").glob("*.properties"):
+        secrets += [line.partition("=")[2].encode() for line in creds.read_text().splitlines()
+                    if line.startswith("sasl.password=")]
+    for key in (work / "stack" / "keys").glob("*.key"):
+        body = "".join(line for line in key.read_text().splitlines() if "-----" not in line)
+        secrets.append(body.encode())
+    assert len(secrets) >= 8
+    private = {work / "stack" / "credentials", work / "stack" / "keys"}
+    checked = 0
+    for path in work.rglob("*"):
+        if not path.is_file() or any(p in path.parents for p in private):
+            continue
+        if path.name == "server.properties":  # the broker's own (owner-only) configuration
+            continue
+        data = path.read_bytes()
+        checked += 1
+        assert not any(secret in data for secret in secrets), f"a secret is in {path}"
+    assert checked > 20
 
 
 def _check_summary(summary: dict[str, Any], work: Path) -> None:

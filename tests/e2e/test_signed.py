@@ -14,12 +14,19 @@ from dataclasses import replace
 import pytest
 
 from events.audit import BAD_SIGNATURE, LoggedRecord
-from events.keyring import check_headers
+from events.keyring import UNSIGNED, WRONG_PRINCIPAL, check_headers
 from events.model import RunFinished, RunSubmitted
-from events.signing import REQUEST_SIG_HEADER, command_message, header_values
+from events.signing import REQUEST_SIG_HEADER, SigningKey, command_message, header_values
 from events.topics import COMMANDS
 from tests.e2e.harness import Cluster, of_type, spec
-from tests.e2e.signed import CODEC, audit, raw_log, submit_signed
+from tests.e2e.signed import (
+    CODEC,
+    audit,
+    cancel_signed,
+    raw_log,
+    register_operator,
+    submit_signed,
+)
 from tests.events.signed_log import CAST
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
@@ -71,3 +78,31 @@ def test_a_run_across_a_controller_kill_verifies_and_an_altered_copy_fails_where
     first_problem = broken.problems[0]
     assert (first_problem.where, first_problem.reason) == (target.where, BAD_SIGNATURE)
 
+
+
+def test_cancel_authority_is_decided_on_the_verified_principal(cluster: Cluster) -> None:
+    """With --require-signatures: a cancel by a registered operator outside the cancel
+    authority, one forged for another principal's name, and an unsigned one are each
+    recorded as a WriteRejected with its reason; the authorised principal's cancels."""
+    cluster.controller("ctl", "controller", "--require-signatures")
+    cluster.agent("n1", 2)
+    alice, mallory = SigningKey.generate(), SigningKey.generate()
+    register_operator(cluster, "mallory", mallory)
+    run, _ = submit_signed(cluster, spec("authority", ["--steps", "400", "--step-time", "0.1"]),
+                           "alice", alice)
+    cluster.wait_facts(run, lambda f: bool(of_type(f, "GenerationStarted")), what="admission")
+
+    cancel_signed(cluster, run, "mallory", mallory)  # valid signature, no authority
+    cancel_signed(cluster, run, "alice", mallory)    # mallory's key, alice's name
+    cancel_signed(cluster, run, "oncall", None)      # in the authority, but unsigned
+    facts = cluster.wait_facts(run, lambda f: len(of_type(f, "WriteRejected")) >= 3,
+                               what="three refused cancels")
+    reasons = [e.reason for e in of_type(facts, "WriteRejected")]
+    assert reasons[:3] == ["unauthorized", WRONG_PRINCIPAL, UNSIGNED]
+    assert not of_type(facts, "RunCancelled")
+
+    cancel_signed(cluster, run, "alice", alice)  # the submitter may always cancel
+    facts = cluster.wait_facts(run, lambda f: bool(of_type(f, "RunCancelled")),
+                               what="the authorised cancel")
+    (cancelled,) = of_type(facts, "RunCancelled")
+    assert cancelled.principal == "alice"

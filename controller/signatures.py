@@ -1,0 +1,91 @@
+"""Operator requests judged by their signature before the controller acts on them.
+
+A ``RunSubmitted`` or ``CancelRequested`` names its ``principal``; that name is
+believed only when the request's exact value bytes carry a signature
+(``events.signing.request_message``) of a live key that the keys log registers
+to that very principal with the operator role. So the cancel authority, and the
+principal a run is recorded under, are decided on a verified identity, never on
+a typed ``--principal``. A request that fails is refused with the reason
+(``events.keyring``: ``unsigned``, ``unknown_key``, ``bad_signature``,
+``revoked_key``, ``wrong_principal``, ``wrong_role``) and recorded as a
+``WriteRejected``, like any refused input; it changes nothing.
+
+Unsigned requests are refused only when the controller was started with
+``--require-signatures`` (which the secure demo does); without it they are
+taken on the broker's word, as before signatures existed, while a *badly*
+signed one is refused either way.
+
+:func:`judge_request` is pure; :class:`RequestJudge` keeps the ring, read
+again from the keys log when a request names a key it does not know.
+
+Tested in tests/controller/test_signatures.py.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from events.errors import KafkaOperationError
+from events.kafka import Record
+from events.keyring import EMPTY, REVOKED_KEY, UNKNOWN_KEY, UNSIGNED, KeyRing, check_headers
+from events.keys import read_ring
+from events.model import CancelRequested, RunSubmitted
+from events.signing import request_message
+from events.topics import KEYS
+
+log = logging.getLogger("runledger.controller")
+
+OPERATOR_ROLE = "operator"
+SIGNED_REQUESTS = (RunSubmitted, CancelRequested)
+
+
+def judge_request(ring: KeyRing, record: Record, *, require: bool) -> tuple[str, str] | None:
+    """None when the request may be acted on, else (reason, detail)."""
+    event = record.event
+    if not isinstance(event, SIGNED_REQUESTS):
+        return None
+    problem = check_headers(ring, record.headers, request_message(record.value),
+                            principal=event.principal, role=OPERATOR_ROLE)
+    if problem is None or (problem == UNSIGNED and not require):
+        return None
+    where = f"{record.topic}[{record.partition}]@{record.offset}"
+    return problem, (f"{event.event_type} for principal {event.principal!r} at {where}: "
+                     f"{_meaning(problem)}")
+
+
+def _meaning(problem: str) -> str:
+    return {
+        UNSIGNED: "not signed, and this controller requires signed requests "
+                  "(runledger submit/cancel --key, or RUNLEDGER_KEY)",
+        UNKNOWN_KEY: "signed by a key the keys log does not register",
+        REVOKED_KEY: "signed by a revoked key",
+    }.get(problem, "the signature does not prove this principal asked")
+
+
+class RequestJudge:
+    """The ring of registered keys, and the one question asked of each request."""
+
+    def __init__(self, bootstrap: str, *, require: bool, name: str) -> None:
+        self.bootstrap = bootstrap
+        self.require = require
+        self.name = name
+        self.ring = self._read()
+
+    def _read(self) -> KeyRing:
+        try:
+            return read_ring(self.bootstrap, name=self.name)
+        except KafkaOperationError:
+            if self.require:  # no keys log: nothing could ever be verified
+                raise
+            # A cluster made before runledger.keys existed: nothing is registered,
+            # so a signed request is refused (unknown_key) and an unsigned one taken.
+            log.warning("no %s topic: no request signature can be verified", KEYS)
+            return EMPTY
+
+    def judge(self, record: Record) -> tuple[str, str] | None:
+        refusal = judge_request(self.ring, record, require=self.require)
+        if refusal is not None and refusal[0] in (UNKNOWN_KEY, REVOKED_KEY):
+            # A key registered or revoked since the ring was read: read it again.
+            self.ring = self._read()
+            refusal = judge_request(self.ring, record, require=self.require)
+        return refusal

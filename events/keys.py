@@ -1,0 +1,42 @@
+"""The key ring as the log says it is now: ``runledger.keys`` read to its end and folded.
+
+The shell around ``events.keyring`` for the processes that judge signatures
+live (the controller judges requests, agents judge commands). The keys topic is
+small (a record per registration or revocation), so a reader re-reads it whole
+whenever a signature names a key it does not know or thinks revoked, rather
+than following it. A refused key record is logged and leaves the ring as it was.
+
+Tested in tests/agent/test_signed_commands.py and tests/controller/test_signatures.py.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from events.keyring import EMPTY, KeyRing, Refusal, apply
+from events.reader import BEGINNING, LogReader
+from events.signing import signature_of
+from events.topics import KEYS
+
+log = logging.getLogger("runledger.keys")
+READ_S = 10.0  # how long a read waits for a broker that is failing over
+
+
+def read_ring(bootstrap: str, *, name: str, retry_s: float = READ_S) -> KeyRing:
+    """The ring folded from the whole keys log, up to its end when called."""
+    reader = LogReader(bootstrap, [KEYS], start=BEGINNING, raw=True, bounded=True,
+                       strict=True, retry_s=retry_s, name=f"{name}-keys")
+    ring = EMPTY
+    try:
+        for record in reader.records():
+            signed = signature_of(record.headers)
+            key_id, signature = (None, None) if isinstance(signed, str) else signed
+            after = apply(ring, record.event, key_id, signature, record.value)
+            if isinstance(after, Refusal):
+                log.error("key record %s[%d]@%d refused: %s", record.topic, record.partition,
+                          record.offset, after)
+            else:
+                ring = after
+    finally:
+        reader.close()
+    return ring

@@ -1,0 +1,118 @@
+"""``runledger audit verify|export``: check the signed log, from a broker or from a copy.
+
+``verify`` reads ``runledger.keys`` and ``runledger.runs`` (bounded,
+``read_committed``, raw bytes and headers: :mod:`runledger.rawlog`), or a copy
+``export`` wrote (``--from DIR``: :mod:`runledger.logcopy`, no broker), and
+judges them with ``events.audit.verify``: the key ring and its trust anchor,
+and each run's hash chain of signed facts. It prints one verdict per run
+(:mod:`runledger.auditview`) and exits 1 when anything fails. ``--trust``
+pins the anchor's key id, ``--heads`` takes the run heads of an earlier
+``--json`` report so a run whose last facts were removed is noticed.
+``--keys-topic`` and ``--runs-topic`` read a mirror of the log kept under other
+topic names.
+
+Tested in tests/runledger/commands/test_audit.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from events import audit
+from events.audit import LoggedRecord
+from events.signing import is_key_id
+from events.topics import KEYS, RUNS
+from runledger import auditview, config, logcopy
+from runledger.config import AsJson, Bootstrap
+from runledger.errors import UsageError
+from runledger.rawlog import read_raw
+
+RunOption = Annotated[str | None, typer.Argument(
+    metavar="RUN", help="Only this run's verdict (every run's chain is checked all the same).")]
+Trust = Annotated[str | None, typer.Option(
+    "--trust", metavar="KEY_ID", help="The trust anchor's key id this log must have.")]
+FromDir = Annotated[Path | None, typer.Option(
+    "--from", metavar="DIR", help="Verify a copy `runledger audit export` wrote; no broker.")]
+Heads = Annotated[Path | None, typer.Option(
+    "--heads", metavar="FILE",
+    help="An earlier `audit verify --json` report: a run that no longer reaches its head "
+         "there is reported truncated.")]
+KeysTopic = Annotated[str, typer.Option("--keys-topic", help="The keys topic to read.")]
+RunsTopic = Annotated[str, typer.Option("--runs-topic", help="The runs topic to read.")]
+Target = Annotated[Path, typer.Argument(metavar="DIR", help="A new (or empty) directory.")]
+
+
+def register(app: typer.Typer) -> None:
+    audit_app = typer.Typer(help="Verify the signed log: the key ring and each run's chain.",
+                            no_args_is_help=True)
+    audit_app.command("verify")(verify)
+    audit_app.command("export")(export)
+    app.add_typer(audit_app, name="audit")
+
+
+def verify(run: RunOption = None, as_json: AsJson = False, trust: Trust = None,
+           source: FromDir = None, heads: Heads = None, keys_topic: KeysTopic = KEYS,
+           runs_topic: RunsTopic = RUNS, bootstrap: Bootstrap = None) -> None:
+    """Verify the keys log and every run's signed hash chain; one verdict line per run.
+
+    Exit 1 when anything fails: each problem names its record (topic, partition and
+    offset) and why.
+    """
+    if trust is not None and not is_key_id(trust):
+        raise UsageError(f"--trust {trust!r:.40} is not a key id (16 lowercase hex "
+                         "characters, as `runledger key list` prints)")
+    known = _heads(heads)
+    if source is not None:
+        copy = logcopy.load(source)
+        keys, runs, where = copy.keys, copy.runs, str(source)
+    else:
+        keys, runs = _read(bootstrap, keys_topic, runs_topic)
+        where = f"{keys_topic} and {runs_topic}"
+    report = audit.verify(keys, runs, trust=trust, heads=known)
+    chosen = auditview.selected(report, run)
+    if as_json:
+        typer.echo(json.dumps(auditview.document(report, chosen, len(keys), where), indent=2))
+    else:
+        for line in auditview.lines(report, chosen, len(keys)):
+            typer.echo(line)
+    if not auditview.passed(report, chosen):
+        raise auditview.failure(report, chosen)
+    typer.echo(f"verified {len(chosen)} run(s) of {where}", err=True)
+
+
+def export(target: Target, keys_topic: KeysTopic = KEYS, runs_topic: RunsTopic = RUNS,
+           bootstrap: Bootstrap = None) -> None:
+    """Copy the raw records of the keys and runs topics into DIR, for `audit verify --from`."""
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise UsageError(f"{target} exists and is not an empty directory; export into a new one")
+    address = config.bootstrap(bootstrap)
+    keys, runs = _read(bootstrap, keys_topic, runs_topic)
+    manifest = {"bootstrap": address, "topics": {"keys": keys_topic, "runs": runs_topic},
+                "exported_at_ms": time.time_ns() // 1_000_000}
+    counts = logcopy.write(target, keys, runs, manifest)
+    typer.echo(f"exported {counts[0]} key records and {counts[1]} facts to {target}")
+
+
+def _read(bootstrap: str | None, keys_topic: str,
+          runs_topic: str) -> tuple[list[LoggedRecord], list[LoggedRecord]]:
+    if keys_topic == runs_topic:
+        raise UsageError(f"--keys-topic and --runs-topic both name {keys_topic}; they are two "
+                         "topics")
+    address = config.connect(bootstrap)
+    found = read_raw(address, [keys_topic, runs_topic], patience_s=config.retry_s())
+    return found[keys_topic], found[runs_topic]
+
+
+def _heads(path: Path | None) -> dict[str, str] | None:
+    if path is None:
+        return None
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"--heads {path}: cannot read it ({exc.strerror})") from None
+    return auditview.heads_from(text, str(path))

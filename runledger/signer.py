@@ -1,0 +1,84 @@
+"""An operator's signed requests: whose key signs, and the signature beside the value bytes.
+
+``runledger submit`` and ``runledger cancel`` sign a request when a key file
+is given (``--key FILE`` or ``RUNLEDGER_KEY``). The request's ``principal`` is
+then the principal the key is registered to on ``runledger.keys``, looked up
+there (:func:`signer`): a key the log does not know, one revoked, one that is
+not an operator's, or a ``--principal`` naming someone else is refused in one
+line and nothing is written. :func:`signed_record` encodes the request once
+and signs exactly those bytes (``events.signing.sign_request``), so the
+signature verifies against what the log stores.
+
+Tested in tests/runledger/commands/test_signed_requests.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import UnsupportedAlgorithm
+
+from events.codec import Codec
+from events.kafka import Headers, event_headers
+from events.model import Event
+from events.signing import SigningKey, sign_request
+from runledger import config, keylog
+from runledger.errors import RunledgerError, UsageError
+
+ENV_KEY = "RUNLEDGER_KEY"
+OPERATOR = "operator"
+
+
+class SignerRefused(RunledgerError):
+    """The key cannot sign a request: unregistered, revoked, not an operator's, or not yours."""
+
+
+@dataclass(frozen=True, slots=True)
+class Signer:
+    key: SigningKey
+    principal: str
+    path: Path
+
+
+def load_key(path: Path, option: str) -> SigningKey:
+    """A key file, or a one-line error naming the option, the file and what to do."""
+    try:
+        return SigningKey.load(path)
+    except FileNotFoundError:
+        raise UsageError(f"{option} {path}: no such file") from None
+    except (OSError, ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        why = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"{option} {path} is not an unencrypted Ed25519 key file as "
+                         f"`runledger key create` writes ({why})") from None
+
+
+def signer(bootstrap: str, path: Path, principal: str | None) -> Signer:
+    """Who signs with the key in ``path``, from the keys log; ``principal`` must agree."""
+    key = load_key(path, f"--key (or ${ENV_KEY})")
+    ring = keylog.load_ring(bootstrap, patience_s=config.retry_s()).ring
+    entry = ring.get(key.key_id)
+    if entry is None:
+        raise SignerRefused(
+            f"key {key.key_id} ({path}) is not registered on runledger.keys; an admin "
+            f"registers it: runledger key register NAME --role {OPERATOR} --public "
+            f"{key.public.raw.hex()} --admin-key ADMIN.key")
+    if entry.revoked_at is not None:
+        raise SignerRefused(f"key {key.key_id} ({path}) of {entry.principal} was revoked; "
+                            "sign with a live key (`runledger key list` shows them)")
+    if entry.role != OPERATOR:
+        raise SignerRefused(f"key {key.key_id} ({path}) is {entry.principal}'s {entry.role} key;"
+                            f" requests are signed with an {OPERATOR} key")
+    if principal is not None and principal != entry.principal:
+        raise SignerRefused(f"--principal {principal!r} is not the principal key {key.key_id} "
+                            f"is registered to ({entry.principal!r}); a signed request is its "
+                            "key's principal's: drop --principal")
+    return Signer(key, entry.principal, path)
+
+
+def signed_record(codec: Codec, event: Event, key: SigningKey) -> tuple[bytes, Headers]:
+    """The request's value bytes and its headers: the usual ones and the signature."""
+    value = codec.encode(event)
+    # The version the codec wrote (the newest), as EventProducer.send names it.
+    version = codec.registry.latest(event.event_type).version
+    return value, [*event_headers(event, version), *sign_request(key, value)]

@@ -1,0 +1,195 @@
+"""``runledger audit verify|export`` as a user runs them: subprocesses, the session's secure broker.
+
+Facts are not signed by the controller yet, so the log under test is one built
+signed here (``tests/events/signed_log.py``: real keys, the real codec, facts
+the fold accepts) and written raw to a real topic pair that ``--keys-topic``
+and ``--runs-topic`` name. A forged fact appended on the broker is named; an
+exported copy verifies with no broker at all, and a byte flipped, a record
+removed, a forged record inserted or a run's last fact cut in that copy is
+named by where it is and why. The stack's own keys log verifies as anchored by
+its admin key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from events.audit import LoggedRecord
+from events.connection import ENV_CREDENTIALS
+from events.signing import SigningKey, sign_fact
+from runledger.logcopy import RUNS_FILE, from_line, to_line
+from tests.events.builders import Ev
+from tests.events.signed_log import CAST, CODEC, START, digest_of, story
+from tests.runledger.signed_topics import topic_pair, write
+
+NO_BROKER = {"RUNLEDGER_BOOTSTRAP": "127.0.0.1:1", "RUNLEDGER_RETRY_S": "0"}
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "runledger.cli", *args], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **(env or {})}, check=False)
+
+
+def one_line_error(out: subprocess.CompletedProcess[str], code: int, needle: str) -> None:
+    assert out.returncode == code, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith("runledger: ") and needle in line, line
+
+
+class Log:
+    """The story's signed log on a real topic pair."""
+
+    def __init__(self, bootstrap: str, unique: str) -> None:
+        self.keys_topic, self.runs_topic = topic_pair(bootstrap, unique)
+        keys, runs = story()
+        self.keys = write(bootstrap, self.keys_topic, keys.records)
+        self.runs = write(bootstrap, self.runs_topic, runs.records)
+        self.topics = ("--keys-topic", self.keys_topic, "--runs-topic", self.runs_topic)
+
+    def of(self, run: str) -> list[LoggedRecord]:
+        return [r for r in self.runs if r.key == run.encode()]
+
+
+@pytest.fixture
+def log(bootstrap: str, unique: str) -> Log:
+    return Log(bootstrap, unique)
+
+
+def forged(run: str, prev: LoggedRecord, partition: int, offset: int, topic: str) -> LoggedRecord:
+    """A fact of ``run`` chained onto ``prev`` and signed by a key nobody registered."""
+    event = Ev(run, start=START + 90_000, producer="controller").step(1, 9)
+    value = CODEC.encode(event)
+    headers = sign_fact(CAST.stranger, digest_of(prev), value)
+    return LoggedRecord(topic, partition, offset, value, headers, run.encode())
+
+
+@pytest.mark.kafka
+def test_a_sound_signed_log_verifies_with_one_ok_line_per_run(log: Log) -> None:
+    out = cli("audit", "verify", *log.topics, "--trust", CAST.admin.key_id)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith(f"trust anchor {CAST.admin.key_id} (root's admin key)")
+    assert lines[0].endswith("pinned by --trust")
+    assert lines[1] == f"keys ok: {len(log.keys)} records, 5 keys"
+    assert any(line.startswith(f"run r1: ok, {len(log.of('r1'))} facts, head ") for line in lines)
+    assert any(line.startswith("run r2: ok, ") for line in lines)
+
+    only = cli("audit", "verify", "r2", *log.topics, "--json")
+    assert only.returncode == 0, only.stderr
+    doc = json.loads(only.stdout)
+    assert doc["ok"] is True and doc["anchor"] == CAST.admin.key_id
+    assert [r["run_id"] for r in doc["runs"]] == ["r2"]
+    assert doc["runs"][0]["head"] == digest_of(log.of("r2")[-1])
+
+    one_line_error(cli("audit", "verify", "nope", *log.topics), 1, "run 'nope' has no facts")
+
+
+@pytest.mark.kafka
+def test_a_forged_fact_on_the_broker_is_named_and_fails(log: Log, bootstrap: str) -> None:
+    last = log.of("r1")[-1]
+    offset = max(r.offset for r in log.runs if r.partition == last.partition) + 1
+    [fake] = write(bootstrap, log.runs_topic,
+                   [forged("r1", last, last.partition, offset, log.runs_topic)])
+    out = cli("audit", "verify", *log.topics)
+    one_line_error(out, 1, "the log does not verify: 1 problem in 1 of ")
+    assert "run r1: FAILED, " in out.stdout and "run r2: ok" in out.stdout
+    assert (f"  {fake.where} r1: unknown_key (signed by {CAST.stranger.key_id})"
+            in out.stdout.splitlines())
+
+
+@pytest.mark.kafka
+def test_a_pinned_anchor_that_is_not_the_logs_fails(log: Log) -> None:
+    other = SigningKey.generate().key_id
+    out = cli("audit", "verify", *log.topics, "--trust", other)
+    one_line_error(out, 1, "the log does not verify")
+    assert f"untrusted_anchor (the anchor is {CAST.admin.key_id}, the pinned one {other})" \
+        in out.stdout
+    one_line_error(cli("audit", "verify", *log.topics, "--trust", "admin"), 2,
+                   "--trust 'admin' is not a key id")
+
+
+def _edit(copy: Path, target: Path, change: object) -> None:
+    shutil.copytree(copy, target)
+    path = target / RUNS_FILE
+    lines = path.read_text().splitlines()
+    assert callable(change)
+    change(lines)
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.kafka
+def test_an_exported_copy_verifies_offline_and_names_each_tampering(
+        log: Log, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    out = cli("audit", "export", str(copy), *log.topics)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (f"exported {len(log.keys)} key records and {len(log.runs)} "
+                                  f"facts to {copy}")
+    report = cli("audit", "verify", "--from", str(copy), "--json", env=NO_BROKER)
+    assert report.returncode == 0, report.stderr
+    (tmp_path / "report.json").write_text(report.stdout)
+    lines = (copy / RUNS_FILE).read_text().splitlines()
+    index = {from_line(line, "x").where: i for i, line in enumerate(lines)}
+    r1 = log.of("r1")
+
+    def flip(lines: list[str]) -> None:
+        record = from_line(lines[index[r1[3].where]], "x")
+        value = bytearray(record.value)
+        value[len(value) // 2] ^= 0x20
+        lines[index[r1[3].where]] = to_line(LoggedRecord(
+            record.topic, record.partition, record.offset, bytes(value), record.headers,
+            record.key))
+
+    def remove(lines: list[str]) -> None:
+        del lines[index[r1[2].where]]
+
+    fake = forged("r1", r1[4], r1[4].partition, 999, log.runs_topic)
+
+    def insert(lines: list[str]) -> None:
+        lines.insert(index[r1[4].where] + 1, to_line(fake))
+
+    def cut(lines: list[str]) -> None:
+        del lines[index[r1[-1].where]]
+
+    heads = ("--heads", str(tmp_path / "report.json"))
+    for name, change, extra, where, reason in [
+        ("flipped", flip, (), r1[3].where, "bad_signature"),
+        ("removed", remove, (), r1[3].where, "broken_chain"),
+        ("forged", insert, (), fake.where, "unknown_key"),
+        ("cut", cut, heads, "runledger.runs@end", "truncated"),  # past the last record
+    ]:
+        _edit(copy, tmp_path / name, change)
+        out = cli("audit", "verify", "--from", str(tmp_path / name), *extra, env=NO_BROKER)
+        one_line_error(out, 1, "the log does not verify")
+        assert "run r1: FAILED" in out.stdout and "run r2: ok" in out.stdout, name
+        assert any(line.startswith(f"  {where} r1: {reason} (")
+                   for line in out.stdout.splitlines()), (name, out.stdout)
+
+
+@pytest.mark.kafka
+def test_what_is_no_copy_and_a_used_directory_are_one_line_errors(
+        log: Log, tmp_path: Path) -> None:
+    one_line_error(cli("audit", "verify", "--from", str(tmp_path), env=NO_BROKER), 1,
+                   "manifest.json is missing")
+    (tmp_path / "mine.txt").write_text("keep")
+    one_line_error(cli("audit", "export", str(tmp_path), *log.topics), 2,
+                   "is not an empty directory")
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.txt"]
+
+
+@pytest.mark.kafka
+def test_the_stacks_own_keys_log_is_anchored_by_its_admin_key(bootstrap: str) -> None:
+    keys = Path(os.environ[ENV_CREDENTIALS]).parent.parent / "keys"
+    admin = SigningKey.load(keys / "admin.key")
+    out = cli("audit", "verify", "--json", "--trust", admin.key_id)
+    # Facts are unsigned until the controller signs them: only the keys log is judged here.
+    doc = json.loads(out.stdout)
+    assert doc["anchor"] == admin.key_id and doc["keys"]["problems"] == []

@@ -1,4 +1,4 @@
-"""A signed run audited as a user would: ``key register``, ``submit --key``, ``audit verify``.
+"""A signed run audited as a user would: ``key list``, ``submit --key``, ``audit verify``.
 
 Real processes on a private secure broker whose ``stack up`` made and
 registered its keys (tests/e2e/harness.py). The cluster's controller signs

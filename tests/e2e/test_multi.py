@@ -22,7 +22,8 @@ from events.consume import read_log
 from events.fold import apply
 from events.kafka import Record
 from events.model import RunFinished, WriteRejected
-from events.topics import RUNS
+from events.partition import partition_for
+from events.topics import RUNS, topic_specs
 from tests.e2e.harness import Cluster, spec, wait
 from tests.e2e.signed import audit
 
@@ -30,13 +31,24 @@ pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 # A killed controller's open transaction holds its partitions back until the
 # broker aborts it; a short timeout keeps the takeover inside the test's time.
 FAST = ("--transaction-timeout", "5")
+PARTITIONS = next(t.partitions for t in topic_specs(1) if t.name == RUNS)
 
 
-def _runs(cluster: Cluster, count: int, steps: int, step_time: float) -> list[str]:
-    return [cluster.submit(spec(f"multi-{i}", ["--steps", str(steps), "--step-time",
-                                                str(step_time)],
-                                topology={"replicas": 1, "slots_per_node": 1}))
-            for i in range(count)]
+def _runs(cluster: Cluster, count: int, steps: int, step_time: float,
+          spread: int = 0) -> list[str]:
+    """``count`` runs, more if needed until they lie on ``spread`` distinct partitions.
+
+    Run ids are random, so six runs may all hash onto the partitions one
+    controller owns (1 in 64 with two); runs on four of the six partitions give
+    every assignment among two or three controllers at least two owners.
+    """
+    runs: list[str] = []
+    while len(runs) < count or (len({partition_for(r, PARTITIONS) for r in runs}) < spread
+                                and len(runs) < 4 * count):
+        runs.append(cluster.submit(spec(f"multi-{len(runs)}",
+                                        ["--steps", str(steps), "--step-time", str(step_time)],
+                                        topology={"replicas": 1, "slots_per_node": 1})))
+    return runs
 
 
 def _assert_chains_verify(cluster: Cluster) -> None:
@@ -92,7 +104,7 @@ def test_two_then_three_controllers_share_the_runs_one_owner_each(cluster: Clust
     cluster.controller("ctl-b", "controller-b")
     cluster.agent("n1", 4)
     cluster.agent("n2", 4)
-    runs = _runs(cluster, 6, steps=50, step_time=0.15)
+    runs = _runs(cluster, 6, steps=50, step_time=0.15, spread=4)
     wait(lambda: sum(r.event.event_type == "MembershipConfirmed" for r in _log(cluster)) >= 3,
          90, "three runs confirmed running")
     cluster.controller("ctl-c", "controller-c")  # a rebalance while the runs run

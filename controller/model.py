@@ -48,6 +48,7 @@ from events.model import (
     WriteRejected,
 )
 from events.state import RunState
+from events.status import NO_NOTES, StatusNotes, note
 
 PlanOf = Callable[[RunSubmitted], RunPlan]
 # Records about nodes rather than runs: they change the inventory.
@@ -64,6 +65,8 @@ class Tracked:
     watch: Watch = NOTHING_SEEN
     staged: checkpoints.Staged | None = None  # the last CheckpointStaged: the auto interval's
     shards: checkpoints.Shards = field(default_factory=dict)
+    # What the status summary shows beyond the state (events.status): runledger.status.
+    status: StatusNotes = NO_NOTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,7 +196,7 @@ class Draft:
             return transition.verdict
         if before is None:
             assert isinstance(event, RunSubmitted)  # the fold accepts nothing else first
-            self._put(Tracked(state, self._plan(event)))
+            self._put(Tracked(state, self._plan(event), status=note(NO_NOTES, event)))
             return transition.verdict
         if isinstance(event, FailureClassified) and event.node:
             self._count_failure(event.node)
@@ -234,7 +237,7 @@ def _noted(before: Tracked, state: RunState, event: Event) -> Tracked:
     """The run after an accepted record: its state, and the bookkeeping the record adds."""
     staged, shards = before.staged, before.shards
     if type(event) is HeartbeatRecorded:  # most records; no bookkeeping watches them
-        return Tracked(state, before.plan, before.watch, staged, shards)
+        return Tracked(state, before.plan, before.watch, staged, shards, before.status)
     match event:
         case ShardWritten():
             shards = checkpoints.track_shard(shards, event)
@@ -243,7 +246,7 @@ def _noted(before: Tracked, state: RunState, event: Event) -> Tracked:
         case CheckpointStaged():
             staged = checkpoints.Staged(event.step, event.header.occurred_at, event.stall_ms)
     return Tracked(state, before.plan, observe_run(before.watch, event, before.state), staged,
-                   shards)
+                   shards, note(before.status, event))
 
 
 def replay(events: Iterable[Event], since: int, plan_of: PlanOf) -> Model:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from controller.chains import Chains, Outgoing, outgoing
+from controller.changelog import Changelog
 from controller.follow import Follower, held, partition_count
 from controller.guard import Encode, Problem, encoded, refuse_input, take_input, take_tick
 from controller.model import Model, PlanOf
@@ -43,7 +44,8 @@ from events.errors import Fenced, KafkaOperationError, ProducerFenced
 from events.kafka import EventProducer, Quarantine, Record
 from events.model import node_key
 from events.signing import SigningKey
-from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS
+from events.statuslog import read_status, status_partitions
+from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS, STATUS
 from events.transactions import TransactionalWriter
 
 log = logging.getLogger("runledger.controller")
@@ -115,6 +117,7 @@ class ControllerService:
         self.require_signatures = require_signatures
         self.requests: RequestJudge | None = None
         self.stats = LoopStats()
+        self.changelog = Changelog(False, 1)
 
     def run(self, stop: threading.Event | None = None) -> int:
         """Run until ``stop`` is set (exit 0) or a newer controller fences this one."""
@@ -128,6 +131,13 @@ class ControllerService:
             return FENCED_EXIT
         self._encode = writer.codec.encode
         partitions = partition_count(self.bootstrap)
+        status_parts = status_partitions(self.bootstrap, f"{self.transactional_id}-status")
+        self.changelog = Changelog(status_parts is not None, partitions,
+                                   aligned=status_parts == partitions)
+        if status_parts is None:
+            log.warning("topic %s does not exist (a cluster set up by an older runledger): "
+                        "no status summaries are written, and `runledger status` folds %s; "
+                        "`runledger stack up` creates it", STATUS, RUNS)
         follower = Follower(self.bootstrap, self.transactional_id, self.plan_of)
         self.model = follower.replay(self.clock(), self.chains)
         log.info("rebuilt %d runs from %s", len(self.model.runs), RUNS)
@@ -211,6 +221,7 @@ class ControllerService:
         for problem in problems:
             _log_problem(problem, None)
         self.ownership = own
+        out += self._summaries(model, out, facts, ready, now)
         if (out or records) and not self._commit(out, consumer, follower, writer, now):
             return
         self.model = model
@@ -230,7 +241,23 @@ class ControllerService:
             self._refused(exc, consumer, follower, now)
             return False
         self.chains.advance(moved)
+        self.changelog.committed(out)
         return True
+
+    def _summaries(self, model: Model, out: list[Outgoing], facts: list[Record],
+                   ready: frozenset[int], now: int) -> list[Outgoing]:
+        """The status summaries this cycle changed, for the runs this controller decides
+        for; every run of partitions it has just started deciding for, once."""
+        if not self.changelog.enabled:
+            return []
+        assert self.ownership is not None
+        touched = [o.event.run_id for o in out] + [r.event.run_id for r in facts]
+        if ready:
+            self.changelog.seed(read_status(
+                self.bootstrap, partitions=ready if self.changelog.aligned else None,
+                name=f"{self.transactional_id}-status"))
+            touched += self.changelog.caught_up(model, ready)
+        return self.changelog.pending(model, touched, self.ownership.owns, now)
 
     def _reassigned(self, consumer: EventConsumer, follower: Follower,
                     own: Ownership) -> Ownership:

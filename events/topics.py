@@ -6,7 +6,10 @@ the same partition count, the same partitioner), so a run's inputs and facts
 share one partition number, the unit a controller owns (§7). ``keys`` holds
 the principals' public keys (``events.principals``), one partition so key
 records are totally ordered, kept forever like ``runs``; it is not
-co-partitioned: every reader reads all of it.
+co-partitioned: every reader reads all of it. ``status`` is the compacted
+changelog of each run's folded summary (``events.status``), keyed by run id
+with as many partitions as ``runs``, so a run's summary lies on its facts'
+partition number; a derived view, never an authority.
 
 Tested in tests/test_docs.py and tests/runledger/stack/test_cluster.py.
 """
@@ -21,8 +24,9 @@ RUNS = "runledger.runs"
 COMMANDS = "runledger.commands"
 QUARANTINE = "runledger.quarantine"
 KEYS = "runledger.keys"
+STATUS = "runledger.status"
 
-ALL = (REQUESTS, REPORTS, RUNS, COMMANDS, QUARANTINE, KEYS)
+ALL = (REQUESTS, REPORTS, RUNS, COMMANDS, QUARANTINE, KEYS, STATUS)
 CO_PARTITIONED = (REQUESTS, REPORTS, RUNS)
 
 
@@ -54,6 +58,14 @@ def topic_specs(brokers: int) -> list[TopicSpec]:
         # Principals' public keys, registered and revoked by the admin: every
         # signature in the log is checked against them, forever.
         TopicSpec(KEYS, 1, {**base, "retention.ms": "-1", "retention.bytes": "-1"}),
+        # One summary per run, the newest kept (compaction): `status` reads one
+        # partition, `runs` all of them. Short segments and a low dirty ratio let
+        # the cleaner keep the tail a reader scans small; a deleted run's
+        # tombstone (none are written today) would stay a day.
+        TopicSpec(STATUS, 6, {**base, "cleanup.policy": "compact",
+                              "segment.ms": str(10 * 60_000),
+                              "min.cleanable.dirty.ratio": "0.1",
+                              "delete.retention.ms": str(86_400_000)}),
     ]
     return specs
 

@@ -92,7 +92,7 @@ def _scan(consumer: Consumer, due: dict[int, int], key: bytes | None) -> dict[st
                                     f"partitions {sorted(due)} still to read")
         for msg in messages:
             err = msg.error()
-            part = msg.partition()
+            part = msg.partition() or 0
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     due.pop(part, None)
@@ -105,6 +105,6 @@ def _scan(consumer: Consumer, due: dict[int, int], key: bytes | None) -> dict[st
                     newest.pop(k.decode(), None)  # a tombstone: the run's summary was removed
                 else:
                     newest[k.decode()] = value
-            if msg.offset() + 1 >= due.get(part, 0):
+            if (msg.offset() or 0) + 1 >= due.get(part, 0):
                 due.pop(part, None)
     return newest

@@ -148,7 +148,9 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
         lines.append(f"queued      {doc['queue_reason']}")
     for i, m in enumerate(doc["members"]):
         where = f"{m['node']}/{m['slot']}" + (f" ({m['domain']})" if m["domain"] else "")
-        if m["heartbeat_age_ms"] is None:
+        if m["heartbeat_age_ms"] is None and doc.get("source") == "runledger.status":
+            beat = "heartbeat age: `status --refold` reads the reports"
+        elif m["heartbeat_age_ms"] is None:
             beat = "no heartbeat in this generation"
         else:
             age_s = m["heartbeat_age_ms"] / 1000
@@ -177,6 +179,9 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
         lines.append(f"cancel      requested by {c['principal']} at {_iso(c['at'])}: {c['reason']}")
     if doc["outcome_reason"]:
         lines.append(f"outcome     {doc['outcome_reason']}")
+    if doc.get("source") == "runledger.status":
+        lines.append(f"source      runledger.status, summarized {_iso(doc['summarized_at'])}"
+                     " (progress lags up to 10 s; `status --refold` folds the log)")
     return lines
 
 

@@ -9,8 +9,11 @@ edge: the submission id, ``occurred_at``, and "now" for heartbeat ages.
 ``submit`` and ``cancel`` sign the request with an operator's key when one is
 given (``--key`` or ``RUNLEDGER_KEY``; :mod:`runledger.signer`).
 
-Every command reads the topics it needs from the beginning. That is fine at
-today's volumes; the DuckDB projections will answer these questions later.
+``status`` and ``runs`` read the runs' summaries on ``runledger.status``
+(``events.statuslog``: one record per run, written by the controller in the
+transaction of the facts), and fold the log only where there is no summary or
+with ``--refold``; ``cancel`` and ``submit`` read the topics they need from the
+beginning.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -34,13 +37,28 @@ from events.consume import read_log
 from events.errors import KafkaOperationError
 from events.kafka import EventProducer, Quarantined
 from events.model import CancelRequested, Event, Header, RunSubmitted
-from events.topics import REPORTS, REQUESTS, RUNS
-from runledger import config
+from events.status import RunStatusChanged
+from events.statuslog import read_status
+from events.topics import REPORTS, REQUESTS, RUNS, STATUS
+from runledger import config, statusview
 from runledger.config import AsJson, Bootstrap, Principal, RunArg, catalog_option
 from runledger.errors import RunledgerError
 from runledger.runview import UNSEEN, list_rows, status_document, status_lines
 from runledger.signer import ENV_KEY, Signer, signed_record, signer
 
+WATCH_S = 1.0  # how often `status --watch` reads the run's summary
+Refold = Annotated[bool, typer.Option(
+    "--refold", help="Fold runledger.runs instead of reading the summary on runledger.status "
+                     "(slow on a long log; adds heartbeat ages and undecided cancels).")]
+Watch = Annotated[bool, typer.Option(
+    "--watch", help="Print a line whenever the run changes, until it ends.")]
+States = Annotated[list[str] | None, typer.Option(
+    "--state", metavar="STATE", help="Only runs in this state (repeatable; any case).")]
+Since = Annotated[str | None, typer.Option(
+    "--since", metavar="DURATION|TIME",
+    help="Only runs submitted since: 90s, 15m, 2h, 7d, 1w back, or an ISO 8601 time (UTC).")]
+Limit = Annotated[int | None, typer.Option(
+    "--limit", metavar="N", help="Only the newest N of the runs selected.")]
 SpecPath = Annotated[Path, typer.Argument(metavar="SPEC.yaml", help="The run spec.")]
 SubmitCatalog = Annotated[
     str | None,
@@ -126,18 +144,69 @@ class DatasetPin:
         return manifest_id
 
 
-def status(run: RunArg, as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
-    """A run's state: generation, members and heartbeat ages, progress, checkpoint, failures."""
+def status(run: RunArg, as_json: AsJson = False, bootstrap: Bootstrap = None,
+           refold: Refold = False, watch: Watch = False) -> None:
+    """A run's state: generation, members, progress, checkpoint, failures.
+
+    Read from the run's summary on runledger.status (one record); where there is
+    none (a cluster without the topic, a run the controller has not summarized)
+    the log is folded instead, and the command says so. --refold always folds
+    it, and adds heartbeat ages and undecided cancel requests. --watch prints a
+    line whenever the run changes, until it ends.
+    """
     address = config.connect(bootstrap)
-    view = _load(address, run, with_reports=True)
-    doc = status_document(run, view.requests, view.facts, view.reports, _now_ms())
-    if doc is None:
-        raise _unknown(run)
+    if watch:
+        _watch(address, run, refold)
+        return
+    doc = _status_doc(address, run, refold)
     if as_json:
         typer.echo(json.dumps(doc, indent=2))
     else:
         for line in status_lines(doc):
             typer.echo(line)
+
+
+def _status_doc(address: str, run: str, refold: bool, quiet: bool = False) -> dict[str, Any]:
+    """The run's document from its summary, or from the folded log; unknown: refused."""
+    if not refold:
+        found = _summaries(address, run, quiet)
+        if found is not None and run in found:
+            return statusview.document(found[run])
+    view = _load(address, run, with_reports=True)
+    doc = status_document(run, view.requests, view.facts, view.reports, _now_ms())
+    if doc is None:
+        raise _unknown(run)
+    doc["source"] = statusview.REFOLD
+    return doc
+
+
+def _summaries(address: str, run: str | None, quiet: bool) -> dict[str, RunStatusChanged] | None:
+    """The newest summaries (of ``run``, or all); None, said once, where the topic is absent."""
+    def undecodable(key: str, exc: Exception) -> None:
+        typer.echo(f"runledger: warning: the summary of {key} on {STATUS}: {exc}", err=True)
+
+    try:
+        return read_status(address, run_id=run, on_undecodable=undecodable)
+    except KafkaOperationError as exc:
+        if "does not exist" not in str(exc):
+            raise
+    if not quiet:
+        typer.echo(f"runledger: note: {STATUS} does not exist (a cluster set up by an older "
+                   f"runledger); folding {RUNS} instead, which takes longer", err=True)
+    return None
+
+
+def _watch(address: str, run: str, refold: bool) -> None:
+    seen: tuple[Any, ...] | None = None
+    while True:
+        doc = _status_doc(address, run, refold, quiet=seen is not None)
+        key = statusview.watch_key(doc)
+        if key != seen:
+            typer.echo(statusview.change_line(doc, _now_ms()))
+            seen = key
+        if doc["terminal"]:
+            return
+        time.sleep(WATCH_S)
 
 
 def cancel(
@@ -180,19 +249,35 @@ def cancel(
         typer.echo(f"cancel of {run} requested by {who} ({event_id}); the controller decides")
 
 
-def runs(as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
-    """Every run on the log: id, name, principal, state, generation, submitted at."""
+def runs(as_json: AsJson = False, bootstrap: Bootstrap = None, state: States = None,
+         since: Since = None, limit: Limit = None, refold: Refold = False) -> None:
+    """Runs: id, name, principal, state, generation, submitted at; oldest first.
+
+    Read from runledger.status (every run's summary); where it is absent or empty
+    the log is folded (and the command says so), as --refold always does; only
+    then are submissions the controller has not seen yet listed (marked *).
+    """
+    wanted = statusview.states(state or [])
+    since_at = statusview.since_ms(since, _now_ms()) if since is not None else None
     address = config.connect(bootstrap)
-    view = _load(address, None, with_reports=False)
-    rows = list_rows(view.requests, view.facts)
+    found = None if refold else _summaries(address, None, quiet=False)
+    if found:
+        rows = statusview.rows(found.values())
+    else:
+        if found is not None:
+            typer.echo(f"runledger: note: {STATUS} is empty (no controller of this version has "
+                       f"summarized a run yet); folding {RUNS} instead", err=True)
+        view = _load(address, None, with_reports=False)
+        rows = list_rows(view.requests, view.facts)
+    rows = statusview.select(rows, wanted, since_at, limit)
     if as_json:
         typer.echo(json.dumps({"runs": rows}, indent=2))
         return
     typer.echo(f"{'run':<40} {'name':<24} {'principal':<14} {'state':<20} {'gen':>4}  submitted")
     for r in rows:
-        state = r["state"] + ("*" if not r["seen_by_controller"] else "")
-        typer.echo(f"{r['run_id']:<40} {r['name']:<24} {r['principal']:<14} {state:<20}"
-                   f" {r['generation']:>4}  {r['submitted_at_iso']}")
+        mark = "*" if not r["seen_by_controller"] else ""
+        typer.echo(f"{r['run_id']:<40} {r['name']:<24} {r['principal']:<14} "
+                   f"{r['state'] + mark:<20} {r['generation']:>4}  {r['submitted_at_iso']}")
     if any(not r["seen_by_controller"] for r in rows):
         typer.echo(f"* {UNSEEN}")
 

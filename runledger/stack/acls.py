@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from events.topics import COMMANDS, KEYS, QUARANTINE, REPORTS, REQUESTS, RUNS
+from events.topics import COMMANDS, KEYS, QUARANTINE, REPORTS, REQUESTS, RUNS, STATUS
 from runledger.errors import UsageError
 
 CONTROLLER_PREFIX = "runledger-controller"  # transactional ids and the consumer group
@@ -61,18 +61,20 @@ def _topics(operation: str, *names: str) -> tuple[Grant, ...]:
 
 GRANTS: dict[Role, tuple[Grant, ...]] = {
     Role.OPERATOR: (*_topics("WRITE", REQUESTS),
-                    *_topics("READ", REQUESTS, REPORTS, RUNS, KEYS, QUARANTINE)),
+                    *_topics("READ", REQUESTS, REPORTS, RUNS, KEYS, QUARANTINE, STATUS)),
     Role.AGENT: (
         *_topics("WRITE", REPORTS), *_topics("READ", COMMANDS, RUNS, KEYS),
         Grant("group", AGENT_GROUP_PREFIX, "READ", prefixed=True),
     ),
     Role.CONTROLLER: (
-        *_topics("READ", REQUESTS, REPORTS, RUNS, KEYS),
-        *_topics("WRITE", RUNS, COMMANDS, QUARANTINE),
+        # runledger.status: the runs' summaries, appended in the facts' transaction
+        # and read back when the controller starts deciding for a partition.
+        *_topics("READ", REQUESTS, REPORTS, RUNS, KEYS, STATUS),
+        *_topics("WRITE", RUNS, COMMANDS, QUARANTINE, STATUS),
         Grant("group", CONTROLLER_PREFIX, "READ", prefixed=True),
         Grant("transactional_id", CONTROLLER_PREFIX, "WRITE", prefixed=True),
     ),
-    Role.PROJECTOR: _topics("READ", RUNS, REPORTS),
+    Role.PROJECTOR: _topics("READ", RUNS, REPORTS, STATUS),
 }
 
 

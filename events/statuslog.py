@@ -12,7 +12,7 @@ no group is joined.
 :func:`status_partitions` says whether the topic exists at all: a cluster set
 up by an older runledger has none, and callers then fold ``runs`` instead.
 
-Tested in tests/events/test_statuslog.py.
+Tested in tests/e2e/test_controller.py (through `runledger status`).
 """
 
 from __future__ import annotations

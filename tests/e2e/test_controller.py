@@ -6,9 +6,11 @@ asserts on the authoritative log (``runledger.runs``), never on process logs.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
+from typing import Any
 
 import pytest
 
@@ -191,6 +193,23 @@ def test_a_killed_controller_restarts_and_issues_no_duplicate_start(cluster: Clu
     assert [g.generation for g in of_type(facts, "GenerationStarted")] == [1]
     starts = [c for c in cluster.commands(run) if isinstance(c, GroupStartCommanded)]
     assert len(starts) == len({c.command_id for c in starts}) == 1
+    # The restarted controller caught the run's summary up on runledger.status;
+    # `status` reads it (one record) and it says what folding the log says.
+    fast = wait(lambda: _summary(cluster, run), timeout=60, what="a summary of Succeeded")
+    slow = json.loads(cluster.cli("status", run, "--json", "--refold").stdout)
+    assert slow["source"] == "runledger.runs (folded)"
+    for key in ("state", "generation", "step", "tokens", "checkpoint", "failure_count",
+                "retries", "name", "principal", "spec_digest", "outcome_reason"):
+        assert fast[key] == slow[key], key
+    listed = json.loads(cluster.cli("runs", "--json", "--state", "succeeded").stdout)["runs"]
+    assert run in [r["run_id"] for r in listed]
+
+
+def _summary(cluster: Cluster, run: str) -> dict[str, Any] | None:
+    done = cluster.cli("status", run, "--json")
+    doc = json.loads(done.stdout) if done.returncode == 0 else None
+    ok = doc is not None and doc["source"] == "runledger.status" and doc["state"] == "Succeeded"
+    return doc if ok else None
 
 
 def test_a_second_controller_fences_the_first_which_exits_cleanly(cluster: Cluster) -> None:

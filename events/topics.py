@@ -62,7 +62,7 @@ def topic_specs(brokers: int) -> list[TopicSpec]:
         # partition, `runs` all of them. Short segments and a low dirty ratio let
         # the cleaner keep the tail a reader scans small; a deleted run's
         # tombstone (none are written today) would stay a day.
-        TopicSpec(STATUS, 6, {**base, "cleanup.policy": "compact",
+        TopicSpec(STATUS, 6, {**base, "cleanup.policy": "compact", "retention.ms": "-1",
                               "segment.ms": str(10 * 60_000),
                               "min.cleanable.dirty.ratio": "0.1",
                               "delete.retention.ms": str(86_400_000)}),

@@ -28,9 +28,14 @@ from events.status import RunStatusChanged, decode
 from events.topics import STATUS
 
 _BATCH = 10_000
-_POLL_S = 0.5
+# consume() waits out its whole timeout unless the batch fills: keep it short, and
+# stop at each partition's end-of-partition event instead.
+_POLL_S = 0.02
 # A reader that hears nothing for this long while records are still due gives up.
 _PATIENCE_S = 30.0
+# The broker holds a fetch that reached the end for fetch.wait.max.ms (500 ms by
+# default) hoping for more; a reader that stops at the end wants the answer now.
+_SETTINGS = {"fetch.wait.max.ms": 5}
 
 
 def status_partitions(bootstrap: str, name: str = "runledger-status") -> int | None:
@@ -54,7 +59,7 @@ def read_status(
     """The newest summary per run: of ``run_id`` only (reading its one partition), of
     the runs on ``partitions``, or of every run. Raises ``KafkaOperationError`` when
     the topic does not exist; an undecodable newest value goes to ``on_undecodable``."""
-    consumer = _consumer(bootstrap, name, None)
+    consumer = _consumer(bootstrap, name, _SETTINGS)
     try:
         parts = _partitions(consumer, [STATUS], 10.0)
         if run_id is not None:

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from controller import narrate
 from controller.chains import Chains, Outgoing, outgoing
 from controller.follow import Follower, held, partition_count
 from controller.guard import Encode, Problem, encoded, refuse_input, take_input, take_tick
@@ -230,6 +231,8 @@ class ControllerService:
             self._refused(exc, consumer, follower, now)
             return False
         self.chains.advance(moved)
+        for o in signed:
+            log.log(*narrate.line(o.topic, o.event))
         return True
 
     def _reassigned(self, consumer: EventConsumer, follower: Follower,

@@ -13,7 +13,7 @@ RUNLEDGER := $(VENV)/bin/runledger
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 STACK_ARGS ?=
-# e.g. make demo DEMO_ARGS='--workdir /tmp/rl-demo --keep-stack'
+# e.g. make demo DEMO_ARGS='--work-dir /tmp/rl-demo --keep-stack'
 DEMO_ARGS ?=
 
 .PHONY: venv jars chromium test lint bench-smoke stack-up stack-down demo

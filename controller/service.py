@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from controller import narrate
 from controller.chains import Chains, Outgoing, outgoing
 from controller.changelog import Changelog
 from controller.follow import Follower, held, partition_count
@@ -242,6 +243,8 @@ class ControllerService:
             return False
         self.chains.advance(moved)
         self.changelog.committed(out)
+        for o in signed:
+            log.log(*narrate.line(o.topic, o.event))
         return True
 
     def _summaries(self, model: Model, out: list[Outgoing], facts: list[Record],

@@ -25,6 +25,7 @@ Tested in tests/events/test_connection.py.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 from collections.abc import Mapping
@@ -34,6 +35,15 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from events.errors import CredentialsError
+
+# librdkafka's own messages (connection failures, retries) go to this logger at
+# their syslog level mapped to logging's, instead of straight onto stderr. The
+# NullHandler keeps them off stderr where nothing configured logging (a plain
+# CLI command, whose broker errors arrive as one line anyway); a service that
+# calls logging.basicConfig sees them through propagation, WARNING and up.
+KAFKA_LOG = logging.getLogger("runledger.kafka")
+KAFKA_LOG.addHandler(logging.NullHandler())
+KAFKA_LOG.setLevel(logging.WARNING)
 
 ENV_CREDENTIALS = "RUNLEDGER_CREDENTIALS"
 _ALLOWED_PREFIXES = ("sasl.", "ssl.")
@@ -95,9 +105,10 @@ def client_config(bootstrap: str, settings: Mapping[str, Any] | None = None,
                   credentials: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """A librdkafka configuration: bootstrap, then ``settings``, then the credentials.
 
-    The credentials come last so no caller's setting can turn authentication off.
+    The credentials come last so no caller's setting can turn authentication off;
+    librdkafka logs through :data:`KAFKA_LOG` unless ``settings`` names a logger.
     """
-    return {"bootstrap.servers": bootstrap, **(settings or {}),
+    return {"bootstrap.servers": bootstrap, "logger": KAFKA_LOG, **(settings or {}),
             **security_settings(credentials)}
 
 

@@ -45,7 +45,8 @@ def bootstrap_from_env(explicit: str | None = None) -> str:
     value = explicit or os.environ.get(ENV_BOOTSTRAP, "")
     if not value:
         raise BrokerUnavailable(
-            f"no Kafka bootstrap address: set {ENV_BOOTSTRAP} or start `runledger stack up`"
+            f"no Kafka bootstrap address: pass --bootstrap, set {ENV_BOOTSTRAP}, or start"
+            " `runledger stack up`"
         )
     return value
 

@@ -11,6 +11,8 @@ Tested in tests/runledger/commands/test_query.py.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import uuid
 from typing import Any
 
@@ -23,6 +25,31 @@ def _segment(run_id: str, link: dict[str, Any]) -> str:
     return f"{NS}:{run_id}/g{link['generation']}/steps-{link['step_from']}-{link['step']}"
 
 
+def utc(value: Any) -> str | None:
+    """An RFC 3339 time with its offset: the projection keeps UTC without a zone,
+    and both PROV (xsd:dateTime) and OpenLineage (date-time) want it explicit."""
+    if value is None:
+        return None
+    when = value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.isoformat()
+
+
+def _typed(value: Any) -> Any:
+    """A PROV-JSON attribute value. A bare JSON list would be read as several values
+    of one attribute (order and duplicates lost), and a bare object is no value at
+    all, so both travel as a typed literal holding their JSON text."""
+    if isinstance(value, list | dict):
+        return {"$": json.dumps(value, sort_keys=True, separators=(",", ":")),
+                "type": f"{NS}:json"}
+    return value
+
+
+def _qname(name: str) -> dict[str, str]:
+    return {"$": name, "type": "prov:QUALIFIED_NAME"}
+
+
 def prov(run_id: str, chain: list[dict[str, Any]],
          dataset: dict[str, Any] | None = None) -> dict[str, Any]:
     """PROV-JSON: checkpoints and the dataset are entities, each segment of training
@@ -33,26 +60,29 @@ def prov(run_id: str, chain: list[dict[str, Any]],
     generated: dict[str, Any] = {}
     derived: dict[str, Any] = {}
     associated: dict[str, Any] = {}
-    agent = {f"{NS}:run/{run_id}": {"prov:type": "prov:SoftwareAgent"}}
+    agent = {f"{NS}:run/{run_id}": {"prov:type": _qname("prov:SoftwareAgent")}}
     for link in chain:
         ck = f"{NS}:{link['manifest_digest']}"
-        entity[ck] = {"prov:type": f"{NS}:Checkpoint", f"{NS}:step": link["step"],
+        entity[ck] = {"prov:type": _qname(f"{NS}:Checkpoint"), f"{NS}:step": link["step"],
                       f"{NS}:generation": link["generation"],
                       f"{NS}:manifest": link["manifest_path"],
-                      f"{NS}:positions": [link["position_from"], link["position_to"]],
-                      f"{NS}:sourceCounts": link["source_counts"],
+                      f"{NS}:positionFrom": link["position_from"],
+                      f"{NS}:positionTo": link["position_to"],
+                      f"{NS}:sourceCounts": _typed(link["source_counts"]),
                       f"{NS}:codeVersion": link["code_version"]}
         seg = _segment(run_id, link)
-        activity[seg] = {"prov:type": f"{NS}:TrainingSegment",
-                         f"{NS}:steps": [link["step_from"], link["step"]]}
+        activity[seg] = _times(link) | {"prov:type": _qname(f"{NS}:TrainingSegment"),
+                                        f"{NS}:stepFrom": link["step_from"],
+                                        f"{NS}:stepTo": link["step"]}
         generated[f"_:gen/{link['manifest_digest']}"] = {"prov:entity": ck, "prov:activity": seg}
         associated[f"_:assoc/{seg}"] = {"prov:activity": seg, "prov:agent": f"{NS}:run/{run_id}"}
         if link.get("dataset_id"):
             ds = f"{NS}:{link['dataset_id']}"
-            entity.setdefault(ds, {"prov:type": f"{NS}:Dataset", **_dataset_attrs(dataset)})
+            entity.setdefault(ds, {"prov:type": _qname(f"{NS}:Dataset"),
+                                   **_dataset_attrs(dataset)})
             used[f"_:used/{seg}/data"] = {"prov:activity": seg, "prov:entity": ds,
-                                          f"{NS}:positions": [link["position_from"],
-                                                              link["position_to"]]}
+                                          f"{NS}:positionFrom": link["position_from"],
+                                          f"{NS}:positionTo": link["position_to"]}
         if link.get("parent_digest"):
             parent = f"{NS}:{link['parent_digest']}"
             used[f"_:used/{seg}/parent"] = {"prov:activity": seg, "prov:entity": parent}
@@ -63,10 +93,18 @@ def prov(run_id: str, chain: list[dict[str, Any]],
             "wasAssociatedWith": associated}
 
 
+def _times(link: dict[str, Any]) -> dict[str, str]:
+    """The segment's start (its parent's commit, or its generation's start) and end
+    (its checkpoint's commit), where the projection knows them."""
+    times = {"prov:startTime": utc(link.get("started_at")),
+             "prov:endTime": utc(link.get("committed_at"))}
+    return {k: v for k, v in times.items() if v is not None}
+
+
 def _dataset_attrs(dataset: dict[str, Any] | None) -> dict[str, Any]:
     if not dataset:
         return {}
-    return {f"{NS}:{k}": v for k, v in dataset.items() if v is not None}
+    return {f"{NS}:{k}": _typed(v) for k, v in dataset.items() if v is not None}
 
 
 def openlineage(run_id: str, chain: list[dict[str, Any]],
@@ -74,8 +112,9 @@ def openlineage(run_id: str, chain: list[dict[str, Any]],
                 producer: str = "https://github.com/runledger/runledger") -> dict[str, Any]:
     """An OpenLineage COMPLETE run event: the run read the dataset and wrote the checkpoint.
 
-    ``event_time`` is the checkpoint's commit time (ISO 8601), given by the caller
-    from the log, so the document does not depend on when it was exported.
+    ``event_time`` is the checkpoint's commit time (ISO 8601; UTC when it has no
+    offset), given by the caller from the log, so the document does not depend on
+    when it was exported.
     """
     head = chain[0]
     inputs = []
@@ -97,8 +136,8 @@ def openlineage(run_id: str, chain: list[dict[str, Any]],
                     "parent": head["parent_digest"], "step": head["step"],
                     "generation": head["generation"]}}}]
     return {
-        "eventType": "COMPLETE", "eventTime": event_time, "producer": producer,
-        "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/definitions/RunEvent",
+        "eventType": "COMPLETE", "eventTime": utc(event_time), "producer": producer,
+        "schemaURL": "https://openlineage.io/spec/2-0-2/OpenLineage.json#/$defs/RunEvent",
         "run": {"runId": str(uuid.uuid5(_UUID_NS, run_id)),
                 "facets": {"runledger_run": {"_producer": producer,
                                              "_schemaURL": "https://runledger.dev/facets/run.json",

@@ -52,7 +52,13 @@ chain(depth, manifest_digest) AS (
 ),
 linked AS (
     SELECT c.depth, x.*, p.step AS parent_step, p.position AS parent_position,
-           p.c_topic AS p_topic, p.c_part AS p_part, p.c_ofs AS p_ofs
+           p.c_topic AS p_topic, p.c_part AS p_part, p.c_ofs AS p_ofs,
+           -- the segment began at its parent's commit when both lie in one generation,
+           -- else when its generation started (a restart resumes from an older parent)
+           CASE WHEN p.generation = x.generation THEN p.committed_at
+                ELSE (SELECT min(g.started_at) FROM generations g
+                      WHERE g.run_id = getvariable('run_id')
+                        AND g.generation = x.generation) END AS began_at
     FROM chain c JOIN parents x USING (manifest_digest)
     LEFT JOIN parents p ON p.manifest_digest = x.parent_digest
 ),
@@ -76,6 +82,7 @@ SELECT
     (SELECT json_extract_string(json_extract_string(e.payload, '$.spec_json'), '$.code_version')
        FROM events e WHERE e.run_id = getvariable('run_id') AND e.event_type = 'RunSubmitted'
        AND e.topic = 'runledger.runs' LIMIT 1) AS code_version,
-    l.manifest_digest, l.parent_digest, l.manifest_path, epoch_ms(l.committed_at) AS committed_at
+    l.manifest_digest, l.parent_digest, l.manifest_path, epoch_ms(l.committed_at) AS committed_at,
+    epoch_ms(l.began_at) AS started_at
 FROM linked l LEFT JOIN counts k USING (manifest_digest)
 ORDER BY l.depth;

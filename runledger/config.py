@@ -8,8 +8,10 @@ Configuration comes from the environment, with one default each:
 - ``RUNLEDGER_HOME`` (default ``~/.local/state/runledger``): the projection
   (:func:`default_db`), the agents' work directories (:func:`agent_work_dir`)
   and the local stack (:func:`stack_data_dir`);
-- ``RUNLEDGER_BOOTSTRAP`` or ``--bootstrap``: the Kafka cluster
-  (:func:`bootstrap`, :func:`connect`, :func:`external_bootstrap`);
+- ``--bootstrap``, else ``RUNLEDGER_BOOTSTRAP``, else the stack ``stack up``
+  started last (:mod:`runledger.current`, with its operator credentials when
+  ``RUNLEDGER_CREDENTIALS`` is unset): the Kafka cluster (:func:`bootstrap`,
+  :func:`connect`, :func:`external_bootstrap`);
 - ``RUNLEDGER_DATASETS`` or ``--catalog``: the dataset catalog (:func:`catalog`);
 - ``RUNLEDGER_RETRY_S`` (default 30): how long a command waits for a broker that
   is down or failing over before it gives up with one line (:func:`retry_s`).
@@ -28,8 +30,10 @@ from typing import Annotated, Any
 import typer
 
 from dataplane.catalog import Catalog, default_catalog_url
+from events.connection import ENV_CREDENTIALS
 from events.errors import BrokerUnavailable
 from events.kafka import ENV_BOOTSTRAP, bootstrap_from_env, check_broker
+from runledger import current
 from runledger.errors import UsageError
 
 HOME_ENV = "RUNLEDGER_HOME"
@@ -103,8 +107,21 @@ def external_bootstrap() -> str | None:
 
 
 def bootstrap(explicit: str | None = None) -> str:
-    """``--bootstrap``, else ``RUNLEDGER_BOOTSTRAP``; an ``EventsError`` naming both if neither."""
-    return bootstrap_from_env(explicit)
+    """``--bootstrap``, else ``RUNLEDGER_BOOTSTRAP``, else the remembered local stack;
+    a ``BrokerUnavailable`` naming all three if none."""
+    if explicit or external_bootstrap():
+        return bootstrap_from_env(explicit)
+    stack = current.recall(home())
+    if stack is None:
+        raise BrokerUnavailable(
+            f"no Kafka bootstrap address: pass --bootstrap, set {ENV_BOOTSTRAP}, or start a"
+            f" local stack with `runledger stack up` (it is remembered in"
+            f" {current.pointer(home())})")
+    if stack.credentials is not None and not os.environ.get(ENV_CREDENTIALS):
+        # The clients read the credentials from the environment (events.connection);
+        # only this process's copy is set, and only for the remembered stack's address.
+        os.environ[ENV_CREDENTIALS] = str(stack.credentials)
+    return stack.bootstrap
 
 
 def retry_s() -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +30,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # process, even when it is killed before any teardown runs (tests/reaper.py).
     if reaper.MARK not in os.environ:
         reaper.start()
+    # `stack up` remembers its stack under RUNLEDGER_HOME and other commands use it:
+    # tests must neither see the user's stack nor leave theirs behind for the user.
+    os.environ["RUNLEDGER_HOME"] = tempfile.mkdtemp(prefix="runledger-test-home-")
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
+import fsspec
 import typer
 
 from events.consume import read_log
@@ -39,18 +40,31 @@ def _facts(bootstrap: str, run: str) -> list[Event]:
 
 
 def list_(run: RunArg, as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
-    """Every committed checkpoint of a run, oldest first, with revocations."""
+    """Every committed checkpoint of a run, oldest first, with revocations and those
+    whose manifest is gone from storage (removed by `checkpoint gc` under retention)."""
     facts = _facts(config.connect(bootstrap), run)
     revoked = {e.manifest_digest: e.reason for e in facts if isinstance(e, CheckpointRevoked)}
     rows = [{"generation": e.generation, "step": e.step, "manifest": e.manifest_path,
-             "digest": e.manifest_digest, "revoked": revoked.get(e.manifest_digest)}
+             "digest": e.manifest_digest, "revoked": revoked.get(e.manifest_digest),
+             "removed": not _stored(e.manifest_path)}
             for e in facts if isinstance(e, ManifestCommitted)]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
     for r in rows:
         mark = f"  REVOKED ({r['revoked']})" if r["revoked"] else ""
+        mark += "  REMOVED (gone from storage: retention)" if r["removed"] else ""
         typer.echo(f"g{r['generation']:<4} step {r['step']:<8} {r['manifest']}{mark}")
+
+
+def _stored(manifest: str) -> bool:
+    """Whether the manifest is still in storage: the log keeps every commit, gc removes
+    the files, so storage is what tells a removed checkpoint from a kept one."""
+    try:
+        fs, path = fsspec.core.url_to_fs(manifest)
+        return bool(fs.exists(path))
+    except (OSError, ValueError, ImportError):
+        return True  # unreachable storage proves nothing removed
 
 
 def gc(
@@ -61,10 +75,14 @@ def gc(
     limit: Annotated[int, typer.Option("--limit", min=1, help="Directories per pass.")] = 16,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would go.")] = False,
     bootstrap: Bootstrap = None,
+    as_json: AsJson = False,
 ) -> None:
     """Remove checkpoints outside retention and fenced staging residue; never the latest."""
     facts = _facts(config.connect(bootstrap), run)
     urls = collect(root, run, history(facts), Retention(keep_last, keep_every, limit),
                    dry_run=dry_run)
+    if as_json:
+        typer.echo(json.dumps({"run_id": run, "dry_run": dry_run, "removed": list(urls)}))
+        return
     for url in urls:
         typer.echo(("would remove " if dry_run else "removed ") + url)

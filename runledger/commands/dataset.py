@@ -124,21 +124,25 @@ def alias_cmd(
     name: Annotated[str, typer.Argument(metavar="NAME", help="The alias, e.g. corpus/latest.")],
     ref: Ref,
     catalog: CatalogUrl = None,
+    as_json: AsJson = False,
 ) -> None:
     """Point NAME at a stored manifest (given by id or by another alias)."""
     with _io_errors():
         store = config.catalog(catalog)
         mid = store.resolve(ref)
         previous = store.set_alias(name, mid)
+    if as_json:
+        typer.echo(json.dumps({"alias": name, "manifest_id": mid, "previous": previous}))
+        return
     was = f" (was {previous})" if previous and previous != mid else ""
     typer.echo(f"{name} -> {mid}{was}")
 
 
-def resolve(ref: Ref, catalog: CatalogUrl = None) -> None:
+def resolve(ref: Ref, catalog: CatalogUrl = None, as_json: AsJson = False) -> None:
     """Print the manifest id an alias (or id) names."""
     with _io_errors():
         mid = config.catalog(catalog).resolve(ref)
-    typer.echo(mid)
+    typer.echo(json.dumps({"ref": ref, "manifest_id": mid}) if as_json else mid)
 
 
 def list_cmd(catalog: CatalogUrl = None, as_json: AsJson = False) -> None:

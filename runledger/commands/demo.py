@@ -25,8 +25,10 @@ from runledger.demo.setup import DemoOptions
 _D = DemoOptions()
 
 Workdir = Annotated[Path | None, typer.Option(
-    "--workdir", help="A new or empty directory for everything the demo writes (default:"
-                      " a fresh temporary directory).")]
+    "--work-dir", help="A new or empty directory for everything the demo writes (default:"
+                       " a fresh temporary directory).")]
+# The old spelling, kept working but out of --help: one spelling, as `agent --work-dir`.
+OldWorkdir = Annotated[Path | None, typer.Option("--workdir", hidden=True)]
 DemoBootstrap = Annotated[str | None, typer.Option(
     "--bootstrap", envvar="RUNLEDGER_BOOTSTRAP",
     help="Use this Kafka cluster (default $RUNLEDGER_BOOTSTRAP) instead of starting a"
@@ -70,11 +72,12 @@ def demo(
     keep_stack: KeepStack = False,
     as_json: SummaryJson = False,
     summary_file: SummaryFile = None,
+    old_workdir: OldWorkdir = None,
 ) -> None:
     """Run the whole system on this machine: a broker, a controller, a projector and an
     agent as processes, a 2-process torch run with a worker killed between checkpoints,
     its recovery and success, then status, ETTR, provenance, incidents and the report."""
-    opts = DemoOptions(workdir=workdir, bootstrap=bootstrap or None, steps=steps,
+    opts = DemoOptions(workdir=workdir or old_workdir, bootstrap=bootstrap or None, steps=steps,
                        interval=interval, kill_step=kill_step, step_sleep_s=step_sleep,
                        timeout_s=timeout, stall_s=stall_timeout, queries=queries,
                        keep_stack=keep_stack)

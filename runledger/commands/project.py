@@ -31,6 +31,8 @@ NewDb = Annotated[Path, db_option("The DuckDB file.")]
 Once = Annotated[bool, typer.Option(
     "--once", help="Project what the log holds now (its ends when the command starts), then stop.")]
 Digests = Annotated[bool, typer.Option("--json", help="Print the table digests.")]
+ProjectJson = Annotated[bool, typer.Option(
+    "--json", help="On stopping, print {records, db} as one JSON object.")]
 
 # ETTR per run on each scrape: the queries package's SQL over the projector's own cursor.
 ETTR_OF: EttrOf | None = ettr_all
@@ -46,6 +48,7 @@ def project(
     once: Once = False,
     bootstrap: Bootstrap = None,
     metrics_address: MetricsAddress = None,
+    as_json: ProjectJson = False,
 ) -> None:
     """Project runledger.runs and runledger.reports into DuckDB, resuming after the
     offsets stored with the last applied batch."""
@@ -66,7 +69,10 @@ def project(
         if server is not None:
             server.close()  # first: its cursor lives on the projector's connection
         projector.close()
-    typer.echo(f"projected {n} records into {path}")
+    if as_json:
+        typer.echo(json.dumps({"records": n, "db": str(path)}))
+    else:
+        typer.echo(f"projected {n} records into {path}")
 
 
 def replay(db: NewDb, as_json: Digests = False, bootstrap: Bootstrap = None) -> None:

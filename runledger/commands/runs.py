@@ -66,6 +66,9 @@ SubmitCatalog = Annotated[
                    " $RUNLEDGER_DATASETS or ~/.local/share/runledger/datasets)."),
 ]
 Reason = Annotated[str, typer.Option("--reason", help="Why; recorded with the request.")]
+DryRun = Annotated[bool, typer.Option(
+    "--dry-run", help="Validate the spec (dataset resolution included) and print the canonical"
+                      " spec and its digest; write nothing, need no broker.")]
 KeyOption = Annotated[Path | None, typer.Option(
     "--key", metavar="FILE", envvar=ENV_KEY, show_envvar=False,
     help=f"Sign the request with this key file (default ${ENV_KEY}); the principal is then "
@@ -86,6 +89,7 @@ def submit(
     bootstrap: Bootstrap = None,
     catalog: SubmitCatalog = None,
     key: KeyOption = None,
+    dry_run: DryRun = False,
 ) -> None:
     """Validate a run spec and request the run; print its run id.
 
@@ -97,6 +101,12 @@ def submit(
     spec = load_spec(spec_path, resolve_dataset=pin)
     if pin.alias is not None:
         typer.echo(f"resolved {pin.alias} -> {spec.dataset}", err=True)
+    if dry_run:
+        # What the controller would record: the canonical spec and the digest
+        # the run's facts carry. No run id: that needs a submission id and a principal.
+        doc = {"spec_digest": spec.digest(), "spec": json.loads(spec.canonical_json())}
+        typer.echo(json.dumps(doc) if as_json else json.dumps(doc, indent=2, sort_keys=True))
+        return
     who = _principal(principal) if key is None else ""
     address = config.connect(bootstrap)
     signed = signer(address, key, principal) if key is not None else None

@@ -2,7 +2,9 @@
 
 The work is in :mod:`runledger.stack`. Without ``--data-dir``,
 ``RUNLEDGER_BOOTSTRAP`` points ``up`` (topics only) and ``status`` at an
-existing cluster.
+existing cluster. ``up`` of a local stack remembers it (:mod:`runledger.current`)
+so that every other command finds it; ``down`` forgets it, and ``down`` and
+``status`` without ``--data-dir`` act on the remembered one.
 
 Tested in tests/runledger/stack/test_cluster.py.
 """
@@ -15,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from runledger import config
+from runledger import config, current
 from runledger.config import AsJson
 from runledger.errors import NotRunningError
 from runledger.stack import Stack, StackStatus, cluster_status, cluster_up
@@ -25,7 +27,8 @@ DataDir = Annotated[
     Path | None,
     typer.Option(
         "--data-dir",
-        help="State directory (default $RUNLEDGER_HOME/stack or ~/.local/state/runledger/stack).",
+        help="State directory (default: up: $RUNLEDGER_HOME/stack; down, status: the stack"
+             " `up` remembered, else that one).",
     ),
 ]
 Brokers = Annotated[int, typer.Option(help="Nodes: 1, or 3 for replication tests.")]
@@ -65,21 +68,27 @@ def up(data_dir: DataDir = None, brokers: Brokers = 1, port: Port = None,
     if external is not None:
         info = cluster_up(external)
     else:
-        info = Stack(data_dir, brokers, secure=False if insecure else None, tls=tls).up(port)
+        local = Stack(data_dir, brokers, secure=False if insecure else None, tls=tls)
+        info = local.up(port)
+        current.remember(config.home(), local.data_dir)
     if as_json:
         _print_json(info.to_json())
         return
     typer.echo(info.bootstrap)
+    if external is None:
+        typer.echo(f"remembered in {current.pointer(config.home())}: other commands use this"
+                   " stack unless --bootstrap or RUNLEDGER_BOOTSTRAP names another", err=True)
     if info.credentials is not None:
         typer.echo(f"secure: SASL/SCRAM and ACLs; credentials of admin and each role in "
-                   f"{info.credentials.parent}/ (use: export RUNLEDGER_CREDENTIALS="
-                   f"{info.credentials.parent}/operator.properties)", err=True)
+                   f"{info.credentials.parent}/ (commands use {current.ROLE}.properties"
+                   f" unless RUNLEDGER_CREDENTIALS names another)", err=True)
 
 
 def down(data_dir: DataDir = None, purge: Purge = False, as_json: AsJson = False) -> None:
     """Stop the brokers this data directory started (never any other process)."""
-    target = Stack(data_dir)
+    target = Stack(data_dir or current.remembered_dir(config.home()))
     pids = target.down(purge=purge)
+    current.forget(config.home(), target.data_dir)
     if as_json:
         _print_json({"data_dir": str(target.data_dir), "stopped": pids, "purged": purge})
     elif pids:
@@ -91,7 +100,8 @@ def down(data_dir: DataDir = None, purge: Purge = False, as_json: AsJson = False
 def status(data_dir: DataDir = None, as_json: AsJson = False) -> None:
     """Brokers (process alive? port answering?) and topics. Exit 1 if nothing runs."""
     external = config.external_bootstrap() if data_dir is None else None
-    report = cluster_status(external) if external is not None else Stack(data_dir).status()
+    local = data_dir or current.remembered_dir(config.home())
+    report = cluster_status(external) if external is not None else Stack(local).status()
     if as_json:
         _print_json(report.to_json())
     else:

@@ -131,7 +131,7 @@ def prepare_workdir(requested: Path | None) -> Layout:
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         # A second demo in the same place would find the first one's broker,
         # catalog and projection: refuse rather than mix two demos.
-        raise DemoError(f"--workdir {root} exists and is not an empty directory; name a new one")
+        raise DemoError(f"--work-dir {root} exists and is not an empty directory; name a new one")
     root.mkdir(parents=True, exist_ok=True)
     return Layout(root)
 

@@ -56,7 +56,7 @@ def test_the_demo_kills_a_worker_recovers_from_a_checkpoint_and_succeeds(
     work = tmp_path / "demo"
     session = os.environ.get(ENV_CREDENTIALS)
     env = {k: v for k, v in os.environ.items() if k != "RUNLEDGER_BOOTSTRAP"}
-    cmd = [sys.executable, "-m", "runledger.cli", "demo", "--workdir", str(work), "--json",
+    cmd = [sys.executable, "-m", "runledger.cli", "demo", "--work-dir", str(work), "--json",
            "--keep-stack", "--steps", str(STEPS), "--interval", str(INTERVAL),
            "--kill-step", str(KILL), "--step-sleep", "0.3", "--timeout", "400"]
     try:

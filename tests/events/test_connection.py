@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Producer
 
 from events.connection import (
     ANONYMOUS,
@@ -101,3 +103,21 @@ def test_without_credentials_the_hint_is_to_set_them(monkeypatch: pytest.MonkeyP
     line = refused(KafkaError.TOPIC_AUTHORIZATION_FAILED, "read", "t")
     assert line is not None and f"principal {ANONYMOUS!r}" in line
     assert "set RUNLEDGER_CREDENTIALS" in line
+
+
+def test_librdkafka_messages_go_to_python_logging_not_stderr(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A producer aimed at a port nobody serves: librdkafka's connection errors
+    arrive as records of ``runledger.kafka`` (served by poll), none on fd 2."""
+    producer = Producer(client_config("127.0.0.1:1", {"socket.connection.setup.timeout.ms": 1000}))
+    with caplog.at_level(logging.WARNING, logger="runledger.kafka"):
+        deadline = time.monotonic() + 60  # generous: a loaded machine
+        while time.monotonic() < deadline and not any(
+                r.name == "runledger.kafka" for r in caplog.records):
+            producer.poll(0.2)
+    records = [r for r in caplog.records if r.name == "runledger.kafka"]
+    assert records, "librdkafka logged nothing through Python logging"
+    assert all(r.levelno >= logging.WARNING for r in records)
+    assert any("127.0.0.1:1" in r.getMessage() for r in records)
+    assert "127.0.0.1:1" not in capfd.readouterr().err

@@ -78,6 +78,11 @@ def test_synth_build_show_resolve_list(built: tuple[str, str, Path]) -> None:
     assert resolved.stdout == f"{mid}\n"
     assert cli("dataset", "alias", "corpus/stable", "corpus/latest", "--catalog",
                catalog).stdout == f"corpus/stable -> {mid}\n"
+    assert json.loads(cli("dataset", "resolve", "corpus/stable", "--catalog", catalog,
+                          "--json").stdout) == {"ref": "corpus/stable", "manifest_id": mid}
+    assert json.loads(cli("dataset", "alias", "corpus/stable", mid, "--catalog", catalog,
+                          "--json").stdout) == {"alias": "corpus/stable", "manifest_id": mid,
+                                                "previous": mid}
 
     listing = cli("dataset", "list", "--catalog", catalog)
     assert listing.exit_code == 0

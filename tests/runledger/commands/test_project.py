@@ -41,6 +41,10 @@ def test_replay_rebuilds_the_projection_and_prints_equal_digests(
     assert projected.returncode == 0, projected.stderr
     assert projected.stdout.startswith("projected ") and str(live) in projected.stdout
     assert count(live, f"SELECT count(*) FROM steps WHERE run_id = '{run_id}'") == 30
+    again = cli("project", "--db", str(live), "--once", "--json", bootstrap=bootstrap)
+    assert again.returncode == 0, again.stderr
+    # resumed after the stored offsets: nothing new since the first pass
+    assert json.loads(again.stdout) == {"records": 0, "db": str(live)}
 
     new = tmp_path / "replay.duckdb"
     replayed = cli("replay", "--db", str(new), "--json", bootstrap=bootstrap)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
 import duckdb
+import jsonschema
 import pytest
+from prov.model import ProvDocument
 from typer.testing import CliRunner
 
 from runledger.cli import app
@@ -53,7 +56,7 @@ def test_provenance_exports(db: Path) -> None:
     assert code == 0, out
     doc = json.loads(out)
     ck = "runledger:sha256:g2s30"
-    assert doc["entity"][ck]["runledger:positions"] == [160, 240]
+    assert doc["entity"][ck]["runledger:positionFrom"] == 160
     assert {"prov:generatedEntity": ck, "prov:usedEntity": "runledger:sha256:g1s20"} in \
         doc["wasDerivedFrom"].values()
     code, out = cli("query", "provenance", "run-a", "--db", str(db), "--format", "openlineage")
@@ -76,3 +79,51 @@ def test_bad_input_names_what_exists(db: Path, tmp_path: Path) -> None:
     assert code == 1 and "no projection at" in out
     code, out = cli("query", "audit", "run-a", "--db", str(db), "--format", "prov")
     assert code == 1 and "provenance query only" in out
+
+
+def _prov(db: Path) -> ProvDocument:
+    code, out = cli("query", "provenance", "run-a", "--db", str(db), "--format", "prov")
+    assert code == 0, out
+    return ProvDocument.deserialize(content=out, format="json")
+
+
+def test_prov_export_loads_in_the_prov_library_with_ranges_and_times(db: Path) -> None:
+    doc = _prov(db)
+    ns = doc.get_registered_namespaces()
+    (rl,) = [n for n in ns if n.prefix == "runledger"]
+    (ck,) = doc.get_record(rl["sha256:g2s30"])
+    attrs = {str(k): v for k, v in ck.attributes}
+    assert attrs["runledger:positionFrom"] == 160 and attrs["runledger:positionTo"] == 240
+    # an object-valued attribute survives as one typed literal, not as loose values
+    counts = [v for k, v in ck.attributes if str(k) == "runledger:sourceCounts"]
+    assert len(counts) == 1 and json.loads(counts[0].value) == {"code": 90, "web": 150}
+    assert str(dict(ck.attributes)[ck.bundle.valid_qualified_name("prov:type")]) \
+        == "runledger:Checkpoint"
+    (seg,) = doc.get_record(rl["run-a/g2/steps-20-30"])
+    assert seg.get_startTime() == dt.datetime(1970, 1, 1, 0, 16, 44, 250000, tzinfo=dt.UTC)
+    assert seg.get_endTime() == dt.datetime(1970, 1, 1, 0, 16, 45, 700000, tzinfo=dt.UTC)
+    # the first segment of a generation began when the generation started
+    (first,) = doc.get_record(rl["run-a/g1/steps-0-10"])
+    assert first.get_startTime() is not None
+    assert first.get_startTime() < first.get_endTime()
+    # round trip: what prov writes back is the document we wrote, relation for relation
+    again = ProvDocument.deserialize(content=doc.serialize(format="json"), format="json")
+    assert again == doc and len(doc.get_records()) == len(again.get_records()) > 10
+
+
+SCHEMA = Path(__file__).parents[2] / "queries" / "openlineage_runevent.schema.json"
+
+
+def test_openlineage_export_passes_the_run_event_schema(db: Path) -> None:
+    code, out = cli("query", "provenance", "run-a", "--db", str(db), "--format", "openlineage")
+    assert code == 0, out
+    event = json.loads(out)
+    schema = json.loads(SCHEMA.read_text())
+    validator = jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    validator.validate(event)
+    assert dt.datetime.fromisoformat(event["eventTime"]) == dt.datetime(
+        1970, 1, 1, 0, 16, 45, 700000, tzinfo=dt.UTC)
+    # the checker does enforce the offset: a naive time, as exported before, is refused
+    with pytest.raises(jsonschema.ValidationError, match="date-time"):
+        validator.validate(event | {"eventTime": "1970-01-01T00:16:45.700000"})

@@ -355,6 +355,32 @@ def test_submit_prints_the_resolution_before_connecting(
     assert line.startswith("runledger: unknown dataset alias 'corpus/old'")
 
 
+def test_submit_dry_run_prints_the_canonical_spec_and_digest_and_writes_nothing(
+    catalog: tuple[str, str], tmp_path: Path
+) -> None:
+    url, manifest_id = catalog
+    doc = yaml.safe_load(EXAMPLE.read_text()) | {"dataset": "corpus/latest"}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    # No broker anywhere: a dry run must not look for one.
+    env = {"RUNLEDGER_DATASETS": None, "RUNLEDGER_BOOTSTRAP": None,
+           "RUNLEDGER_HOME": str(tmp_path / "home")}
+    out = CliRunner().invoke(app, ["submit", str(path), "--catalog", url, "--dry-run"], env=env)
+    assert out.exit_code == 0, out.output
+    shown = json.loads(out.stdout)
+    expected = load_spec(path, resolve_dataset=DatasetPin(url))
+    assert shown["spec_digest"] == expected.digest()
+    assert shown["spec"] == json.loads(expected.canonical_json())
+    assert shown["spec"]["dataset"] == manifest_id  # the alias resolved, as a run records it
+    assert not (tmp_path / "home").exists()
+    as_json = CliRunner().invoke(app, ["submit", str(path), "--catalog", url, "--dry-run",
+                                       "--json"], env=env)
+    assert json.loads(as_json.stdout) == shown and len(as_json.stdout.splitlines()) == 1
+    path.write_text(yaml.safe_dump(doc | {"topology": {"replicas": 0}}))
+    bad = CliRunner().invoke(app, ["submit", str(path), "--catalog", url, "--dry-run"], env=env)
+    assert bad.exit_code == 1 and bad.stdout == "" and "replicas" in bad.stderr
+
+
 @pytest.mark.kafka
 def test_submit_records_the_resolved_id(
     bootstrap: str, unique: str, catalog: tuple[str, str], tmp_path: Path

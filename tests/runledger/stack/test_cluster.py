@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -26,12 +27,22 @@ from runledger.stack import StackInfo
 from runledger.stack.admin import cluster_nodes, describe_topics
 from tests.stacks import private_stack
 
+# This module's own RUNLEDGER_HOME: the stack `up` remembers there is seen by no other test.
+HOME = Path(tempfile.mkdtemp(prefix="runledger-stack-home-"))
+
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``runledger stack ...`` in a subprocess, as a user runs it."""
-    base = {k: v for k, v in os.environ.items() if k != "RUNLEDGER_BOOTSTRAP"}
+    return runledger("stack", *args, env=env)
+
+
+def runledger(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Any ``runledger`` command with nothing exported but RUNLEDGER_HOME (and ``env``)."""
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("RUNLEDGER_BOOTSTRAP", "RUNLEDGER_CREDENTIALS")}
+    base["RUNLEDGER_HOME"] = str(HOME)
     return subprocess.run(
-        [sys.executable, "-m", "runledger.cli", "stack", *args],
+        [sys.executable, "-m", "runledger.cli", *args],
         env={**base, **(env or {})},
         capture_output=True,
         text=True,
@@ -119,6 +130,19 @@ def test_status_json_reports_topics(single: tuple[Path, dict[str, Any]]) -> None
 
 
 @pytest.mark.slow
+def test_other_commands_find_the_stack_up_started(single: tuple[Path, dict[str, Any]]) -> None:
+    data_dir, _ = single
+    pointer = json.loads((HOME / "current-stack.json").read_text())
+    assert pointer == {"data_dir": str(data_dir)}
+    # Nothing exported: the bootstrap and the operator's credentials come from the stack.
+    runs = runledger("runs", "--json")
+    assert runs.returncode == 0, runs.stderr
+    assert json.loads(runs.stdout)["runs"] == []  # answered, as the operator
+    status = cli("status", "--json")  # no --data-dir: the remembered one
+    assert status.returncode == 0 and json.loads(status.stdout)["data_dir"] == str(data_dir)
+
+
+@pytest.mark.slow
 def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -135,9 +159,12 @@ def test_down_stops_only_its_own_pids(single: tuple[Path, dict[str, Any]]) -> No
     pid = info["brokers"][0]["pid"]
     bystander = subprocess.Popen(["sleep", "120"])
     try:
-        down = cli("down", "--data-dir", str(data_dir), "--json")
+        down = cli("down", "--json")  # the remembered stack
         assert down.returncode == 0, down.stderr
         assert json.loads(down.stdout)["stopped"] == [pid]
+        assert not (HOME / "current-stack.json").exists()  # forgotten
+        forgot = runledger("runs")
+        assert forgot.returncode == 1 and "no Kafka bootstrap address" in forgot.stderr
         assert not pid_alive(pid)
         assert not (data_dir / "node-1" / "kafka.pid").exists()
         # A stale pid file naming someone else's process (pid reuse) is never signalled.

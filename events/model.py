@@ -18,11 +18,11 @@ from __future__ import annotations
 from events.base import Event, Header, Member, node_key
 from events.commands import GroupStartCommanded, GroupStopCommanded
 from events.facts import (
+    CORDON_MODES,
     FAILURE_ACTIONS,
     FAILURE_CLASSES,
     OUTCOMES,
     SEVERITIES,
-    CORDON_MODES,
     AlertRaised,
     AlertResolved,
     CheckpointIntervalChanged,

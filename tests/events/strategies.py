@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 
 from events.fold import evolve
 from events.model import (
-    CORDON_MODES,
-    NODE_OPERATIONS,
     CHECKPOINT_STAGES,
+    CORDON_MODES,
     EVENT_TYPES,
     FAILURE_ACTIONS,
     FAILURE_CLASSES,
+    NODE_OPERATIONS,
     OUTCOMES,
     PRINCIPAL_ROLES,
     SEVERITIES,

@@ -161,7 +161,9 @@ def _restart(state: RunState, world: World) -> tuple[Action, ...]:
     keeps = world.inventory.keeps(world.now, NODE_TIMEOUT_MS)
     lost = sorted({m.node for m in state.members} - keeps)
     if lost:
-        return _queued(state, f"placement lost: {', '.join(lost)} not available")
+        note = blocked_note(world.inventory, world.now, NODE_TIMEOUT_MS)
+        why = f"placement lost: {', '.join(lost)} not available"
+        return _queued(state, f"{why}; {note}" if note else why)
     return (Start(state.members, state.generation + 1, "restart"),)
 
 

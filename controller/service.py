@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from controller.chains import Chains, Outgoing, outgoing
 from controller.follow import Follower, held, partition_count
 from controller.guard import Encode, Problem, encoded, refuse_input, take_input, take_tick
-from controller.model import Model, PlanOf
+from controller.model import Model, NodePolicy, PlanOf
 from controller.ownership import Ownership, assign, catch_up, follow
 from controller.signatures import RequestJudge
 from events.authority import admit_input
@@ -98,6 +98,7 @@ class ControllerService:
         transaction_timeout_s: float = DEFAULT_TRANSACTION_TIMEOUT_S,
         signing_key: SigningKey | None = None,
         require_signatures: bool = False,
+        node_policy: NodePolicy | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.plan_of = plan_of
@@ -115,6 +116,7 @@ class ControllerService:
         self.require_signatures = require_signatures
         self.requests: RequestJudge | None = None
         self.stats = LoopStats()
+        self.node_policy = node_policy or NodePolicy()
 
     def run(self, stop: threading.Event | None = None) -> int:
         """Run until ``stop`` is set (exit 0) or a newer controller fences this one."""
@@ -129,7 +131,8 @@ class ControllerService:
         self._encode = writer.codec.encode
         partitions = partition_count(self.bootstrap)
         follower = Follower(self.bootstrap, self.transactional_id, self.plan_of)
-        self.model = follower.replay(self.clock(), self.chains)
+        self.model = replace(follower.replay(self.clock(), self.chains),
+                             node_policy=self.node_policy)
         log.info("rebuilt %d runs from %s", len(self.model.runs), RUNS)
         if self.chains.key is not None:
             log.info("signing facts and commands with key %s", self.chains.key.key_id)
@@ -256,7 +259,7 @@ class ControllerService:
         log.warning("transaction refused (%s): rebuilding the model from %s and reading "
                     "the inputs again from the committed offsets", exc, RUNS)
         consumer.rewind()
-        self.model = follower.replay(now, self.chains)
+        self.model = replace(follower.replay(now, self.chains), node_policy=self.node_policy)
         self._assignments = -1  # decide again only once caught up with the new end
 
     def _count(self, inputs: int, out: list[Outgoing], took_s: float) -> None:

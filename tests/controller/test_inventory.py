@@ -3,6 +3,7 @@ example cases, and properties over random sequences of node records."""
 
 from __future__ import annotations
 
+import itertools
 from functools import reduce
 
 from hypothesis import given, settings
@@ -71,7 +72,7 @@ def test_the_last_word_decides_and_nodes_do_not_interfere(steps: list[tuple[str,
         cordons = [k for k in mine if k in ("cordon", "drain", "uncordon")]
         assert n.cordon == (cordons[-1] if cordons and cordons[-1] != "uncordon" else "")
         # Releases count the quarantines that an uncordon or an expiry lifted.
-        assert n.releases == sum(1 for a, b in zip(lifted, lifted[1:], strict=False)
+        assert n.releases == sum(1 for a, b in itertools.pairwise(lifted)
                                  if a == "quarantine" and b != "quarantine")
         assert n.placeable() == (not n.quarantined and not n.cordon)
 

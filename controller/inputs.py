@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from controller import checkpoints
+from controller import checkpoints, node_decide
 from controller.emitter import Emitter
 from controller.model import Tracked
 from events.fold import UNKNOWN_RUN, apply
@@ -52,6 +52,9 @@ from events.model import (
     Event,
     HeartbeatRecorded,
     ManifestProposed,
+    NodeCordoned,
+    NodeOperationRequested,
+    NodeUncordoned,
     RunCancelled,
     RunSubmitted,
     ShardWritten,
@@ -140,6 +143,22 @@ def _cancel(em: Emitter, event: CancelRequested, before: Tracked | None) -> None
     em.stop(state, f"cancelled by {event.principal}: {event.reason}")
 
 
+def _node(em: Emitter, event: NodeOperationRequested, before: Tracked | None) -> None:
+    """An operator's cordon, drain or uncordon, judged by ``controller.node_decide``."""
+    decision = node_decide.judge(em.draft.inventory, em.draft.node_failures, event)
+    h = em.header(event.run_id, 0, f"{event.header.event_id}/{event.operation}",
+                  event.header.event_id)
+    match decision:
+        case node_decide.Refuse(reason, detail):
+            em.reject(event, reason, detail)
+        case node_decide.Cordon(node, mode):
+            em.emit(RUNS, NodeCordoned(header=h, node=node, mode=mode,
+                                       principal=event.principal, reason=event.reason))
+        case node_decide.Uncordon(node, cleared):
+            em.emit(RUNS, NodeUncordoned(header=h, node=node, principal=event.principal,
+                                         reason=event.reason, failures_cleared=cleared))
+
+
 def _propose(em: Emitter, event: ManifestProposed, before: Tracked | None) -> None:
     """Commit a checkpoint once the fold accepts it and every member wrote its shard.
 
@@ -189,6 +208,7 @@ RULES: Mapping[type[Event], Input] = {
     AgentHeartbeatRecorded: _AGENT,
     RunSubmitted: Input(Kind.REQUEST, _submit),
     CancelRequested: Input(Kind.REQUEST, _cancel),
+    NodeOperationRequested: Input(Kind.REQUEST, _node),
     ManifestProposed: Input(Kind.REQUEST, _propose),
     HeartbeatRecorded: _CLOCKED,
     StepTimesRecorded: _CLOCKED,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from controller import checkpoints, rejections
 from controller.inventory import EMPTY as NO_NODES
-from controller.inventory import Inventory, observe
+from controller.inventory import NODE_RECORDS, Inventory, count_failures, observe
 from controller.runplan import RunPlan
 from controller.shelf import Shelf
 from controller.watch import EMPTY as NOTHING_SEEN
@@ -35,14 +35,13 @@ from controller.watch import Watch
 from controller.watch import observe as observe_run
 from events.fold import Verdict, apply
 from events.model import (
-    AgentHeartbeatRecorded,
-    AgentRegistered,
     CheckpointStaged,
     Event,
     FailureClassified,
     HeartbeatRecorded,
     ManifestCommitted,
-    NodeQuarantined,
+    NodeQuarantineExpired,
+    NodeUncordoned,
     RunSubmitted,
     ShardWritten,
     WriteRejected,
@@ -51,8 +50,6 @@ from events.state import RunState
 from events.status import NO_NOTES, StatusNotes, note
 
 PlanOf = Callable[[RunSubmitted], RunPlan]
-# Records about nodes rather than runs: they change the inventory.
-NODE_RECORDS = (AgentRegistered, AgentHeartbeatRecorded, NodeQuarantined)
 _ACCEPTED = Verdict(True)
 
 
@@ -70,6 +67,19 @@ class Tracked:
 
 
 @dataclass(frozen=True, slots=True)
+class NodePolicy:
+    """How long a quarantine lasts, and the probation after it (controller config).
+
+    ``expiry_ms`` 0: a quarantine lasts until an operator uncordons the node.
+    After an expiry the node's failure count is ``probation_failures``: with the
+    default, one short of a quarantine, so one more node fault quarantines it again.
+    """
+
+    expiry_ms: int = 3_600_000
+    probation_failures: int = 2
+
+
+@dataclass(frozen=True, slots=True)
 class Model:
     since: int
     live: Mapping[str, Tracked] = field(default_factory=dict)
@@ -79,6 +89,7 @@ class Model:
     node_failures: Mapping[str, int] = field(default_factory=dict)
     # Rejections being aggregated, per key (controller.rejections).
     rejections: Mapping[rejections.Key, rejections.Pending] = field(default_factory=dict)
+    node_policy: NodePolicy = NodePolicy()
 
     def tracked(self, run_id: str) -> Tracked | None:
         found = self.live.get(run_id)
@@ -123,13 +134,14 @@ class Draft:
     """
 
     __slots__ = ("_closing", "_done", "_ended", "_failures", "_failures_copy", "_live",
-                 "_live_copy", "_rejections", "_rejections_copy", "inventory", "plan_of",
-                 "since")
+                 "_live_copy", "_rejections", "_rejections_copy", "inventory", "node_policy",
+                 "plan_of", "since")
 
     def __init__(self, model: Model, plan_of: PlanOf) -> None:
         self.since = model.since
         self.plan_of = plan_of
         self.inventory = model.inventory
+        self.node_policy = model.node_policy
         self._live: Mapping[str, Tracked] = model.live
         self._live_copy: dict[str, Tracked] | None = None  # ours to write, once made
         self._done = model.done
@@ -159,7 +171,7 @@ class Draft:
         self._ended = {}
         self._live_copy = self._failures_copy = self._rejections_copy = None
         return Model(self.since, self._live, self._done, self._closing, self.inventory,
-                     self._failures, self._rejections)
+                     self._failures, self._rejections, self.node_policy)
 
     def pending_rejections(self) -> Mapping[rejections.Key, rejections.Pending]:
         return self._rejections
@@ -182,6 +194,9 @@ class Draft:
         """
         if isinstance(event, NODE_RECORDS):
             self.inventory = observe(self.inventory, event)
+            if isinstance(event, NodeUncordoned | NodeQuarantineExpired):
+                self._failures = count_failures(self._failures, event)
+                self._failures_copy = None  # a new mapping, which the model may share
             return _ACCEPTED
         if isinstance(event, WriteRejected):  # recorded, whatever the run fold says of it
             self.set_rejection(*rejections.recorded(event))

@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from controller import alerts, checkpoints, inputs
+from controller import alerts, checkpoints, inputs, node_decide
 from controller.emitter import PRODUCER, Emitter, Out
 from controller.model import Draft, Model, PlanOf, Tracked
 from controller.run_decide import (
@@ -56,6 +56,7 @@ from events.model import (
     Member,
     MembershipConfirmed,
     NodeQuarantined,
+    NodeQuarantineExpired,
     RunAdmitted,
     RunFinished,
     RunQueued,
@@ -110,12 +111,20 @@ def tick(model: Model, now: int, plan_of: PlanOf,
 
 
 def quarantine_nodes(em: Emitter, owns: Owns) -> None:
-    """Quarantine the nodes whose key this controller owns once their failures call for it.
+    """Quarantine the nodes whose key this controller owns once their failures call for it,
+    and free those whose quarantine has expired (``controller.node_decide.expiries``).
 
     The failure that tips a node is usually decided by another run's owner, which
     may not own the node's key: only one controller writes a node's facts.
     """
     draft = em.draft
+    for expire in node_decide.expiries(draft.inventory, draft.node_policy, em.now):
+        key = node_key(expire.node)
+        if owns(key):
+            releases = draft.inventory.nodes[expire.node].releases
+            em.emit(RUNS, NodeQuarantineExpired(
+                header=em.header(key, 0, f"{key}/NodeQuarantineExpired/{releases}"),
+                node=expire.node, reason=expire.reason, failures=expire.failures))
     for node, count in sorted(draft.node_failures.items()):
         known = draft.inventory.nodes.get(node)
         if count >= NODE_QUARANTINE_AFTER and not (known and known.quarantined) \
@@ -209,8 +218,12 @@ def perform(em: Emitter, run: Tracked, action: Action, slots: Slots,
 
 def _quarantine(em: Emitter, node: str, count: int) -> None:
     key = node_key(node)
-    em.emit(RUNS, NodeQuarantined(header=em.header(key, 0, f"{key}/NodeQuarantined/{count}"),
-                                  node=node, reason=f"{count} failures on the node"))
+    known = em.draft.inventory.nodes.get(node)
+    # A node freed before counts its failures again from 0: its releases keep the id new.
+    releases = known.releases if known is not None else 0
+    eid = f"{key}/NodeQuarantined/{count}" + (f"/r{releases}" if releases else "")
+    em.emit(RUNS, NodeQuarantined(header=em.header(key, 0, eid), node=node,
+                                  reason=f"{count} failures on the node"))
 
 
 def _start(em: Emitter, run: Tracked, start: Start) -> None:

@@ -11,11 +11,14 @@ Rules for a run that has not ended, in this order (the first that applies decide
 1. a spec the controller could not read: the run fails (``Finish``);
 2. Submitted or Queued: inside its retry backoff, it is queued with that
    reason; without room for the whole group on live nodes, queued with the
-   refusal (``Queue``: a reason already recorded is not recorded again);
+   refusal, which names every live node that is quarantined, cordoned or
+   drained and the command that frees it (``Queue``: a reason already
+   recorded is not recorded again);
    otherwise admitted (``Admit``, which takes its slots for the rest of the
    tick) and its first generation started (``Start``);
 3. Recovering and awaiting its next generation: nothing until the backoff is
-   over; then back to the queue if a node of its placement is no longer live,
+   over; then back to the queue if a node of its placement is no longer live
+   or is quarantined or drained (a plain cordon keeps the runs placed there),
    else the next generation starts on the same members (``Start``);
 4. a live generation: on a failure (a member exited non-zero or by a signal;
    a member silent past its heartbeat timeout, or its start timeout before
@@ -39,7 +42,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from controller import admission, policy
-from controller.inventory import Inventory
+from controller.inventory import Inventory, blocked_note
 from controller.model import Tracked
 from controller.runplan import RunPlan
 from events.model import Member
@@ -144,7 +147,10 @@ def _admission(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ..
     placed = admission.place(plan.world_size, plan.slots_per_node, plan.domain, live,
                              world.used())
     if isinstance(placed, admission.Refusal):
-        return _queued(state, placed.reason)
+        note = blocked_note(world.inventory, world.now, NODE_TIMEOUT_MS)
+        if note and not live:
+            return _queued(state, f"no node may take work: {note}")
+        return _queued(state, f"{placed.reason}; {note}" if note else placed.reason)
     generation = state.generation + 1
     return (Admit(placed.members, generation), Start(placed.members, generation, "admitted"))
 
@@ -152,10 +158,12 @@ def _admission(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ..
 def _restart(state: RunState, world: World) -> tuple[Action, ...]:
     if world.now < state.retry_not_before:
         return ()
-    live = {n.name for n in world.inventory.live(world.now, NODE_TIMEOUT_MS)}
-    lost = sorted({m.node for m in state.members} - live)
+    keeps = world.inventory.keeps(world.now, NODE_TIMEOUT_MS)
+    lost = sorted({m.node for m in state.members} - keeps)
     if lost:
-        return _queued(state, f"placement lost: {', '.join(lost)} not available")
+        note = blocked_note(world.inventory, world.now, NODE_TIMEOUT_MS)
+        why = f"placement lost: {', '.join(lost)} not available"
+        return _queued(state, f"{why}; {note}" if note else why)
     return (Start(state.members, state.generation + 1, "restart"),)
 
 

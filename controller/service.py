@@ -35,7 +35,7 @@ from controller.chains import Chains, Outgoing, outgoing
 from controller.changelog import Changelog
 from controller.follow import Follower, held, partition_count
 from controller.guard import Encode, Problem, encoded, refuse_input, take_input, take_tick
-from controller.model import Model, PlanOf
+from controller.model import Model, NodePolicy, PlanOf
 from controller.ownership import Ownership, assign, catch_up, follow
 from controller.signatures import RequestJudge
 from events.authority import admit_input
@@ -101,6 +101,7 @@ class ControllerService:
         transaction_timeout_s: float = DEFAULT_TRANSACTION_TIMEOUT_S,
         signing_key: SigningKey | None = None,
         require_signatures: bool = False,
+        node_policy: NodePolicy | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.plan_of = plan_of
@@ -119,6 +120,7 @@ class ControllerService:
         self.requests: RequestJudge | None = None
         self.stats = LoopStats()
         self.changelog = Changelog(False, 1)
+        self.node_policy = node_policy or NodePolicy()
 
     def run(self, stop: threading.Event | None = None) -> int:
         """Run until ``stop`` is set (exit 0) or a newer controller fences this one."""
@@ -140,7 +142,8 @@ class ControllerService:
                         "no status summaries are written, and `runledger status` folds %s; "
                         "`runledger stack up` creates it", STATUS, RUNS)
         follower = Follower(self.bootstrap, self.transactional_id, self.plan_of)
-        self.model = follower.replay(self.clock(), self.chains)
+        self.model = replace(follower.replay(self.clock(), self.chains),
+                             node_policy=self.node_policy)
         log.info("rebuilt %d runs from %s", len(self.model.runs), RUNS)
         if self.chains.key is not None:
             log.info("signing facts and commands with key %s", self.chains.key.key_id)
@@ -286,7 +289,7 @@ class ControllerService:
         log.warning("transaction refused (%s): rebuilding the model from %s and reading "
                     "the inputs again from the committed offsets", exc, RUNS)
         consumer.rewind()
-        self.model = follower.replay(now, self.chains)
+        self.model = replace(follower.replay(now, self.chains), node_policy=self.node_policy)
         self._assignments = -1  # decide again only once caught up with the new end
 
     def _count(self, inputs: int, out: list[Outgoing], took_s: float) -> None:

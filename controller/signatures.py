@@ -1,7 +1,7 @@
 """Operator requests judged by their signature before the controller acts on them.
 
-A ``RunSubmitted`` or ``CancelRequested`` names its ``principal``; that name is
-believed only when the request's exact value bytes carry a signature
+A ``RunSubmitted``, ``CancelRequested`` or ``NodeOperationRequested`` names its
+``principal``; that name is believed only when the request's exact value bytes carry a signature
 (``events.signing.request_message``) of a live key that the keys log registers
 to that very principal with the operator role. So the cancel authority, and the
 principal a run is recorded under, are decided on a verified identity, never on
@@ -29,14 +29,14 @@ from events.errors import KafkaOperationError
 from events.kafka import Record
 from events.keyring import EMPTY, REVOKED_KEY, UNKNOWN_KEY, UNSIGNED, KeyRing, check_headers
 from events.keys import read_ring
-from events.model import CancelRequested, RunSubmitted
+from events.model import CancelRequested, NodeOperationRequested, RunSubmitted
 from events.signing import request_message
 from events.topics import KEYS
 
 log = logging.getLogger("runledger.controller")
 
 OPERATOR_ROLE = "operator"
-SIGNED_REQUESTS = (RunSubmitted, CancelRequested)
+SIGNED_REQUESTS = (RunSubmitted, CancelRequested, NodeOperationRequested)
 
 
 def judge_request(ring: KeyRing, record: Record, *, require: bool) -> tuple[str, str] | None:
@@ -56,7 +56,7 @@ def judge_request(ring: KeyRing, record: Record, *, require: bool) -> tuple[str,
 def _meaning(problem: str) -> str:
     return {
         UNSIGNED: "not signed, and this controller requires signed requests "
-                  "(runledger submit/cancel --key, or RUNLEDGER_KEY)",
+                  "(runledger submit/cancel/node --key, or RUNLEDGER_KEY)",
         UNKNOWN_KEY: "signed by a key the keys log does not register",
         REVOKED_KEY: "signed by a revoked key",
     }.get(problem, "the signature does not prove this principal asked")

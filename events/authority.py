@@ -25,7 +25,13 @@ from enum import StrEnum
 
 from events.errors import DecodeError
 from events.kafka import Record
-from events.model import EVENT_TYPES, AgentHeartbeatRecorded, AgentRegistered, Event
+from events.model import (
+    EVENT_TYPES,
+    AgentHeartbeatRecorded,
+    AgentRegistered,
+    Event,
+    NodeOperationRequested,
+)
 from events.names import BAD_NAME, host_problem, key_problem
 from events.topics import COMMANDS, KEYS, REPORTS, REQUESTS, RUNS
 
@@ -107,6 +113,7 @@ def admit_input(record: Record, size: int) -> DecodeError | None:
 def names_problem(event: Event) -> str | None:
     """Why the names an input is keyed by are not valid (events.names), or None."""
     why = key_problem(event.run_id)
-    if why is None and isinstance(event, AgentRegistered | AgentHeartbeatRecorded):
+    if why is None and isinstance(event, AgentRegistered | AgentHeartbeatRecorded
+                                  | NodeOperationRequested):
         why = host_problem(event.node)
     return why

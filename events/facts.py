@@ -226,3 +226,44 @@ class NodeQuarantined(Event):
     node: str
     reason: str
     TOPIC: ClassVar[str] = "runledger.runs"
+
+
+CORDON_MODES = ("cordon", "drain")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeCordoned(Event):
+    """An operator stopped new placements on a node (``mode`` cordon), or drained it
+    (``mode`` drain: no restart there either; its running generations run on)."""
+
+    node: str
+    mode: str
+    principal: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+    def __post_init__(self) -> None:
+        one_of(self.mode, CORDON_MODES, "NodeCordoned.mode")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeUncordoned(Event):
+    """An operator freed a node: its cordon, drain and quarantine are lifted and its
+    failure count starts again at 0 (``failures_cleared`` is the count it had)."""
+
+    node: str
+    principal: str
+    reason: str
+    failures_cleared: int
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeQuarantineExpired(Event):
+    """A quarantine outlived the controller's expiry: the node takes work again, on
+    probation: its failure count is set to ``failures`` (one short of a quarantine)."""
+
+    node: str
+    reason: str
+    failures: int
+    TOPIC: ClassVar[str] = "runledger.runs"

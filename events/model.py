@@ -18,6 +18,7 @@ from __future__ import annotations
 from events.base import Event, Header, Member, node_key
 from events.commands import GroupStartCommanded, GroupStopCommanded
 from events.facts import (
+    CORDON_MODES,
     FAILURE_ACTIONS,
     FAILURE_CLASSES,
     OUTCOMES,
@@ -31,7 +32,10 @@ from events.facts import (
     GenerationStarted,
     ManifestCommitted,
     MembershipConfirmed,
+    NodeCordoned,
     NodeQuarantined,
+    NodeQuarantineExpired,
+    NodeUncordoned,
     RunAdmitted,
     RunCancelled,
     RunFinished,
@@ -62,7 +66,12 @@ from events.reports import (
     StepTimesRecorded,
     WorkerExited,
 )
-from events.requests import CancelRequested, RunSubmitted
+from events.requests import (
+    NODE_OPERATIONS,
+    CancelRequested,
+    NodeOperationRequested,
+    RunSubmitted,
+)
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
@@ -97,6 +106,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         AgentRegistered,
         AgentHeartbeatRecorded,
         NodeQuarantined,
+        NodeOperationRequested,
+        NodeCordoned,
+        NodeUncordoned,
+        NodeQuarantineExpired,
         GroupStartCommanded,
         GroupStopCommanded,
         PrincipalKeyRegistered,
@@ -106,9 +119,11 @@ EVENT_TYPES: dict[str, type[Event]] = {
 
 __all__ = [
     "CHECKPOINT_STAGES",
+    "CORDON_MODES",
     "EVENT_TYPES",
     "FAILURE_ACTIONS",
     "FAILURE_CLASSES",
+    "NODE_OPERATIONS",
     "OUTCOMES",
     "PRINCIPAL_ROLES",
     "SEVERITIES",
@@ -137,7 +152,11 @@ __all__ = [
     "ManifestProposed",
     "Member",
     "MembershipConfirmed",
+    "NodeCordoned",
+    "NodeOperationRequested",
+    "NodeQuarantineExpired",
     "NodeQuarantined",
+    "NodeUncordoned",
     "PrincipalKeyRegistered",
     "PrincipalKeyRevoked",
     "RunAdmitted",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from events.base import Event
+from events.base import Event, one_of
 from events.errors import InvalidEvent
 
 
@@ -37,3 +37,22 @@ class CancelRequested(Event):
     principal: str
     reason: str
     TOPIC: ClassVar[str] = "runledger.requests"
+
+
+NODE_OPERATIONS = ("cordon", "uncordon", "drain")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeOperationRequested(Event):
+    """An operator asks to cordon, uncordon or drain a node; keyed ``node/<name>``."""
+
+    node: str
+    operation: str
+    principal: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.requests"
+
+    def __post_init__(self) -> None:
+        one_of(self.operation, NODE_OPERATIONS, "NodeOperationRequested.operation")
+        if not self.principal:
+            raise InvalidEvent("NodeOperationRequested.principal must be non-empty")

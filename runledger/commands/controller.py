@@ -8,6 +8,9 @@ Every fact and command is signed with the controller's Ed25519 key,
 writes ``<data dir>/keys/controller.key``). Without one the controller refuses
 to start, unless ``--unsigned`` says to append them unsigned.
 
+``--quarantine-expiry-s`` (default 3600) and ``--probation-failures``
+(default 2) are the node quarantine policy (``controller.model.NodePolicy``).
+
 Tested in tests/controller/test_metrics.py, tests/e2e/test_controller.py and
 tests/runledger/commands/test_controller.py.
 """
@@ -26,6 +29,7 @@ import typer
 from cryptography.exceptions import UnsupportedAlgorithm
 
 from controller.metrics import ControllerCollector
+from controller.model import NodePolicy
 from controller.runplan import plan_from_submission
 from controller.service import (
     DEFAULT_GROUP,
@@ -61,8 +65,18 @@ Unsigned = Annotated[bool, typer.Option(
 
 RequireSignatures = Annotated[bool, typer.Option(
     "--require-signatures",
-    help="Refuse unsigned submit and cancel requests too (recorded as WriteRejected "
+    help="Refuse unsigned submit, cancel and node requests too (recorded as WriteRejected "
          "`unsigned`); a badly signed one is refused either way.")]
+
+
+QuarantineExpiry = Annotated[float, typer.Option(
+    "--quarantine-expiry-s",
+    help="Seconds a node quarantine lasts before it expires (NodeQuarantineExpired) and the "
+         "node takes work again on probation; 0: until `runledger node uncordon`.")]
+Probation = Annotated[int, typer.Option(
+    "--probation-failures",
+    help="Failures a node whose quarantine expired starts with: 2 (one short of a "
+         "quarantine) means its next node fault quarantines it again.")]
 
 
 def register(app: typer.Typer) -> None:
@@ -79,9 +93,14 @@ def controller(
     signing_key: SigningKeyFile = None,
     unsigned: Unsigned = False,
     require_signatures: RequireSignatures = False,
+    quarantine_expiry_s: QuarantineExpiry = 3600.0,
+    probation_failures: Probation = 2,
 ) -> None:
     """Fold the log, reconcile runs with what agents report, append signed facts and commands."""
     key = load_signing_key(signing_key, unsigned)
+    if quarantine_expiry_s < 0 or probation_failures < 0:
+        raise UsageError("--quarantine-expiry-s and --probation-failures must be >= 0 "
+                         f"(got {quarantine_expiry_s} and {probation_failures})")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
 
@@ -99,6 +118,7 @@ def controller(
         transaction_timeout_s=transaction_timeout,
         signing_key=key,
         require_signatures=require_signatures,
+        node_policy=NodePolicy(int(quarantine_expiry_s * 1000), probation_failures),
     )
     server: MetricsServer | None = None
     try:

@@ -77,8 +77,10 @@ def test_3_a_restart_waits_out_its_backoff_and_needs_its_nodes() -> None:
     assert decide(Tracked(waiting, PLAN), world()) == ()
     due = replace(waiting, retry_not_before=NOW)
     assert decide(Tracked(due, PLAN), world()) == (Start(MEMBERS, 2, "restart"),)
-    assert decide(Tracked(due, PLAN), world(quarantined=True)) == (
-        Queue("placement lost: n1 not available"),)
+    (queued,) = decide(Tracked(due, PLAN), world(quarantined=True))
+    assert isinstance(queued, Queue)
+    assert queued.reason.startswith("placement lost: n1 not available; n1 is quarantined")
+    assert "`runledger node uncordon n1 --reason R` frees it" in queued.reason
 
 
 def test_4_a_live_generation_joins_then_succeeds_in_one_step() -> None:

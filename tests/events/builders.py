@@ -57,7 +57,11 @@ from events.model import (
     ManifestProposed,
     Member,
     MembershipConfirmed,
+    NodeCordoned,
+    NodeOperationRequested,
     NodeQuarantined,
+    NodeQuarantineExpired,
+    NodeUncordoned,
     PrincipalKeyRegistered,
     PrincipalKeyRevoked,
     RunAdmitted,
@@ -310,6 +314,27 @@ class Ev:
     def quarantined(self, node: str = "node-b", **kw: Any) -> NodeQuarantined:
         kw["run_id"] = kw.get("run_id") or node_key(node)
         return self.event(NodeQuarantined, 0, dict(node=node, reason="3 crashes"), kw)
+
+    def node_request(self, operation: str = "cordon", node: str = "node-b",
+                     **kw: Any) -> NodeOperationRequested:
+        kw["run_id"] = kw.get("run_id") or node_key(node)
+        return self.event(NodeOperationRequested, 0, dict(
+            node=node, operation=operation, principal="alice", reason="maintenance"), kw)
+
+    def cordoned(self, node: str = "node-b", mode: str = "cordon", **kw: Any) -> NodeCordoned:
+        kw["run_id"] = kw.get("run_id") or node_key(node)
+        return self.event(NodeCordoned, 0, dict(node=node, mode=mode, principal="alice",
+                                                reason="maintenance"), kw)
+
+    def uncordoned(self, node: str = "node-b", **kw: Any) -> NodeUncordoned:
+        kw["run_id"] = kw.get("run_id") or node_key(node)
+        return self.event(NodeUncordoned, 0, dict(node=node, principal="alice",
+                                                  reason="fixed", failures_cleared=0), kw)
+
+    def quarantine_expired(self, node: str = "node-b", **kw: Any) -> NodeQuarantineExpired:
+        kw["run_id"] = kw.get("run_id") or node_key(node)
+        return self.event(NodeQuarantineExpired, 0, dict(node=node, reason="expired",
+                                                         failures=2), kw)
 
     # -- keys (keyed ``key/<principal>``, on ``runledger.keys``) ----------------------
 

@@ -19,9 +19,11 @@ from hypothesis import strategies as st
 from events.fold import evolve
 from events.model import (
     CHECKPOINT_STAGES,
+    CORDON_MODES,
     EVENT_TYPES,
     FAILURE_ACTIONS,
     FAILURE_CLASSES,
+    NODE_OPERATIONS,
     OUTCOMES,
     PRINCIPAL_ROLES,
     SEVERITIES,
@@ -47,7 +49,11 @@ from events.model import (
     ManifestProposed,
     Member,
     MembershipConfirmed,
+    NodeCordoned,
+    NodeOperationRequested,
     NodeQuarantined,
+    NodeQuarantineExpired,
+    NodeUncordoned,
     ShardWritten,
     StepCommitted,
     WorkerExited,
@@ -95,7 +101,9 @@ MTBF_SOURCES = ("fixed", "prior", "observed")
 INFORMATIONAL_TYPES: tuple[type[Event], ...] = (WriteRejected, AlertRaised, AlertResolved,
                                                GroupStopCommanded)
 # Node-scoped inventory events: keyed ``node/<name>``, never a run's.
-NODE_TYPES: tuple[type[Event], ...] = (AgentRegistered, AgentHeartbeatRecorded, NodeQuarantined)
+NODE_TYPES: tuple[type[Event], ...] = (AgentRegistered, AgentHeartbeatRecorded, NodeQuarantined,
+                                       NodeOperationRequested, NodeCordoned, NodeUncordoned,
+                                       NodeQuarantineExpired)
 
 
 def fold_one(events: list[Event]) -> RunState | None:
@@ -190,6 +198,9 @@ _CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("AgentRegistered", "node"): nonempty_texts,
     ("AgentRegistered", "slots"): st.integers(1, LONG_MAX),
     ("CheckpointStaged", "mode"): st.sampled_from(("sync", "async")),
+    ("NodeOperationRequested", "operation"): st.sampled_from(NODE_OPERATIONS),
+    ("NodeOperationRequested", "principal"): nonempty_texts,
+    ("NodeCordoned", "mode"): st.sampled_from(CORDON_MODES),
     ("CheckpointWriteFailed", "stage"): st.sampled_from(CHECKPOINT_STAGES),
     ("CheckpointVerificationFailed", "reason"): st.sampled_from(VERIFY_REASONS),
     ("CheckpointIntervalChanged", "mtbf_source"): st.sampled_from(MTBF_SOURCES),

@@ -1,0 +1,151 @@
+"""``runledger nodes`` and ``runledger node cordon|uncordon|drain``: the node lifecycle.
+
+``nodes`` folds the agents' reports and the node facts of ``runledger.runs``
+(``runledger.nodeview``). ``node OPERATION NAME --reason R`` writes a
+``NodeOperationRequested`` on ``runledger.requests`` keyed ``node/NAME``,
+signed with an operator's key when one is given (``--key`` or
+``RUNLEDGER_KEY``, as ``cancel``); the controller judges it and records
+``NodeCordoned``, ``NodeUncordoned`` or a ``WriteRejected``. A node no agent
+has registered is refused here, naming it and the known ones, and nothing is
+written. Clocks and ids are read here, at the edge.
+
+Tested in tests/runledger/commands/test_nodes.py.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from events.consume import read_log
+from events.errors import KafkaOperationError
+from events.kafka import EventProducer
+from events.model import Event, Header, NodeOperationRequested, node_key
+from events.signing import SigningKey
+from events.topics import REPORTS, REQUESTS, RUNS
+from runledger import config, nodeview
+from runledger.config import AsJson, Bootstrap, Principal
+from runledger.errors import RunledgerError
+from runledger.signer import ENV_KEY, signed_record, signer
+
+NodeName = Annotated[str, typer.Argument(metavar="NAME", help="The node, as `runledger nodes` "
+                                                              "lists it.")]
+Reason = Annotated[str, typer.Option("--reason", help="Why; recorded with the request.")]
+KeyOption = Annotated[Path | None, typer.Option(
+    "--key", metavar="FILE", envvar=ENV_KEY, show_envvar=False,
+    help=f"Sign the request with this key file (default ${ENV_KEY}).")]
+
+node_app = typer.Typer(help="Cordon, drain or free a node (signed operator requests).",
+                       no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(nodes)
+    app.add_typer(node_app, name="node")
+    node_app.command("cordon")(cordon)
+    node_app.command("uncordon")(uncordon)
+    node_app.command("drain")(drain)
+
+
+def nodes(as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
+    """Every node: slots, domain, heartbeat age, state (ready, cordoned, draining,
+    quarantined, lost), why and since when."""
+    address = config.connect(bootstrap)
+    table = nodeview.rows(_node_events(address), _now_ms())
+    if as_json:
+        typer.echo(json.dumps({"nodes": table}, indent=2))
+        return
+    for line in nodeview.lines(table):
+        typer.echo(line)
+
+
+def cordon(name: NodeName, reason: Reason, principal: Principal = None, as_json: AsJson = False,
+           bootstrap: Bootstrap = None, key: KeyOption = None) -> None:
+    """Place no new run on the node; runs there keep running and may restart there."""
+    _request("cordon", name, reason, principal, as_json, bootstrap, key)
+
+
+def drain(name: NodeName, reason: Reason, principal: Principal = None, as_json: AsJson = False,
+          bootstrap: Bootstrap = None, key: KeyOption = None) -> None:
+    """Cordon the node and restart nothing there: its runs finish their generation, and
+    a failed one is requeued elsewhere."""
+    _request("drain", name, reason, principal, as_json, bootstrap, key)
+
+
+def uncordon(name: NodeName, reason: Reason, principal: Principal = None,
+             as_json: AsJson = False, bootstrap: Bootstrap = None, key: KeyOption = None) -> None:
+    """Free the node: lift its cordon, drain and quarantine and clear its failure count."""
+    _request("uncordon", name, reason, principal, as_json, bootstrap, key)
+
+
+def _request(operation: str, name: str, reason: str, principal: str | None, as_json: bool,
+             bootstrap: str | None, key: Path | None) -> None:
+    if not reason.strip():
+        raise RunledgerError("--reason must say why")
+    address = config.connect(bootstrap)
+    signed = signer(address, key, principal) if key is not None else None
+    who = signed.principal if signed is not None else _principal(principal)
+    nodeview.check_known(name, _node_events(address))
+    nkey = node_key(name)
+    event_id = f"{nkey}/{operation}/{uuid.uuid4().hex[:12]}"
+    event = NodeOperationRequested(
+        header=Header(event_id, nkey, 0, _now_ms(), f"cli/{who}"), node=name,
+        operation=operation, principal=who, reason=reason)
+    _send(address, event, signed.key if signed is not None else None)
+    if as_json:
+        typer.echo(json.dumps({"node": name, "operation": operation, "event_id": event_id,
+                               "principal": who,
+                               "key_id": signed.key.key_id if signed else None}))
+    else:
+        typer.echo(f"{operation} of {name} requested by {who} ({event_id}); the controller "
+                   "decides: `runledger nodes` shows the result")
+
+
+def _node_events(bootstrap: str) -> list[Event]:
+    """Node records of the reports and node facts (and failures) of runs, merged by time."""
+    prefix = node_key("")
+    reports = [r.event for r in read_log(bootstrap, REPORTS, retry_s=config.retry_s())
+               if r.event.run_id.startswith(prefix)]
+    facts = [r.event for r in read_log(bootstrap, RUNS, retry_s=config.retry_s())]
+    # Facts keep their log order; an agent's records go by when they happened.
+    return sorted([*reports, *facts], key=lambda e: e.header.occurred_at)
+
+
+def _send(bootstrap: str, event: Event, key: SigningKey | None) -> None:
+    failures: list[str] = []
+    producer = EventProducer(bootstrap, client_id="runledger-cli",
+                             config={"message.timeout.ms": 15_000})
+    if key is None:
+        producer.send(REQUESTS, event, on_failure=failures.append)
+    else:
+        value, headers = signed_record(producer.codec, event, key)
+        producer.send_bytes(REQUESTS, event.run_id, value, headers, on_failure=failures.append)
+    producer.flush(30.0)
+    if failures:
+        raise KafkaOperationError(f"write to {REQUESTS}: {failures[0]}")
+
+
+def _principal(explicit: str | None) -> str:
+    who = explicit if explicit is not None else os.environ.get("USER", "")
+    if explicit is None and not who:
+        try:
+            who = getpass.getuser()
+        except (OSError, KeyError):
+            who = ""
+    if not who.strip():
+        raise RunledgerError("no principal: pass --principal or set USER")
+    return who.strip()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+__all__ = ["cordon", "drain", "nodes", "register", "uncordon"]

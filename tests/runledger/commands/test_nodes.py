@@ -1,0 +1,65 @@
+"""``runledger nodes`` and ``runledger node`` on the session's broker, as an operator runs them.
+
+An agent's registration and a quarantine fact are on the log: ``nodes`` shows
+the node quarantined with the controller's reason; ``node uncordon`` of a node
+nobody registered is refused naming it and the known nodes, and writes nothing;
+a signed ``node uncordon`` writes a ``NodeOperationRequested`` keyed by the
+node that the key ring verifies as the operator's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from events.kafka import EventProducer
+from events.model import NodeOperationRequested, node_key
+from events.signing import SigningKey
+from events.topics import REPORTS, REQUESTS, RUNS
+from tests.events.builders import Ev
+from tests.runledger.commands.test_runs import end_offsets
+from tests.runledger.commands.test_signed_requests import (
+    cli,
+    judge,
+    refused,
+    request_of,
+    stack_dir,
+)
+
+
+@pytest.mark.kafka
+def test_nodes_shows_a_quarantine_and_node_uncordon_sends_a_signed_request(
+        bootstrap: str, unique: str) -> None:
+    node = f"n-{unique[-8:]}"
+    now = int(time.time() * 1000)
+    ev = Ev(node_key(node), start=now - 2_000, tick=1, ids="{run}/e{n}")
+    producer = EventProducer(bootstrap)
+    producer.send(REPORTS, ev.agent_registered(node, slots=4, domain="rack-9", n=0))
+    producer.send(RUNS, ev.quarantined(node, reason="3 failures on the node", n=1))
+    producer.flush(30.0)
+
+    out = cli("nodes", "--json")
+    assert out.returncode == 0, out.stderr
+    [row] = [r for r in json.loads(out.stdout)["nodes"] if r["node"] == node]
+    assert (row["state"], row["why"], row["slots"], row["domain"]) == (
+        "quarantined", "3 failures on the node", 4, "rack-9")
+    table = cli("nodes")
+    assert any(node in line and "quarantined" in line for line in table.stdout.splitlines())
+
+    before = end_offsets(bootstrap, REQUESTS)
+    refused(cli("node", "uncordon", "ghost-node", "--reason", "x"), "unknown node 'ghost-node'")
+    refused(cli("node", "uncordon", "ghost-node", "--reason", "x"), node)  # known ones listed
+    assert end_offsets(bootstrap, REQUESTS) == before
+
+    key = stack_dir() / "keys" / "operator.key"
+    out = cli("node", "uncordon", node, "--reason", "disk replaced", "--key", str(key), "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert (doc["node"], doc["operation"], doc["principal"]) == (node, "uncordon", "operator")
+    assert doc["key_id"] == SigningKey.load(key).key_id
+    event, record = request_of(bootstrap, node_key(node), NodeOperationRequested)
+    assert isinstance(event, NodeOperationRequested)
+    assert (event.node, event.operation, event.reason) == (node, "uncordon", "disk replaced")
+    assert judge(bootstrap, record, "operator") is None

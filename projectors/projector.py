@@ -9,6 +9,10 @@ A record that cannot be decoded becomes a ``quarantine`` row and projection
 goes on, and so does a record whose rows cannot be stored (``UNPROJECTABLE``).
 Replay is the same loop into an empty database, stopping at the ends the log had
 when it started, however much keeps arriving.
+
+With ``snapshot_every_s`` the loop also publishes a read-only snapshot of the
+file for readers (``projectors.snapshot``) once something changed and at least
+that long after the previous one, and once more when it stops.
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ import duckdb
 import pyarrow as pa
 
 from events.codec import Codec, default_codec
+from events.errors import EventsError
 from events.kafka import Quarantined, Record
 from events.reader import LogReader
 from events.topics import REPORTS, RUNS
 from projectors.errors import ProjectionLayoutError
 from projectors.rows import EventRow, QuarantineRow, Row
+from projectors.snapshot import publish
 from projectors.tables import DDL, TABLE_OF, TABLES, Table, rows_for
 
 TOPICS = (RUNS, REPORTS)
@@ -48,11 +54,20 @@ CRASH_ENV = "RUNLEDGER_PROJECTOR_CRASH"
 
 class Projector:
     def __init__(self, db_path: str | Path, bootstrap: str, *, codec: Codec | None = None,
-                 batch: int = 5000) -> None:
+                 batch: int = 5000, snapshot_every_s: float | None = None) -> None:
         self.db_path = str(db_path)
         self.bootstrap = bootstrap
         self.codec = codec or default_codec()
         self.batch = batch
+        # None: never publish a snapshot (replay, tests); 0: after every batch.
+        self.snapshot_every_s = snapshot_every_s
+        self.published_at: float | None = None  # wall clock of the last snapshot
+        self.snapshot_s = 0.0  # how long publishing the last one took
+        self._published_mono = float("-inf")
+        self._dirty = True  # the first loop publishes even an empty projection
+        # Held by whoever uses this connection from another thread (the metrics
+        # scrape) and while a snapshot is taken, so a checkpoint never waits on a read.
+        self.db_lock = threading.Lock()
         self.con = duckdb.connect(self.db_path)
         for table, ddl in DDL.items():
             self.con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({ddl})")
@@ -110,11 +125,45 @@ class Projector:
                 self.reached = {**self.reached, **reader.reached}
                 if items:
                     total += self._apply(items, reader.last_read_s)
+                    self._dirty = True
                 if until_caught_up and reader.caught_up:
                     break
+                self._maybe_publish(reader)
+            self._maybe_publish(reader, final=True)
             return total
         finally:
             reader.close()
+
+    def _maybe_publish(self, reader: LogReader, *, final: bool = False) -> None:
+        """Publish a snapshot when one is due: something changed since the last one, and
+        it is at least ``snapshot_every_s`` old (or this is the loop's last call)."""
+        every = self.snapshot_every_s
+        if every is None or not self._dirty:
+            return
+        if not final and time.monotonic() - self._published_mono < every:
+            return
+        started = time.monotonic()
+        try:
+            ends: dict[tuple[str, int], tuple[int, int]] | None = reader.watermarks(2.0)
+        except EventsError as exc:
+            log.warning("log ends unavailable, the snapshot says its lag is unknown: %s", exc)
+            ends = None
+        reached = self.reached
+        positions = {tp: max(o, reached.get(tp, o)) for tp, o in self.offsets().items()}
+        positions.update({tp: o for tp, o in reached.items() if tp not in positions})
+        taken_at = time.time()
+        try:
+            with self.db_lock:
+                done = publish(self.con, self.db_path, positions=positions, ends=ends,
+                               taken_at=taken_at)
+        except (OSError, duckdb.Error) as exc:
+            # The projection matters more than its copy: go on, try again next time.
+            log.warning("could not publish the snapshot of %s: %s", self.db_path, exc)
+            done = None
+        if done is not None:
+            self._dirty = False
+            self.published_at, self.snapshot_s = taken_at, time.monotonic() - started
+        self._published_mono = time.monotonic()
 
     def _apply(self, items: list[Record | Quarantined], decode_s: float = 0.0) -> int:
         started = time.monotonic() - decode_s

@@ -35,7 +35,7 @@ from events.reader import LogReader
 from events.topics import REPORTS, RUNS
 from projectors.errors import ProjectionLayoutError
 from projectors.rows import EventRow, QuarantineRow, Row
-from projectors.snapshot import publish
+from projectors.snapshot import LiveFile, publish
 from projectors.tables import DDL, TABLE_OF, TABLES, Table, rows_for
 
 TOPICS = (RUNS, REPORTS)
@@ -72,6 +72,8 @@ class Projector:
         for table, ddl in DDL.items():
             self.con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({ddl})")
         self._check_layout()
+        # Only a publisher needs it (and must keep it open: projectors.snapshot.LiveFile).
+        self._live = LiveFile(self.db_path) if snapshot_every_s is not None else None
         self.applied = 0
         # Counters for projectors.metrics. Only this thread writes them; a scrape
         # thread reads single attributes, and rebinding a whole dict is atomic.
@@ -90,6 +92,8 @@ class Projector:
 
     def close(self) -> None:
         self.con.close()
+        if self._live is not None:
+            self._live.close()  # after the connection: this drops the file's lock
 
     def _check_layout(self) -> None:
         """Refuse a file whose tables another runledger version made: rows would not fit."""
@@ -138,7 +142,7 @@ class Projector:
         """Publish a snapshot when one is due: something changed since the last one, and
         it is at least ``snapshot_every_s`` old (or this is the loop's last call)."""
         every = self.snapshot_every_s
-        if every is None or not self._dirty:
+        if every is None or self._live is None or not self._dirty:
             return
         if not final and time.monotonic() - self._published_mono < every:
             return
@@ -154,7 +158,7 @@ class Projector:
         taken_at = time.time()
         try:
             with self.db_lock:
-                done = publish(self.con, self.db_path, positions=positions, ends=ends,
+                done = publish(self.con, self._live, positions=positions, ends=ends,
                                taken_at=taken_at)
         except (OSError, duckdb.Error) as exc:
             # The projection matters more than its copy: go on, try again next time.

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +97,38 @@ def lags(ends: Mapping[Partition, tuple[int, int]], stored: Mapping[Partition, i
     return out
 
 
-def publish(con: duckdb.DuckDBPyConnection, live: str | Path, *,
+class LiveFile:
+    """A descriptor on the live file, open for as long as its writer is.
+
+    DuckDB guards the file with a POSIX record lock, and POSIX drops every such
+    lock a process holds on a file when the process closes *any* descriptor of
+    it: copying the file with a fresh ``open`` would let a second writer in
+    after the first snapshot. So the copy reads through this one descriptor,
+    closed only after the writer's connection.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.fd = os.open(self.path, os.O_RDONLY)
+
+    def copy_to(self, dest: Path) -> None:
+        size = os.fstat(self.fd).st_size
+        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            done = 0
+            while done < size:
+                n = os.copy_file_range(self.fd, out, size - done, done, done)
+                if n == 0:
+                    break
+                done += n
+        finally:
+            os.close(out)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def publish(con: duckdb.DuckDBPyConnection, live: LiveFile, *,
             positions: Mapping[Partition, int], ends: Mapping[Partition, tuple[int, int]] | None,
             taken_at: float) -> Path | None:
     """Publish the state of ``con`` (the writer's connection to ``live``) as its snapshot.
@@ -108,19 +138,19 @@ def publish(con: duckdb.DuckDBPyConnection, live: str | Path, *,
     not hold exactly those offsets (a checkpoint a concurrent reader of the
     same connection deferred): nothing is replaced, the next call tries again.
     """
-    target, temp = snapshot_path(live), _temp_path(live)
+    target, temp = snapshot_path(live.path), _temp_path(live.path)
     con.execute("CHECKPOINT")
     stored = {(t, p): o for t, p, o in
               con.execute("SELECT topic, part, next_offset FROM offsets").fetchall()}
     try:
-        shutil.copyfile(live, temp)
+        live.copy_to(temp)
         copy = duckdb.connect(str(temp))
         try:
             copied = {(t, p): o for t, p, o in copy.execute(
                 "SELECT topic, part, next_offset FROM offsets").fetchall()}
             if copied != stored:
                 return None
-            _write_meta(copy, live, positions, ends, taken_at)
+            _write_meta(copy, live.path, positions, ends, taken_at)
         finally:
             copy.close()
         _fsync(temp)

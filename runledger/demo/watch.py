@@ -7,7 +7,8 @@ as ``runledger status`` does. The controller copies every report it accepts
 tells the whole story in its authoritative order. :func:`follow` drives the
 demo's stages: one line per change of (status, generation, step, latest
 checkpoint), a line per notable event, and an error naming what did not happen
-when progress stalls.
+when progress stalls. :func:`wait_for_snapshot` waits until the running
+projector's snapshot holds everything the log held at a moment.
 
 Tested in tests/e2e/test_demo.py.
 """
@@ -18,6 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import duckdb
 
 from events.errors import EventsError
 from events.fold import apply
@@ -35,6 +38,7 @@ from events.model import (
 from events.reader import LogReader
 from events.state import RunState
 from events.topics import RUNS
+from projectors.snapshot import SnapshotError, SnapshotMeta, read_meta, snapshot_path
 from runledger.demo.procs import DemoError, tail
 
 
@@ -191,3 +195,33 @@ def describe(event: Event) -> str | None:
     if isinstance(event, RunFinished):
         return f"run finished: {event.outcome} ({event.reason})"
     return None
+
+
+def wait_for_snapshot(db: Path, since: float, timeout_s: float, log: Path) -> SnapshotMeta:
+    """The running projector's first snapshot taken after ``since`` (epoch seconds) with
+    nothing left to project: it holds every record the log held at ``since``."""
+    deadline = time.monotonic() + timeout_s
+    path = snapshot_path(db)
+    while time.monotonic() < deadline:
+        meta = _snapshot_meta(path)
+        if (meta is not None and meta.taken_at >= since
+                and (behind := meta.behind()) is not None and not any(behind.values())):
+            return meta
+        time.sleep(0.5)
+    raise DemoError(f"the projector published no caught-up snapshot at {path} within"
+                    f" {timeout_s:.0f} s; its log:\n{tail(log)}")
+
+
+def _snapshot_meta(path: Path) -> SnapshotMeta | None:
+    if not path.exists():
+        return None
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return None
+    try:
+        return read_meta(con, path)
+    except SnapshotError:
+        return None
+    finally:
+        con.close()

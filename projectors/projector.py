@@ -33,7 +33,7 @@ from events.errors import EventsError
 from events.kafka import Quarantined, Record
 from events.reader import LogReader
 from events.topics import REPORTS, RUNS
-from projectors.errors import ProjectionLayoutError
+from projectors.errors import ProjectionLayoutError, ProjectorError
 from projectors.rows import EventRow, QuarantineRow, Row
 from projectors.snapshot import LiveFile, publish
 from projectors.tables import DDL, TABLE_OF, TABLES, Table, rows_for
@@ -50,6 +50,8 @@ log = logging.getLogger("runledger.projectors.projector")
 # Test hook: ``<run id>:<n>`` kills the projector with SIGKILL inside the
 # transaction of the batch that takes that run past n projected records.
 CRASH_ENV = "RUNLEDGER_PROJECTOR_CRASH"
+# How long a projector waits for a reader (``query``, ``report``) of the file to let go.
+LOCK_WAIT_S = 30.0
 
 
 class Projector:
@@ -68,7 +70,7 @@ class Projector:
         # Held by whoever uses this connection from another thread (the metrics
         # scrape) and while a snapshot is taken, so a checkpoint never waits on a read.
         self.db_lock = threading.Lock()
-        self.con = duckdb.connect(self.db_path)
+        self.con = _connect(self.db_path, LOCK_WAIT_S)
         for table, ddl in DDL.items():
             self.con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({ddl})")
         self._check_layout()
@@ -233,6 +235,23 @@ class Projector:
         self._seen += sum(1 for r in rows if EventRow._make(r).run_id == run)
         if self._seen >= n:
             os.kill(os.getpid(), signal.SIGKILL)  # mid-transaction: nothing of it may stick
+
+
+def _connect(path: str, wait_s: float) -> duckdb.DuckDBPyConnection:
+    """The writer's connection. Readers open the live file only while no projector
+    holds it, and only for as long as one query or report takes: wait them out."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return duckdb.connect(path)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():
+                raise
+            if time.monotonic() >= deadline:
+                raise ProjectorError(
+                    f"{path} is held by another process ({exc}); if another `runledger"
+                    " project` writes it, stop that one or give this one another --db") from None
+            time.sleep(0.2)
 
 
 # DuckDB binds ``executemany`` parameters row by row (~1,300 rows/s here); an

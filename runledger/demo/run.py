@@ -180,7 +180,7 @@ class _Demo:
         self._follow(run_id, bootstrap, logs["controller"], logs["agent"])
         self._check_recovery()
         self._lap("run")
-        self._project(logs["projector"])
+        self._project(run_id, logs["projector"])
         self._lap("projection")
         self._queries(run_id, env)
         self._lap("queries")
@@ -287,16 +287,19 @@ class _Demo:
         self.say(f"recovered: generation 2 resumed from the checkpoint of step {resume};"
                  f" steps {resume + 1}..{opts.kill_step} were replayed")
 
-    def _project(self, log: Path) -> None:
+    def _project(self, run_id: str, log: Path) -> None:
         """Wait for the running projector to publish a snapshot that holds the whole run.
 
         The projector keeps running: ``query`` and ``report`` read its snapshot
         (DuckDB lets no reader open the file it writes) and say how old it is.
         """
-        meta = wait_for_snapshot(self.layout.db, time.time(), 120.0, log)
-        self.say(f"projection caught up: the running projector's snapshot"
-                 f" {snapshot_path(self.layout.db)} is {sum((meta.behind() or {}).values())}"
-                 " records behind the log; the queries read it while the projector runs")
+        meta = wait_for_snapshot(self.layout.db, run_id, 120.0, log)
+        behind = meta.behind()
+        lag = ("unknown" if behind is None
+               else ", ".join(f"{t} {n}" for t, n in behind.items()))
+        self.say(f"projection caught up to the run's end: the running projector's snapshot"
+                 f" {snapshot_path(self.layout.db)} (records behind the log end when it was"
+                 f" taken: {lag}); the queries read it while the projector runs")
 
     def _queries(self, run_id: str, env: dict[str, str]) -> None:
         say, db = self.say, str(self.layout.db)

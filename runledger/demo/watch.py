@@ -8,7 +8,7 @@ tells the whole story in its authoritative order. :func:`follow` drives the
 demo's stages: one line per change of (status, generation, step, latest
 checkpoint), a line per notable event, and an error naming what did not happen
 when progress stalls. :func:`wait_for_snapshot` waits until the running
-projector's snapshot holds everything the log held at a moment.
+projector's snapshot holds the run's end.
 
 Tested in tests/e2e/test_demo.py.
 """
@@ -197,22 +197,22 @@ def describe(event: Event) -> str | None:
     return None
 
 
-def wait_for_snapshot(db: Path, since: float, timeout_s: float, log: Path) -> SnapshotMeta:
-    """The running projector's first snapshot taken after ``since`` (epoch seconds) with
-    nothing left to project: it holds every record the log held at ``since``."""
+def wait_for_snapshot(db: Path, run_id: str, timeout_s: float, log: Path) -> SnapshotMeta:
+    """The running projector's first snapshot that holds ``run_id``'s end (its last
+    fact). Not "nothing behind": agents keep heartbeating, so a live log is rarely
+    fully projected at the moment a snapshot is taken."""
     deadline = time.monotonic() + timeout_s
     path = snapshot_path(db)
     while time.monotonic() < deadline:
-        meta = _snapshot_meta(path)
-        if (meta is not None and meta.taken_at >= since
-                and (behind := meta.behind()) is not None and not any(behind.values())):
+        meta = _ended_in_snapshot(path, run_id)
+        if meta is not None:
             return meta
         time.sleep(0.5)
-    raise DemoError(f"the projector published no caught-up snapshot at {path} within"
-                    f" {timeout_s:.0f} s; its log:\n{tail(log)}")
+    raise DemoError(f"the projector published no snapshot holding the end of run {run_id} at"
+                    f" {path} within {timeout_s:.0f} s; its log:\n{tail(log)}")
 
 
-def _snapshot_meta(path: Path) -> SnapshotMeta | None:
+def _ended_in_snapshot(path: Path, run_id: str) -> SnapshotMeta | None:
     if not path.exists():
         return None
     try:
@@ -220,8 +220,10 @@ def _snapshot_meta(path: Path) -> SnapshotMeta | None:
     except duckdb.Error:
         return None
     try:
-        return read_meta(con, path)
-    except SnapshotError:
+        meta = read_meta(con, path)
+        row = con.execute("SELECT count(*) FROM endings WHERE run_id = ?", [run_id]).fetchone()
+        return meta if row and row[0] else None
+    except (SnapshotError, duckdb.Error):
         return None
     finally:
         con.close()

@@ -38,6 +38,13 @@ plain confluent_kafka Producer into a throwaway single-broker stack
    ``--explain`` or when it takes over 0.25 s, by EXPLAIN ANALYZE's costliest
    operators (big run and one typical run).
 
+4. Snapshot cost over (b)'s projection: what ``project --snapshot-every S``
+   adds per published snapshot (``projectors.snapshot.publish``: CHECKPOINT,
+   copy through the held descriptor, metadata, fsync, atomic rename, plus the
+   watermark lookup the projector makes for it), median of 5; baseline: (b)'s
+   mean batch (run time / transactions). Ratio = snapshot / batch, i.e. what
+   ``--snapshot-every 0`` (a snapshot after every batch) would cost per batch.
+
 Ratios are runledger / baseline from this run. Nothing asserts on a timing.
 Results go to ``bench/results/projector.json``.
 """
@@ -90,8 +97,10 @@ from bench.projector_parts import (
 from events.codec import Codec, default_codec
 from events.connection import ENV_CREDENTIALS
 from events.kafka import check_broker
+from events.reader import Watermarks
 from events.topics import replication_for, topic_specs
-from projectors.projector import Projector, table_digests
+from projectors.projector import TOPICS, Projector, table_digests
+from projectors.snapshot import publish, snapshot_path
 from queries.ettr import ettr
 from queries.runner import sql_text
 from runledger.stack import Stack
@@ -295,6 +304,48 @@ def projection_section(log: Log, codec: Codec, bootstrap: str, tmp: Path,
     return out, live_db
 
 
+# --- 4. snapshots -----------------------------------------------------------------
+
+
+def snapshot_section(db: Path, bootstrap: str, codec: Codec,
+                     live: dict[str, Any]) -> dict[str, Any]:
+    """What one published snapshot costs, against (b)'s mean batch."""
+    batch_s = live["run_s"] / max(live["batches"], 1)
+    projector = Projector(db, bootstrap, codec=codec, snapshot_every_s=0.0)
+    marks = Watermarks(bootstrap, TOPICS, name="bench-projector-snapshot")
+    publish_s, marks_s = [], []
+    try:
+        assert projector._live is not None
+        for i in range(5):
+            t0 = time.perf_counter()
+            ends = marks.get(2.0)
+            t1 = time.perf_counter()
+            done = publish(projector.con, projector._live, positions=projector.offsets(),
+                           ends=ends, taken_at=time.time())
+            t2 = time.perf_counter()
+            assert done is not None, f"snapshot {i} not published"
+            marks_s.append(t1 - t0)
+            publish_s.append(t2 - t1)
+    finally:
+        marks.close()
+        projector.close()
+    size = snapshot_path(db).stat().st_size
+    pub, wm = statistics.median(publish_s), statistics.median(marks_s)
+    total = pub + wm
+    print_table(["snapshot (project --snapshot-every S)", "value"],
+                [["file copied (MiB)", mib(size)],
+                 ["publish: checkpoint, copy, meta, fsync, rename (s, median of 5)", f"{pub:.3f}"],
+                 ["watermarks of both topics (s, median of 5)", f"{wm:.3f}"],
+                 ["baseline: (b)'s mean batch (s)", f"{batch_s:.3f}"],
+                 ["ratio: snapshot / batch", f"{ratio(total, batch_s):.2f}"],
+                 ["share of the loop at the default --snapshot-every 5",
+                  f"{total / (5.0 + total):.1%}"]],
+                title="4. snapshot cost, over (b)'s projection")
+    return {"file_bytes": size, "publish_s": publish_s, "watermarks_s": marks_s,
+            "publish_median_s": pub, "watermarks_median_s": wm, "batch_mean_s": batch_s,
+            "ratio_to_batch": ratio(total, batch_s), "share_at_5s": total / (5.0 + total)}
+
+
 # --- 3. ETTR --------------------------------------------------------------------
 
 
@@ -471,6 +522,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             results["ettr"] = {"failed": repr(exc)}
             status = 1
         results["ettr"]["elapsed_s"] = time.perf_counter() - section
+        results["snapshot"] = snapshot_section(live_db, bootstrap, codec,
+                                               results["projection"]["projector"])
         if not results["projection"]["replay"]["digests_equal"]:
             status = 1
     finally:

@@ -5,6 +5,8 @@
   types) and the pure mapping from a log record to rows.
 - ``projector``: the batch loop with offsets in the same transaction, replay,
   and per-table content digests for comparing a replay with the live tables.
+- ``snapshot``: the read-only copy a running projector publishes for readers
+  (checkpoint, copy, fsync, atomic rename), with the positions and log ends it reflects.
 - ``metrics``: the Prometheus collector (throughput, quarantine, lag, ETTR).
 - ``errors``: ``ProjectorError``, the package's root (a projection file another
   version made: ``ProjectionLayoutError``).

@@ -1,13 +1,15 @@
-"""Prometheus ``/metrics`` for the projector: throughput, quarantine, lag and ETTR.
+"""Prometheus ``/metrics`` for the projector: throughput, quarantine, lag, snapshot age, ETTR.
 
-``families`` and ``lags`` are pure functions of a ``Snapshot``;
+``families`` is a pure function of a ``Snapshot`` (``lags``, shared with the
+readers' snapshots, lives in ``projectors.snapshot``);
 ``ProjectorCollector`` takes the snapshot at scrape time from a live
 ``Projector`` (its counters), the database (stored offsets, ETTR) and the
 broker (log end offsets); ``runledger.metricsserver`` serves it over HTTP.
 
 Threads: DuckDB connections are not shared between threads, so the collector
 opens its own cursor on the projector's database when it is built (on the
-projector's thread, before ``run``) and uses it only under its lock. Log end
+projector's thread, before ``run``) and uses it only under the projector's
+``db_lock``, which publishing a snapshot holds too. Log end
 offsets come from an ``events.reader.Watermarks`` of its own (read_committed,
 so an open transaction is no lag before it can be read), cached for a few
 seconds, so frequent or concurrent scrapes never hammer the broker.
@@ -16,7 +18,6 @@ seconds, so frequent or concurrent scrapes never hammer the broker.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +29,9 @@ from prometheus_client.registry import Collector
 from events.errors import EventsError
 from events.reader import Watermarks
 from projectors.projector import TOPICS, Projector
+from projectors.snapshot import lags
+
+__all__ = ["EndOffsets", "ProjectorCollector", "Snapshot", "families", "lags"]
 
 log = logging.getLogger("runledger.projector.metrics")
 
@@ -50,22 +54,9 @@ class Snapshot:
     last_batch_s: float = 0.0
     lag: dict[Partition, int] = field(default_factory=dict)
     ettr: dict[str, float] | None = None
-
-
-def lags(ends: dict[Partition, tuple[int, int]], stored: dict[Partition, int],
-         reached: dict[Partition, int]) -> dict[Partition, int]:
-    """Records still to project per partition, from its (low, high) watermarks.
-
-    The position is the furthest of the stored next offset (committed with the
-    tables), the end the consumer last reached (past transaction markers, which
-    no record covers), and the low watermark (retention may have removed what
-    was never projected: nothing below it can still be read).
-    """
-    out = {}
-    for tp, (low, high) in ends.items():
-        position = max(low, stored.get(tp, low), reached.get(tp, low))
-        out[tp] = max(0, high - position)
-    return out
+    # Seconds since the projector last published its read-only snapshot; None: none yet.
+    snapshot_age_s: float | None = None
+    snapshot_s: float = 0.0
 
 
 def families(snap: Snapshot) -> list[Metric]:
@@ -92,6 +83,15 @@ def families(snap: Snapshot) -> list[Metric]:
                           value=snap.last_batch_s),
         lag,
     ]
+    if snap.snapshot_age_s is not None:
+        out.append(GaugeMetricFamily(
+            "runledger_projector_snapshot_age_seconds",
+            "Seconds since the read-only snapshot that query and report read was published.",
+            value=snap.snapshot_age_s))
+        out.append(GaugeMetricFamily(
+            "runledger_projector_snapshot_seconds",
+            "Wall time to publish the last snapshot (checkpoint, copy, fsync, rename).",
+            value=snap.snapshot_s))
     if snap.ettr is not None:
         ettr = GaugeMetricFamily(
             "runledger_run_ettr_ratio", "Effective training time ratio: T_productive / "
@@ -145,8 +145,8 @@ class ProjectorCollector(Collector):
         self._cursor = projector.con.cursor()
         self._ends = EndOffsets(projector.bootstrap, ttl_s=ttl_s)
         # The HTTP server answers scrapes on threads of their own; the cursor
-        # and the consumer serve one at a time.
-        self._lock = threading.Lock()
+        # and the consumer serve one at a time, and never while a snapshot is taken.
+        self._lock = projector.db_lock
 
     def snapshot(self) -> Snapshot:
         p = self.projector
@@ -154,9 +154,12 @@ class ProjectorCollector(Collector):
             ends = self._ends.get()
             lag = {} if ends is None else lags(ends, self._stored(), p.reached)
             ettr = self._ettr()
+        published = p.published_at
         return Snapshot(applied=p.applied, quarantined=p.quarantined, batches=p.batches,
                         last_batch=p.last_batch, last_batch_s=p.last_batch_s, lag=lag,
-                        ettr=ettr)
+                        ettr=ettr, snapshot_s=p.snapshot_s,
+                        snapshot_age_s=None if published is None
+                        else max(0.0, time.time() - published))
 
     def _stored(self) -> dict[Partition, int]:
         rows = self._cursor.execute("SELECT topic, part, next_offset FROM offsets").fetchall()

@@ -9,6 +9,10 @@ A record that cannot be decoded becomes a ``quarantine`` row and projection
 goes on, and so does a record whose rows cannot be stored (``UNPROJECTABLE``).
 Replay is the same loop into an empty database, stopping at the ends the log had
 when it started, however much keeps arriving.
+
+With ``snapshot_every_s`` the loop also publishes a read-only snapshot of the
+file for readers (``projectors.snapshot``) once something changed and at least
+that long after the previous one, and once more when it stops.
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ import duckdb
 import pyarrow as pa
 
 from events.codec import Codec, default_codec
+from events.errors import EventsError
 from events.kafka import Quarantined, Record
 from events.reader import LogReader
 from events.topics import REPORTS, RUNS
-from projectors.errors import ProjectionLayoutError
+from projectors.errors import ProjectionLayoutError, ProjectorError
 from projectors.rows import EventRow, QuarantineRow, Row
+from projectors.snapshot import LiveFile, publish
 from projectors.tables import DDL, TABLE_OF, TABLES, Table, rows_for
 
 TOPICS = (RUNS, REPORTS)
@@ -44,19 +50,32 @@ log = logging.getLogger("runledger.projectors.projector")
 # Test hook: ``<run id>:<n>`` kills the projector with SIGKILL inside the
 # transaction of the batch that takes that run past n projected records.
 CRASH_ENV = "RUNLEDGER_PROJECTOR_CRASH"
+# How long a projector waits for a reader (``query``, ``report``) of the file to let go.
+LOCK_WAIT_S = 30.0
 
 
 class Projector:
     def __init__(self, db_path: str | Path, bootstrap: str, *, codec: Codec | None = None,
-                 batch: int = 5000) -> None:
+                 batch: int = 5000, snapshot_every_s: float | None = None) -> None:
         self.db_path = str(db_path)
         self.bootstrap = bootstrap
         self.codec = codec or default_codec()
         self.batch = batch
-        self.con = duckdb.connect(self.db_path)
+        # None: never publish a snapshot (replay, tests); 0: after every batch.
+        self.snapshot_every_s = snapshot_every_s
+        self.published_at: float | None = None  # wall clock of the last snapshot
+        self.snapshot_s = 0.0  # how long publishing the last one took
+        self._published_mono = float("-inf")
+        self._dirty = True  # the first loop publishes even an empty projection
+        # Held by whoever uses this connection from another thread (the metrics
+        # scrape) and while a snapshot is taken, so a checkpoint never waits on a read.
+        self.db_lock = threading.Lock()
+        self.con = _connect(self.db_path, LOCK_WAIT_S)
         for table, ddl in DDL.items():
             self.con.execute(f"CREATE TABLE IF NOT EXISTS {table} ({ddl})")
         self._check_layout()
+        # Only a publisher needs it (and must keep it open: projectors.snapshot.LiveFile).
+        self._live = LiveFile(self.db_path) if snapshot_every_s is not None else None
         self.applied = 0
         # Counters for projectors.metrics. Only this thread writes them; a scrape
         # thread reads single attributes, and rebinding a whole dict is atomic.
@@ -75,6 +94,8 @@ class Projector:
 
     def close(self) -> None:
         self.con.close()
+        if self._live is not None:
+            self._live.close()  # after the connection: this drops the file's lock
 
     def _check_layout(self) -> None:
         """Refuse a file whose tables another runledger version made: rows would not fit."""
@@ -110,11 +131,45 @@ class Projector:
                 self.reached = {**self.reached, **reader.reached}
                 if items:
                     total += self._apply(items, reader.last_read_s)
+                    self._dirty = True
                 if until_caught_up and reader.caught_up:
                     break
+                self._maybe_publish(reader)
+            self._maybe_publish(reader, final=True)
             return total
         finally:
             reader.close()
+
+    def _maybe_publish(self, reader: LogReader, *, final: bool = False) -> None:
+        """Publish a snapshot when one is due: something changed since the last one, and
+        it is at least ``snapshot_every_s`` old (or this is the loop's last call)."""
+        every = self.snapshot_every_s
+        if every is None or self._live is None or not self._dirty:
+            return
+        if not final and time.monotonic() - self._published_mono < every:
+            return
+        started = time.monotonic()
+        try:
+            ends: dict[tuple[str, int], tuple[int, int]] | None = reader.watermarks(2.0)
+        except EventsError as exc:
+            log.warning("log ends unavailable, the snapshot says its lag is unknown: %s", exc)
+            ends = None
+        reached = self.reached
+        positions = {tp: max(o, reached.get(tp, o)) for tp, o in self.offsets().items()}
+        positions.update({tp: o for tp, o in reached.items() if tp not in positions})
+        taken_at = time.time()
+        try:
+            with self.db_lock:
+                done = publish(self.con, self._live, positions=positions, ends=ends,
+                               taken_at=taken_at)
+        except (OSError, duckdb.Error) as exc:
+            # The projection matters more than its copy: go on, try again next time.
+            log.warning("could not publish the snapshot of %s: %s", self.db_path, exc)
+            done = None
+        if done is not None:
+            self._dirty = False
+            self.published_at, self.snapshot_s = taken_at, time.monotonic() - started
+        self._published_mono = time.monotonic()
 
     def _apply(self, items: list[Record | Quarantined], decode_s: float = 0.0) -> int:
         started = time.monotonic() - decode_s
@@ -180,6 +235,23 @@ class Projector:
         self._seen += sum(1 for r in rows if EventRow._make(r).run_id == run)
         if self._seen >= n:
             os.kill(os.getpid(), signal.SIGKILL)  # mid-transaction: nothing of it may stick
+
+
+def _connect(path: str, wait_s: float) -> duckdb.DuckDBPyConnection:
+    """The writer's connection. Readers open the live file only while no projector
+    holds it, and only for as long as one query or report takes: wait them out."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return duckdb.connect(path)
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():
+                raise
+            if time.monotonic() >= deadline:
+                raise ProjectorError(
+                    f"{path} is held by another process ({exc}); if another `runledger"
+                    " project` writes it, stop that one or give this one another --db") from None
+            time.sleep(0.2)
 
 
 # DuckDB binds ``executemany`` parameters row by row (~1,300 rows/s here); an

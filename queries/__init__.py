@@ -3,6 +3,8 @@
 - ``*.sql``: one query each (ettr, goodput, provenance, audit, incidents,
   stragglers, alerts, mixture, timeline). Each reads its run from ``getvariable('run_id')``,
   so it also runs in the DuckDB CLI after ``SET VARIABLE run_id = '...'``.
+- ``source``: which file a reader opens (the live projection, or a running
+  projector's snapshot) and how far behind the log it is.
 - ``runner``: finds the files, checks the query name and the run, runs them.
 - ``ettr``: the ETTR breakdown as a typed result.
 - ``lineage``: provenance as W3C PROV-JSON and as an OpenLineage run event.

@@ -59,12 +59,15 @@ def gather(con: duckdb.DuckDBPyConnection, run_id: str) -> ReportData:
                       q("incidents"), q("alerts"), q("audit"), q("provenance"))
 
 
-def report(con: duckdb.DuckDBPyConnection, run_id: str, *, max_audit_rows: int = 2000) -> str:
-    """The HTML page for ``run_id``."""
-    return render(gather(con, run_id), max_audit_rows=max_audit_rows)
+def report(con: duckdb.DuckDBPyConnection, run_id: str, *, max_audit_rows: int = 2000,
+           freshness: str | None = None) -> str:
+    """The HTML page for ``run_id``; ``freshness``: how far behind the log the projection
+    is (``queries.source.Freshness.line``), shown in the header."""
+    return render(gather(con, run_id), max_audit_rows=max_audit_rows, freshness=freshness)
 
 
-def render(data: ReportData, *, max_audit_rows: int = 2000) -> str:
+def render(data: ReportData, *, max_audit_rows: int = 2000,
+           freshness: str | None = None) -> str:
     """The page for gathered data; the audit table keeps both ends of a longer trail."""
     body = sections.body(data, max_audit_rows)
     outcome = data.summary.get("outcome") or "live"
@@ -78,11 +81,16 @@ def render(data: ReportData, *, max_audit_rows: int = 2000) -> str:
         f"<title>runledger report: {esc(data.run_id)}</title><style>{CSS}</style></head>"
         f'<body><header class="top"><div class="inner"><h1 id="run-id">Run '
         f"{esc(data.run_id)}</h1><p>postmortem from the event log · {esc(outcome)}"
-        f"{_reason(data)}</p></div></header>\n<main>\n" + "\n".join(body) +
+        f"{_reason(data)}</p>{_freshness(freshness)}</div></header>\n<main>\n"
+        + "\n".join(body) +
         '\n<p class="note">Every number on this page comes from the projection of the event'
         " log: <code>runledger query NAME RUN</code> reproduces each section (timeline, ettr,"
         " goodput, stragglers, mixture, incidents, alerts, audit, provenance).</p>"
         "\n</main></body></html>\n")
+
+
+def _freshness(line: str | None) -> str:
+    return "" if line is None else f'<p class="lag" id="projection-lag">{esc(line)}</p>'
 
 
 def _reason(data: ReportData) -> str:

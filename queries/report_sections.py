@@ -247,6 +247,17 @@ def _alerts(data: ReportData) -> str:
         row_attrs=lambda r: {"data-alert": r["alert"]}), "newest first")
 
 
+def _n(value: int | None) -> str:
+    return "?" if value is None else f"{value:,}"
+
+
+def _consumed(position_to: int | None, segments: int) -> str:
+    # A checkpoint committed without a cursor (no data-plane position) has no range.
+    if position_to is None:
+        return f"not recorded (no cursor committed with the checkpoint); {segments} segment(s)"
+    return f"[0, {position_to:,}) in {segments} segment(s)"
+
+
 def _provenance(data: ReportData) -> str:
     if not data.provenance:
         return _section("provenance", "Provenance of the final checkpoint",
@@ -257,16 +268,15 @@ def _provenance(data: ReportData) -> str:
         ("manifest digest", code(head["manifest_digest"])),
         ("manifest", code(head["manifest_path"])),
         ("dataset", code(head["dataset_id"])), ("code version", code(head["code_version"])),
-        ("positions consumed", f"[0, {head['position_to']:,}) in {len(data.provenance)}"
-                               " segment(s)"),
+        ("positions consumed", _consumed(head["position_to"], len(data.provenance))),
         ("per-source counts", counts(head["source_counts"])),
         ("committed", utc(head["committed_at"]))]
     cols = [Col("depth", "depth", num, True), Col("generation", "gen", num, True),
             Col("steps", "steps (from, to]"), Col("positions", "positions [from, to)"),
             Col("source_delta", "per-source since parent", counts),
             Col("manifest_digest", "checkpoint", short), Col("parent_digest", "parent", short)]
-    rows = [{**r, "steps": f"({r['step_from']:,}, {r['step']:,}]",
-             "positions": f"[{r['position_from']:,}, {r['position_to']:,})"}
+    rows = [{**r, "steps": f"({_n(r['step_from'])}, {_n(r['step'])}]",
+             "positions": f"[{_n(r['position_from'])}, {_n(r['position_to'])})"}
             for r in data.provenance]
     chain = table(cols, rows, table_id="provenance-table", cls="chain",
                   row_attrs=lambda r: {"data-step": r["step"]})

@@ -2,6 +2,9 @@
 
 ``project --metrics HOST:PORT`` also serves Prometheus metrics at
 ``http://HOST:PORT/metrics`` while it projects (``projectors.metrics``).
+``project`` publishes a read-only snapshot beside the file (``projectors.snapshot``)
+at most every ``--snapshot-every`` seconds and when it stops, which ``query`` and
+``report`` read while it runs.
 
 Tested in tests/runledger/commands/test_project.py and tests/projectors/test_metrics.py.
 """
@@ -33,6 +36,11 @@ Once = Annotated[bool, typer.Option(
 Digests = Annotated[bool, typer.Option("--json", help="Print the table digests.")]
 ProjectJson = Annotated[bool, typer.Option(
     "--json", help="On stopping, print {records, db} as one JSON object.")]
+SNAPSHOT_EVERY_S = 5.0
+SnapshotEvery = Annotated[float, typer.Option(
+    "--snapshot-every", metavar="S", min=0.0,
+    help="Publish the read-only snapshot that query and report read while this runs at"
+         " most every S seconds (0: after every batch).")]
 
 # ETTR per run on each scrape: the queries package's SQL over the projector's own cursor.
 ETTR_OF: EttrOf | None = ettr_all
@@ -49,6 +57,7 @@ def project(
     bootstrap: Bootstrap = None,
     metrics_address: MetricsAddress = None,
     as_json: ProjectJson = False,
+    snapshot_every: SnapshotEvery = SNAPSHOT_EVERY_S,
 ) -> None:
     """Project runledger.runs and runledger.reports into DuckDB, resuming after the
     offsets stored with the last applied batch."""
@@ -58,7 +67,7 @@ def project(
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    projector = Projector(path, address)
+    projector = Projector(path, address, snapshot_every_s=snapshot_every)
     server: MetricsServer | None = None
     try:
         if metrics_address is not None:

@@ -1,4 +1,12 @@
-"""``runledger query NAME RUN``: the ``queries/*.sql`` files against a projection."""
+"""``runledger query NAME RUN``: the ``queries/*.sql`` files against a projection.
+
+The projection is the live file when no projector holds it, else the snapshot a
+running projector publishes (``queries.source``); how far behind the log it is
+goes to stderr, or into the document with ``--json``.
+
+Tested in tests/runledger/commands/test_query.py and
+tests/runledger/commands/test_live_queries.py.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +17,8 @@ import typer
 
 from dataplane.errors import DataPlaneError
 from queries import lineage, render
-from queries.runner import Result, connect, names, run_query
+from queries.runner import Result, names, run_query
+from queries.source import Freshness, open_projection
 from runledger import config
 from runledger.config import Db, ProjectedRun, json_option
 from runledger.errors import RunledgerError
@@ -46,15 +55,18 @@ def query(name: QueryName, run: ProjectedRun, db: Db = None, as_json: AsRows = F
         params["checkpoint_step"] = checkpoint
     if ratio is not None:
         params["straggler_ratio"] = ratio
-    con = connect(db or config.default_db())
+    con, fresh = open_projection(db or config.default_db())
     try:
         result = run_query(con, name, run, **params)
     finally:
         con.close()
+    if fmt != "json":  # prov and openlineage are standard documents: no field of ours
+        typer.echo(fresh.line(), err=True)
     if name == "provenance":
-        _provenance(result, fmt, checkpoint)
+        _provenance(result, fmt, checkpoint, fresh)
     elif fmt == "json":
-        typer.echo(json.dumps(_json_rows(result), indent=2))
+        typer.echo(json.dumps({"query": name, "run_id": run, "rows": _json_rows(result),
+                               "projection": fresh.as_json()}, indent=2))
     else:
         typer.echo(render.table(result))
         if name == "ettr":
@@ -90,7 +102,7 @@ def _dataset(dataset_id: str | None) -> dict[str, Any] | None:
             "mixture_mode": manifest.mixture.mode, "mixture_unit": manifest.mixture.unit}
 
 
-def _provenance(result: Result, fmt: str, checkpoint: int | None) -> None:
+def _provenance(result: Result, fmt: str, checkpoint: int | None, fresh: Freshness) -> None:
     chain = [{k: render.plain(v) for k, v in r.items()} for r in result.records()]
     if not chain:
         which = f"at step {checkpoint}" if checkpoint is not None else "committed yet"
@@ -103,8 +115,8 @@ def _provenance(result: Result, fmt: str, checkpoint: int | None) -> None:
                                   event_time=str(chain[0]["committed_at"]))
         typer.echo(json.dumps(doc, indent=2))
     elif fmt == "json":
-        typer.echo(json.dumps({"run_id": result.run_id, "dataset": dataset, "chain": chain},
-                              indent=2))
+        typer.echo(json.dumps({"run_id": result.run_id, "dataset": dataset, "chain": chain,
+                               "projection": fresh.as_json()}, indent=2))
     else:
         head = chain[0]
         typer.echo(f"checkpoint step {head['step']} (generation {head['generation']})"

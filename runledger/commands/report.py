@@ -1,7 +1,12 @@
 """``runledger report RUN --html FILE``: one run as a self-contained HTML postmortem.
 
 The page itself is built by :mod:`queries.report` from the DuckDB projection
-(``runledger project``); this module only finds the projection and writes the file.
+(``runledger project``); this module only finds the projection (the live file, or
+a running projector's snapshot: ``queries.source``) and writes the file. How far
+behind the log the projection was goes into the page's header and onto stderr.
+
+Tested in tests/runledger/commands/test_report.py and
+tests/runledger/commands/test_live_queries.py.
 """
 
 from __future__ import annotations
@@ -11,9 +16,8 @@ from typing import Annotated
 
 import typer
 
-from queries.errors import QueryError
 from queries.report import report as build_report
-from queries.runner import connect
+from queries.source import open_projection
 from runledger import config
 from runledger.config import Db, ProjectedRun
 from runledger.errors import RunledgerError
@@ -32,12 +36,9 @@ def report(run: ProjectedRun, html: Html, db: Db = None) -> None:
     The page needs no network and no script: open it in any browser, or attach it
     to the incident ticket.
     """
-    path = db or config.default_db()
-    if not path.exists():
-        raise QueryError(_missing(path))
-    con = connect(path)
+    con, fresh = open_projection(db or config.default_db())
     try:
-        page = build_report(con, run)
+        page = build_report(con, run, freshness=fresh.line())
     finally:
         con.close()
     try:
@@ -45,10 +46,5 @@ def report(run: ProjectedRun, html: Html, db: Db = None) -> None:
     except OSError as exc:
         raise RunledgerError(f"cannot write {html}: {exc.strerror or exc}") from None
     typer.echo(f"wrote {html} ({len(page.encode()):,} bytes): run {run}", err=True)
+    typer.echo(fresh.line(), err=True)
 
-
-def _missing(path: Path) -> str:
-    """No projection at ``path``: say how to make one, and which ones lie beside it."""
-    near = sorted(p.name for p in path.parent.glob("*.duckdb")) if path.parent.is_dir() else []
-    listed = f"; projections in {path.parent}: {', '.join(near)}" if near else ""
-    return f"no projection at {path}; run `runledger project --db {path}` first{listed}"

@@ -6,9 +6,10 @@ projector and one two-slot agent as real OS processes, submits (signed with the
 local stack's operator key) a two-process
 torch run of ``examples/train_tiny.py`` whose rank 1 is killed between two
 checkpoints, follows the run through the kill, the automatic recovery from the
-latest committed checkpoint and its success, then lets the projection catch up
-and prints ``status``, the ETTR, provenance and incidents queries, and writes
-the HTML report. Every process it started is stopped on every way out.
+latest committed checkpoint and its success, then waits for the running
+projector's snapshot to hold the whole run and, with the projector still
+running, prints ``status``, the ETTR, provenance and incidents queries, and
+writes the HTML report. Every process it started is stopped on every way out.
 
 Tested in tests/e2e/test_demo.py.
 """
@@ -31,6 +32,7 @@ from events.connection import ENV_CREDENTIALS
 from events.errors import EventsError
 from events.kafka import check_broker
 from events.state import Status
+from projectors.snapshot import snapshot_path
 from runledger import stack
 from runledger.demo.procs import DemoError, Services, cli_ok, kill_workers
 from runledger.demo.setup import (
@@ -41,7 +43,7 @@ from runledger.demo.setup import (
     prepare_workdir,
     write_spec,
 )
-from runledger.demo.watch import RunWatch, Stage, follow
+from runledger.demo.watch import RunWatch, Stage, follow, wait_for_snapshot
 from runledger.errors import Interrupted, StackError
 from runledger.signer import ENV_KEY
 from runledger.stack.acls import CONTROLLER_PREFIX
@@ -155,7 +157,8 @@ class _Demo:
         services.start("controller", ["controller", "--transactional-id", tag, "--group", tag,
                                       *signing],
                        logs["controller"], env={**env, **self._as_role("controller")})
-        services.start("projector", ["project", "--db", str(layout.db)], logs["projector"],
+        services.start("projector", ["project", "--db", str(layout.db), "--snapshot-every", "1"],
+                       logs["projector"],
                        env={**env, **self._as_role("projector")})
         agent_env = {**env, **self._as_role("agent"), "RUNLEDGER_FAULT": fault_for(opts),
                      "RUNLEDGER_TRACE_BATCHES": str(layout.batches)}
@@ -177,7 +180,7 @@ class _Demo:
         self._follow(run_id, bootstrap, logs["controller"], logs["agent"])
         self._check_recovery()
         self._lap("run")
-        self._project(env)
+        self._project(run_id, logs["projector"])
         self._lap("projection")
         self._queries(run_id, env)
         self._lap("queries")
@@ -284,18 +287,19 @@ class _Demo:
         self.say(f"recovered: generation 2 resumed from the checkpoint of step {resume};"
                  f" steps {resume + 1}..{opts.kill_step} were replayed")
 
-    def _project(self, env: dict[str, str]) -> None:
-        """Stop the live projector and catch up to the log's end with ``project --once``.
+    def _project(self, run_id: str, log: Path) -> None:
+        """Wait for the running projector to publish a snapshot that holds the whole run.
 
-        DuckDB allows one writing process per file and no reader beside it, so
-        the queries can open the file only after the projector let go of it.
+        The projector keeps running: ``query`` and ``report`` read its snapshot
+        (DuckDB lets no reader open the file it writes) and say how old it is.
         """
-        assert self.services is not None
-        for name in ("agent", "controller", "projector"):  # the agent first: it reports exits
-            self.services.stop(name)
-        out = cli_ok(["project", "--db", str(self.layout.db), "--once"],
-                     {**env, **self._as_role("projector")}).strip()
-        self.say(f"projection caught up: {out}")
+        meta = wait_for_snapshot(self.layout.db, run_id, 120.0, log)
+        behind = meta.behind()
+        lag = ("unknown" if behind is None
+               else ", ".join(f"{t} {n}" for t, n in behind.items()))
+        self.say(f"projection caught up to the run's end: the running projector's snapshot"
+                 f" {snapshot_path(self.layout.db)} (records behind the log end when it was"
+                 f" taken: {lag}); the queries read it while the projector runs")
 
     def _queries(self, run_id: str, env: dict[str, str]) -> None:
         say, db = self.say, str(self.layout.db)

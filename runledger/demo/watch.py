@@ -7,7 +7,8 @@ as ``runledger status`` does. The controller copies every report it accepts
 tells the whole story in its authoritative order. :func:`follow` drives the
 demo's stages: one line per change of (status, generation, step, latest
 checkpoint), a line per notable event, and an error naming what did not happen
-when progress stalls.
+when progress stalls. :func:`wait_for_snapshot` waits until the running
+projector's snapshot holds the run's end.
 
 Tested in tests/e2e/test_demo.py.
 """
@@ -18,6 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import duckdb
 
 from events.errors import EventsError
 from events.fold import apply
@@ -35,6 +38,7 @@ from events.model import (
 from events.reader import LogReader
 from events.state import RunState
 from events.topics import RUNS
+from projectors.snapshot import SnapshotError, SnapshotMeta, read_meta, snapshot_path
 from runledger.demo.procs import DemoError, tail
 
 
@@ -191,3 +195,35 @@ def describe(event: Event) -> str | None:
     if isinstance(event, RunFinished):
         return f"run finished: {event.outcome} ({event.reason})"
     return None
+
+
+def wait_for_snapshot(db: Path, run_id: str, timeout_s: float, log: Path) -> SnapshotMeta:
+    """The running projector's first snapshot that holds ``run_id``'s end (its last
+    fact). Not "nothing behind": agents keep heartbeating, so a live log is rarely
+    fully projected at the moment a snapshot is taken."""
+    deadline = time.monotonic() + timeout_s
+    path = snapshot_path(db)
+    while time.monotonic() < deadline:
+        meta = _ended_in_snapshot(path, run_id)
+        if meta is not None:
+            return meta
+        time.sleep(0.5)
+    raise DemoError(f"the projector published no snapshot holding the end of run {run_id} at"
+                    f" {path} within {timeout_s:.0f} s; its log:\n{tail(log)}")
+
+
+def _ended_in_snapshot(path: Path, run_id: str) -> SnapshotMeta | None:
+    if not path.exists():
+        return None
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return None
+    try:
+        meta = read_meta(con, path)
+        row = con.execute("SELECT count(*) FROM endings WHERE run_id = ?", [run_id]).fetchone()
+        return meta if row and row[0] else None
+    except (SnapshotError, duckdb.Error):
+        return None
+    finally:
+        con.close()

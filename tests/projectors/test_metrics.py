@@ -58,9 +58,17 @@ def test_families_expose_counters_lag_and_ettr() -> None:
         (("run", "run-a"),): 0.9, (("run", "run-b"),): 0.5}
 
 
+def test_the_snapshot_s_age_and_cost_are_exposed() -> None:
+    got = render(families(Snapshot(snapshot_age_s=4.5, snapshot_s=0.125)))
+    assert got[("runledger_projector_snapshot_age_seconds", ())] == 4.5
+    assert got[("runledger_projector_snapshot_seconds", ())] == 0.125
+
+
 def test_without_an_ettr_callable_there_is_no_ettr_series() -> None:
     got = render(families(Snapshot()))
     assert not named(got, "runledger_run_ettr_ratio")
+    # No snapshot published yet (or none asked for): no age rather than a made-up one.
+    assert ("runledger_projector_snapshot_age_seconds", ()) not in got
     assert got[("runledger_projector_records_applied_total", ())] == 0
 
 

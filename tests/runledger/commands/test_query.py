@@ -30,8 +30,9 @@ def db(tmp_path: Path) -> Path:
 
 
 def cli(*args: str) -> tuple[int, str]:
+    """The exit code and stdout (the result); on failure, the error message from stderr."""
     res = runner.invoke(app, list(args))
-    return res.exit_code, res.output
+    return res.exit_code, res.stdout if res.exit_code == 0 else res.output
 
 
 def test_ettr_table_shows_parts_and_the_ratio(db: Path) -> None:
@@ -44,8 +45,12 @@ def test_ettr_table_shows_parts_and_the_ratio(db: Path) -> None:
 def test_json_rows(db: Path) -> None:
     code, out = cli("query", "incidents", "run-a", "--db", str(db), "--json")
     assert code == 0, out
-    (row,) = json.loads(out)
+    doc = json.loads(out)
+    (row,) = doc["rows"]
     assert row["rpo_steps"] == 5 and row["fault_at"].startswith("1970-01-01T00:")
+    # A file no projector holds, and no snapshot beside it: how far behind is unknown.
+    assert doc["projection"] == {"path": str(db), "source": "live", "projector_running": False,
+                                 "taken_at": None, "age_s": None, "behind": None}
 
 
 def test_provenance_exports(db: Path) -> None:

@@ -220,9 +220,11 @@ def _exit_failure(state: RunState, evidence: Evidence, member: Member,
     at_start = policy.at_start(notes, len(state.members))
     if at_start is not None:
         return at_start
-    first_at = min((n.at for n in notes), default=world.now)
-    if len(notes) < len(state.members) and world.now - first_at < START_EXIT_WAIT_MS:
-        return None
+    mine = evidence.exits.get(member.logical_id)
+    if mine is not None and len(notes) < len(state.members):
+        first_at = min(n.at for n in notes)
+        if world.now - first_at < START_EXIT_WAIT_MS:
+            return None  # the others may be failing the same way right now
     return failure
 
 

@@ -25,6 +25,7 @@ from controller.spec import (
     young_interval_s,
 )
 from dataplane.errors import CatalogError
+from controller.policy import RETRY_CLASSES
 from events.model import FAILURE_CLASSES
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "run.yaml"
@@ -73,7 +74,7 @@ def test_the_annotated_example_loads() -> None:
     assert spec.retry_for("worker_crash").attempts == 5
     # A class entry names what differs; the rest comes from the `default` entry.
     assert spec.retry_for("non_finite") == RetryPolicy(attempts=0, escalate_after=1)
-    assert set(spec.retry) == set(FAILURE_CLASSES)
+    assert set(spec.retry) == set(RETRY_CLASSES) == set(FAILURE_CLASSES) - {"job"}
     assert isinstance(spec.checkpoint, AutoCheckpoint)
     assert spec.checkpoint.interval_s() == pytest.approx(young_interval_s(20.0, 21600.0))
 

@@ -39,9 +39,8 @@ plain non-zero exit of its process, says nothing about the machine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from controller.exits import ExitNote
 from controller.spec_parts import RetryPolicy

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from controller.alerts import AlertConfig
 from controller.checkpoints import AutoInterval
 from controller.errors import SpecError
+from controller.policy import RETRY_CLASSES
 from controller.spec import RunSpec, parse_spec_json
 from controller.spec_parts import AutoCheckpoint, RetryPolicy
 from dataplane.documents import canonical_json
-from controller.policy import RETRY_CLASSES
 from events.model import RunSubmitted
 from events.workerenv import CheckpointEnv
 

@@ -27,6 +27,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, Strict, ValidationError, ValidationInfo, field_validator
 
 from controller.errors import SpecError
+from controller.policy import RETRY_CLASSES
 from controller.spec_parts import (
     AlertPolicy,
     AutoCheckpoint,
@@ -56,7 +57,6 @@ from controller.spec_text import (
 )
 from dataplane.documents import canonical_json, sha256_digest
 from dataplane.errors import CatalogError
-from controller.policy import RETRY_CLASSES
 from events.names import alias_problem, name_problem
 
 __all__ = [

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.errors import ControllerError, SpecError
+from controller.policy import RETRY_CLASSES
 from controller.spec import (
     AutoCheckpoint,
     RetryPolicy,
@@ -25,7 +26,6 @@ from controller.spec import (
     young_interval_s,
 )
 from dataplane.errors import CatalogError
-from controller.policy import RETRY_CLASSES
 from events.model import FAILURE_CLASSES
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "run.yaml"

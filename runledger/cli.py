@@ -24,6 +24,7 @@ from runledger.commands import (
     events,
     interval,
     keys,
+    logs,
     project,
     query,
     report,
@@ -58,7 +59,7 @@ app = typer.Typer(
 )
 # Registration order is the order `runledger --help` lists the commands in.
 for command in (stack, security, keys, audit, events, checkpoint, project, query, report,
-                dataset, runs, agent, controller, interval, demo):
+                dataset, runs, logs, agent, controller, interval, demo):
     command.register(app)
 
 

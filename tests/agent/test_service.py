@@ -173,7 +173,8 @@ def test_crash_and_unrunnable_and_oversized_groups_are_reported(
     assert crashed.exit_code == CRASH_EXIT_CODE and not crashed.launch_error
     # The exit names the worker's log and carries its last lines.
     assert crashed.log_path.startswith("/") and Path(crashed.log_path).is_file()
-    assert crashed.stderr_tail and crashed.stderr_tail in Path(crashed.log_path).read_text()
+    assert crashed.stderr_tail.endswith("testworker: crash at step 1\n")
+    assert Path(crashed.log_path).read_text().endswith(crashed.stderr_tail)
     big = agent.wait_exits(f"{run_id}-big", 4)
     assert {e.exit_code for e in big.values()} == {REJECTED_EXIT_CODE}
     assert all("needs 4 slots" in e.stderr_tail for e in big.values())

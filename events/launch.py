@@ -85,7 +85,7 @@ def _script(argv: tuple[str, ...] | list[str]) -> str | None:
 def _file_problem(field: str, given: str, workdir: str, *,
                   executable: bool) -> LaunchProblem | None:
     full = resolve(given, workdir)
-    where = full if given == full else f"{given} (in code.workdir: {full})"
+    where = full if given == full else f"{full} ({given} in code.workdir)"
     if not os.path.exists(full):
         return LaunchProblem(EXIT_NOT_FOUND, f"{field} {where} does not exist")
     if os.path.isdir(full):

@@ -31,7 +31,7 @@ def test_a_missing_script_is_a_launch_failure_naming_the_path(tmp_path: Path) ->
                         str(code)))
     [failed] = table.reap()
     assert failed.exit_code == 127 and failed.pid is None
-    assert failed.launch_error == f"command[1] train.py (in code.workdir: {code}/train.py)" \
+    assert failed.launch_error == f"command[1] {code}/train.py (train.py in code.workdir)" \
         " does not exist"
     assert failed.log_path == str(tmp_path / "agent" / "run-1/g1/r0.log")
     assert failed.launch_error in failed.stderr_tail

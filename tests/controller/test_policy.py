@@ -38,7 +38,7 @@ def note(lid: str, code: int | None = 1, signal: int | None = None, at: int = 0,
 
 
 def test_a_launch_failure_is_the_jobs_and_carries_its_evidence() -> None:
-    missing = note("r0", 127, launch_error="command[1] x.py (in code.workdir: /c/x.py) "
+    missing = note("r0", 127, launch_error="command[1] /c/x.py (x.py in code.workdir) "
                                            "does not exist")
     f = policy.from_exit("r0", "n1", 127, None, missing)
     assert (f.failure_class, f.signature) == ("job", "job:launch")

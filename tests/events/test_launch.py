@@ -23,7 +23,7 @@ def test_relative_programs_and_scripts_resolve_in_the_workdir(tmp_path: Path) ->
     assert launch_problem((sys.executable, "train.py"), str(tmp_path), os.defpath) is None
     missing = launch_problem(("python3", "nope.py"), str(tmp_path), None)
     assert missing is not None and missing.message == (
-        f"command[1] nope.py (in code.workdir: {tmp_path}/nope.py) does not exist")
+        f"command[1] {tmp_path}/nope.py (nope.py in code.workdir) does not exist")
     # Options and -m/-c are the interpreter's, not a script path.
     assert launch_problem(("python3", "-m", "nope"), str(tmp_path), None) is None
     not_exec = launch_problem(("./run.sh",), str(tmp_path), None)

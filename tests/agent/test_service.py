@@ -183,7 +183,8 @@ def test_crash_and_unrunnable_and_oversized_groups_are_reported(
         nx.launch_error)
     # A missing script is a launch failure naming the path, not a crash of python.
     ns = agent.wait_exits(f"{run_id}-ns", 1)["s"]
-    assert ns.exit_code == 127 and f"{code}/train.py does not exist" in ns.launch_error
+    assert ns.exit_code == 127
+    assert f"{code}/train.py (train.py in code.workdir) does not exist" in ns.launch_error
     assert ns.launch_error in Path(ns.log_path).read_text()
 
 

@@ -32,7 +32,8 @@ def test_a_script_that_raises_at_import_fails_fast_as_the_job_s_own_error(
     missing = code / "missing.yaml"
     missing.write_text(yaml.safe_dump(spec("missing", [], command=[PY, "nope.py"])))
     refused = cluster.cli("submit", str(missing), "--principal", "alice")
-    assert refused.returncode != 0 and f"{code}/nope.py does not exist" in refused.stderr
+    assert refused.returncode != 0
+    assert f"{code}/nope.py (nope.py in code.workdir) does not exist" in refused.stderr
 
     cluster.controller()
     cluster.agent("n1", 2)

@@ -116,6 +116,7 @@ class Launch:
     worker_env: WorkerEnv
     log_path: str  # relative to the agent's work dir
     causation_id: str
+    workdir: str = ""  # where the worker runs; empty: the agent's work dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +263,7 @@ def _start(config: AgentConfig, state: AgentState, cmd: GroupStartCommanded,
     for key, env in zip(keys, envs, strict=True):
         actions.append(Launch(key, cmd.argv, dict(cmd.env), env,
                               f"{_safe(run)}/g{gen}/{_safe(key.logical_id)}.log",
-                              cmd.header.event_id))
+                              cmd.header.event_id, cmd.workdir))
     return Decision(replace(new, running=new.running | set(keys)), tuple(actions))
 
 
@@ -297,9 +298,13 @@ def _confined(config: AgentConfig, cmd: GroupStartCommanded,
         return (f"{NOT_ALLOWED}: the command's executable {program!r} is not one the agent "
                 f"may run (--allow {' '.join(config.allowed_executables)})")
     roots = (config.base_dir, *config.allowed_roots)
+    # A relative path is the worker's, so it resolves in the worker's directory.
+    base = cmd.workdir or config.base_dir
+    if cmd.workdir and not cmd.workdir.startswith("/"):
+        return f"workdir {cmd.workdir!r} must be an absolute path"
     for what, path in paths:
         if path is not None:
-            problem = outside_roots(path, roots, config.base_dir, what)
+            problem = outside_roots(path, roots, base, what)
             if problem is not None:
                 return problem
     return None

@@ -1,10 +1,16 @@
 """Worker processes of one node agent: launch, terminate with a grace period, reap.
 
+Each worker runs in its workdir (the start command's, else the agent's work
+dir), with its stdout and stderr in one log file under the agent's work dir;
+an exit names that file and carries its last ``TAIL_BYTES``. Before a launch
+the workdir, program and script are checked (``events.launch``): one that
+cannot start is an exit with ``launch_error`` set, never a crash.
+
 Each worker runs in its own session (so its process group id is its pid): a
 stop reaches whatever the worker spawned, and a Ctrl-C at the agent's terminal
 reaches only the agent, which then stops its workers in order.
 
-Tested in tests/agent/test_service.py.
+Tested in tests/agent/test_procs.py and tests/agent/test_service.py.
 """
 
 from __future__ import annotations
@@ -21,13 +27,13 @@ from pathlib import Path
 from typing import IO
 
 from agent.decide import Launch, WorkerKey
+from events.launch import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, launch_problem
 from events.workerenv import compose_environ
 
 log = logging.getLogger("runledger.agent")
 
-# Shell conventions for a program that could not be started at all.
-EXIT_NOT_FOUND = 127
-EXIT_NOT_EXECUTABLE = 126
+# The output an exit report carries: enough for a traceback, small for the log.
+TAIL_BYTES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +44,9 @@ class Exit:
     returncode: int
     causation_id: str
     pid: int | None
+    log_path: str = ""
+    stderr_tail: str = ""
+    launch_error: str = ""
 
     @property
     def exit_code(self) -> int | None:
@@ -52,6 +61,7 @@ class Exit:
 class _Proc:
     popen: subprocess.Popen[bytes]
     log_file: IO[bytes]
+    log_path: Path
     causation_id: str
     kill_at: float | None = None  # monotonic deadline for SIGKILL once terminated
     killed: bool = False
@@ -77,25 +87,37 @@ class ProcessTable:
         return {k: p.popen.pid for k, p in self._procs.items()}
 
     def launch(self, action: Launch) -> None:
-        path = self.work_dir / action.log_path
+        path = (self.work_dir / action.log_path).absolute()
         path.parent.mkdir(parents=True, exist_ok=True)
         env = compose_environ(self._base_env, action.command_env, action.worker_env)
+        cwd = action.workdir or str(self.work_dir.absolute())
         log_file = path.open("ab")
+        problem = launch_problem(action.argv, cwd, env.get("PATH", os.defpath))
+        if problem is not None:
+            self._launch_failed(action, path, log_file, problem.exit_code, problem.message)
+            return
         try:
             popen = subprocess.Popen(
-                list(action.argv), cwd=self.work_dir, env=env, stdin=subprocess.DEVNULL,
+                list(action.argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                 stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
             )
         except OSError as exc:
-            log_file.write(f"runledger agent: cannot start {action.argv!r}: {exc}\n".encode())
-            log_file.close()
             code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
-            log.error("%s: cannot start %r: %s", action.key, list(action.argv), exc)
-            self._failed.append(Exit(action.key, code, action.causation_id, None))
+            self._launch_failed(action, path, log_file, code,
+                                f"cannot start {list(action.argv)!r} in {cwd}: {exc}")
             return
-        self._procs[action.key] = _Proc(popen, log_file, action.causation_id)
-        log.info("%s: started pid %d rank %d/%d, log %s", action.key, popen.pid,
-                 action.worker_env.rank, action.worker_env.world_size, path)
+        self._procs[action.key] = _Proc(popen, log_file, path, action.causation_id)
+        log.info("%s: started pid %d rank %d/%d in %s, log %s", action.key, popen.pid,
+                 action.worker_env.rank, action.worker_env.world_size, cwd, path)
+
+    def _launch_failed(self, action: Launch, path: Path, log_file: IO[bytes], code: int,
+                       message: str) -> None:
+        """Report a worker that never started: ``message`` names the path or field."""
+        log_file.write(f"runledger agent: launch failed: {message}\n".encode())
+        log_file.close()
+        log.error("%s: launch failed: %s", action.key, message)
+        self._failed.append(Exit(action.key, code, action.causation_id, None, str(path),
+                                 tail(path), message))
 
     def terminate(self, key: WorkerKey, reason: str) -> None:
         proc = self._procs.get(key)
@@ -126,8 +148,34 @@ class ProcessTable:
             _signal_group(proc.popen.pid, signal.SIGKILL)
             proc.log_file.close()
             del self._procs[key]
-            out.append(Exit(key, rc, proc.causation_id, proc.popen.pid))
+            out.append(Exit(key, rc, proc.causation_id, proc.popen.pid, str(proc.log_path),
+                            tail(proc.log_path)))
         return out
+
+
+def tail(path: Path, limit: int = TAIL_BYTES) -> str:
+    """The last at most ``limit`` bytes of a log, from a line start, as text.
+
+    Cut at a line (or, for one long line, a UTF-8 character) boundary, so the
+    text is valid UTF-8 and starts where a line does; bytes that are not UTF-8
+    come out as U+FFFD.
+    """
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            data = f.read(limit)
+    except OSError:
+        return ""
+    if size > limit:
+        newline = data.find(b"\n")
+        if 0 <= newline < len(data) - 1:
+            data = data[newline + 1:]
+        else:
+            while data and data[0] & 0xC0 == 0x80:  # a continuation byte: mid-character
+                data = data[1:]
+    return data.decode("utf-8", errors="replace")
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -246,7 +246,9 @@ class Agent:
                 self.procs.terminate(action.key, action.reason)
             case Reject():
                 log.error("%s: not launched: %s", action.key, action.reason)
-                self._send_exit(action.key, action.causation_id, action.exit_code, None)
+                said = Exit(action.key, action.exit_code, action.causation_id, None,
+                            stderr_tail=f"runledger agent: not launched: {action.reason}")
+                self._send_exit(action.key, action.causation_id, action.exit_code, None, said)
                 self.state = worker_exited(self.state, action.key)
             case Defer():
                 self._pending[action.command_id] = command
@@ -261,7 +263,7 @@ class Agent:
         for e in exits:
             how = f"exit code {e.exit_code}" if e.signal is None else f"signal {e.signal}"
             log.info("%s: pid %s ended with %s", e.key, e.pid, how)
-            self._send_exit(e.key, e.causation_id, e.exit_code, e.signal)
+            self._send_exit(e.key, e.causation_id, e.exit_code, e.signal, e)
             self.state = worker_exited(self.state, e.key)
         if exits:
             self._busy = self.state.busy_slots
@@ -279,11 +281,14 @@ class Agent:
         self._producer_or_fail().send(REPORTS, event)
 
     def _send_exit(self, key: WorkerKey, causation_id: str, exit_code: int | None,
-                   sig: int | None) -> None:
+                   sig: int | None, evidence: Exit | None = None) -> None:
         header = Header(f"{key}/exited", key.run_id, key.generation, now_ms(), self.producer_id,
                         causation_id=causation_id or None)
+        ev = evidence or Exit(key, 0, causation_id, None)
         self._send(WorkerExited(header=header, logical_id=key.logical_id,
-                                node=self.config.node, exit_code=exit_code, signal=sig))
+                                node=self.config.node, exit_code=exit_code, signal=sig,
+                                log_path=ev.log_path, stderr_tail=ev.stderr_tail,
+                                launch_error=ev.launch_error))
 
     def _node_header(self, what: str) -> Header:
         event_id = f"{node_key(self.config.node)}/{self.incarnation}/{what}"

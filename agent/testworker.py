@@ -179,6 +179,8 @@ class Worker:
     def _fail(self, step: int) -> None:
         mode = self.plan.fail_mode
         if mode == "crash":
+            # The last words an exit report carries (its stderr tail), then no cleanup.
+            os.write(2, f"testworker: crash at step {step}\n".encode())
             os._exit(CRASH_EXIT_CODE)
         if mode == "fail":
             raise InjectedFailure(f"injected failure at step {step} "

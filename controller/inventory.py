@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from controller import policy
 from events.model import (
     AgentHeartbeatRecorded,
     AgentRegistered,
@@ -136,7 +137,8 @@ def _fact(node: Node, event: Event) -> Node:
 def count_failures(counts: Mapping[str, int], event: Event) -> Mapping[str, int]:
     """The failures attributed to each node after one event (the same mapping if none change)."""
     match event:
-        case FailureClassified(node=str(node)) if node:
+        case FailureClassified(node=str(node)) if node and policy.counts_against_node(
+                event.failure_class, event.signature):
             return {**counts, node: counts.get(node, 0) + 1}
         case NodeUncordoned():
             return {**counts, event.node: 0} if counts.get(event.node) else counts

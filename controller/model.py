@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from controller import checkpoints, rejections
+from controller import checkpoints, exits, policy, rejections
 from controller.inventory import EMPTY as NO_NODES
 from controller.inventory import NODE_RECORDS, Inventory, count_failures, observe
 from controller.runplan import RunPlan
@@ -64,6 +64,7 @@ class Tracked:
     shards: checkpoints.Shards = field(default_factory=dict)
     # What the status summary shows beyond the state (events.status): runledger.status.
     status: StatusNotes = NO_NOTES
+    evidence: exits.Evidence = exits.EMPTY  # the current generation's exits (controller.exits)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +214,8 @@ class Draft:
             assert isinstance(event, RunSubmitted)  # the fold accepts nothing else first
             self._put(Tracked(state, self._plan(event), status=note(NO_NOTES, event)))
             return transition.verdict
-        if isinstance(event, FailureClassified) and event.node:
+        if (isinstance(event, FailureClassified) and event.node
+                and policy.counts_against_node(event.failure_class, event.signature)):
             self._count_failure(event.node)
         self._put(_noted(before, state, event))
         return transition.verdict
@@ -252,7 +254,8 @@ def _noted(before: Tracked, state: RunState, event: Event) -> Tracked:
     """The run after an accepted record: its state, and the bookkeeping the record adds."""
     staged, shards = before.staged, before.shards
     if type(event) is HeartbeatRecorded:  # most records; no bookkeeping watches them
-        return Tracked(state, before.plan, before.watch, staged, shards, before.status)
+        return Tracked(state, before.plan, before.watch, staged, shards, before.status,
+                       before.evidence)
     match event:
         case ShardWritten():
             shards = checkpoints.track_shard(shards, event)
@@ -261,7 +264,7 @@ def _noted(before: Tracked, state: RunState, event: Event) -> Tracked:
         case CheckpointStaged():
             staged = checkpoints.Staged(event.step, event.header.occurred_at, event.stall_ms)
     return Tracked(state, before.plan, observe_run(before.watch, event, before.state), staged,
-                   shards, note(before.status, event))
+                   shards, note(before.status, event), exits.observe(before.evidence, event))
 
 
 def replay(events: Iterable[Event], since: int, plan_of: PlanOf) -> Model:

@@ -201,7 +201,8 @@ def perform(em: Emitter, run: Tracked, action: Action, slots: Slots,
                 failure_class=failure.failure_class, signature=failure.signature,
                 action=decision.action, attempt=decision.attempt,
                 detail=f"{failure.detail}; {decision.reason}", logical_id=failure.logical_id,
-                node=failure.node, backoff_ms=decision.backoff_ms))
+                node=failure.node, backoff_ms=decision.backoff_ms, log_path=failure.log_path,
+                stderr_tail=failure.stderr_tail))
         case Stop(reason):
             em.stop(state, reason)
         case Quarantine(node, count):
@@ -249,4 +250,4 @@ def _start(em: Emitter, run: Tracked, start: Start) -> None:
             header=em.header(state.run_id, gen, cid), command_id=cid, node=node,
             members=tuple(m for m in members if m.node == node), world_size=len(members),
             master_addr=master, master_port=port, argv=plan.argv, env=env,
-            resume_step=resume_step, resume_manifest=resume_manifest))
+            resume_step=resume_step, resume_manifest=resume_manifest, workdir=plan.workdir))

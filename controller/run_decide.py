@@ -20,12 +20,16 @@ Rules for a run that has not ended, in this order (the first that applies decide
    over; then back to the queue if a node of its placement is no longer live
    or is quarantined or drained (a plain cordon keeps the runs placed there),
    else the next generation starts on the same members (``Start``);
-4. a live generation: on a failure (a member exited non-zero or by a signal;
+4. a live generation: on a failure (a member exited non-zero or by a signal,
+   judged with its evidence by ``controller.policy``, except that a non-zero
+   exit before the generation's first step waits up to ``START_EXIT_WAIT_MS``
+   for the other members, to tell a failure on every rank from one rank's;
    a member silent past its heartbeat timeout, or its start timeout before
    its first heartbeat; Running with no step past the stall timeout), the
    failure is classified with the retry policy's verdict (``Classify``), the
    generation stopped (``Stop``), the failure's node quarantined at its
-   ``NODE_QUARANTINE_AFTER``-th failure (``Quarantine``), and the run failed if
+   ``NODE_QUARANTINE_AFTER``-th failure that the evidence attributes to it
+   (``policy.counts_against_node``; ``Quarantine``), and the run failed if
    the policy escalates (``Finish``); otherwise, once every member has joined
    (a heartbeat or an exit), it is Running (``Confirm``), and once every member
    has exited 0 it has succeeded (``Finish``).
@@ -42,6 +46,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from controller import admission, policy
+from controller.exits import Evidence
 from controller.inventory import Inventory, blocked_note
 from controller.model import Tracked
 from controller.runplan import RunPlan
@@ -50,6 +55,9 @@ from events.state import RunState, Status
 
 NODE_QUARANTINE_AFTER = 3  # failures attributed to one node, across runs
 NODE_TIMEOUT_MS = 15_000
+# How long a member's non-zero exit before the first step waits for the others
+# to exit too (the same code on every rank is the job's own error).
+START_EXIT_WAIT_MS = 10_000
 
 
 class World(NamedTuple):  # one per run per tick: a tuple is the cheapest immutable value
@@ -125,7 +133,7 @@ def decide(run: Tracked, world: World) -> tuple[Action, ...]:
     if state.status == Status.RECOVERING and state.awaiting_generation:
         return _restart(state, world)
     if state.status.active:
-        return _watch(state, plan, world)
+        return _watch(run, plan, world)
     return ()
 
 
@@ -167,8 +175,9 @@ def _restart(state: RunState, world: World) -> tuple[Action, ...]:
     return (Start(state.members, state.generation + 1, "restart"),)
 
 
-def _watch(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ...]:
-    failure = _failure(state, plan, world)
+def _watch(run: Tracked, plan: RunPlan, world: World) -> tuple[Action, ...]:
+    state = run.state
+    failure = _failure(run, plan, world)
     if failure is not None:
         return _failed(state, plan, failure, world)
     exits = state.exits
@@ -182,12 +191,13 @@ def _watch(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ...]:
     return tuple(actions)
 
 
-def _failure(state: RunState, plan: RunPlan, world: World) -> policy.Failure | None:
-    for m in state.members:
-        code = state.exits.get(m.logical_id, 0)
-        if code != 0:
-            signal = -code if code is not None and code < 0 else None
-            return policy.from_exit(m.logical_id, m.node, None if signal else code, signal)
+def _failure(run: Tracked, plan: RunPlan, world: World) -> policy.Failure | None:
+    state = run.state
+    failed = [m for m in state.members if state.exits.get(m.logical_id, 0) != 0]
+    if failed:
+        found = _exit_failure(state, run.evidence, failed[0], world)
+        if found is not None:
+            return found
     grace_from = max(state.generation_started_at, world.since)
     for m in state.members:
         if m.logical_id in state.exits:
@@ -204,12 +214,34 @@ def _failure(state: RunState, plan: RunPlan, world: World) -> policy.Failure | N
     return None
 
 
+def _exit_failure(state: RunState, evidence: Evidence, member: Member,
+                  world: World) -> policy.Failure | None:
+    """The failure a member's non-zero exit shows; None while waiting for the others."""
+    code = state.exits[member.logical_id]
+    signal = -code if code is not None and code < 0 else None
+    failure = policy.from_exit(member.logical_id, member.node, None if signal else code, signal,
+                               evidence.exits.get(member.logical_id))
+    if failure.failure_class != "worker_crash" or signal is not None or evidence.stepped:
+        return failure
+    notes = [evidence.exits[m.logical_id] for m in state.members
+             if m.logical_id in evidence.exits]
+    at_start = policy.at_start(notes, len(state.members))
+    if at_start is not None:
+        return at_start
+    mine = evidence.exits.get(member.logical_id)
+    if mine is not None and len(notes) < len(state.members):
+        first_at = min(n.at for n in notes)
+        if world.now - first_at < START_EXIT_WAIT_MS:
+            return None  # the others may be failing the same way right now
+    return failure
+
+
 def _failed(state: RunState, plan: RunPlan, failure: policy.Failure,
             world: World) -> tuple[Action, ...]:
     decision = policy.decide(state, failure, plan.retry_for(failure.failure_class))
     actions: list[Action] = [Classify(failure, decision),
                              Stop(f"{failure.signature}: {decision.action}")]
-    if failure.node:
+    if failure.node and policy.counts_against_node(failure.failure_class, failure.signature):
         count = world.node_failures.get(failure.node, 0) + 1
         node = world.inventory.nodes.get(failure.node)
         if count >= NODE_QUARANTINE_AFTER and (node is None or not node.quarantined):

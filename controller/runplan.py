@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from controller.alerts import AlertConfig
 from controller.checkpoints import AutoInterval
 from controller.errors import SpecError
+from controller.policy import RETRY_CLASSES
 from controller.spec import RunSpec, parse_spec_json
 from controller.spec_parts import AutoCheckpoint, RetryPolicy
 from dataplane.documents import canonical_json
-from events.model import FAILURE_CLASSES, RunSubmitted
+from events.model import RunSubmitted
 from events.workerenv import CheckpointEnv
 
 DEFAULT_RETRY = RetryPolicy()
@@ -28,6 +29,7 @@ DEFAULT_RETRY = RetryPolicy()
 class RunPlan:
     world_size: int
     argv: tuple[str, ...]
+    workdir: str = ""  # the spec's code.workdir; empty: the agent's work dir
     slots_per_node: int = 1 << 30
     domain: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
@@ -62,6 +64,7 @@ def plan_from_submission(event: RunSubmitted) -> RunPlan:
     return RunPlan(
         world_size=spec.world_size,
         argv=tuple(spec.command),
+        workdir=spec.workdir,
         slots_per_node=spec.topology.slots_per_node,
         domain=spec.topology.domain,
         env=dict(spec.env),
@@ -70,7 +73,7 @@ def plan_from_submission(event: RunSubmitted) -> RunPlan:
         stall_timeout_ms=int(hb.stall_timeout_s * 1000),
         start_timeout_ms=max(60_000, int(hb.timeout_s * 1000)),
         cancel_authority=frozenset(spec.cancel_authority),
-        retry={c: spec.retry_for(c) for c in FAILURE_CLASSES},
+        retry={c: spec.retry_for(c) for c in RETRY_CLASSES},
         checkpoint=ckpt,
         auto_interval=_auto(spec),
         alerts=_alerts(spec, ckpt.interval_steps),

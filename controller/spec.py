@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -26,11 +27,13 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, Strict, ValidationError, ValidationInfo, field_validator
 
 from controller.errors import SpecError
+from controller.policy import RETRY_CLASSES
 from controller.spec_parts import (
     AlertPolicy,
     AutoCheckpoint,
     Budget,
     CheckpointPolicy,
+    Code,
     Duration,
     ElasticMembership,
     FixedCheckpoint,
@@ -54,11 +57,10 @@ from controller.spec_text import (
 )
 from dataplane.documents import canonical_json, sha256_digest
 from dataplane.errors import CatalogError
-from events.model import FAILURE_CLASSES
 from events.names import alias_problem, name_problem
 
 __all__ = [
-    "AlertPolicy", "AutoCheckpoint", "Budget", "ElasticMembership", "FixedCheckpoint",
+    "AlertPolicy", "AutoCheckpoint", "Budget", "Code", "ElasticMembership", "FixedCheckpoint",
     "FixedMembership", "HeartbeatPolicy", "RetryPolicy", "RunSpec", "SpecError", "Topology",
     "load_spec", "parse_spec", "parse_spec_json", "run_id_for", "young_interval_s",
 ]
@@ -88,8 +90,9 @@ def _env_name(key: str) -> str:
 
 
 def _retry_key(key: str) -> str:
-    if key != "default" and key not in FAILURE_CLASSES:
-        raise ValueError(f"unknown failure class; known: default, {', '.join(FAILURE_CLASSES)}")
+    if key != "default" and key not in RETRY_CLASSES:
+        raise ValueError(f"unknown failure class; known: default, {', '.join(RETRY_CLASSES)}"
+                         " (a job's own error is never retried)")
     return key
 
 
@@ -101,6 +104,9 @@ class RunSpec(Part):
     name: Annotated[str, Strict()]
     code_version: Annotated[str, Strict()]
     command: Annotated[list[Annotated[str, Strict()]], Field(min_length=1)]
+    # Absent in specs older than code.workdir: their workers run in the agent's
+    # work dir, and their canonical JSON (so their digest) is what it was.
+    code: Code | None = None
     image: Text | None = None
     env: dict[EnvName, Annotated[str, Strict()]] = Field(default_factory=dict)
     model: dict[str, Any]
@@ -209,7 +215,7 @@ class RunSpec(Part):
         # Every class filled in, so the recorded spec states the whole policy and
         # spelling a default out does not change the digest.
         default = v.get("default", RetryPolicy())
-        return {c: v.get(c, default) for c in FAILURE_CLASSES}
+        return {c: v.get(c, default) for c in RETRY_CLASSES}
 
     @field_validator("cancel_authority")
     @classmethod
@@ -245,7 +251,15 @@ class RunSpec(Part):
         return principal == submitter or principal in self.cancel_authority
 
     def canonical_json(self) -> str:
-        return canonical_json(self.model_dump(mode="json"))
+        data = self.model_dump(mode="json")
+        if data["code"] is None:
+            del data["code"]  # so a spec without one keeps the digest it always had
+        return canonical_json(data)
+
+    @property
+    def workdir(self) -> str:
+        """The workers' directory; empty: the agent's work dir (specs before code.workdir)."""
+        return self.code.workdir if self.code is not None else ""
 
     def digest(self) -> str:
         return sha256_digest(self.canonical_json())
@@ -264,15 +278,19 @@ DatasetResolver = Callable[[str], str]
 
 
 def load_spec(path: str | Path, *, resolve_dataset: DatasetResolver | None = None) -> RunSpec:
-    return parse_spec(read_spec_text(path), str(path), resolve_dataset=resolve_dataset)
+    """A spec from its file; ``code.workdir`` defaults to the file's directory."""
+    return parse_spec(read_spec_text(path), str(path), resolve_dataset=resolve_dataset,
+                      base_dir=Path(path).resolve().parent)
 
 
-def parse_spec(text: str, source: str, *,
-               resolve_dataset: DatasetResolver | None = None) -> RunSpec:
+def parse_spec(text: str, source: str, *, resolve_dataset: DatasetResolver | None = None,
+               base_dir: Path | None = None) -> RunSpec:
     """A spec from YAML text; ``source`` names it in error messages.
 
     With ``resolve_dataset``, a textual ``dataset`` is replaced by what it
     returns before validation, so the spec (and its digest) holds the manifest id.
+    With ``base_dir`` (the spec file's directory, absolute), ``code.workdir``
+    defaults to it and a relative one is resolved against it.
     """
     data = load_yaml(text, source)  # bounded size, depth and aliases; no object tags
     if not isinstance(data, dict):
@@ -280,10 +298,25 @@ def parse_spec(text: str, source: str, *,
         raise SpecError(source, [f"(spec): must be a mapping of fields, got {got}"])
     if resolve_dataset is not None:
         data = _resolved(data, source, resolve_dataset)
+    if base_dir is not None:
+        data = _with_workdir(data, base_dir)
     spec = _validate(lambda: RunSpec.model_validate(data), source)
     # Defaults filled in and aliases expanded, the recorded form may outgrow the text.
     check_size(spec.canonical_json(), source, " as canonical JSON")
     return spec
+
+
+def _with_workdir(data: dict[Any, Any], base_dir: Path) -> dict[Any, Any]:
+    """``data`` with ``code.workdir`` made absolute against ``base_dir`` (its default)."""
+    code = data.get("code", {})
+    if code is None:
+        code = {}
+    if not isinstance(code, dict):
+        return data  # not a mapping: validation names it
+    workdir = code.get("workdir", ".")
+    if not isinstance(workdir, str) or workdir.startswith("/") or not workdir:
+        return data  # validation names what is wrong, or it is absolute already
+    return {**data, "code": {**code, "workdir": os.path.normpath(base_dir / workdir)}}
 
 
 def _resolved(data: dict[Any, Any], source: str, resolve: DatasetResolver) -> dict[Any, Any]:

@@ -47,6 +47,16 @@ def _path(v: str) -> str:
     return v
 
 
+def _workdir(v: str) -> str:
+    problem = path_problem(v, "workdir")
+    if problem is None and not v.startswith("/"):
+        problem = (f"{v!r} is relative and there is no spec file to resolve it against:"
+                   " give an absolute path")
+    if problem is not None:
+        raise ValueError(problem)
+    return v.rstrip("/") or "/"
+
+
 Host = Annotated[str, Strict(), AfterValidator(_host)]
 StoragePath = Annotated[str, Strict(), AfterValidator(_path)]
 
@@ -54,6 +64,18 @@ StoragePath = Annotated[str, Strict(), AfterValidator(_path)]
 class Part(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
                               protected_namespaces=())
+
+
+class Code(Part):
+    """Where the job's code lives (``events.launch`` says how ``command`` resolves in it).
+
+    ``workdir`` is the workers' working directory on every node: relative
+    paths in ``command`` resolve there. Loaded from a file, a spec without one
+    gets the file's directory, and a relative one is taken from there, so
+    the recorded spec always holds an absolute path.
+    """
+
+    workdir: Annotated[str, Strict(), AfterValidator(_workdir)]
 
 
 class Topology(Part):

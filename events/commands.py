@@ -17,6 +17,8 @@ class GroupStartCommanded(Event):
 
     ``command_id`` is deterministic (run, generation, node), so a re-issued
     command is recognisably the same one and agents drop the duplicate.
+    v2 adds ``workdir``: the absolute directory the workers run in, where a
+    relative path in ``argv`` resolves; empty (v1) means the agent's work dir.
     """
 
     command_id: str
@@ -29,6 +31,7 @@ class GroupStartCommanded(Event):
     env: dict[str, str]
     resume_step: int | None = None
     resume_manifest: str | None = None
+    workdir: str = ""
     TOPIC: ClassVar[str] = "runledger.commands"
 
 

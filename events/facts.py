@@ -128,12 +128,19 @@ FAILURE_CLASSES = (
     "non_finite",
     "silent_corruption",
     "infrastructure",
+    "job",
 )
 FAILURE_ACTIONS = ("restart", "requeue", "quarantine_node", "escalate")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FailureClassified(Event):
+    """A generation failed; its class, signature and the policy's action.
+
+    v2 carries the evidence of a worker's failure into the log: ``log_path``
+    and ``stderr_tail`` copied from its ``WorkerExited`` (v1 reads them empty).
+    """
+
     failure_class: str
     signature: str
     action: str
@@ -142,6 +149,8 @@ class FailureClassified(Event):
     logical_id: str | None = None
     node: str | None = None
     backoff_ms: int | None = None
+    log_path: str = ""
+    stderr_tail: str = ""
     TOPIC: ClassVar[str] = "runledger.runs"
 
     def __post_init__(self) -> None:

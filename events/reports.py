@@ -171,10 +171,20 @@ class CheckpointRestored(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerExited(Event):
+    """A worker ended, or never started (``launch_error``; exit code 126 or 127).
+
+    v2 adds the evidence: ``log_path`` (the worker's stdout and stderr, on
+    the agent's node), ``stderr_tail`` (the last at most 4 KiB of that output)
+    and ``launch_error``. v1 records read with all three empty.
+    """
+
     logical_id: str
     node: str
     exit_code: int | None = None
     signal: int | None = None
+    log_path: str = ""
+    stderr_tail: str = ""
+    launch_error: str = ""
     TOPIC: ClassVar[str] = "runledger.reports"
 
 

@@ -268,6 +268,8 @@ class FailureRow(NamedTuple):
     node: OptVarchar
     backoff_ms: OptBigint
     occurred_at: Bigint
+    log_path: Varchar  # v2: the failed worker's log on its node ("" from a v1 record)
+    stderr_tail: Varchar  # v2: its last lines of output
 
 
 class EndingRow(NamedTuple):

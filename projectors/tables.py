@@ -205,7 +205,8 @@ def _failure(e: FailureClassified, p: Pos) -> list[Row]:
     return [FailureRow(*p, run_id=e.run_id, generation=e.generation,
                        failure_class=e.failure_class, signature=e.signature, action=e.action,
                        attempt=e.attempt, detail=e.detail, logical_id=e.logical_id, node=e.node,
-                       backoff_ms=e.backoff_ms, occurred_at=e.header.occurred_at)]
+                       backoff_ms=e.backoff_ms, occurred_at=e.header.occurred_at,
+                       log_path=e.log_path, stderr_tail=e.stderr_tail)]
 
 
 def _finished(e: RunFinished, p: Pos) -> list[Row]:

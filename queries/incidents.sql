@@ -7,6 +7,8 @@
 --   rpo_s        the same in time: from when the resumed step was trained to
 --                the fault.
 -- A failure with no later generation (escalated, cancelled) has no RTO.
+-- log_path and stderr_tail: the failed worker's output file (on its node) and
+-- its last lines, as FailureClassified v2 carries them ('' before v2).
 --
 -- DuckDB CLI: SET VARIABLE run_id = '<run>'; .read queries/incidents.sql
 WITH
@@ -54,6 +56,8 @@ SELECT
     round((fault_at - coalesce(resumed_step_at,
                                (SELECT started_at FROM gens WHERE generation = 1))) / 1000.0,
           3) AS rpo_s,
-    detail
+    detail,
+    log_path,
+    stderr_tail
 FROM g
 ORDER BY occurred_at;

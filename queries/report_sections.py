@@ -207,6 +207,11 @@ def _stragglers(data: ReportData) -> str:
         f" {flagged} flagged: median over 1.5x the other ranks'")
 
 
+def _output(value: Any) -> Safe:
+    """A worker's last lines of output, with their line breaks."""
+    return Safe(f"<pre>{esc(value)}</pre>") if value else Safe("-")
+
+
 def _incidents(data: ReportData) -> str:
     if not data.incidents:
         return _section("incidents", "Incidents", empty("no failures"))
@@ -219,7 +224,8 @@ def _incidents(data: ReportData) -> str:
             Col("rto_s", "RTO s", num, True),
             Col("steps", "last → resumed", str, True),
             Col("rpo_steps", "RPO steps", num, True), Col("rpo_s", "RPO s", num, True),
-            Col("detail", "detail")]
+            Col("detail", "detail"), Col("log_path", "log", code),
+            Col("stderr_tail", "last output", _output)]
     rows = [{**r, "steps": f"{num(r['last_step'])} → {num(r['resumed_from'])}"}
             for r in data.incidents]
     return _section("incidents", "Incidents", table(

@@ -24,6 +24,7 @@ from runledger.commands import (
     events,
     interval,
     keys,
+    logs,
     nodes,
     project,
     query,
@@ -59,7 +60,7 @@ app = typer.Typer(
 )
 # Registration order is the order `runledger --help` lists the commands in.
 for command in (stack, security, keys, audit, events, checkpoint, project, query, report,
-                dataset, runs, nodes, agent, controller, interval, demo):
+                dataset, runs, logs, nodes, agent, controller, interval, demo):
     command.register(app)
 
 

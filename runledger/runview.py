@@ -35,7 +35,7 @@ def status_document(
     """Everything ``status`` shows about one run, or None for an unknown run."""
     requests = [e for e in requests if e.run_id == run_id]
     facts = [e for e in facts if e.run_id == run_id]
-    state, last_failure, retries = _fold_facts(facts)
+    state, failures, retries = _fold_facts(facts)
     submitted = _first_submission(facts) or _first_submission(requests)
     seen = state is not None
     if state is None:
@@ -55,7 +55,8 @@ def status_document(
         failure_count=state.failure_count,
         retries=retries,
         retry_not_before=state.retry_not_before or None,
-        last_failure=_failure(last_failure),
+        last_failure=_failure(failures[-1] if failures else None),
+        failure_history=[_failure(f) for f in failures],
         queue_reason=state.queue_reason,
         rejections=state.rejections,
         alerts=state.alerts,
@@ -69,18 +70,19 @@ def status_document(
     return doc
 
 
-def _fold_facts(facts: Sequence[Event]) -> tuple[RunState | None, FailureClassified | None, int]:
-    """The run's state, its last accepted failure and how many of them were retried."""
+def _fold_facts(
+        facts: Sequence[Event]) -> tuple[RunState | None, list[FailureClassified], int]:
+    """The run's state, its accepted failures and how many of them were retried."""
     state: RunState | None = None
-    last_failure: FailureClassified | None = None
+    failures: list[FailureClassified] = []
     retries = 0
     for event in facts:
         transition = apply(state, event)
         state = transition.state
         if transition.verdict.accepted and isinstance(event, FailureClassified):
-            last_failure = event
+            failures.append(event)
             retries += event.action in _RETRY_ACTIONS
-    return state, last_failure, retries
+    return state, failures, retries
 
 
 def _checkpoint(state: RunState) -> dict[str, Any] | None:
@@ -104,7 +106,8 @@ def _failure(f: FailureClassified | None) -> dict[str, Any] | None:
         return None
     return {"failure_class": f.failure_class, "signature": f.signature, "action": f.action,
             "attempt": f.attempt, "backoff_ms": f.backoff_ms, "detail": f.detail,
-            "generation": f.generation}
+            "generation": f.generation, "logical_id": f.logical_id, "node": f.node,
+            "log_path": f.log_path, "stderr_tail": f.stderr_tail}
 
 
 def list_rows(requests: Sequence[Event], facts: Sequence[Event]) -> list[dict[str, Any]]:
@@ -169,11 +172,8 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
                      f"position {cur['position']}")
     sigs = ", ".join(f"{s} x{n}" for s, n in sorted(doc["failures"].items())) or "none"
     lines.append(f"failures    {doc['failure_count']} ({sigs}); retries {doc['retries']}")
-    last = doc["last_failure"]
-    if last is not None:
-        backoff = f", backoff {last['backoff_ms']} ms" if last["backoff_ms"] is not None else ""
-        lines.append(f"last        {last['failure_class']} {last['signature']} -> {last['action']}"
-                     f" (attempt {last['attempt']}{backoff}): {last['detail']}")
+    for f in doc["failure_history"]:
+        lines += _failure_lines(f, doc["run_id"])
     lines.append(f"rejections  {doc['rejections']}")
     for c in doc["cancel_requests"]:
         lines.append(f"cancel      requested by {c['principal']} at {_iso(c['at'])}: {c['reason']}")
@@ -182,6 +182,25 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
     if doc.get("source") == "runledger.status":
         lines.append(f"source      runledger.status, summarized {_iso(doc['summarized_at'])}"
                      " (progress lags up to 10 s; `status --refold` folds the log)")
+    return lines
+
+
+# Lines of a failure's output tail shown by the human form (the JSON has all of it).
+TAIL_LINES = 20
+
+
+def _failure_lines(f: dict[str, Any], run_id: str) -> list[str]:
+    """One failure: what, the policy's verdict, where its log is, its last lines of output."""
+    backoff = f", backoff {f['backoff_ms']} ms" if f["backoff_ms"] is not None else ""
+    lines = [f"failure     g{f['generation']} {f['failure_class']} {f['signature']} ->"
+             f" {f['action']} (attempt {f['attempt']}{backoff}): {f['detail']}"]
+    if f["log_path"]:
+        where = f" on {f['node']}" if f["node"] else ""
+        rank = f" --rank {f['logical_id']}" if f["logical_id"] else ""
+        lines.append(f"  log       {f['log_path']}{where}  (runledger logs {run_id}{rank}"
+                     f" --generation {f['generation']})")
+    tail = f["stderr_tail"].rstrip("\n").splitlines()[-TAIL_LINES:]
+    lines += [f"  | {line}" for line in tail]
     return lines
 
 

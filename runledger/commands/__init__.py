@@ -7,6 +7,7 @@ Option types and configuration they share come from :mod:`runledger.config`;
 no module imports another command module.
 
 - ``runs``: ``submit``, ``status``, ``cancel``, ``runs``
+- ``logs``: ``logs``
 - ``nodes``: ``nodes``, ``node cordon|uncordon|drain``
 - ``events``: ``events dump|tail``
 - ``dataset``: ``dataset synth|build|show|alias|resolve|list``

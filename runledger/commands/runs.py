@@ -31,11 +31,12 @@ from typing import Annotated, Any
 import typer
 
 from controller.errors import ControllerError
-from controller.spec import load_spec, parse_spec_json, run_id_for
+from controller.spec import RunSpec, load_spec, parse_spec_json, run_id_for
 from dataplane.catalog import is_manifest_id
 from events.consume import read_log
 from events.errors import KafkaOperationError
 from events.kafka import EventProducer, Quarantined
+from events.launch import launch_problem
 from events.model import CancelRequested, Event, Header, RunSubmitted
 from events.status import RunStatusChanged
 from events.statuslog import read_status
@@ -75,6 +76,11 @@ KeyOption = Annotated[Path | None, typer.Option(
          "the one the key is registered to on runledger.keys.")]
 
 
+RemoteCode = Annotated[bool, typer.Option(
+    "--remote-code", help="Do not check code.workdir and the command on this machine: the"
+                          " code exists only on the nodes (their agents check it).")]
+
+
 def register(app: typer.Typer) -> None:
     app.command()(submit)
     app.command()(status)
@@ -90,15 +96,20 @@ def submit(
     catalog: SubmitCatalog = None,
     key: KeyOption = None,
     dry_run: DryRun = False,
+    remote_code: RemoteCode = False,
 ) -> None:
     """Validate a run spec and request the run; print its run id.
 
     A dataset alias (e.g. corpus/latest) is resolved through the catalog first,
     so the run records the manifest id. An invalid spec is refused with every
-    bad field named, and nothing is written. With a key the request is signed.
+    bad field named, and nothing is written. So is one whose code.workdir,
+    program or script does not exist here (unless --remote-code). With a key
+    the request is signed.
     """
     pin = DatasetPin(catalog)
     spec = load_spec(spec_path, resolve_dataset=pin)
+    if not remote_code:
+        _check_code(spec, spec_path)
     if pin.alias is not None:
         typer.echo(f"resolved {pin.alias} -> {spec.dataset}", err=True)
     if dry_run:
@@ -129,6 +140,19 @@ def submit(
                                "key_id": signed.key.key_id if signed else None}))
     else:
         typer.echo(run_id)
+
+
+def _check_code(spec: RunSpec, spec_path: Path) -> None:
+    """Refuse a spec whose workdir, program or script is missing on this machine.
+
+    A bare program name is the agent's business (its PATH, not ours).
+    """
+    if not spec.workdir:
+        return
+    problem = launch_problem(tuple(spec.command), spec.workdir, None)
+    if problem is not None:
+        raise RunledgerError(f"{spec_path}: {problem.message}; fix the spec, or pass"
+                             " --remote-code if the code exists only on the nodes")
 
 
 class DatasetPin:

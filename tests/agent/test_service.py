@@ -164,11 +164,28 @@ def test_crash_and_unrunnable_and_oversized_groups_are_reported(
     too_big = start_cmd(agent.node, f"{run_id}-big", 1, ("a", "b", "c", "d"), at=now)
     missing = replace(start_cmd(agent.node, f"{run_id}-nx", 1, ("x",), at=now),
                       argv=("/nonexistent/runledger-worker",))
-    agent.send(crash, too_big, missing)
-    assert agent.wait_exits(run_id, 1)["r0"].exit_code == CRASH_EXIT_CODE
+    code = agent.work_dir / "code"
+    code.mkdir(exist_ok=True)
+    no_script = replace(start_cmd(agent.node, f"{run_id}-ns", 1, ("s",), at=now),
+                        argv=(sys.executable, "train.py"), workdir=str(code))
+    agent.send(crash, too_big, missing, no_script)
+    crashed = agent.wait_exits(run_id, 1)["r0"]
+    assert crashed.exit_code == CRASH_EXIT_CODE and not crashed.launch_error
+    # The exit names the worker's log and carries its last lines.
+    assert crashed.log_path.startswith("/") and Path(crashed.log_path).is_file()
+    assert crashed.stderr_tail.endswith("testworker: crash at step 1\n")
+    assert Path(crashed.log_path).read_text().endswith(crashed.stderr_tail)
     big = agent.wait_exits(f"{run_id}-big", 4)
     assert {e.exit_code for e in big.values()} == {REJECTED_EXIT_CODE}
-    assert agent.wait_exits(f"{run_id}-nx", 1)["x"].exit_code == 127
+    assert all("needs 4 slots" in e.stderr_tail for e in big.values())
+    nx = agent.wait_exits(f"{run_id}-nx", 1)["x"]
+    assert nx.exit_code == 127 and "/nonexistent/runledger-worker does not exist" in (
+        nx.launch_error)
+    # A missing script is a launch failure naming the path, not a crash of python.
+    ns = agent.wait_exits(f"{run_id}-ns", 1)["s"]
+    assert ns.exit_code == 127
+    assert f"{code}/train.py (train.py in code.workdir) does not exist" in ns.launch_error
+    assert ns.launch_error in Path(ns.log_path).read_text()
 
 
 @pytest.mark.kafka

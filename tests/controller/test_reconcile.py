@@ -85,6 +85,12 @@ class Sim:
             out += self.send(self.ev.heartbeat(gen, lid, step=self.state.step, node="n1"))
         return out
 
+    def step(self) -> list[Out]:
+        """A committed step of the current generation: a failure after it is not at start."""
+        return self.send(self.ev.step(self.state.generation, self.state.step + 1, tokens=1,
+                                      loss_tokens=1, step_time_ms=1.0, input_wait_ms=0.0,
+                                      loss=None))
+
 
 def types(out: list[Out]) -> list[str]:
     return [e.event_type for _, e in out]
@@ -181,6 +187,7 @@ def test_same_failure_every_time_backs_off_growing_then_fails() -> None:
     backoffs = []
     for _ in range(10):
         gen = sim.state.generation
+        sim.step()
         sim.send(sim.ev.exited(gen, "r0", exit_code=13, node="n1"))
         out = sim.tick()
         failure = out[0][1]
@@ -213,6 +220,7 @@ def test_cancel_records_the_fact_before_any_stop_and_later_reports_are_rejected(
 
 def test_a_restarted_controller_rebuilds_the_model_and_issues_no_duplicate_command() -> None:
     sim = running()
+    sim.step()
     sim.send(sim.ev.exited(1, "r1", exit_code=1, node="n1"))
     sim.tick()
     sim.tick(1_001)
@@ -285,9 +293,10 @@ def test_a_node_that_keeps_failing_is_quarantined_and_no_longer_placed() -> None
                                                              backoff_cap_s=0.0,
                                                              escalate_after=9)}))
     quarantined = []
-    for code in (1, 2, 3):  # three different signatures, all on node n1
+    # Three different signatures, all on node n1, all attributed to it (signals).
+    for sig in (9, 11, 7):
         gen = sim.state.generation
-        sim.send(sim.ev.exited(gen, "r0", exit_code=code, node="n1"))
+        sim.send(sim.ev.exited(gen, "r0", signal=sig, node="n1"))
         out = sim.tick()
         quarantined += [e for _, e in out if e.event_type == "NodeQuarantined"]
         sim.tick(1)

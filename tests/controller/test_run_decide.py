@@ -6,10 +6,12 @@ from dataclasses import replace
 from typing import Any
 
 from controller import policy
+from controller.exits import Evidence, ExitNote
 from controller.inventory import Inventory, Node
 from controller.model import Tracked
 from controller.run_decide import (
     NODE_QUARANTINE_AFTER,
+    START_EXIT_WAIT_MS,
     Admit,
     Classify,
     Confirm,
@@ -105,7 +107,7 @@ def test_4_a_failure_is_classified_stopped_and_escalated_by_the_policy() -> None
 
 
 def test_4_the_nth_failure_on_a_node_quarantines_it_once() -> None:
-    crashed = Tracked(live(exits={"r0": 3}), PLAN)
+    crashed = Tracked(live(exits={"r0": -9}), PLAN)  # killed: evidence against the node
     before = NODE_QUARANTINE_AFTER - 1
     assert Quarantine("n1", NODE_QUARANTINE_AFTER) in decide(crashed, world(failures=before))
     assert not [a for a in decide(crashed, world(failures=before - 1))
@@ -130,3 +132,46 @@ def test_4_silence_and_no_progress_are_hangs_counted_from_when_the_controller_li
 def test_finished_and_just_admitted_runs_call_for_nothing() -> None:
     for status in (Status.SUCCEEDED, Status.CANCELLED, Status.ADMITTED):
         assert decide(Tracked(live(status), PLAN), world()) == ()
+
+
+def with_exits(state: RunState, *notes: ExitNote, stepped: bool = False) -> Tracked:
+    ev = Evidence({n.logical_id: n for n in notes}, stepped)
+    exited = {n.logical_id: n.exit_code if n.signal is None else -n.signal for n in notes}
+    return Tracked(replace(state, exits=exited), PLAN, evidence=ev)
+
+
+def exit_note(lid: str, code: int, at: int = NOW, stepped: bool = False) -> ExitNote:
+    return ExitNote(lid, "n1", code, None, at, f"/w/{lid}.log", "Traceback: boom", "", stepped)
+
+
+def test_4_a_failure_before_the_first_step_waits_for_the_other_ranks() -> None:
+    one = with_exits(live(), exit_note("r0", 1, at=NOW - 1_000))
+    assert decide(one, world(failures=2)) == ()  # r1 may be failing the same way
+    late = with_exits(live(), exit_note("r0", 1, at=NOW - START_EXIT_WAIT_MS - 1))
+    classify, *_ = decide(late, world())
+    assert isinstance(classify, Classify) and classify.failure.signature == "worker_crash:exit=1"
+    after_a_step = with_exits(live(), exit_note("r0", 1, stepped=True), stepped=True)
+    classify, *_ = decide(after_a_step, world())
+    assert isinstance(classify, Classify) and classify.failure.signature == "worker_crash:exit=1"
+
+
+def test_4_the_same_failure_on_every_rank_at_start_fails_fast_and_spares_the_node() -> None:
+    both = with_exits(live(), exit_note("r0", 1), exit_note("r1", 1, at=NOW + 1))
+    actions = decide(both, world(failures=NODE_QUARANTINE_AFTER - 1))
+    classify, stop, finish = actions
+    assert isinstance(classify, Classify) and classify.failure.failure_class == "job"
+    assert classify.failure.signature == "job:start_exit=1"
+    assert (classify.failure.log_path, classify.failure.stderr_tail) == (
+        "/w/r0.log", "Traceback: boom")
+    assert classify.decision.action == "escalate" and isinstance(finish, Finish)
+    assert stop == Stop("job:start_exit=1: escalate")
+    assert not [a for a in actions if isinstance(a, Quarantine)]
+
+
+def test_4_a_launch_failure_fails_fast_at_once() -> None:
+    missing = ExitNote("r1", "n1", 127, None, NOW, "/w/r1.log", "", "code.workdir /c does not "
+                       "exist", False)
+    classify, _stop, finish = decide(with_exits(live(), missing), world(failures=5))
+    assert isinstance(classify, Classify) and classify.failure.signature == "job:launch"
+    assert "code.workdir /c does not exist" in classify.failure.detail
+    assert isinstance(finish, Finish) and finish.outcome == "failed"

@@ -4,6 +4,7 @@ dataset alias is resolved before validation."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.errors import ControllerError, SpecError
+from controller.policy import RETRY_CLASSES
 from controller.spec import (
     AutoCheckpoint,
     RetryPolicy,
@@ -73,7 +75,7 @@ def test_the_annotated_example_loads() -> None:
     assert spec.retry_for("worker_crash").attempts == 5
     # A class entry names what differs; the rest comes from the `default` entry.
     assert spec.retry_for("non_finite") == RetryPolicy(attempts=0, escalate_after=1)
-    assert set(spec.retry) == set(FAILURE_CLASSES)
+    assert set(spec.retry) == set(RETRY_CLASSES) == set(FAILURE_CLASSES) - {"job"}
     assert isinstance(spec.checkpoint, AutoCheckpoint)
     assert spec.checkpoint.interval_s() == pytest.approx(young_interval_s(20.0, 21600.0))
 
@@ -351,3 +353,45 @@ def test_only_a_textual_dataset_is_resolved(tmp_path: Path) -> None:
 def test_without_a_resolver_an_alias_is_refused() -> None:
     [problem] = problems_of(with_("dataset", ALIAS))
     assert problem.startswith("dataset: 'corpus/latest' is not a resolved dataset manifest id")
+
+
+# --- code.workdir ------------------------------------------------------------------------
+
+
+def test_workdir_defaults_to_the_spec_file_s_directory_and_enters_the_digest(
+        tmp_path: Path) -> None:
+    (tmp_path / "jobs").mkdir()
+    plain = tmp_path / "jobs" / "a.yaml"
+    plain.write_text(yaml.safe_dump(MINIMAL))
+    spec = load_spec(plain)
+    assert spec.workdir == str(tmp_path / "jobs")
+    assert json.loads(spec.canonical_json())["code"] == {"workdir": str(tmp_path / "jobs")}
+    assert parse_spec_json(spec.canonical_json()) == spec
+    relative = tmp_path / "jobs" / "b.yaml"
+    relative.write_text(yaml.safe_dump({**MINIMAL, "code": {"workdir": "../src"}}))
+    assert load_spec(relative).workdir == str(tmp_path / "src")
+    assert load_spec(relative).digest() != spec.digest()  # where the code is, is the run's
+
+
+def test_a_spec_without_a_file_keeps_the_digest_it_always_had() -> None:
+    spec = spec_of(MINIMAL)
+    assert spec.code is None and spec.workdir == ""
+    assert "code" not in json.loads(spec.canonical_json())
+    given = spec_of({**MINIMAL, "code": {"workdir": "/srv/job/"}})
+    assert given.workdir == "/srv/job"
+
+
+@pytest.mark.parametrize(("workdir", "problem"), [
+    ("src", "is relative and there is no spec file"),
+    ("/a/../b", "'..' segment"),
+    (7, "code.workdir"),
+])
+def test_a_bad_workdir_is_named(workdir: object, problem: str) -> None:
+    with pytest.raises(SpecError, match=problem) as err:
+        spec_of({**MINIMAL, "code": {"workdir": workdir}})
+    assert any(p.startswith("code.workdir") for p in err.value.problems)
+
+
+def test_job_is_not_a_retry_class() -> None:
+    with pytest.raises(SpecError, match=r"retry\.job.*never retried"):
+        spec_of({**MINIMAL, "retry": {"job": {"attempts": 3}}})

@@ -78,6 +78,8 @@ def test_incidents_report_detection_rto_and_rpo(con) -> None:
     # Since step 20 ended: its 50 ms checkpoint, steps 21-25 (500 ms), 20 ms to the kill.
     assert inc["rpo_s"] == pytest.approx(0.570)
     assert inc["member"] == "r1" and inc["failure_class"] == "worker_crash"
+    assert inc["log_path"] == "/agent/run/g1/r1.log"
+    assert inc["stderr_tail"] == "Fatal Python error: Segmentation fault\n"
 
 
 def test_provenance_follows_the_lineage_through_the_restart(con) -> None:

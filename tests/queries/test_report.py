@@ -170,6 +170,8 @@ def test_incident_row_has_detection_rto_and_rpo(page: str) -> None:
     assert row.cell("rpo_steps") == "5" and row.cell("steps") == "25 → 20"
     assert seconds(row.cell("rpo_s")) == pytest.approx(0.570)
     assert row.cell("fault_at") == "+3.620 s"  # seconds since admission, as on the timeline
+    assert row.cell("log_path") == "/agent/run/g1/r1.log"
+    assert "Segmentation fault" in row.cell("stderr_tail")
 
 
 def test_the_slow_rank_is_flagged(page: str) -> None:

@@ -98,7 +98,9 @@ class Timeline:
 
     def fail(self, gen: int, action: str = "restart") -> None:
         self.add(self.ev.failure(gen, action, "crash:r1:signal 9", detail="r1 killed",
-                                 logical_id="r1", node="node-a", backoff_ms=0))
+                                 logical_id="r1", node="node-a", backoff_ms=0,
+                                 log_path="/agent/run/g1/r1.log",
+                                 stderr_tail="Fatal Python error: Segmentation fault\n"))
 
     def finish(self, gen: int, outcome: str = "succeeded") -> None:
         self.add(self.ev.finished(gen, outcome))

@@ -1,0 +1,58 @@
+"""The evidence of the current generation's worker exits, as the controller keeps it. Pure.
+
+``WorkerExited`` folds into ``RunState.exits`` as a bare code; the failure
+rules need more: where the worker's output is, its last lines, whether it
+never started, when it ended, and whether the generation had committed a
+step by then (a failure before the first step, the same on every rank, is
+the job's own; ``controller.policy``). :func:`observe` keeps that per run,
+reset by each ``GenerationStarted``; it sees the same facts live and on
+replay, so a restarted controller judges with the same evidence.
+
+Tested in tests/controller/test_exits.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from events.model import Event, GenerationStarted, StepCommitted, WorkerExited
+
+
+@dataclass(frozen=True, slots=True)
+class ExitNote:
+    logical_id: str
+    node: str
+    exit_code: int | None
+    signal: int | None
+    at: int  # when the controller accepted the report (ms)
+    log_path: str = ""
+    stderr_tail: str = ""
+    launch_error: str = ""
+    stepped: bool = False  # the generation had committed a step before this exit
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """The current generation's exits by logical id, and whether it has committed a step."""
+
+    exits: Mapping[str, ExitNote] = field(default_factory=dict)
+    stepped: bool = False
+
+
+EMPTY = Evidence()
+
+
+def observe(evidence: Evidence, event: Event) -> Evidence:
+    """The evidence after an accepted fact of the run."""
+    match event:
+        case GenerationStarted():
+            return EMPTY
+        case StepCommitted():
+            return evidence if evidence.stepped else replace(evidence, stepped=True)
+        case WorkerExited():
+            note = ExitNote(event.logical_id, event.node, event.exit_code, event.signal,
+                            event.header.occurred_at, event.log_path, event.stderr_tail,
+                            event.launch_error, evidence.stepped)
+            return replace(evidence, exits={**evidence.exits, event.logical_id: note})
+    return evidence

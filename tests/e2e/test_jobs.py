@@ -1,0 +1,70 @@
+"""A user's own job, end to end: its code's error is its own, legible, and spares the node.
+
+One scenario on real processes: a script that raises at import fails fast on
+every rank as the job's own error (no retry, no quarantine); ``status`` shows
+its output tail and log path, ``logs`` prints its output, and the node takes
+the next run. A spec whose script is missing is refused at submit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from events.model import FailureClassified, NodeQuarantined, RunFinished, node_key
+from tests.e2e.harness import PY, Cluster, of_type, spec
+
+pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
+
+
+def finished(facts: list[object]) -> bool:
+    return any(isinstance(e, RunFinished) for e in facts)
+
+
+def test_a_script_that_raises_at_import_fails_fast_as_the_job_s_own_error(
+        cluster: Cluster) -> None:
+    code = cluster.work / "code"
+    code.mkdir()
+    (code / "bad.py").write_text('print("loading config")\n'
+                                 'raise RuntimeError("boom at import: no such config key")\n')
+    missing = code / "missing.yaml"
+    missing.write_text(yaml.safe_dump(spec("missing", [], command=[PY, "nope.py"])))
+    refused = cluster.cli("submit", str(missing), "--principal", "alice")
+    assert refused.returncode != 0
+    assert f"{code}/nope.py (nope.py in code.workdir) does not exist" in refused.stderr
+
+    cluster.controller()
+    cluster.agent("n1", 2)
+    bad = code / "bad.yaml"
+    bad.write_text(yaml.safe_dump(spec("bad", [], command=[PY, "bad.py"])))
+    submitted = cluster.cli("submit", str(bad), "--principal", "alice")
+    assert submitted.returncode == 0, submitted.stderr
+    run = submitted.stdout.strip()
+    facts = cluster.wait_facts(run, finished, timeout=90, what="the bad run's end")
+    (failure,) = of_type(facts, "FailureClassified")
+    assert isinstance(failure, FailureClassified)
+    assert (failure.failure_class, failure.signature, failure.action) == (
+        "job", "job:start_exit=1", "escalate")
+    assert "RuntimeError: boom at import" in failure.stderr_tail
+    log_path = Path(failure.log_path)
+    assert log_path.is_file() and "loading config" in log_path.read_text()
+    (end,) = of_type(facts, "RunFinished")
+    assert end.outcome == "failed" and "fix it and submit again" in end.reason
+
+    status = cluster.cli("status", run)
+    assert status.returncode == 0, status.stderr
+    assert "job job:start_exit=1 -> escalate" in status.stdout
+    assert str(log_path) in status.stdout and "RuntimeError: boom at import" in status.stdout
+    logs = cluster.cli("logs", run)
+    assert logs.returncode == 0, logs.stderr
+    assert "loading config" in logs.stdout and "Traceback" in logs.stdout
+    unknown = cluster.cli("logs", run, "--rank", "9")
+    assert unknown.returncode != 0 and "its ranks are 0 (r0), 1 (r1)" in unknown.stderr
+
+    # The node was never blamed: the next run starts on it and succeeds.
+    good = cluster.submit(spec("good", ["--steps", "3", "--step-time", "0.05"]))
+    done = cluster.wait_facts(good, finished, timeout=90, what="the good run's end")
+    assert of_type(done, "RunFinished")[0].outcome == "succeeded"
+    assert not [e for e in cluster.facts(node_key("n1")) if isinstance(e, NodeQuarantined)]

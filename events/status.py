@@ -11,7 +11,7 @@ recomputes any summary from them.
 
 The summary is a pure function of the fold's ``RunState`` plus three notes the
 state does not keep (:class:`StatusNotes`: the spec's name, the last accepted
-failure, how many failures were retried), folded by :func:`note` over the
+failures, how many failures were retried), folded by :func:`note` over the
 accepted facts. :func:`worth_writing` decides when a new summary is written
 (numbered rules), so heartbeats never write one and progress writes at most one
 per ``PROGRESS_EVERY_MS``. The record has its own schema,
@@ -45,6 +45,9 @@ PRODUCER = "controller"
 # Progress alone (step, tokens, cursor) writes a new summary at most this often:
 # steps are most of a log, and the changelog must stay a small fraction of it.
 PROGRESS_EVERY_MS = 10_000
+# Failures a summary keeps, with their output tails (each at most 4 KiB): the latest
+# ones are what a person reads; `status --refold` shows every one.
+HISTORY = 8
 _RETRY_ACTIONS = ("restart", "requeue")
 _PROGRESS = frozenset({"step", "tokens", "cursor_json", "updated_at", "header"})
 SCHEMA_FILE = "RunStatusChanged.v1.avsc"
@@ -78,7 +81,7 @@ class RunStatusChanged(Event):
     checkpoint_json: str
     cursor_json: str
     failures_json: str
-    last_failure_json: str
+    failure_history_json: str
     TOPIC: ClassVar[str] = STATUS
 
 
@@ -87,7 +90,7 @@ class StatusNotes:
     """What the summary shows that ``RunState`` does not keep, folded over accepted facts."""
 
     name: str = "?"
-    last_failure_json: str = "null"
+    failure_history_json: str = "[]"  # the last HISTORY failures, oldest first
     retries: int = 0
 
 
@@ -98,13 +101,15 @@ def note(notes: StatusNotes, event: Event) -> StatusNotes:
     """The notes after one fact the run fold accepted (a refused one must not be noted).
 
     1. The first ``RunSubmitted`` names the run (its spec's ``name``).
-    2. A ``FailureClassified`` is the last failure; a restart or requeue is a retry.
+    2. A ``FailureClassified`` joins the failure history (its last ``HISTORY``); a restart
+       or requeue is a retry.
     3. Anything else changes nothing.
     """
     if isinstance(event, RunSubmitted):
         return notes if notes.name != "?" else replace(notes, name=spec_name(event))
     if isinstance(event, FailureClassified):
-        return StatusNotes(notes.name, json.dumps(failure_doc(event), sort_keys=True),
+        history = [*json.loads(notes.failure_history_json), failure_doc(event)][-HISTORY:]
+        return StatusNotes(notes.name, json.dumps(history, sort_keys=True),
                            notes.retries + (event.action in _RETRY_ACTIONS))
     return notes
 
@@ -126,7 +131,7 @@ def summarize(state: RunState, notes: StatusNotes, at: int) -> RunStatusChanged:
         checkpoint_json=json.dumps(checkpoint_doc(state.checkpoint), sort_keys=True),
         cursor_json=json.dumps(cursor_doc(state.cursor), sort_keys=True),
         failures_json=json.dumps(dict(state.failures), sort_keys=True),
-        last_failure_json=notes.last_failure_json,
+        failure_history_json=notes.failure_history_json,
     )
 
 
@@ -167,7 +172,8 @@ def failure_doc(f: FailureClassified | None) -> dict[str, Any] | None:
         return None
     return {"failure_class": f.failure_class, "signature": f.signature, "action": f.action,
             "attempt": f.attempt, "backoff_ms": f.backoff_ms, "detail": f.detail,
-            "generation": f.generation}
+            "generation": f.generation, "logical_id": f.logical_id, "node": f.node,
+            "log_path": f.log_path, "stderr_tail": f.stderr_tail}
 
 
 def spec_name(submitted: RunSubmitted | None) -> str:

@@ -23,6 +23,7 @@ from events.model import (
     RunSubmitted,
 )
 from events.state import RunState
+from events.status import failure_doc
 
 UNSEEN = "on runledger.requests, not yet seen by the controller"
 _RETRY_ACTIONS = ("restart", "requeue")
@@ -55,8 +56,8 @@ def status_document(
         failure_count=state.failure_count,
         retries=retries,
         retry_not_before=state.retry_not_before or None,
-        last_failure=_failure(failures[-1] if failures else None),
-        failure_history=[_failure(f) for f in failures],
+        last_failure=failure_doc(failures[-1] if failures else None),
+        failure_history=[failure_doc(f) for f in failures],
         queue_reason=state.queue_reason,
         rejections=state.rejections,
         alerts=state.alerts,
@@ -99,15 +100,6 @@ def _cursor(state: RunState) -> dict[str, Any] | None:
         return None
     return {"step": c.step, "dataset_id": c.dataset_id, "epoch": c.epoch,
             "position": c.position, "source_counts": dict(c.source_counts)}
-
-
-def _failure(f: FailureClassified | None) -> dict[str, Any] | None:
-    if f is None:
-        return None
-    return {"failure_class": f.failure_class, "signature": f.signature, "action": f.action,
-            "attempt": f.attempt, "backoff_ms": f.backoff_ms, "detail": f.detail,
-            "generation": f.generation, "logical_id": f.logical_id, "node": f.node,
-            "log_path": f.log_path, "stderr_tail": f.stderr_tail}
 
 
 def list_rows(requests: Sequence[Event], facts: Sequence[Event]) -> list[dict[str, Any]]:

@@ -34,6 +34,7 @@ ROW_KEYS = ("run_id", "name", "principal", "state", "seen_by_controller", "gener
 
 def document(rec: RunStatusChanged) -> dict[str, Any]:
     """The ``status`` document of one summary (``status --json``'s shape)."""
+    history = json.loads(rec.failure_history_json)
     return {
         "run_id": rec.run_id, "name": rec.name, "principal": rec.principal,
         "state": rec.state, "seen_by_controller": True, "terminal": rec.state in _TERMINAL,
@@ -48,7 +49,8 @@ def document(rec: RunStatusChanged) -> dict[str, Any]:
         "checkpoint": json.loads(rec.checkpoint_json), "cursor": json.loads(rec.cursor_json),
         "failures": json.loads(rec.failures_json), "failure_count": rec.failure_count,
         "retries": rec.retries, "retry_not_before": rec.retry_not_before or None,
-        "last_failure": json.loads(rec.last_failure_json), "queue_reason": rec.queue_reason,
+        "last_failure": (history or [None])[-1], "failure_history": history,
+        "queue_reason": rec.queue_reason,
         "rejections": rec.rejections, "alerts": rec.alerts,
         "cancel_requested": rec.cancel_requested, "cancel_requests": [],
         "outcome_reason": rec.outcome_reason,

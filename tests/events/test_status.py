@@ -15,6 +15,7 @@ from events.fold import apply
 from events.model import Event
 from events.state import RunState
 from events.status import (
+    HISTORY,
     NO_NOTES,
     PROGRESS_EVERY_MS,
     StatusNotes,
@@ -56,6 +57,8 @@ def test_the_summary_is_the_refold(log: list[Event]) -> None:
     record = decode(encode(summarize(state, notes, NOW)))
     fast = statusview.document(record)
     assert refold is not None
+    # The summary keeps the latest HISTORY failures; the refold has every one.
+    assert fast.pop("failure_history") == refold.pop("failure_history")[-HISTORY:]
     assert {k: v for k, v in fast.items() if k not in _ELSEWHERE} == \
         {k: v for k, v in refold.items() if k not in _ELSEWHERE}
     assert [(m["logical_id"], m["node"], m["slot"]) for m in fast["members"]] == \
@@ -82,7 +85,7 @@ def test_a_summary_is_written_for_every_change_but_progress_and_heartbeats(
         (later >= PROGRESS_EVERY_MS)
     queued = RunState(**{**_fields(state), "queue_reason": state.queue_reason + "x"})
     assert worth_writing(prev, summarize(queued, notes, NOW + 1))
-    failed = StatusNotes(notes.name, notes.last_failure_json, notes.retries + 1)
+    failed = StatusNotes(notes.name, notes.failure_history_json, notes.retries + 1)
     assert worth_writing(prev, summarize(state, failed, NOW + 1))
 
 

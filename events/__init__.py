@@ -17,12 +17,16 @@
   run ids, node names, logical ids and aliases, and path confinement.
 - ``workerenv``: the environment contract between the controller, the agent and
   a worker process.
+- ``launch``: where a worker runs and which program it runs, the check ``submit``
+  and the agent both make before a launch;
 - ``kafka``: idempotent producer, the decoded ``Record``, the quarantine for
   undecodable or refused records, and the one decode-or-quarantine step;
   ``transactions``: the controller's ``TransactionalWriter``.
 - ``reader``: ``LogReader``, the one group-less reader (assignment from the
   beginning, the end or stored offsets; positions; end of log; quarantine), and
   ``Watermarks``.
+- ``status``, ``statuslog``: a run's status summary (``RunStatusChanged``, a derived
+  view on the compacted ``runledger.status``, not a fact) and reading it back;
 - ``consume``: ``EventConsumer``, a consumer-group member with explicit commits,
   and ``read_log`` (a dump or a tail of one topic, over ``LogReader``).
 - ``signing``: Ed25519 keys, the domain-separated message each use signs, fact

@@ -9,6 +9,10 @@
 - ``errors``: :class:`~runledger.errors.RunledgerError`, the package's root
   error, and the exit-status table;
 - ``runview``: what ``status`` and ``runs`` show, computed from events (pure);
+- ``statusview``: ``status`` and ``runs`` from the run summaries (``runledger.status``);
+  ``logview``: which worker log ``logs`` shows; ``nodeview``: what ``nodes`` shows;
+- ``current``: the local stack ``stack up`` remembered for every other command;
+- ``specload``: what ``submit`` checks of a spec on the submitting machine;
 - ``metricsserver``: the HTTP server of ``controller|project --metrics``;
 - ``stack``: a local Apache Kafka (KRaft) cluster;
 - ``demo``: ``runledger demo``, the whole system end to end on one machine.

@@ -31,12 +31,10 @@ from typing import Annotated, Any
 import typer
 
 from controller.errors import ControllerError
-from controller.spec import RunSpec, load_spec, parse_spec_json, run_id_for
-from dataplane.catalog import is_manifest_id
+from controller.spec import load_spec, parse_spec_json, run_id_for
 from events.consume import read_log
 from events.errors import KafkaOperationError
 from events.kafka import EventProducer, Quarantined
-from events.launch import launch_problem
 from events.model import CancelRequested, Event, Header, RunSubmitted
 from events.status import RunStatusChanged
 from events.statuslog import read_status
@@ -46,6 +44,7 @@ from runledger.config import AsJson, Bootstrap, Principal, RunArg, catalog_optio
 from runledger.errors import RunledgerError
 from runledger.runview import UNSEEN, list_rows, status_document, status_lines
 from runledger.signer import ENV_KEY, Signer, signed_record, signer
+from runledger.specload import DatasetPin, check_code
 
 WATCH_S = 1.0  # how often `status --watch` reads the run's summary
 Refold = Annotated[bool, typer.Option(
@@ -109,7 +108,7 @@ def submit(
     pin = DatasetPin(catalog)
     spec = load_spec(spec_path, resolve_dataset=pin)
     if not remote_code:
-        _check_code(spec, spec_path)
+        check_code(spec, spec_path)
     if pin.alias is not None:
         typer.echo(f"resolved {pin.alias} -> {spec.dataset}", err=True)
     if dry_run:
@@ -140,42 +139,6 @@ def submit(
                                "key_id": signed.key.key_id if signed else None}))
     else:
         typer.echo(run_id)
-
-
-def _check_code(spec: RunSpec, spec_path: Path) -> None:
-    """Refuse a spec whose workdir, program or script is missing on this machine.
-
-    A bare program name is the agent's business (its PATH, not ours).
-    """
-    if not spec.workdir:
-        return
-    problem = launch_problem(tuple(spec.command), spec.workdir, None)
-    if problem is not None:
-        raise RunledgerError(f"{spec_path}: {problem.message}; fix the spec, or pass"
-                             " --remote-code if the code exists only on the nodes")
-
-
-class DatasetPin:
-    """The spec's ``dataset`` as a manifest id, from the catalog; remembers an alias it resolved.
-
-    An alias is resolved through the catalog. A manifest id is checked against
-    the catalog only where a catalog exists, so ids made elsewhere keep working;
-    text that is neither is left to the spec's own check.
-    """
-
-    def __init__(self, catalog_url: str | None) -> None:
-        self.catalog_url = catalog_url
-        self.alias: str | None = None
-
-    def __call__(self, ref: str) -> str:
-        store = config.catalog(self.catalog_url)
-        if ref.lower().startswith("sha256:"):
-            if is_manifest_id(ref.lower()) and store.exists():
-                store.resolve(ref.lower())
-            return ref
-        manifest_id = store.resolve(ref)
-        self.alias = ref
-        return manifest_id
 
 
 def status(run: RunArg, as_json: AsJson = False, bootstrap: Bootstrap = None,

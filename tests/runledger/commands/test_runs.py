@@ -30,8 +30,8 @@ from events.kafka import EventProducer
 from events.model import CancelRequested, Event, RunSubmitted
 from events.topics import REPORTS, REQUESTS, RUNS
 from runledger.cli import app
-from runledger.commands.runs import DatasetPin
 from runledger.errors import BROKER_HINT
+from runledger.specload import DatasetPin
 from runledger.stack import Stack
 from tests.events.builders import Ev, members
 from tests.projectors.test_projector import publish

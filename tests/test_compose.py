@@ -1,0 +1,234 @@
+"""compose.yaml and the Dockerfile, checked without a Docker engine.
+
+What a broken file would cost: the broker writing outside its volume (the
+runs log lost on ``docker compose down``), an env name the image ignores, a
+service installing packages at every start, a dataset or checkpoint path no
+volume holds. tests/test_docs.py checks the topics and the roles.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import shlex
+from pathlib import PurePosixPath
+from typing import Any
+
+import yaml
+
+from tests.test_docs import ROOT
+
+KAFKA_IMAGE = "apache/kafka:"
+
+# Names the apache/kafka image reads besides the broker's own configs: its
+# docker/examples/README.md ("Using Environment Variables": CLUSTER_ID,
+# KAFKA_LOG4J_ROOT_LOGLEVEL, KAFKA_LOG4J_LOGGERS) and the scripts of
+# docker/resources/common-scripts (configureDefaults, configure, launch) in
+# apache/kafka 4.1.
+IMAGE_NAMES = {"CLUSTER_ID", "KAFKA_LOG4J_ROOT_LOGLEVEL", "KAFKA_LOG4J_LOGGERS", "KAFKA_OPTS",
+               "KAFKA_HEAP_OPTS", "KAFKA_JMX_PORT", "KAFKA_JMX_HOSTNAME"}
+
+# Broker configs from the Kafka 4.1 documentation (kafka.apache.org/41/documentation.html:
+# "Broker Configs", and "Authorization and ACLs" for the StandardAuthorizer's
+# allow.everyone.if.no.acl.found and super.users), the ones compose.yaml may set.
+BROKER_CONFIGS = {
+    "node.id", "process.roles", "listeners", "advertised.listeners",
+    "listener.security.protocol.map", "inter.broker.listener.name",
+    "controller.listener.names", "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers", "log.dirs", "metadata.log.dir",
+    "sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol",
+    "sasl.mechanism.controller.protocol", "authorizer.class.name",
+    "allow.everyone.if.no.acl.found", "super.users",
+    "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr", "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr", "group.initial.rebalance.delay.ms",
+    "min.insync.replicas", "default.replication.factor", "auto.create.topics.enable",
+}
+# "JAAS configuration for Kafka brokers": one login per listener and mechanism.
+LISTENER_JAAS = re.compile(r"listener\.name\.([a-z0-9_]+)\.([a-z0-9-]+)\.sasl\.jaas\.config")
+
+# Our own names on the broker's container: not KAFKA_*, so the image renders
+# nothing from them (the healthcheck reads the admin's password).
+OURS = {"RUNLEDGER_ADMIN_PASSWORD"}
+
+
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    return loaded
+
+
+def property_name(env: str) -> str:
+    """The image's rule, env name to property: drop KAFKA_; ___ is -, __ is _, _ is ."""
+    assert env.startswith("KAFKA_"), env
+    marks = {1: ".", 2: "_", 3: "-"}
+    return re.sub(r"_{1,3}", lambda m: marks[len(m[0])], env[len("KAFKA_"):]).lower()
+
+
+def test_property_name_follows_the_images_documented_examples() -> None:
+    assert property_name("KAFKA_ABC_DEF") == "abc.def"
+    assert property_name("KAFKA_ABC___DEF") == "abc-def"
+    assert property_name("KAFKA_ABC__DEF") == "abc_def"
+
+
+def kafka_env() -> dict[str, Any]:
+    env: dict[str, Any] = compose()["services"]["kafka"]["environment"]
+    return env
+
+
+def test_every_env_name_of_the_broker_is_one_the_image_documents() -> None:
+    env = kafka_env()
+    listeners = {p.split(":")[0].lower()
+                 for p in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(",")}
+    mechanisms = {m.lower() for m in env["KAFKA_SASL_ENABLED_MECHANISMS"].split(",")}
+    unknown = []
+    for name in env:
+        if name in IMAGE_NAMES or name in OURS:
+            continue
+        prop = property_name(name) if name.startswith("KAFKA_") else name
+        jaas = LISTENER_JAAS.fullmatch(prop)
+        if prop in BROKER_CONFIGS or (jaas and jaas[1] in listeners and jaas[2] in mechanisms):
+            continue
+        unknown.append(f"{name} ({prop})")
+    assert not unknown, f"not documented for the apache/kafka image: {unknown}"
+
+
+def mounts(service: dict[str, Any]) -> dict[str, str]:
+    """Mount path -> named volume, for a service's ``volume:path`` entries."""
+    out = {}
+    for entry in service.get("volumes", []):
+        source, target = entry.split(":")[:2]
+        out[target] = source
+    return out
+
+
+def volume_of(path: str, service: dict[str, Any]) -> str | None:
+    """The named volume that holds ``path`` in ``service``'s container, if any."""
+    declared = set(compose()["volumes"])
+    for target, source in mounts(service).items():
+        if source in declared and PurePosixPath(path).is_relative_to(target):
+            return source
+    return None
+
+
+def test_the_broker_log_and_metadata_live_in_the_mounted_volume() -> None:
+    kafka = compose()["services"]["kafka"]
+    env = kafka["environment"]
+    dirs = env["KAFKA_LOG_DIRS"].split(",")
+    dirs += [env["KAFKA_METADATA_LOG_DIR"]] if "KAFKA_METADATA_LOG_DIR" in env else []
+    for d in dirs:
+        assert volume_of(d, kafka) == "kafka-data", d
+
+
+def test_the_cluster_id_is_fixed_and_a_valid_kafka_uuid() -> None:
+    cluster_id = str(kafka_env()["CLUSTER_ID"])
+    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster_id), cluster_id
+    raw = base64.urlsafe_b64decode(cluster_id + "==")
+    assert len(raw) == 16
+    assert base64.urlsafe_b64encode(raw).decode().rstrip("=") == cluster_id  # canonical
+    assert not cluster_id.startswith("-")  # kafka-storage.sh would read it as an option
+    assert raw != bytes(16)
+    assert cluster_id != "5L6g3nShT-eMCtK--X86sw"  # the image's default, every user's
+
+
+def python_services() -> dict[str, dict[str, Any]]:
+    return {name: s for name, s in compose()["services"].items()
+            if not str(s.get("image", "")).startswith(KAFKA_IMAGE)}
+
+
+def command_text(service: dict[str, Any]) -> str:
+    parts = [*service.get("entrypoint", []), *service.get("command", [])]
+    return " ".join(str(p) for p in parts)
+
+
+def test_every_python_service_runs_the_one_built_image_and_installs_nothing() -> None:
+    services = python_services()
+    assert {"acls", "dataset", "controller", "projector", "agent", "query", "cli"} <= set(services)
+    builders = [name for name, s in services.items() if "build" in s]
+    assert len(builders) == 1, builders
+    build = services[builders[0]]["build"]
+    assert (ROOT / build["context"] / build["dockerfile"]).is_file()
+    image = services[builders[0]]["image"]
+    for name, service in services.items():
+        assert service["image"] == image, name
+        # Never pulled: a registry's image of that name is not this checkout.
+        assert service["pull_policy"] in ("never", "build"), name
+        assert "pip" not in command_text(service), name
+        assert not any(":/src" in v or v.startswith(".:") for v in service.get("volumes", [])), name
+
+
+def test_the_dataset_job_and_its_readers_share_the_datasets_volume() -> None:
+    services = compose()["services"]
+    job = services["dataset"]
+    words = shlex.split(job["entrypoint"][-1].replace(";", " ").replace("{", " "))
+    paths = [w for w in words if w.startswith("/")]
+    assert paths, "the dataset job names where it writes"
+    for path in paths:
+        assert volume_of(path, job) == "datasets", path
+    for name in ("dataset", "agent", "cli", "query"):
+        env = services[name]["environment"]
+        # Manifests name objects by absolute path: the same mount everywhere.
+        assert env["RUNLEDGER_DATASETS"] == job["environment"]["RUNLEDGER_DATASETS"], name
+        assert volume_of(env["RUNLEDGER_DATASETS"], services[name]) == "datasets", name
+    assert services["agent"]["depends_on"]["dataset"]["condition"] == (
+        "service_completed_successfully")
+
+
+def test_workers_checkpoint_into_the_checkpoints_volume() -> None:
+    services = compose()["services"]
+    for name in ("agent", "cli"):
+        root = services[name]["environment"]["RUNLEDGER_CHECKPOINT_ROOT"]
+        assert volume_of(root, services[name]) == "checkpoints", name
+    spec = yaml.safe_load((ROOT / "examples" / "compose-tiny.yaml").read_text())
+    assert "root" not in spec["checkpoint"], "the spec leaves the root to the agent"
+
+
+def test_query_reads_the_projection_the_projector_writes() -> None:
+    services = compose()["services"]
+    projector = services["projector"]
+    db = re.search(r"--db (\S+)", command_text(projector))
+    assert db
+    assert volume_of(db[1], projector) == "state"
+    query = services["query"]
+    assert query["entrypoint"] == ["runledger", "query"]
+    # query's default db is $RUNLEDGER_HOME/projection.duckdb: the projector's file.
+    home = query["environment"]["RUNLEDGER_HOME"]
+    assert str(PurePosixPath(home) / "projection.duckdb") == db[1]
+    assert volume_of(home, query) == "state"
+    # Reading needs no Kafka: no password reaches the query container.
+    assert not any("PASSWORD" in k for k in query["environment"])
+    assert not any("PASSWORD" in k for k in services["dataset"]["environment"])
+
+
+def dockerfile_steps() -> list[tuple[str, str]]:
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    steps = []
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            word, _, rest = line.strip().partition(" ")
+            steps.append((word.upper(), rest))
+    return steps
+
+
+def test_the_dockerfile_installs_the_dependencies_then_the_package_once() -> None:
+    steps = dockerfile_steps()
+    installs = [(i, rest) for i, (word, rest) in enumerate(steps)
+                if word == "RUN" and "pip install" in rest]
+    package = [(i, rest) for i, rest in installs if re.search(r"pip install --no-deps \.(\s|$)",
+                                                               rest)]
+    assert len(package) == 1, installs
+    assert all("-e " not in rest and "--editable" not in rest for _, rest in installs)
+    copies = [(i, rest) for i, (word, rest) in enumerate(steps) if word == "COPY"]
+    # The dependency layer sees pyproject.toml alone, so code changes keep it cached.
+    deps = [i for i, rest in installs if i != package[0][0]]
+    assert deps
+    assert all(rest.split()[0] == "pyproject.toml" for i, rest in copies if i < max(deps))
+    assert any(rest.split()[:2] == [".", "."] for i, rest in copies
+               if max(deps) < i < package[0][0])
+    assert ("USER", "runledger") in steps
+
+
+def test_the_image_never_holds_secrets_or_local_state() -> None:
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    assert {".env", "*.properties", "*.key", ".git", ".venv/", "*.duckdb"} <= ignored
+    # What the services run from the image's checkout must stay in it.
+    assert not {"scripts/", "examples/", "README.md", "pyproject.toml"} & ignored

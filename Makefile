@@ -12,6 +12,9 @@ RUNLEDGER := $(VENV)/bin/runledger
 # Re-install only when pyproject.toml is newer than this stamp.
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# Two pytest workers, each taking whole test files: most of the suite's time is
+# end-to-end tests waiting on brokers and workers, not CPU. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 STACK_ARGS ?=
 # e.g. make demo DEMO_ARGS='--work-dir /tmp/rl-demo --keep-stack'
 DEMO_ARGS ?=
@@ -35,7 +38,7 @@ chromium:
 	scripts/chromium.sh
 
 test: jars chromium
-	scripts/test.sh $(PYTEST_ARGS)
+	scripts/test.sh $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 # Every benchmark's --quick form against a throwaway broker: they still run
 # (figures printed, nothing asserted on time). CI runs it after the tests.

@@ -8,6 +8,8 @@
 - ``service``: the process loop (class ``Agent``) that reads
   ``runledger.commands``, performs those actions and reports registration,
   heartbeats and worker exits to ``runledger.reports``;
+- ``nodestate``: the pure fold of the node's facts behind the line an agent
+  logs about its node when it starts (ready, cordoned, quarantined);
 - ``procs``: the table of worker processes (launch, terminate with a grace
   period, reap);
 - ``testworker``: a torch-free stand-in worker with deterministic failures,

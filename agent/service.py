@@ -11,6 +11,13 @@ One agent per node. It writes to ``runledger.reports``:
   ``<run>/g<gen>/<logical id>/exited`` (one exit per worker and generation, so
   a retried write is recognisably the same report).
 
+At start, once registered, it logs its node's state as the controller's facts
+on ``runledger.runs`` leave it (``agent.nodestate``): ready, or cordoned or
+quarantined since when and why, with the ``runledger node uncordon`` that
+frees it. The facts are read in a thread of their own, for at most
+``NODE_STATE_READ_S``, so the agent's start never waits for them; a log that
+cannot be read in time is logged as a state unknown, with the reason.
+
 It reads ``runledger.commands`` in the consumer group ``agent-<node>`` and
 commits offsets only after a batch of commands was acted on. What to do about
 a command is decided by the pure ``agent.decide.decide``; this
@@ -37,6 +44,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
+from agent import nodestate
 from agent.decide import (
     REJECTED_EXIT_CODE,
     Action,
@@ -57,6 +65,7 @@ from agent.errors import AgentError
 from agent.procs import Exit, ProcessTable
 from agent.verify import CommandVerifier
 from events.consume import EventConsumer
+from events.errors import EventsError
 from events.kafka import EventProducer, Record
 from events.model import (
     AgentHeartbeatRecorded,
@@ -69,13 +78,39 @@ from events.model import (
     node_key,
 )
 from events.names import host_problem, path_problem
-from events.topics import COMMANDS, REPORTS
+from events.reader import LogReader
+from events.topics import COMMANDS, REPORTS, RUNS
 
 log = logging.getLogger("runledger.agent")
 
 
+# How long the start line may wait for the node's facts (read beside the start, never
+# in its way): a log too long to read by then is reported as a state unknown.
+NODE_STATE_READ_S = 10.0
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def node_state_line(bootstrap: str, node: str, timeout_s: float = NODE_STATE_READ_S) -> str:
+    """The node's start line (``agent.nodestate.line``) from its facts on runledger.runs,
+    or, after about ``timeout_s`` at most, why they could not be read."""
+    deadline = time.monotonic() + timeout_s
+    events: list[Event] = []
+    try:
+        reader = LogReader(bootstrap, [RUNS], key=node_key(node), bounded=True, strict=True,
+                           timeout_s=max(timeout_s / 2, 0.1), name=f"agent-{node}-state")
+        try:
+            while not reader.caught_up:
+                if time.monotonic() >= deadline:
+                    return nodestate.unknown(node, f"not read to its end within {timeout_s:g} s")
+                events.extend(r.event for r in reader.read_records(500, 0.2))
+        finally:
+            reader.close()
+    except EventsError as exc:
+        return nodestate.unknown(node, str(exc))
+    return nodestate.line(node, nodestate.fold(node, events))
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +187,8 @@ class Agent:
             log.info("agent %s registered: %d slots in domain %s, work dir %s", cfg.node,
                      cfg.slots, self.options.domain, self.options.work_dir)
             heartbeat.start()
+            threading.Thread(target=self._log_node_state, name="agent-node-state",
+                             daemon=True).start()
             self._loop(consumer)
         finally:
             self._shutdown()
@@ -161,6 +198,11 @@ class Agent:
             consumer.close()
             self._producer.flush()
         return 0
+
+    def _log_node_state(self) -> None:
+        said = node_state_line(self.config.bootstrap, self.config.node)
+        # A node that takes no work is what an operator must notice in this log.
+        (log.info if said.endswith(": ready") else log.warning)("%s", said)
 
     def _loop(self, consumer: EventConsumer) -> None:
         seen_bad = 0

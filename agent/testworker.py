@@ -16,6 +16,7 @@ Failure modes, applied when step K is about to run (steps before K commit):
 
 ======== =================================================================
 crash    ``os._exit(13)``: no cleanup, like a segfaulting extension
+kill     SIGKILL to itself: ended by a signal, as by the OOM killer (a node fault)
 fail     raises, so Python exits with code 1 and a traceback in the log
 hang     heartbeats stop and steps stop; the process sleeps until killed
 stall    heartbeats go on, steps stop: alive but making no progress
@@ -60,7 +61,7 @@ from events.model import Header, HeartbeatRecorded, StepCommitted, StepTimesReco
 from events.topics import REPORTS
 from events.workerenv import WorkerEnv, WorkerEnvError
 
-MODES = ("none", "crash", "hang", "fail", "stall")
+MODES = ("none", "crash", "kill", "hang", "fail", "stall")
 CRASH_EXIT_CODE = 13
 TERM_EXIT_CODE = 143
 TOKENS_PER_STEP = 1024
@@ -182,6 +183,9 @@ class Worker:
             # The last words an exit report carries (its stderr tail), then no cleanup.
             os.write(2, f"testworker: crash at step {step}\n".encode())
             os._exit(CRASH_EXIT_CODE)
+        if mode == "kill":
+            os.write(2, f"testworker: killed at step {step}\n".encode())
+            os.kill(os.getpid(), signal.SIGKILL)
         if mode == "fail":
             raise InjectedFailure(f"injected failure at step {step} "
                                   f"(generation {self.env.generation}, rank {self.env.rank})")

@@ -22,11 +22,13 @@ from events.model import (
     AgentRegistered,
     GroupStartCommanded,
     GroupStopCommanded,
+    Header,
+    NodeQuarantined,
     StepCommitted,
     WorkerExited,
     node_key,
 )
-from events.topics import COMMANDS
+from events.topics import COMMANDS, RUNS
 from tests.agent.commands import start_cmd, stop_cmd
 from tests.agent.tail import STARTED_PID, Tail, kill_tree
 
@@ -57,10 +59,11 @@ class Running:
                            lambda: text in self.log.read_text(errors="replace"), timeout_s)
 
 
-def start_agent(bootstrap: str, tmp: Path, slots: int, trust_unsigned: bool = True) -> Running:
+def start_agent(bootstrap: str, tmp: Path, slots: int, trust_unsigned: bool = True,
+                node: str | None = None) -> Running:
     """An agent driven by these tests' hand-made commands: ``--trust-unsigned`` unless
     told otherwise (tests/agent/test_signed_commands.py runs one that checks)."""
-    node = f"node-{uuid.uuid4().hex[:8]}"
+    node = node or f"node-{uuid.uuid4().hex[:8]}"
     tail = Tail(bootstrap)
     log = tmp / f"{node}.log"
     with log.open("wb") as out:
@@ -99,6 +102,7 @@ def test_registers_and_heartbeats(agent: Running) -> None:
         return agent.tail.of(key, AgentHeartbeatRecorded)
 
     agent.tail.wait_for("2 heartbeats", lambda: len(beats()) >= 2)
+    agent.wait_log(f"node {agent.node}: ready")  # no fact names it
     (reg,) = agent.tail.of(key, AgentRegistered)
     assert (reg.node, reg.slots, reg.domain, reg.generation) == (agent.node, 3, "rack-7", 0)
     assert reg.header.producer == f"agent/{agent.node}"
@@ -206,6 +210,28 @@ def test_sigkill_after_grace_and_a_deferred_start_on_the_freed_slots(
     killed = agent.wait_exits(run_id, 3, timeout_s=20)
     assert {(e.exit_code, e.signal) for e in killed.values()} == {(None, signal.SIGKILL)}
     assert {e.exit_code for e in agent.wait_exits(nxt, 2).values()} == {0}
+
+
+@pytest.mark.kafka
+def test_an_agent_says_at_start_that_its_node_is_quarantined_and_what_frees_it(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    node = f"node-{uuid.uuid4().hex[:8]}"
+    key = node_key(node)
+    producer = EventProducer(bootstrap)
+    producer.send(RUNS, NodeQuarantined(
+        header=Header(f"{key}/NodeQuarantined/3", key, 0, int(time.time() * 1000),
+                      "controller"), node=node, reason="3 failures on the node"))
+    producer.flush()
+    own = start_agent(bootstrap, tmp_path, slots=1, node=node)
+    try:
+        own.wait_log(f"node {node}: quarantined since ")
+        said = own.log.read_text()
+        assert "(3 failures on the node); no new run is placed here and none restarts " \
+               f"here; `runledger node uncordon {node} --reason R` frees it" in said
+        assert f"node {node}: ready" not in said
+    finally:
+        stop_agent(own)
 
 
 @pytest.mark.kafka

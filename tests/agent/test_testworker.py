@@ -114,6 +114,14 @@ def test_fail_raises_and_exits_1(spawn: Spawn) -> None:
     assert b"InjectedFailure: injected failure at step 1" in proc.stderr.read()
 
 
+def test_kill_ends_the_worker_by_sigkill(spawn: Spawn) -> None:
+    proc = spawn("--steps", "5", "--step-time", "0.01", "--fail-mode", "kill",
+                 "--fail-at-step", "1")
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    assert proc.stderr is not None
+    assert b"testworker: killed at step 1" in proc.stderr.read()
+
+
 def test_failure_only_in_the_named_generation_and_rank(spawn: Spawn) -> None:
     args = ("--steps", "2", "--step-time", "0.01", "--fail-mode", "crash",
             "--fail-at-step", "1", "--fail-generation", "1", "--fail-rank", "1")

@@ -9,9 +9,10 @@ Configuration comes from the environment, with one default each:
   (:func:`default_db`), the agents' work directories (:func:`agent_work_dir`)
   and the local stack (:func:`stack_data_dir`);
 - ``--bootstrap``, else ``RUNLEDGER_BOOTSTRAP``, else the stack ``stack up``
-  started last (:mod:`runledger.current`, with its operator credentials when
-  ``RUNLEDGER_CREDENTIALS`` is unset): the Kafka cluster (:func:`bootstrap`,
-  :func:`connect`, :func:`external_bootstrap`);
+  started last (:mod:`runledger.current`, with the credentials of the command's
+  role, operator unless a service says otherwise, when ``RUNLEDGER_CREDENTIALS``
+  is unset, and the controller's signing key, :func:`stack_signing_key`): the
+  Kafka cluster (:func:`bootstrap`, :func:`connect`, :func:`external_bootstrap`);
 - ``RUNLEDGER_DATASETS`` or ``--catalog``: the dataset catalog (:func:`catalog`);
 - ``RUNLEDGER_RETRY_S`` (default 30): how long a command waits for a broker that
   is down or failing over before it gives up with one line (:func:`retry_s`).
@@ -106,12 +107,12 @@ def external_bootstrap() -> str | None:
     return os.environ.get(ENV_BOOTSTRAP) or None
 
 
-def bootstrap(explicit: str | None = None) -> str:
-    """``--bootstrap``, else ``RUNLEDGER_BOOTSTRAP``, else the remembered local stack;
-    a ``BrokerUnavailable`` naming all three if none."""
+def bootstrap(explicit: str | None = None, role: str = current.ROLE) -> str:
+    """``--bootstrap``, else ``RUNLEDGER_BOOTSTRAP``, else the remembered local stack
+    (with ``role``'s credentials); a ``BrokerUnavailable`` naming all three if none."""
     if explicit or external_bootstrap():
         return bootstrap_from_env(explicit)
-    stack = current.recall(home())
+    stack = current.recall(home(), role)
     if stack is None:
         raise BrokerUnavailable(
             f"no Kafka bootstrap address: pass --bootstrap, set {ENV_BOOTSTRAP}, or start a"
@@ -122,6 +123,15 @@ def bootstrap(explicit: str | None = None) -> str:
         # only this process's copy is set, and only for the remembered stack's address.
         os.environ[ENV_CREDENTIALS] = str(stack.credentials)
     return stack.bootstrap
+
+
+def stack_signing_key(explicit: str | None = None) -> Path | None:
+    """The remembered secure stack's ``keys/controller.key``, when the controller talks
+    to that stack (no ``--bootstrap``, no ``RUNLEDGER_BOOTSTRAP``); else None."""
+    if explicit or external_bootstrap():
+        return None
+    stack = current.recall(home(), "controller")
+    return stack.signing_key if stack is not None else None
 
 
 def retry_s() -> float:
@@ -140,10 +150,10 @@ def retry_s() -> float:
     return value
 
 
-def connect(explicit: str | None = None) -> str:
-    """The bootstrap address, once a broker has answered; tried again for
-    :func:`retry_s` seconds while none does (a restart, a failover)."""
-    address = bootstrap(explicit)
+def connect(explicit: str | None = None, role: str = current.ROLE) -> str:
+    """The bootstrap address (as :func:`bootstrap`), once a broker has answered; tried
+    again for :func:`retry_s` seconds while none does (a restart, a failover)."""
+    address = bootstrap(explicit, role)
     patience = retry_s()
     deadline = time.monotonic() + patience
     while True:

@@ -6,8 +6,10 @@ only; the ports and the security settings are read from that directory's own
 ``stack down`` of the same directory removes it. :func:`runledger.config.bootstrap`
 falls back to it after ``--bootstrap`` and ``RUNLEDGER_BOOTSTRAP``.
 
-Credentials, secure by default: the remembered stack's *operator* file (never
-the admin's) is offered only for the remembered stack's own address, so a
+Credentials, secure by default: the remembered stack's file of the command's
+role (a person's commands: ``operator``; the services ``controller``, ``agent``
+and ``project``: their own role; never the admin's), and for the controller
+the stack's signing key, are offered only for the remembered stack's own address, so a
 password is never sent to a cluster the user named some other way; only when
 ``RUNLEDGER_CREDENTIALS`` is unset; and only when the pointer and the
 credentials file belong to this user and no one else may write the pointer
@@ -33,13 +35,17 @@ POINTER = "current-stack.json"
 HOST = "127.0.0.1"
 STATE_FILE = "stack.json"
 ROLE = "operator"  # a person's role: submit, cancel, read; not the admin's powers
+# The roles a command may ask the remembered stack's credentials of: never the admin.
+ROLES = ("operator", "controller", "agent", "projector")
+CONTROLLER_KEY = "keys/controller.key"  # runledger.stack.keys writes it at `stack up`
 
 
 @dataclass(frozen=True, slots=True)
 class Remembered:
     data_dir: Path
     bootstrap: str
-    credentials: Path | None  # the operator's file of a secure stack
+    credentials: Path | None  # the role's file of a secure stack
+    signing_key: Path | None = None  # the controller's key of a secure stack, when asked
 
 
 def pointer(home: Path) -> Path:
@@ -73,8 +79,11 @@ def remembered_dir(home: Path) -> Path | None:
     return _recorded_dir(pointer(home))
 
 
-def recall(home: Path) -> Remembered | None:
-    """The remembered stack, or None when nothing (or a purged directory) is remembered."""
+def recall(home: Path, role: str = ROLE) -> Remembered | None:
+    """The remembered stack, with ``role``'s credentials (and, for the controller, its
+    signing key) when it is secure; None when nothing (or a purged directory) is remembered."""
+    if role not in ROLES:
+        raise ValueError(f"role {role!r} is not one of {ROLES}")
     path = pointer(home)
     data_dir = _recorded_dir(path)
     if data_dir is None:
@@ -91,10 +100,17 @@ def recall(home: Path) -> Remembered | None:
         raise UsageError(f"{state} (remembered in {path}) is unreadable ({exc}); run"
                          f" `runledger stack up --data-dir {data_dir}` again or remove"
                          f" {path}") from None
-    creds = data_dir / "credentials" / f"{ROLE}.properties" if secure else None
-    if creds is not None and creds.is_file():
-        _check_owned(creds, writable_by_others=True)
-    return Remembered(data_dir, address, creds if creds is not None and creds.is_file() else None)
+    return Remembered(data_dir, address,
+                      _owned_file(data_dir / "credentials" / f"{role}.properties", secure),
+                      _owned_file(data_dir / CONTROLLER_KEY, secure and role == "controller"))
+
+
+def _owned_file(path: Path, wanted: bool) -> Path | None:
+    """``path`` when it is wanted and there, after checking that it is this user's."""
+    if not wanted or not path.is_file():
+        return None
+    _check_owned(path, writable_by_others=True)
+    return path
 
 
 def _recorded_dir(path: Path) -> Path | None:

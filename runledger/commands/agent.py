@@ -103,7 +103,7 @@ def agent(
     """
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    kafka = config.connect(bootstrap)
+    kafka = config.connect(bootstrap, role="agent")
     agent_config = AgentConfig(node=node, slots=slots, bootstrap=kafka,
                                heartbeat_interval_s=heartbeat_interval,
                                max_start_age_ms=int(max_start_age * 1000),

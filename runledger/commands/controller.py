@@ -4,9 +4,11 @@ With ``--metrics HOST:PORT`` the run model is also served at
 ``http://HOST:PORT/metrics`` for Prometheus (``controller.metrics``).
 
 Every fact and command is signed with the controller's Ed25519 key,
-``--signing-key FILE`` or ``$RUNLEDGER_SIGNING_KEY`` (a local secure stack
-writes ``<data dir>/keys/controller.key``). Without one the controller refuses
-to start, unless ``--unsigned`` says to append them unsigned.
+``--signing-key FILE`` or ``$RUNLEDGER_SIGNING_KEY``, else, against the
+remembered local stack, the ``<data dir>/keys/controller.key`` it wrote (with
+its ``controller.properties`` when ``RUNLEDGER_CREDENTIALS`` is unset). Without
+one the controller refuses to start, unless ``--unsigned`` says to append them
+unsigned.
 
 ``--quarantine-expiry-s`` (default 3600) and ``--probation-failures``
 (default 2) are the node quarantine policy (``controller.model.NodePolicy``).
@@ -56,8 +58,8 @@ TransactionTimeout = Annotated[float, typer.Option(
          "killed controller's last transaction can hold back the next owner of its runs.")]
 SigningKeyFile = Annotated[Path | None, typer.Option(
     "--signing-key", metavar="FILE",
-    help=f"The controller's Ed25519 key, PEM (default ${ENV_SIGNING_KEY}): it signs every "
-         "fact and command.")]
+    help=f"The controller's Ed25519 key, PEM (default ${ENV_SIGNING_KEY}, else the local "
+         "stack's keys/controller.key): it signs every fact and command.")]
 Unsigned = Annotated[bool, typer.Option(
     "--unsigned", help="Append facts and commands unsigned, without a key (an audit "
                        "reports every one of them).")]
@@ -97,7 +99,7 @@ def controller(
     probation_failures: Probation = 2,
 ) -> None:
     """Fold the log, reconcile runs with what agents report, append signed facts and commands."""
-    key = load_signing_key(signing_key, unsigned)
+    key = load_signing_key(signing_key, unsigned, config.stack_signing_key(bootstrap))
     if quarantine_expiry_s < 0 or probation_failures < 0:
         raise UsageError("--quarantine-expiry-s and --probation-failures must be >= 0 "
                          f"(got {quarantine_expiry_s} and {probation_failures})")
@@ -110,7 +112,7 @@ def controller(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     service = ControllerService(
-        config.bootstrap(bootstrap),
+        config.bootstrap(bootstrap, role="controller"),
         plan_from_submission,
         transactional_id=transactional_id,
         group_id=group,
@@ -135,8 +137,10 @@ def controller(
     raise typer.Exit(code)
 
 
-def load_signing_key(path: Path | None, unsigned: bool) -> SigningKey | None:
-    """The key named by ``--signing-key`` or the environment; None with ``--unsigned``.
+def load_signing_key(path: Path | None, unsigned: bool,
+                     stack_key: Path | None = None) -> SigningKey | None:
+    """The key named by ``--signing-key`` or the environment, else ``stack_key`` (the
+    remembered local stack's); None with ``--unsigned``.
 
     An explicit ``--unsigned`` wins over the environment's key; with
     ``--signing-key`` it is a contradiction.
@@ -146,9 +150,11 @@ def load_signing_key(path: Path | None, unsigned: bool) -> SigningKey | None:
             raise UsageError("--signing-key and --unsigned contradict each other: pass one")
         return None
     named = path or (Path(os.environ[ENV_SIGNING_KEY]) if os.environ.get(ENV_SIGNING_KEY)
-                     else None)
+                     else stack_key)
     if named is None:
-        raise UsageError(f"no signing key: pass --signing-key FILE (or set {ENV_SIGNING_KEY}) "
+        raise UsageError(f"no signing key: pass --signing-key FILE (or set {ENV_SIGNING_KEY}; a "
+                         "secure local stack's own key is used when --bootstrap and "
+                         "RUNLEDGER_BOOTSTRAP are unset) "
                          "with the controller's key, or --unsigned to append facts and "
                          "commands unsigned")
     try:

@@ -61,7 +61,7 @@ def project(
 ) -> None:
     """Project runledger.runs and runledger.reports into DuckDB, resuming after the
     offsets stored with the last applied batch."""
-    address = config.connect(bootstrap)
+    address = config.connect(bootstrap, role="projector")
     path = db or config.default_db()
     path.parent.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
@@ -86,7 +86,7 @@ def project(
 
 def replay(db: NewDb, as_json: Digests = False, bootstrap: Bootstrap = None) -> None:
     """Rebuild a projection from offset 0 into a new database file, up to the log's end."""
-    address = config.connect(bootstrap)
+    address = config.connect(bootstrap, role="projector")
     if db.exists():
         raise RunledgerError(
             f"{db} exists; replay builds a new database (remove it or pick another path)")

@@ -80,8 +80,9 @@ def up(data_dir: DataDir = None, brokers: Brokers = 1, port: Port = None,
                    " stack unless --bootstrap or RUNLEDGER_BOOTSTRAP names another", err=True)
     if info.credentials is not None:
         typer.echo(f"secure: SASL/SCRAM and ACLs; credentials of admin and each role in "
-                   f"{info.credentials.parent}/ (commands use {current.ROLE}.properties"
-                   f" unless RUNLEDGER_CREDENTIALS names another)", err=True)
+                   f"{info.credentials.parent}/ (commands use {current.ROLE}.properties,"
+                   " the controller, agent and projector their role's file, unless"
+                   " RUNLEDGER_CREDENTIALS names another)", err=True)
 
 
 def down(data_dir: DataDir = None, purge: Purge = False, as_json: AsJson = False) -> None:

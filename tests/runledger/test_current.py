@@ -111,3 +111,33 @@ def test_commands_find_the_remembered_stack_and_the_overrides_win(tmp_path: Path
     assert "127.0.0.1:3" in env.stderr and "127.0.0.1:1" not in env.stderr, env.stderr
     flag = runledger(home, "runs", "--bootstrap", "127.0.0.1:2", RUNLEDGER_BOOTSTRAP="127.0.0.1:3")
     assert "127.0.0.1:2" in flag.stderr and "127.0.0.1:3" not in flag.stderr, flag.stderr
+
+
+def test_the_services_get_their_own_role_and_the_controller_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    stack = fake_stack(tmp_path / "d", port=4242)
+    creds = stack / "credentials"
+    for role in ("controller", "agent"):
+        (creds / f"{role}.properties").touch(mode=0o600)
+    (stack / "keys").mkdir()
+    (stack / "keys" / "controller.key").touch(mode=0o600)
+    current.remember(home, stack)
+    agent = current.recall(home, "agent")
+    assert agent is not None
+    assert agent.credentials == stack.resolve() / "credentials" / "agent.properties"
+    assert agent.signing_key is None  # only the controller is offered the key
+    ctl = current.recall(home, "controller")
+    assert ctl is not None and ctl.signing_key == stack.resolve() / "keys" / "controller.key"
+    projector = current.recall(home, "projector")
+    assert projector is not None and projector.credentials is None  # no file: none offered
+    with pytest.raises(ValueError, match="'admin' is not one of"):
+        current.recall(home, "admin")  # never the admin's powers by default
+    monkeypatch.setenv("RUNLEDGER_HOME", str(home))
+    monkeypatch.delenv(ENV_BOOTSTRAP, raising=False)
+    monkeypatch.delenv(ENV_CREDENTIALS, raising=False)
+    assert config.stack_signing_key() == stack.resolve() / "keys" / "controller.key"
+    assert config.stack_signing_key("elsewhere:9092") is None  # not for another cluster
+    config.bootstrap(role="agent")
+    assert os.environ[ENV_CREDENTIALS] == str(stack.resolve() / "credentials/agent.properties")

@@ -3,6 +3,8 @@
 The verdict is what ``events.fold`` says of each event, folding the topic's
 records per run in offset order; events of runs whose ``RunSubmitted`` is not
 on the topic being read get no verdict rather than a misleading one.
+``runledger.status`` holds derived summaries, not events: ``dump`` prints the
+newest summary of each run (``events.statuslog``) and ``tail`` refuses it.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import typer
 
 from events.consume import read_log
 from events.convert import to_record
+from events.errors import DecodeError
 from events.fold import UNKNOWN_RUN, apply
 from events.kafka import Quarantined, Record
 from events.state import RunState
-from events.topics import ALL, RUNS
-from runledger import config
+from events.statuslog import read_status
+from events.topics import ALL, RUNS, STATUS
+from runledger import config, statusview
 from runledger.config import Bootstrap, json_option
 from runledger.errors import UsageError
 
@@ -112,6 +116,9 @@ def _stream(
                                    "key": q.key, "reason": q.reason, "detail": q.detail}))
         typer.echo(f"runledger: {q}", err=True)
 
+    if topic == STATUS:
+        _summaries(run, as_json, bootstrap, follow)
+        return
     tracker = VerdictTracker()
     for record in read_log(config.connect(bootstrap), topic, follow=follow,
                            on_quarantine=report, retry_s=config.retry_s()):
@@ -121,6 +128,23 @@ def _stream(
         typer.echo(json.dumps(doc) if as_json else _human(doc))
         if follow:
             sys.stdout.flush()
+
+
+def _summaries(run: str | None, as_json: bool, bootstrap: str | None, follow: bool) -> None:
+    """``runledger.status`` holds derived summaries, not events: its newest one per run."""
+    if follow:
+        raise UsageError(f"{STATUS} holds run summaries, not events, and is not tailed; "
+                         "follow a run with `runledger status RUN --watch`")
+
+    def undecodable(key: str, exc: DecodeError) -> None:
+        typer.echo(f"runledger: {STATUS} summary of {key}: {exc}", err=True)
+
+    found = read_status(config.connect(bootstrap), run_id=run, on_undecodable=undecodable)
+    for rec in sorted(found.values(), key=lambda r: (r.submitted_at, r.run_id)):
+        doc = statusview.document(rec)
+        typer.echo(json.dumps(doc) if as_json else
+                   f"{rec.run_id} {rec.state} gen={rec.generation} step={rec.step} "
+                   f"summarized_at={statusview.iso(rec.header.occurred_at)}")
 
 
 def dump(topic: Topic = RUNS, run: Run = None, as_json: JsonLines = False,

@@ -23,6 +23,7 @@ tests/runledger/stack/test_cluster.py.
 
 from __future__ import annotations
 
+import getpass
 import os
 import time
 from pathlib import Path
@@ -171,3 +172,16 @@ def connect(explicit: str | None = None, role: str = current.ROLE) -> str:
 def catalog(explicit: str | None = None) -> Catalog:
     """The dataset catalog at ``--catalog``, else ``$RUNLEDGER_DATASETS`` or its default."""
     return Catalog(explicit if explicit is not None else default_catalog_url())
+
+
+def principal_name(explicit: str | None) -> str:
+    """Who asks: ``--principal``, else ``$USER``, else the login name; refused if none."""
+    who = explicit if explicit is not None else os.environ.get("USER", "")
+    if explicit is None and not who:
+        try:
+            who = getpass.getuser()  # LOGNAME and friends, then the password database
+        except (OSError, KeyError):
+            who = ""
+    if not who.strip():
+        raise UsageError("no principal: pass --principal or set USER")
+    return who.strip()

@@ -9,7 +9,6 @@ members, which the controller does not copy into facts. "Now" is a parameter.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +22,7 @@ from events.model import (
     RunSubmitted,
 )
 from events.state import RunState
-from events.status import failure_doc
+from events.status import failure_doc, spec_name
 
 UNSEEN = "on runledger.requests, not yet seen by the controller"
 _RETRY_ACTIONS = ("restart", "requeue")
@@ -203,7 +202,7 @@ def _first_submission(events: Sequence[Event]) -> RunSubmitted | None:
 def _base(state: RunState, submitted: RunSubmitted | None, seen: bool) -> dict[str, Any]:
     return {
         "run_id": state.run_id,
-        "name": _spec_name(submitted),
+        "name": spec_name(submitted),
         "principal": state.principal,
         "state": state.status.value,
         "seen_by_controller": seen,
@@ -240,16 +239,6 @@ def _members(state: RunState, reports: Sequence[Event], now_ms: int) -> list[dic
             "heartbeat_step": step,
         })
     return out
-
-
-def _spec_name(submitted: RunSubmitted | None) -> str:
-    if submitted is None:
-        return "?"
-    try:
-        name = json.loads(submitted.spec_json).get("name")
-    except (ValueError, AttributeError):
-        return "?"
-    return name if isinstance(name, str) else "?"
 
 
 def _iso(ms: int) -> str:

@@ -14,9 +14,7 @@ Tested in tests/runledger/commands/test_nodes.py.
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
 import time
 import uuid
 from pathlib import Path
@@ -91,7 +89,7 @@ def _request(operation: str, name: str, reason: str, principal: str | None, as_j
         raise RunledgerError("--reason must say why")
     address = config.connect(bootstrap)
     signed = signer(address, key, principal) if key is not None else None
-    who = signed.principal if signed is not None else _principal(principal)
+    who = signed.principal if signed is not None else config.principal_name(principal)
     nodeview.check_known(name, _node_events(address))
     nkey = node_key(name)
     event_id = f"{nkey}/{operation}/{uuid.uuid4().hex[:12]}"
@@ -130,18 +128,6 @@ def _send(bootstrap: str, event: Event, key: SigningKey | None) -> None:
     producer.flush(30.0)
     if failures:
         raise KafkaOperationError(f"write to {REQUESTS}: {failures[0]}")
-
-
-def _principal(explicit: str | None) -> str:
-    who = explicit if explicit is not None else os.environ.get("USER", "")
-    if explicit is None and not who:
-        try:
-            who = getpass.getuser()
-        except (OSError, KeyError):
-            who = ""
-    if not who.strip():
-        raise RunledgerError("no principal: pass --principal or set USER")
-    return who.strip()
 
 
 def _now_ms() -> int:

@@ -18,9 +18,7 @@ beginning.
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterable
@@ -117,7 +115,7 @@ def submit(
         doc = {"spec_digest": spec.digest(), "spec": json.loads(spec.canonical_json())}
         typer.echo(json.dumps(doc) if as_json else json.dumps(doc, indent=2, sort_keys=True))
         return
-    who = _principal(principal) if key is None else ""
+    who = config.principal_name(principal) if key is None else ""
     address = config.connect(bootstrap)
     signed = signer(address, key, principal) if key is not None else None
     who = signed.principal if signed is not None else who
@@ -220,7 +218,7 @@ def cancel(
     spec's list plus the submitter) and records RunCancelled or a WriteRejected.
     With a key the request is signed.
     """
-    who = _principal(principal) if key is None else ""
+    who = config.principal_name(principal) if key is None else ""
     if not reason.strip():
         raise RunledgerError("--reason must say why")
     address = config.connect(bootstrap)
@@ -343,18 +341,6 @@ def _send(bootstrap: str, topic: str, event: Event, signed: Signer | None = None
 def _header(event_id: str, run_id: str, generation: int, principal: str) -> Header:
     return Header(event_id=event_id, run_id=run_id, generation=generation,
                   occurred_at=_now_ms(), producer=f"cli/{principal}")
-
-
-def _principal(explicit: str | None) -> str:
-    who = explicit if explicit is not None else os.environ.get("USER", "")
-    if explicit is None and not who:
-        try:
-            who = getpass.getuser()  # LOGNAME and friends, then the password database
-        except (OSError, KeyError):
-            who = ""
-    if not who.strip():
-        raise RunledgerError("no principal: pass --principal or set USER")
-    return who.strip()
 
 
 def _now_ms() -> int:

@@ -99,7 +99,8 @@ def node_state_line(bootstrap: str, node: str, timeout_s: float = NODE_STATE_REA
     deadline = time.monotonic() + timeout_s
     events: list[Event] = []
     try:
-        reader = LogReader(bootstrap, [RUNS], key=node_key(node), bounded=True, strict=True,
+        reader = LogReader(bootstrap, [RUNS], key=node_key(node), key_partition=True,
+                           bounded=True, strict=True,
                            timeout_s=max(timeout_s / 2, 0.1), name=f"agent-{node}-state")
         try:
             while not reader.caught_up:

@@ -104,7 +104,8 @@ class CommandVerifier:
     def _run_state(self, run_id: str) -> RunState | None:
         # Read committed: the controller writes the generation's facts and its
         # start commands in one transaction, so a command seen has its facts.
-        reader = LogReader(self.bootstrap, [RUNS], key=run_id, bounded=True, strict=True,
+        reader = LogReader(self.bootstrap, [RUNS], key=run_id, key_partition=True,
+                           bounded=True, strict=True,
                            retry_s=FACTS_READ_S, name=f"{self.name}-facts")
         try:
             events = [r.event for r in reader.records()]

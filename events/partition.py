@@ -13,6 +13,8 @@ Tested in tests/events/test_partition.py.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 PARTITIONER = "murmur2_random"
 
 _SEED = 0x9747B28C
@@ -50,3 +52,11 @@ def partition_for(key: str, partitions: int) -> int:
     if partitions < 1:
         raise ValueError(f"partitions must be at least 1, got {partitions}")
     return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+def key_partitions(parts: Sequence[tuple[str, int]], key: str) -> list[tuple[str, int]]:
+    """Of ``parts`` (topic, partition), the one per topic that records keyed ``key`` land on."""
+    counts: dict[str, int] = {}
+    for topic, _ in parts:
+        counts[topic] = counts.get(topic, 0) + 1
+    return [(t, p) for t, p in parts if p == partition_for(key, counts[t])]

@@ -36,6 +36,7 @@ from events.codec import Codec, default_codec
 from events.connection import client_config, refused
 from events.errors import BrokerUnavailable, KafkaOperationError, NotAuthorized
 from events.kafka import Quarantine, Quarantined, Record, decode_or_quarantine, poll_burst
+from events.partition import key_partitions
 
 log = logging.getLogger("runledger.events.reader")
 
@@ -137,6 +138,9 @@ class LogReader:
     records are due and none comes; after that ``BrokerUnavailable`` is raised.
     ``name`` shows in the broker's client ids. ``raw``: each record keeps its value
     bytes and headers (``Record.value``, ``Record.headers``: signatures).
+    ``key_partition``: with ``key``, read only the partition of each topic that
+    ``key`` hashes to (``events.partition``), where every producer of ours puts
+    it: one run's or node's facts without reading the whole log.
     """
 
     def __init__(
@@ -146,7 +150,7 @@ class LogReader:
         strict: bool = False, bounded: bool = False, retry_s: float = 0.0,
         name: str = "runledger-reader", timeout_s: float = 10.0,
         config: Mapping[str, Any] | None = None, keys: Callable[[bytes], bool] | None = None,
-        raw: bool = False,
+        raw: bool = False, key_partition: bool = False,
     ) -> None:
         self.codec = codec or default_codec()
         self.raw = raw
@@ -157,6 +161,7 @@ class LogReader:
         self.bootstrap = bootstrap
         self._key = key.encode() if key is not None else None
         self._keys = keys
+        self._only = key if key_partition else None
         self._consumer = _consumer(bootstrap, name, config)
         try:
             self.partitions, marks = self._layout(topics, timeout_s)
@@ -188,6 +193,8 @@ class LogReader:
         while True:
             try:
                 parts = _partitions(self._consumer, topics, timeout_s)
+                if self._only is not None:
+                    parts = key_partitions(parts, self._only)
                 return parts, _watermarks(self._consumer, parts, timeout_s)
             except BrokerUnavailable as exc:
                 if time.monotonic() + RETRY_PAUSE_S >= deadline:

@@ -61,7 +61,7 @@ class RunWatch:
         try:
             # Only this run's records are decoded (every topic is keyed by run id);
             # read_committed: facts of aborted controller transactions never show.
-            self._reader = LogReader(self.bootstrap, [RUNS], key=self.run_id,
+            self._reader = LogReader(self.bootstrap, [RUNS], key_partition=True, key=self.run_id,
                                      name=f"runledger-demo-{self.run_id}")
         except EventsError as exc:
             raise DemoError(f"cannot read {RUNS} at {self.bootstrap}: {exc}") from None

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from events.consume import read_log
 from events.kafka import EventProducer
-from events.partition import murmur2, partition_for
+from events.partition import key_partitions, murmur2, partition_for
 from events.transactions import TransactionalWriter
 from tests.events.broker import new_topic
 from tests.events.builders import Ev
@@ -66,3 +66,12 @@ def test_the_broker_places_every_producers_records_where_partition_for_says(
     assert {r.writer for r in records if r.event.event_type == "StepCommitted"} == {
         writer.transactional_id}
     assert {r.writer for r in records if r.event.event_type == "RunSubmitted"} == {""}
+
+
+@given(st.text(min_size=1, max_size=40), st.integers(1, 12), st.integers(1, 12))
+def test_key_partitions_keeps_the_one_partition_per_topic_the_key_lands_on(
+    key: str, a: int, b: int,
+) -> None:
+    parts = [("a", p) for p in range(a)] + [("b", p) for p in range(b)]
+    assert key_partitions(parts, key) == [("a", partition_for(key, a)),
+                                          ("b", partition_for(key, b))]

@@ -18,6 +18,7 @@ from events.connection import client_config
 from events.errors import BrokerUnavailable, KafkaOperationError
 from events.kafka import EventProducer, Quarantined, Record
 from events.model import HeartbeatRecorded
+from events.partition import partition_for
 from events.reader import BEGINNING, END, LogReader, Watermarks
 from events.transactions import TransactionalWriter
 from tests.events.builders import Ev
@@ -203,6 +204,22 @@ def test_a_key_filter_passes_other_keys_over_undecoded(bootstrap: str, topic_nam
     assert [(r.offset, r.event.run_id) for r in got] == [(0, mine), (3, mine)]
     assert seen == []  # another run's garbage is not this reader's business
     assert positions == {(topic, 0): 4}
+
+
+def test_a_key_partition_reader_reads_only_the_partition_of_its_key(
+    bootstrap: str, topic_name: str,
+) -> None:
+    topic = make_topic(bootstrap, topic_name, 6)
+    runs = [f"run-{uuid.uuid4().hex[:8]}" for _ in range(12)]
+    producer = EventProducer(bootstrap)  # places by murmur2 of the run id, as ours all do
+    for i, run in enumerate(runs):
+        producer.send(topic, beat(run, i))
+    producer.flush()
+    mine = runs[0]
+    with LogReader(bootstrap, [topic], key=mine, key_partition=True, bounded=True) as reader:
+        got = list(reader.records())
+        assert reader.partitions == [(topic, partition_for(mine, 6))]
+    assert [r.event.run_id for r in got] == [mine]
 
 
 def test_beginning_is_the_default_and_a_missing_topic_is_an_error(bootstrap: str) -> None:

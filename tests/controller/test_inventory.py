@@ -78,14 +78,19 @@ def test_the_last_word_decides_and_nodes_do_not_interfere(steps: list[tuple[str,
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(("fail", "uncordon", "expire")), max_size=20))
+@given(st.lists(st.sampled_from(("fail", "job", "uncordon", "expire")), max_size=20))
 def test_failure_counts_restart_at_an_uncordon_and_at_probation(steps: list[str]) -> None:
+    """Node faults count (a worker killed by a signal); the job's own failures never do."""
     counts: dict[str, int] = {}
     expect = 0
     for step in steps:
         if step == "fail":
-            event: Event = EV.failure(1, "restart", node="n1")
+            event: Event = EV.failure(1, "restart", node="n1",
+                                      signature="worker_crash:signal=9")
             expect += 1
+        elif step == "job":
+            event = EV.failure(1, "escalate", node="n1", failure_class="job",
+                               signature="job:exit=2")
         elif step == "uncordon":
             event, expect = EV.uncordoned("n1"), 0
         else:

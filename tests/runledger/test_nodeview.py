@@ -12,7 +12,8 @@ EV = Ev("x", start=1_000_000, tick=1_000)
 
 def test_a_quarantined_node_shows_why_and_since_and_uncordon_makes_it_ready() -> None:
     beat = EV.agent_heartbeat("n1", slots=4, domain="rack-1", busy_slots=0)
-    fail = [EV.failure(1, "restart", node="n1") for _ in range(3)]
+    fail = [EV.failure(1, "restart", node="n1", signature="worker_crash:signal=9")
+            for _ in range(3)]
     quarantine = EV.quarantined("n1", reason="3 failures on the node")
     now = quarantine.header.occurred_at + 5_000
     [row] = rows([beat, *fail, quarantine], now)

@@ -56,6 +56,7 @@ from events.workerenv import (
     parse_interval,
     parse_ranks,
 )
+from events.workerlog import worker_log_path
 
 # The exit code reported for a member the agent refused to launch; 125 is what
 # shells and container runtimes use for "the launcher failed", never the worker.
@@ -114,7 +115,7 @@ class Launch:
     argv: tuple[str, ...]
     command_env: Mapping[str, str]
     worker_env: WorkerEnv
-    log_path: str  # relative to the agent's work dir
+    log_path: str  # relative to the agent's work dir (events.workerlog)
     causation_id: str
     workdir: str = ""  # where the worker runs; empty: the agent's work dir
 
@@ -262,7 +263,7 @@ def _start(config: AgentConfig, state: AgentState, cmd: GroupStartCommanded,
                         (*actions, Defer(cid, f"{need}; waiting for slots")))
     for key, env in zip(keys, envs, strict=True):
         actions.append(Launch(key, cmd.argv, dict(cmd.env), env,
-                              f"{_safe(run)}/g{gen}/{_safe(key.logical_id)}.log",
+                              worker_log_path(run, gen, key.logical_id),
                               cmd.header.event_id, cmd.workdir))
     return Decision(replace(new, running=new.running | set(keys)), tuple(actions))
 
@@ -347,9 +348,3 @@ def _worker_envs(config: AgentConfig, cmd: GroupStartCommanded,
         )
         for m in mine
     ]
-
-
-def _safe(name: str) -> str:
-    """A path component that cannot climb out of the work dir."""
-    cleaned = "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)
-    return cleaned.lstrip(".") or "_"

@@ -183,7 +183,9 @@ class Agent:
         try:
             self._send(AgentRegistered(header=self._node_header("registered"), node=cfg.node,
                                        slots=cfg.slots, domain=self.options.domain,
-                                       address=self.options.address))
+                                       address=self.options.address,
+                                       # As ProcessTable makes its log paths absolute.
+                                       work_dir=str(self.options.work_dir.absolute())))
             self._producer.flush()
             log.info("agent %s registered: %d slots in domain %s, work dir %s", cfg.node,
                      cfg.slots, self.options.domain, self.options.work_dir)

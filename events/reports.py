@@ -193,13 +193,19 @@ class WorkerExited(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AgentRegistered(Event):
-    """A node agent started and offers ``slots`` worker slots in ``domain``."""
+    """A node agent started and offers ``slots`` worker slots in ``domain``.
+
+    v2 adds ``work_dir``: the agent's work dir, absolute, on its node, under
+    which its workers' log files lie (``events.workerlog``), so a running
+    worker's log can be found; v1 records read with it empty.
+    """
 
     node: str
     slots: int
     domain: str
     # Where workers on this node are reachable (rank 0 is the rendezvous master).
     address: str = "127.0.0.1"
+    work_dir: str = ""
     TOPIC: ClassVar[str] = "runledger.reports"
 
     def __post_init__(self) -> None:

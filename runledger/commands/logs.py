@@ -1,37 +1,48 @@
 """``runledger logs RUN``: print a worker's output (stdout and stderr) from its log file.
 
-The log is found through the run's facts (``runledger.logview``): the agent
-names the file in the worker's exit report. It is read when this machine can
-reach it (the same host, or a shared filesystem); otherwise the command says
-on which node and at which path it is. ``--follow`` waits for a member that
-has not exited yet to name its log, then prints it.
+The member and its file are found through the run's facts and its node's
+registration (``runledger.logview``): an exited worker's file is the one its
+agent named in the exit report; a running worker's lies under the work dir its
+agent registered. The file is read when this machine can reach it (the same
+host, or a shared filesystem); otherwise the command says on which node and at
+which path it is. Without ``--follow`` it prints what the file holds now;
+with it, it goes on printing what is appended, as ``tail -f`` does, until the
+worker's ``WorkerExited`` is on the log, then prints the rest and ends.
+
+Only the run's partition of ``runledger.runs`` and the node's of
+``runledger.reports`` are read (``LogReader`` ``key_partition``).
 
 Tested in tests/e2e/test_jobs.py and tests/runledger/test_logview.py.
 """
 
 from __future__ import annotations
 
-import time
+import codecs
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, BinaryIO
 
 import typer
 
-from events.consume import read_log
-from events.model import Event
-from events.topics import RUNS
+from events.model import Event, node_key
+from events.reader import LogReader
+from events.topics import REPORTS, RUNS
 from runledger import config
 from runledger.config import Bootstrap, RunArg
 from runledger.errors import RunledgerError
-from runledger.logview import LogNotFound, Picked, pick
+from runledger.logview import LogNotFound, Picked, describe, exit_of, log_file, pick, work_dir_of
 
 Rank = Annotated[str | None, typer.Option(
     "--rank", metavar="R", help="A rank number or logical id (default: the first that failed,"
                                 " else rank 0).")]
 Generation = Annotated[int | None, typer.Option(
-    "--generation", metavar="G", help="The generation (default: the newest with an exit).")]
+    "--generation", metavar="G", help="The generation (default: the newest).")]
 Follow = Annotated[bool, typer.Option(
-    "--follow", help="Wait until the worker has exited and named its log, then print it.")]
+    "--follow", "-f", help="Go on printing what the worker writes until it has exited.")]
+
+# How long one wait for new facts lasts while the file has nothing new: the
+# pace at which a followed file is read again.
+POLL_S = 0.5
+CHUNK = 1 << 16
 
 
 def register(app: typer.Typer) -> None:
@@ -40,43 +51,94 @@ def register(app: typer.Typer) -> None:
 
 def logs(run: RunArg, rank: Rank = None, generation: Generation = None, follow: Follow = False,
          bootstrap: Bootstrap = None) -> None:
-    """Print a worker's output: its log file, as its agent named it in the exit report."""
+    """Print a worker's output: its log file, running or exited; --follow tails it."""
     address = config.connect(bootstrap)
-    while True:
-        facts = _facts(address, run)
+    # Bounded (a dump) unless following: then the same reader goes on to watch for the exit.
+    reader = LogReader(address, [RUNS], key=run, key_partition=True, bounded=not follow,
+                       strict=True, retry_s=config.retry_s(), name="runledger-logs")
+    try:
+        facts = [r.event for r in reader.records() if r.event.run_id == run]
         if not facts:
             raise RunledgerError(f"unknown run {run!r}: not on {RUNS}"
                                  " (`runledger runs` lists the runs)")
         try:
             picked = pick(run, facts, rank, generation)
+            work_dir = None if picked.exited is not None else _work_dir(address, picked.node)
+            path = Path(log_file(run, picked, work_dir))
         except LogNotFound as exc:
             raise RunledgerError(str(exc)) from None
-        if picked.exited is not None or not follow:
-            break
-        time.sleep(1.0)
-    _print(run, picked)
+        if picked.exited is None and follow:
+            _follow(reader, run, picked, path, work_dir or "")
+        else:
+            _print_now(run, picked, path)
+    finally:
+        reader.close()
 
 
-def _print(run: str, picked: Picked) -> None:
-    who = f"rank {picked.rank} ({picked.logical_id})" if picked.rank is not None else \
-        picked.logical_id
-    if picked.exited is None:
-        raise RunledgerError(f"{who} of {run} generation {picked.generation} has not exited, so"
-                             " no log is named yet; --follow waits for it")
-    if not picked.log_path:
-        raise RunledgerError(f"{who} of {run} generation {picked.generation} has no log: its"
-                             " agent predates log reports, or refused the launch")
-    path = Path(picked.log_path)
+def _work_dir(address: str, node: str) -> str | None:
+    """The work dir ``node``'s agent registered, from its partition of the reports."""
+    reader = LogReader(address, [REPORTS], key=node_key(node), key_partition=True,
+                       bounded=True, strict=True, retry_s=config.retry_s(),
+                       name="runledger-logs")
+    try:
+        return work_dir_of(node, (r.event for r in reader.records()))
+    finally:
+        reader.close()
+
+
+def _print_now(run: str, picked: Picked, path: Path) -> None:
     if not path.is_file():
-        raise RunledgerError(f"the log of {who} is on node {picked.node} at {picked.log_path},"
-                             " which this machine cannot read")
-    typer.echo(f"==> {picked.log_path} (node {picked.node}, {who}, generation"
-               f" {picked.generation}) <==", err=True)
+        raise _unreachable(picked, path)
+    _banner(run, picked, path)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 16), b""):
-            typer.echo(chunk.decode("utf-8", errors="replace"), nl=False)
+        _copy(f, decoder)
+    typer.echo(decoder.decode(b"", final=True), nl=False)
 
 
-def _facts(address: str, run: str) -> list[Event]:
-    records = read_log(address, RUNS, retry_s=config.retry_s())
-    return [r.event for r in records if r.event.run_id == run]
+def _follow(reader: LogReader, run: str, picked: Picked, path: Path, work_dir: str) -> None:
+    """Print the file and what is appended to it until the worker's exit is on the log."""
+    if not Path(work_dir).is_dir():
+        raise _unreachable(picked, path)
+    exited = False
+    while not path.is_file():  # the agent opens it as it launches the worker
+        if exited:
+            raise _unreachable(picked, path)
+        exited = _exited(reader, run, picked)
+    _banner(run, picked, path)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    with path.open("rb") as f:
+        while True:
+            if _copy(f, decoder):
+                continue
+            if exited:  # the worker had ended before this read: that was the rest
+                break
+            exited = _exited(reader, run, picked)
+        typer.echo(decoder.decode(b"", final=True), nl=False)
+
+
+def _exited(reader: LogReader, run: str, picked: Picked) -> bool:
+    """Whether the member's exit came among the facts read now (waits up to POLL_S)."""
+    news: list[Event] = [r.event for r in reader.read_records(500, POLL_S)
+                         if r.event.run_id == run]
+    return exit_of(picked, news) is not None
+
+
+def _copy(f: BinaryIO, decoder: codecs.IncrementalDecoder) -> bool:
+    """Print what ``f`` holds from where it stands; whether there was anything."""
+    any_read = False
+    for chunk in iter(lambda: f.read(CHUNK), b""):
+        any_read = True
+        typer.echo(decoder.decode(chunk), nl=False)
+    return any_read
+
+
+def _banner(run: str, picked: Picked, path: Path) -> None:
+    state = "" if picked.exited is not None else ", running"
+    typer.echo(f"==> {path} (node {picked.node}, {describe(picked)} of {run}, generation"
+               f" {picked.generation}{state}) <==", err=True)
+
+
+def _unreachable(picked: Picked, path: Path) -> RunledgerError:
+    return RunledgerError(f"the log of {describe(picked)} is on node {picked.node} at {path},"
+                          " which this machine cannot read")

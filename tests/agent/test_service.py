@@ -29,6 +29,7 @@ from events.model import (
     node_key,
 )
 from events.topics import COMMANDS, RUNS
+from events.workerlog import worker_log_file
 from tests.agent.commands import start_cmd, stop_cmd
 from tests.agent.tail import STARTED_PID, Tail, kill_tree
 
@@ -106,6 +107,7 @@ def test_registers_and_heartbeats(agent: Running) -> None:
     (reg,) = agent.tail.of(key, AgentRegistered)
     assert (reg.node, reg.slots, reg.domain, reg.generation) == (agent.node, 3, "rack-7", 0)
     assert reg.header.producer == f"agent/{agent.node}"
+    assert reg.work_dir == str(agent.work_dir.absolute())  # where `logs` finds running workers
     beat = beats()[-1]
     assert (beat.node, beat.slots, beat.domain) == (agent.node, 3, "rack-7")
     assert beat.busy_slots >= 0 and beat.header.producer == f"agent/{agent.node}"
@@ -177,6 +179,8 @@ def test_crash_and_unrunnable_and_oversized_groups_are_reported(
     assert crashed.exit_code == CRASH_EXIT_CODE and not crashed.launch_error
     # The exit names the worker's log and carries its last lines.
     assert crashed.log_path.startswith("/") and Path(crashed.log_path).is_file()
+    # The path `runledger logs` computes for a running worker is the one reported.
+    assert crashed.log_path == worker_log_file(str(agent.work_dir.absolute()), run_id, 1, "r0")
     assert crashed.stderr_tail.endswith("testworker: crash at step 1\n")
     assert Path(crashed.log_path).read_text().endswith(crashed.stderr_tail)
     big = agent.wait_exits(f"{run_id}-big", 4)

@@ -3,11 +3,17 @@
 One scenario on real processes: a script that raises at import fails fast on
 every rank as the job's own error (no retry, no quarantine); ``status`` shows
 its output tail and log path, ``logs`` prints its output, and the node takes
-the next run. A spec whose script is missing is refused at submit.
+the next run, whose running worker ``logs --follow`` follows until it exits.
+A spec whose script is missing is refused at submit.
 """
 
 from __future__ import annotations
 
+import os
+import queue
+import signal
+import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -63,8 +69,46 @@ def test_a_script_that_raises_at_import_fails_fast_as_the_job_s_own_error(
     unknown = cluster.cli("logs", run, "--rank", "9")
     assert unknown.returncode != 0 and "its ranks are 0 (r0), 1 (r1)" in unknown.stderr
 
-    # The node was never blamed: the next run starts on it and succeeds.
-    good = cluster.submit(spec("good", ["--steps", "3", "--step-time", "0.05"]))
-    done = cluster.wait_facts(good, finished, timeout=90, what="the good run's end")
+    # The node was never blamed: the next run starts on it and succeeds; while
+    # it runs, `logs --follow` prints what it writes, and ends once it exits.
+    go = code / "go"
+    (code / "live.py").write_text(
+        "import os, time\n"
+        "print('live: started', os.environ['RUNLEDGER_LOGICAL_ID'], flush=True)\n"
+        f"while not os.path.exists({str(go)!r}):\n"
+        "    time.sleep(0.1)\n"
+        "print('live: done', flush=True)\n")
+    good = code / "good.yaml"
+    good.write_text(yaml.safe_dump(spec("good", [], command=[PY, "live.py"])))
+    submitted = cluster.cli("submit", str(good), "--principal", "alice")
+    assert submitted.returncode == 0, submitted.stderr
+    good_run = submitted.stdout.strip()
+    cluster.wait_facts(good_run, lambda fs: bool(of_type(fs, "GenerationStarted")), timeout=90,
+                       what="the good run's start")
+    follow(cluster, good_run, go)
+    done = cluster.wait_facts(good_run, finished, timeout=90, what="the good run's end")
     assert of_type(done, "RunFinished")[0].outcome == "succeeded"
     assert not [e for e in cluster.facts(node_key("n1")) if isinstance(e, NodeQuarantined)]
+
+
+def follow(cluster: Cluster, run: str, go: Path) -> None:
+    """``logs --follow`` of a running worker prints its output, then returns once it exits."""
+    proc = subprocess.Popen([PY, "-m", "runledger.cli", "logs", run, "--follow"],
+                            env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    lines: queue.Queue[str] = queue.Queue()
+    assert proc.stdout is not None
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout or ()],
+                     daemon=True).start()
+    try:
+        first = lines.get(timeout=90)  # the worker waits for `go`: it is running now
+        assert first.startswith("live: started r0"), first
+        assert proc.poll() is None, "logs --follow ended while its worker ran"
+        assert not of_type(cluster.facts(run), "WorkerExited")
+        go.touch()
+        assert proc.wait(timeout=90) == 0, proc.stderr.read() if proc.stderr else ""
+        assert lines.get(timeout=10) == "live: done\n"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

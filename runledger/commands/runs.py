@@ -31,7 +31,7 @@ import typer
 from controller.errors import ControllerError
 from controller.spec import load_spec, parse_spec_json, run_id_for
 from events.consume import read_log
-from events.errors import KafkaOperationError
+from events.errors import BrokerUnavailable, KafkaOperationError
 from events.kafka import EventProducer, Quarantined
 from events.model import CancelRequested, Event, Header, RunSubmitted
 from events.status import RunStatusChanged
@@ -180,11 +180,20 @@ def _summaries(address: str, run: str | None, quiet: bool) -> dict[str, RunStatu
     def undecodable(key: str, exc: Exception) -> None:
         typer.echo(f"runledger: warning: the summary of {key} on {STATUS}: {exc}", err=True)
 
-    try:
-        return read_status(address, run_id=run, on_undecodable=undecodable)
-    except KafkaOperationError as exc:
-        if "does not exist" not in str(exc):
-            raise
+    # A broker that has just come back may not lead the topic's partitions yet:
+    # waited for as long as any read is (RUNLEDGER_RETRY_S).
+    deadline = time.monotonic() + config.retry_s()
+    while True:
+        try:
+            return read_status(address, run_id=run, on_undecodable=undecodable)
+        except BrokerUnavailable:
+            if time.monotonic() + config.RETRY_PAUSE_S >= deadline:
+                raise
+            time.sleep(config.RETRY_PAUSE_S)
+        except KafkaOperationError as exc:
+            if "does not exist" not in str(exc):
+                raise
+            break
     if not quiet:
         typer.echo(f"runledger: note: {STATUS} does not exist (a cluster set up by an older "
                    f"runledger); folding {RUNS} instead, which takes longer", err=True)

@@ -32,8 +32,10 @@ def request(sim: Sim, operation: str, node: str = "n1", **kw: object) -> list[st
 
 def quarantined_sim() -> Sim:
     sim = running(FLAKY)
-    for code in (1, 2, 3):  # three node faults on n1
-        sim.send(sim.ev.exited(sim.state.generation, "r0", exit_code=code, node="n1"))
+    for _ in range(3):  # three node faults on n1: its worker killed by a signal
+        sim.step()
+        sim.send(sim.ev.exited(sim.state.generation, "r0", exit_code=None, signal=9,
+                               node="n1"))
         sim.tick()
         sim.tick(1)
     assert sim.model.inventory.nodes["n1"].quarantined
@@ -61,8 +63,10 @@ def test_a_freed_node_is_quarantined_again_under_a_new_event_id() -> None:
     sim.agent("n1", 2)
     request(sim, "uncordon")
     sim.tick(1)
-    for code in (4, 5, 6):
-        sim.send(sim.ev.exited(sim.state.generation, "r0", exit_code=code, node="n1"))
+    for _ in range(3):
+        sim.step()
+        sim.send(sim.ev.exited(sim.state.generation, "r0", exit_code=None, signal=9,
+                               node="n1"))
         sim.tick()
         sim.tick(1)
     ids = [e.header.event_id for _, e in sim.log if isinstance(e, NodeQuarantined)]
@@ -72,12 +76,14 @@ def test_a_freed_node_is_quarantined_again_under_a_new_event_id() -> None:
 def test_cordon_blocks_admission_but_keeps_a_restart_and_drain_moves_it() -> None:
     sim = running(FLAKY)
     assert request(sim, "cordon") == ["NodeCordoned"]
+    sim.step()
     sim.send(sim.ev.exited(sim.state.generation, "r0", exit_code=1, node="n1"))
     sim.tick()
     out = sim.tick(1)
     assert "GenerationStarted" in types(out)  # a cordon keeps the runs placed there
     assert request(sim, "drain") == ["NodeCordoned"]
     assert sim.model.inventory.nodes["n1"].cordon == "drain"
+    sim.step()
     sim.send(sim.ev.exited(sim.state.generation, "r0", exit_code=1, node="n1"))
     sim.tick()
     sim.tick(1)
@@ -115,7 +121,8 @@ def test_a_quarantine_expires_on_the_clock_into_probation() -> None:
     sim.agent("n1", 2)
     assert "RunAdmitted" in types(sim.tick(1))
     sim.beat(sim.state.generation)
-    sim.send(sim.ev.exited(sim.state.generation, "r0", exit_code=9, node="n1"))
+    sim.step()
+    sim.send(sim.ev.exited(sim.state.generation, "r0", exit_code=None, signal=9, node="n1"))
     assert "NodeQuarantined" in types(sim.tick())
 
 

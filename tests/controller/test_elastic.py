@@ -131,8 +131,12 @@ def test_a_size_is_allowed_maximal_keeps_survivors_and_never_oversubscribes(
                      else st.just([]))
     where = Where(nodes, used, cap, None)
     got = elastic.largest(e, keep, where, e.min)
-    if got is None:
-        assert elastic.largest(e, (), where, e.min) is None or keep
+    if got is None:  # refused only when min does not fit beside the survivors
+        need = e.min * rpr - len(keep)
+        held = {n.name: sum(1 for m in keep if m.node == n.name) for n in nodes}
+        free = sum(max(0, min(cap - held[n.name], n.slots - used[n.name] - held[n.name]))
+                   for n in nodes)
+        assert need > 0 and free < need
         return
     assert got.replicas in e.sizes() and len(got.members) == got.replicas * rpr
     assert len({m.logical_id for m in got.members}) == len(got.members)

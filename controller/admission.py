@@ -1,6 +1,7 @@
 """Gang admission: place the whole group or nothing, and say why not. Pure.
 
-Members get logical ids ``r0 .. r{n-1}`` in rank order. A placement fills
+Members get logical ids ``r0 .. r{n-1}`` in rank order, or the ids the caller
+passes (an elastic run's newcomers, ``controller.elastic``). A placement fills
 nodes in name order inside one topology domain when the group fits in one
 (locality first), spreading across domains only when the spec allows it.
 """
@@ -34,14 +35,22 @@ def place(
     domain: str | None,
     nodes: Sequence[Node],
     used: Mapping[str, int],
+    held: Mapping[str, int] | None = None,
+    ids: Sequence[str] | None = None,
 ) -> Placement | Refusal:
     """Where ``world_size`` workers go, at most ``slots_per_node`` on each node.
 
-    ``used`` counts the slots other runs' live generations hold per node.
+    ``used`` counts the slots other runs' live generations hold per node;
+    ``held`` the slots this run's members already placed hold (they count
+    against ``slots_per_node`` too); ``ids`` names the new members.
     """
     if not nodes:
         return Refusal("no live agent has registered")
-    free = {n.name: min(slots_per_node, n.slots - used.get(n.name, 0)) for n in nodes}
+    mine = held or {}
+    free = {n.name: min(slots_per_node - mine.get(n.name, 0),
+                        n.slots - used.get(n.name, 0) - mine.get(n.name, 0)) for n in nodes}
+    taken = {k: used.get(k, 0) + v for k, v in mine.items()} if mine else used
+    names = list(ids) if ids is not None else logical_ids(world_size)
     by_domain: dict[str, list[Node]] = {}
     for n in nodes:
         by_domain.setdefault(n.domain, []).append(n)
@@ -49,20 +58,21 @@ def place(
     for name in sorted(candidates):
         group = candidates[name]
         if sum(max(0, free[n.name]) for n in group) >= world_size:
-            return Placement(_fill(world_size, group, free, used))
+            return Placement(_fill(names, group, free, taken))
     total = sum(max(0, f) for f in free.values())
     if domain is None and total >= world_size:
-        return Placement(_fill(world_size, sorted(nodes, key=lambda n: n.name), free, used))
+        return Placement(_fill(names, sorted(nodes, key=lambda n: n.name), free, taken))
     where = f"domain {domain!r}" if domain is not None else "all live nodes"
     have = sum(max(0, free[n.name]) for g in candidates.values() for n in g)
     return Refusal(f"needs {world_size} slots, {have} free in {where}")
 
 
 def _fill(
-    world_size: int, nodes: Sequence[Node], free: Mapping[str, int], used: Mapping[str, int]
+    names: Sequence[str], nodes: Sequence[Node], free: Mapping[str, int], used: Mapping[str, int]
 ) -> tuple[Member, ...]:
     members: list[Member] = []
-    ids = iter(logical_ids(world_size))
+    world_size = len(names)
+    ids = iter(names)
     for node in nodes:
         # Slot numbers continue after the slots other runs hold on the node.
         first = used.get(node.name, 0)

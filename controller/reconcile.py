@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from controller import alerts, checkpoints, inputs, node_decide
+from controller import alerts, checkpoints, elastic, inputs, node_decide
 from controller.emitter import PRODUCER, Emitter, Out
 from controller.model import Draft, Model, PlanOf, Tracked
 from controller.run_decide import (
@@ -193,7 +193,10 @@ def perform(em: Emitter, run: Tracked, action: Action, slots: Slots,
             slots.take(members)
             eid = f"{rid}/g{generation}/RunAdmitted"
             em.emit(RUNS, RunAdmitted(header=em.header(rid, gen, eid), members=members))
-        case Start():
+        case Start(members, _, reason):
+            if reason != "admitted":  # Admit took those; a resize takes its newcomers' slots
+                placed = {(m.logical_id, m.node) for m in state.members}
+                slots.take(tuple(m for m in members if (m.logical_id, m.node) not in placed))
             _start(em, run, action)
         case Classify(failure, decision):
             em.emit(RUNS, FailureClassified(
@@ -233,9 +236,11 @@ def _start(em: Emitter, run: Tracked, start: Start) -> None:
     ckpt = state.checkpoint
     resume_step = ckpt.step if ckpt else None
     resume_manifest = ckpt.manifest_path if ckpt else None
+    replicas, accumulation = elastic.shape(plan.elastic, plan.ranks_per_replica, len(members))
     h = em.header(state.run_id, gen, f"{state.run_id}/g{gen}/GenerationStarted")
     em.emit(RUNS, GenerationStarted(header=h, members=members, reason=start.reason,
-                                    resume_step=resume_step, resume_manifest=resume_manifest))
+                                    resume_step=resume_step, resume_manifest=resume_manifest,
+                                    replicas=replicas, accumulation=accumulation))
     nodes = em.draft.inventory.nodes
     master = nodes[members[0].node].address if members[0].node in nodes else "127.0.0.1"
     digest = hashlib.sha256(f"{state.run_id}/g{gen}".encode()).digest()
@@ -243,7 +248,8 @@ def _start(em: Emitter, run: Tracked, start: Start) -> None:
     port = 10_000 + int.from_bytes(digest[:4], "big") % 22_000
     env = {**plan.env, **checkpoints.resume_env(plan.checkpoint, state),
            workerenv.RANKS: workerenv.format_ranks([m.logical_id for m in members]),
-           workerenv.HEARTBEAT_INTERVAL_S: str(plan.heartbeat_interval_ms / 1000)}
+           workerenv.HEARTBEAT_INTERVAL_S: str(plan.heartbeat_interval_ms / 1000),
+           workerenv.REPLICAS: str(replicas), workerenv.ACCUMULATION: str(accumulation)}
     for node in sorted({m.node for m in members}):
         cid = f"{state.run_id}/g{gen}/start/{node}"
         em.emit(COMMANDS, GroupStartCommanded(

@@ -34,6 +34,15 @@ Rules for a run that has not ended, in this order (the first that applies decide
    (a heartbeat or an exit), it is Running (``Confirm``), and once every member
    has exited 0 it has succeeded (``Finish``).
 
+An elastic run (``RunPlan.elastic``) differs in three places, each decided
+by ``controller.elastic``: rule 2 admits it at the largest allowed size the
+live nodes hold (at least ``min``); rule 3 starts its next generation with the
+members whose nodes it keeps plus newcomers, at the largest allowed size
+(``shrink``, ``restart`` or ``grow``), queueing it only below ``min``; and, as
+the last part of rule 4, a Running generation below ``max`` that just
+committed a checkpoint grows when the nodes hold more replicas (``Stop``,
+then ``Start`` with reason ``grow``). Fixed runs never reach those branches.
+
 An Admitted run starts its generation in the same step as its admission, so
 no rule waits for one.
 """
@@ -45,7 +54,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from controller import admission, policy
+from controller import admission, elastic, policy
 from controller.exits import Evidence
 from controller.inventory import Inventory, blocked_note
 from controller.model import Tracked
@@ -131,7 +140,7 @@ def decide(run: Tracked, world: World) -> tuple[Action, ...]:
     if state.status in (Status.SUBMITTED, Status.QUEUED):
         return _admission(state, plan, world)
     if state.status == Status.RECOVERING and state.awaiting_generation:
-        return _restart(state, world)
+        return _restart(state, plan, world)
     if state.status.active:
         return _watch(run, plan, world)
     return ()
@@ -151,6 +160,8 @@ def _queued(state: RunState, reason: str) -> tuple[Action, ...]:
 def _admission(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ...]:
     if world.now < state.retry_not_before:
         return _queued(state, f"backoff until {state.retry_not_before} ms")
+    if plan.elastic is not None:
+        return _admit_elastic(state, plan, plan.elastic, world)
     live = world.inventory.live(world.now, NODE_TIMEOUT_MS)
     placed = admission.place(plan.world_size, plan.slots_per_node, plan.domain, live,
                              world.used())
@@ -163,16 +174,59 @@ def _admission(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ..
     return (Admit(placed.members, generation), Start(placed.members, generation, "admitted"))
 
 
-def _restart(state: RunState, world: World) -> tuple[Action, ...]:
+def _where(plan: RunPlan, world: World, used: Mapping[str, int]) -> elastic.Where:
+    """Where an elastic run may place members: nodes heard from in ``elastic.FRESH_MS``."""
+    live = world.inventory.live(world.now, elastic.FRESH_MS)
+    return elastic.Where(live, used, plan.slots_per_node, plan.domain)
+
+
+def _admit_elastic(state: RunState, plan: RunPlan, e: elastic.Elastic,
+                   world: World) -> tuple[Action, ...]:
+    where = _where(plan, world, world.used())
+    sized = elastic.admit(e, where)
+    if sized is None:
+        capacity = sum(n.slots for n in world.inventory.nodes.values())
+        reason = elastic.refusal(e, where, capacity)
+        note = blocked_note(world.inventory, world.now, NODE_TIMEOUT_MS)
+        return _queued(state, f"{reason}; {note}" if note else reason)
+    generation = state.generation + 1
+    return (Admit(sized.members, generation), Start(sized.members, generation, "admitted"))
+
+
+def _restart(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ...]:
     if world.now < state.retry_not_before:
         return ()
     keeps = world.inventory.keeps(world.now, NODE_TIMEOUT_MS)
     lost = sorted({m.node for m in state.members} - keeps)
+    if plan.elastic is not None:
+        where = _where(plan, world, elastic.others(world.used(), state.members))
+        fresh = world.inventory.keeps(world.now, elastic.FRESH_MS)
+        resized = elastic.resize(plan.elastic, state.members, fresh, where)
+        if resized is not None:
+            sized, reason = resized
+            return (Start(sized.members, state.generation + 1, reason),)
     if lost:
         note = blocked_note(world.inventory, world.now, NODE_TIMEOUT_MS)
         why = f"placement lost: {', '.join(lost)} not available"
+        if plan.elastic is not None:
+            why += f", and not even membership.min {plan.elastic.min} replicas fit"
         return _queued(state, f"{why}; {note}" if note else why)
     return (Start(state.members, state.generation + 1, "restart"),)
+
+
+def _grow(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ...]:
+    """Rule 4's last part: an elastic Running generation grows at a checkpoint boundary."""
+    e, ckpt = plan.elastic, state.checkpoint
+    if (e is None or state.status != Status.RUNNING or state.exits or ckpt is None
+            or ckpt.generation != state.generation
+            or world.now - ckpt.committed_at > elastic.GROW_WINDOW_MS):
+        return ()
+    bigger = elastic.grow(e, state.members,
+                          _where(plan, world, elastic.others(world.used(), state.members)))
+    if bigger is None:
+        return ()
+    why = f"grow to {bigger.replicas} replicas at checkpoint step {ckpt.step}"
+    return (Stop(why), Start(bigger.members, state.generation + 1, "grow"))
 
 
 def _watch(run: Tracked, plan: RunPlan, world: World) -> tuple[Action, ...]:
@@ -188,7 +242,7 @@ def _watch(run: Tracked, plan: RunPlan, world: World) -> tuple[Action, ...]:
     running = state.status == Status.RUNNING or confirm
     if running and lids and all(exits.get(lid) == 0 for lid in lids):
         actions.append(Finish("succeeded", "every member exited 0"))
-    return tuple(actions)
+    return tuple(actions) or _grow(state, plan, world)
 
 
 def _failure(run: Tracked, plan: RunPlan, world: World) -> policy.Failure | None:

@@ -4,7 +4,8 @@ The reconcile core depends on this small shape rather than on the whole spec
 model, so it stays a pure function of values and is cheap to test.
 ``plan_from_submission`` is the one place that reads a submitted spec.
 
-Tested in tests/controller/test_model.py and tests/controller/test_reconcile.py.
+Tested in tests/controller/test_model.py, tests/controller/test_reconcile.py and
+tests/controller/test_elastic.py.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from dataclasses import dataclass, field
 
 from controller.alerts import AlertConfig
 from controller.checkpoints import AutoInterval
+from controller.elastic import Elastic
 from controller.errors import SpecError
 from controller.policy import RETRY_CLASSES
 from controller.spec import RunSpec, parse_spec_json
-from controller.spec_parts import AutoCheckpoint, RetryPolicy
+from controller.spec_parts import AutoCheckpoint, ElasticMembership, RetryPolicy
 from dataplane.documents import canonical_json
 from events.model import RunSubmitted
 from events.workerenv import CheckpointEnv
@@ -32,6 +34,9 @@ class RunPlan:
     workdir: str = ""  # the spec's code.workdir; empty: the agent's work dir
     slots_per_node: int = 1 << 30
     domain: str | None = None
+    ranks_per_replica: int = 1
+    # membership: elastic (controller.elastic); None: a fixed world of world_size ranks.
+    elastic: Elastic | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     heartbeat_interval_ms: int = 1_000
     heartbeat_timeout_ms: int = 10_000
@@ -67,6 +72,8 @@ def plan_from_submission(event: RunSubmitted) -> RunPlan:
         workdir=spec.workdir,
         slots_per_node=spec.topology.slots_per_node,
         domain=spec.topology.domain,
+        ranks_per_replica=spec.topology.ranks_per_replica,
+        elastic=_elastic(spec),
         env=dict(spec.env),
         heartbeat_interval_ms=int(hb.interval_s * 1000),
         heartbeat_timeout_ms=int(hb.timeout_s * 1000),
@@ -88,6 +95,15 @@ def checkpoint_env(spec: RunSpec) -> CheckpointEnv:
         interval_steps=interval, keep_last=c.keep_last, keep_every=c.keep_every,
         rollback_window=c.rollback_window, dataset_id=spec.dataset,
         code_version=spec.code_version, model_json=canonical_json(spec.model))
+
+
+def _elastic(spec: RunSpec) -> Elastic | None:
+    m = spec.membership
+    if not isinstance(m, ElasticMembership):
+        return None
+    return Elastic(min=m.min, max=m.max, step=m.step,
+                   ranks_per_replica=spec.topology.ranks_per_replica,
+                   reference=spec.topology.replicas)
 
 
 def _auto(spec: RunSpec) -> AutoInterval | None:

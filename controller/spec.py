@@ -28,6 +28,7 @@ from pydantic import AfterValidator, Field, Strict, ValidationError, ValidationI
 
 from controller.errors import SpecError
 from controller.policy import RETRY_CLASSES
+from controller.spec_bounds import MAX_WORLD_SIZE
 from controller.spec_parts import (
     AlertPolicy,
     AutoCheckpoint,
@@ -197,6 +198,16 @@ class RunSpec(Part):
                 f"topology.replicas {topology.replicas} is outside the elastic range"
                 f" {v.min}..{v.max}"
             )
+        if (topology.replicas - v.min) % v.step:
+            raise ValueError(f"topology.replicas {topology.replicas} is not an allowed size"
+                             f" (min {v.min} plus a multiple of step {v.step})")
+        # The slots that can ever exist for one run: MAX_WORLD_SIZE ranks. A max
+        # past it could never be placed; refused here rather than queued forever.
+        if v.max * topology.ranks_per_replica > MAX_WORLD_SIZE:
+            raise ValueError(
+                f"max {v.max} replicas x ranks_per_replica {topology.ranks_per_replica} ="
+                f" {v.max * topology.ranks_per_replica} ranks, over the limit of"
+                f" {MAX_WORLD_SIZE}: lower membership.max")
         return v
 
     @field_validator("retry", mode="before")

@@ -106,7 +106,7 @@ FIELDS: tuple[tuple[str, Range], ...] = (
     ("topology.replicas", WORLD),
     ("topology.ranks_per_replica", WORLD),
     ("topology.slots_per_node", SLOTS),
-    ("membership.min, membership.max", WORLD),
+    ("membership.min, membership.max, membership.step", WORLD),
     ("rpo_s, rto_s", DURATION),
     ("budget.max_gpu_hours", GPU_HOURS),
     ("budget.max_wall_s", DURATION),

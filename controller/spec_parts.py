@@ -116,16 +116,25 @@ class FixedMembership(Part):
 
 
 class ElasticMembership(Part):
-    """The run may continue with any replica count in ``min..max``."""
+    """The run may continue with any replica count ``min, min+step, .. max``.
+
+    ``controller.elastic`` decides the size of each generation: the largest
+    allowed count the live nodes hold, shrinking on a loss with no
+    replacement and growing at a checkpoint boundary, never outside the range.
+    """
 
     kind: Literal["elastic"]
     min: World
     max: World
+    step: World = 1
 
     @model_validator(mode="after")
     def _ordered(self) -> ElasticMembership:
         if self.min > self.max:
             raise ValueError(f"min {self.min} is greater than max {self.max}")
+        if (self.max - self.min) % self.step:
+            raise ValueError(f"max {self.max} is not min {self.min} plus a multiple of step"
+                             f" {self.step}: give a max the steps reach")
         return self
 
 

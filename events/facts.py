@@ -38,6 +38,10 @@ class GenerationStarted(Event):
     reason: str
     resume_step: int | None = None
     resume_manifest: str | None = None
+    # v2: the data-parallel replicas and the micro-batches each runs per optimizer
+    # step (controller.elastic); None in a v1 record, which did not say.
+    replicas: int | None = None
+    accumulation: int | None = None
     TOPIC: ClassVar[str] = "runledger.runs"
 
 

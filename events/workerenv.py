@@ -33,7 +33,11 @@ command names the whole group (``len(members) == world_size``, one node) may
 ``RUNLEDGER_RANKS`` be left out; then the order of ``members`` is the rank order.
 
 The controller may also set ``RUNLEDGER_HEARTBEAT_INTERVAL_S`` in the command's
-``env``; the agent validates it and otherwise uses its own default. Every other
+``env``; the agent validates it and otherwise uses its own default. It also
+sets ``RUNLEDGER_REPLICAS`` (the generation's data-parallel replica count) and
+``RUNLEDGER_ACCUMULATION`` (micro-batches per replica per optimizer step, so
+the global batch keeps its meaning when an elastic run changes size; the same
+two numbers as ``GenerationStarted``), which the agent passes on as given. Every other
 variable above is owned by the agent: values the command or the agent's own
 environment carry under these names are replaced, so a command cannot give a
 worker a wrong rank or a stale resume point.
@@ -64,6 +68,9 @@ MASTER_ADDR = "MASTER_ADDR"
 MASTER_PORT = "MASTER_PORT"
 # Read by the agent from a start command's env; not passed on as a WorkerEnv field.
 RANKS = "RUNLEDGER_RANKS"
+# Set by the controller in a start command's env and passed on to the worker as given.
+REPLICAS = "RUNLEDGER_REPLICAS"
+ACCUMULATION = "RUNLEDGER_ACCUMULATION"
 
 OWNED = (
     RUN_ID, GENERATION, LOGICAL_ID, NODE, BOOTSTRAP, HEARTBEAT_INTERVAL_S, RESUME_STEP,

@@ -95,7 +95,7 @@ def one_of_each(run_id: str) -> list[Event]:
         RunQueued(header=hd(0), reason="waiting for 2 slots in rack-1"),
         RunAdmitted(header=hd(0), members=MEMBERS),
         GenerationStarted(header=hd(), members=MEMBERS, reason="admitted", resume_step=None,
-                          resume_manifest=None),
+                          resume_manifest=None, replicas=2, accumulation=1),
         MembershipConfirmed(header=hd(), members_joined=2),
         ManifestCommitted(header=hd(), step=100, manifest_path="file:///c/r/g1/s100/manifest.json",
                           manifest_digest="sha256:cd"),

@@ -221,6 +221,7 @@ _CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
 _ADDED_IN_LATER_VERSIONS: dict[str, tuple[str, ...]] = {
     "ManifestProposed": ("epoch", "position", "source_counts", "mixture_targets"),
     "CursorAdvanced": ("mixture_targets",),
+    "GenerationStarted": ("replicas", "accumulation"),
 }
 
 

@@ -85,7 +85,8 @@ def checkpoint_env(spec: RunSpec) -> CheckpointEnv:
     interval = c.initial_interval_steps if isinstance(c, AutoCheckpoint) else c.interval_steps
     tiers = tuple(TierEnv(t.name, t.root, t.widest, t.keep_last) for t in c.tiers or ())
     return CheckpointEnv(
-        root=tiers[0].root if tiers else c.root, tiers=tiers, mode=c.mode, backlog=c.backlog, backlog_policy=c.backlog_policy,
+        root=tiers[0].root if tiers else c.root, tiers=tiers, mode=c.mode, backlog=c.backlog,
+        backlog_policy=c.backlog_policy,
         interval_steps=interval, keep_last=c.keep_last, keep_every=c.keep_every,
         rollback_window=c.rollback_window, dataset_id=spec.dataset,
         code_version=spec.code_version, model_json=canonical_json(spec.model))

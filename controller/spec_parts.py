@@ -10,6 +10,7 @@ Tested in tests/controller/test_spec.py and tests/controller/test_run_decide.py.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model_validator
@@ -219,7 +220,7 @@ class StorageTier(Part):
 
 
 def tier_problem(tiers: tuple[StorageTier, ...], keep_last: int,
-                 rpo: dict[str, int]) -> str | None:
+                 rpo: Mapping[FailureDomain, int]) -> str | None:
     """Why a tier list cannot meet the spec, or None (pure; the nearest tier is first)."""
     for i, t in enumerate(tiers):
         if any(u.name == t.name or u.root == t.root for u in tiers[:i]):
@@ -282,7 +283,7 @@ class CheckpointCommon(Part):
         if self.tiers is not None and self.root is not None:
             raise ValueError("give checkpoint.root or checkpoint.tiers, not both: with tiers,"
                              " the first tier's root is where checkpoints are written")
-        problem = tier_problem(self.storage_tiers(), self.keep_last, dict(self.rpo))
+        problem = tier_problem(self.storage_tiers(), self.keep_last, self.rpo)
         if problem is not None:
             raise ValueError(problem)
         return self

@@ -242,11 +242,12 @@ class Replicator:
 
 def collect_tiers(tiers: Iterable[TierEnv], run_id: str, facts: Iterable[Event], keep_last: int,
                   keep_every: int | None, pinned: frozenset[Slot] = frozenset()) -> None:
-    """One bounded GC pass on every tier, each with its own ``keep_last``."""
+    """One bounded GC pass on every tier, each with its own ``keep_last``; ``pinned``
+    holds on the first tier only (copies are made from there)."""
     hist = history(facts)
-    for tier in tiers:
+    for i, tier in enumerate(tiers):
         collect(tier.root, run_id, hist, Retention(tier.keep_last or keep_last, keep_every),
-                pinned=pinned)
+                pinned=pinned if i == 0 else frozenset())
 
 
 def gc_thread(bootstrap: str, run_id: str, tiers: Sequence[TierEnv], keep_last: int,

@@ -4,6 +4,7 @@ and what the worker is told (controller/spec_parts.py, controller/runplan.py).""
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any
 
 import pytest
@@ -91,7 +92,7 @@ def test_tier_validation_refuses_exactly_an_unprotected_rpo_or_a_shrinking_reten
     problem = tier_problem(tiers, keep_last, rpo)  # type: ignore[arg-type]
     keeps = [t.keep_last or keep_last for t in tiers]
     widest = max(FAILURE_DOMAINS.index(t.widest) for t in tiers)
-    shrinking = any(b < a for a, b in zip(keeps, keeps[1:], strict=False))
+    shrinking = any(b < a for a, b in itertools.pairwise(keeps))
     uncovered = [d for d in rpo if FAILURE_DOMAINS.index(d) > widest]
     assert (problem is None) == (not shrinking and not uncovered)
     if problem is not None and not shrinking:

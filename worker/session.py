@@ -55,7 +55,7 @@ from worker.layout import CheckpointDir
 from worker.manifest import FileEntry
 from worker.persist import Persister, nbytes, stage
 from worker.reporter import Reporter
-from worker.tiers import Identity, Replicator, attempts, gc_thread
+from worker.tiers import Identity, Refusals, Replicator, attempts, gc_thread
 from worker.trainstate import Loader, TrainState, rng_key
 from worker.watcher import Watcher
 
@@ -318,13 +318,15 @@ class Session:
         if not candidates:
             return 0
         start = time.monotonic()
+        refusals = Refusals(candidates)
 
         def rejected(c: restoring.Candidate, exc: VerificationFailed) -> None:
-            if self.coordinator:
+            whole = refusals.add(c, exc)  # None while another tier may hold this step
+            if self.coordinator and whole is not None:
                 self.reporter.report(CheckpointVerificationFailed(
                     header=self.reporter.header(f"restore/{c.step}/rejected"), step=c.step,
                     manifest_path=c.manifest_url, manifest_digest=c.manifest_digest,
-                    logical_id=self.env.logical_id, reason=exc.reason, detail=exc.detail))
+                    logical_id=self.env.logical_id, reason=whole.reason, detail=whole.detail))
                 self.reporter.flush()
 
         chosen, manifest, fell_back = restoring.choose(

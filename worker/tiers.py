@@ -30,7 +30,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -42,7 +42,7 @@ from events.topics import RUNS
 from events.workerenv import TierEnv
 from worker import storage
 from worker.commit import Written
-from worker.errors import StorageFault
+from worker.errors import StorageFault, VerificationFailed
 from worker.gc import Retention, Slot, collect, history
 from worker.layout import CheckpointDir
 from worker.manifest import digest
@@ -88,6 +88,24 @@ def attempts(candidates: Sequence[Candidate], tiers: Sequence[TierEnv],
         if rebase(c.manifest_url, tiers[0].root, tiers[0].root) is None:
             out.append(c)
     return out
+
+
+class Refusals:
+    """Refused copies, per step. A checkpoint is refused as a whole (reported, and so
+    revoked by the controller) only when its last surviving copy is: a bad copy on one
+    tier must not revoke a checkpoint another tier still holds."""
+
+    def __init__(self, order: Sequence[Candidate]) -> None:
+        self._left = Counter(c.step for c in order)
+        self._details: dict[int, list[str]] = {}
+
+    def add(self, c: Candidate, exc: VerificationFailed) -> VerificationFailed | None:
+        """The whole checkpoint's refusal (every copy's detail) once ``c`` was its last."""
+        self._left[c.step] -= 1
+        details = self._details.setdefault(c.step, [])
+        details.append(exc.detail)
+        return None if self._left[c.step] > 0 else VerificationFailed(exc.reason,
+                                                                      "; ".join(details))
 
 
 # --- I/O: one verified copy -------------------------------------------------------------

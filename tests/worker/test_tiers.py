@@ -25,7 +25,15 @@ from worker.errors import NoUsableCheckpoint, StorageFault, VerificationFailed
 from worker.gc import present
 from worker.layout import CheckpointDir
 from worker.restore import Candidate, choose, load
-from worker.tiers import Identity, Replicator, attempts, collect_tiers, copy_verified, survivors
+from worker.tiers import (
+    Identity,
+    Refusals,
+    Replicator,
+    attempts,
+    collect_tiers,
+    copy_verified,
+    survivors,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
@@ -61,6 +69,18 @@ def test_a_candidate_outside_the_first_tier_is_tried_as_committed() -> None:
     old = Candidate(3, "/old-root/r/g000001/step-0000000003/manifest.json", "d3")
     assert attempts([old], tiers, "host") == [old]
     assert attempts([old], (), "host") == [old]
+
+
+def test_a_checkpoint_is_refused_only_when_its_last_surviving_copy_is() -> None:
+    tiers = (TierEnv("a", "/a", "process"), TierEnv("b", "/b", "host"))
+    order = attempts([Candidate(s, f"/a/r/g000001/step-{s:010d}/manifest.json", f"d{s}")
+                      for s in (20, 10)], tiers, "process")
+    refusals = Refusals(order)
+    first = refusals.add(order[0], VerificationFailed("shard_checksum", "tier a: bad"))
+    assert first is None  # tier b may still hold step 20: nothing to revoke yet
+    whole = refusals.add(order[1], VerificationFailed("manifest_missing", "tier b: gone"))
+    assert whole is not None and whole.reason == "manifest_missing"
+    assert whole.detail == "tier a: bad; tier b: gone"
 
 
 # --- real files -------------------------------------------------------------------------

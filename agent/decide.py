@@ -293,6 +293,7 @@ def _confined(config: AgentConfig, cmd: GroupStartCommanded,
             return problem
     ckpt = CheckpointEnv.from_environ(cmd.env)
     paths = [(CHECKPOINT_ROOT, ckpt.root), ("resume_manifest", cmd.resume_manifest),
+             *((f"checkpoint tier {t.name}", t.root) for t in ckpt.tiers),
              *((RESUME_CANDIDATES, manifest) for _, manifest, _ in ckpt.candidates)]
     program = cmd.argv[0] if cmd.argv else ""
     if config.allowed_executables and program not in config.allowed_executables:

@@ -44,6 +44,7 @@ from events.model import (
     AgentHeartbeatRecorded,
     AgentRegistered,
     CancelRequested,
+    CheckpointReplicated,
     CheckpointRestored,
     CheckpointSkipped,
     CheckpointStaged,
@@ -220,6 +221,7 @@ RULES: Mapping[type[Event], Input] = {
     CheckpointWriteFailed: _KEPT,
     CheckpointVerificationFailed: Input(Kind.REPORT, _revoke),
     CheckpointRestored: _KEPT,
+    CheckpointReplicated: _KEPT,  # the durability facts RPO per failure domain is built on
 }
 _LIVENESS = (HeartbeatRecorded, AgentHeartbeatRecorded, AgentRegistered)
 # Appended as the request's own bytes (the operator's signature covers them).

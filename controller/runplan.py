@@ -22,7 +22,7 @@ from controller.spec import RunSpec, parse_spec_json
 from controller.spec_parts import AutoCheckpoint, ElasticMembership, RetryPolicy
 from dataplane.documents import canonical_json
 from events.model import RunSubmitted
-from events.workerenv import CheckpointEnv
+from events.workerenv import CheckpointEnv, TierEnv
 
 DEFAULT_RETRY = RetryPolicy()
 
@@ -90,8 +90,10 @@ def plan_from_submission(event: RunSubmitted) -> RunPlan:
 def checkpoint_env(spec: RunSpec) -> CheckpointEnv:
     c = spec.checkpoint
     interval = c.initial_interval_steps if isinstance(c, AutoCheckpoint) else c.interval_steps
+    tiers = tuple(TierEnv(t.name, t.root, t.widest, t.keep_last) for t in c.tiers or ())
     return CheckpointEnv(
-        root=c.root, mode=c.mode, backlog=c.backlog, backlog_policy=c.backlog_policy,
+        root=tiers[0].root if tiers else c.root, tiers=tiers, mode=c.mode, backlog=c.backlog,
+        backlog_policy=c.backlog_policy,
         interval_steps=interval, keep_last=c.keep_last, keep_every=c.keep_every,
         rollback_window=c.rollback_window, dataset_id=spec.dataset,
         code_version=spec.code_version, model_json=canonical_json(spec.model))

@@ -265,6 +265,10 @@ class RunSpec(Part):
         data = self.model_dump(mode="json")
         if data["code"] is None:
             del data["code"]  # so a spec without one keeps the digest it always had
+        ckpt = data["checkpoint"]
+        for key, unset in (("tiers", None), ("rpo", {})):  # likewise for specs before tiers
+            if ckpt.get(key) == unset:
+                del ckpt[key]
         return canonical_json(data)
 
     @property

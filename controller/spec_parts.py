@@ -10,6 +10,7 @@ Tested in tests/controller/test_spec.py and tests/controller/test_run_decide.py.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model_validator
@@ -17,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model
 from controller import alerts
 from controller import spec_bounds as b
 from events.names import host_problem, path_problem
+from events.workerenv import FAILURE_DOMAINS, ROOT_TIER
 
 RESUME_CONTRACTS = ("exact", "coverage_equivalent", "distribution_equivalent")
 ResumeContract = Literal["exact", "coverage_equivalent", "distribution_equivalent"]
@@ -208,6 +210,45 @@ class HeartbeatPolicy(Part):
         return self
 
 
+FailureDomain = Literal["process", "host", "domain", "cluster"]
+TierName = Annotated[str, Strict(), AfterValidator(_host)]
+
+
+class StorageTier(Part):
+    """One place checkpoints are kept: an fsspec root and the failure domains a copy
+    there survives (listing a wide one, ``domain``, implies the narrower ones)."""
+
+    name: TierName
+    root: StoragePath
+    protects: tuple[FailureDomain, ...] = Field(min_length=1)
+    keep_last: Count | None = None
+
+    @property
+    def widest(self) -> str:
+        return max(self.protects, key=FAILURE_DOMAINS.index)
+
+
+def tier_problem(tiers: tuple[StorageTier, ...], keep_last: int,
+                 rpo: Mapping[FailureDomain, int]) -> str | None:
+    """Why a tier list cannot meet the spec, or None (pure; the nearest tier is first)."""
+    for i, t in enumerate(tiers):
+        if any(u.name == t.name or u.root == t.root for u in tiers[:i]):
+            return f"tier {t.name} ({t.root}) repeats the name or root of an earlier tier"
+    keeps = [t.keep_last or keep_last for t in tiers]
+    for i in range(1, len(tiers)):
+        if keeps[i] < keeps[i - 1]:
+            return (f"tier {tiers[i].name} keeps {keeps[i]} checkpoints, fewer than tier"
+                    f" {tiers[i - 1].name} before it ({keeps[i - 1]}): a farther tier keeps the"
+                    " longest, raise its keep_last")
+    widest = max((FAILURE_DOMAINS.index(t.widest) for t in tiers), default=0)
+    for domain in sorted(rpo, key=FAILURE_DOMAINS.index):
+        if FAILURE_DOMAINS.index(domain) > widest:
+            return (f"rpo.{domain} is declared but no tier protects against a {domain} loss"
+                    f" (the widest protected is {FAILURE_DOMAINS[widest]}): add a tier whose"
+                    f" protects lists {domain}, or drop rpo.{domain}")
+    return None
+
+
 class CheckpointCommon(Part):
     """Where and how checkpoints are written, whatever decides the interval.
 
@@ -220,6 +261,14 @@ class CheckpointCommon(Part):
     Garbage collection keeps the newest ``keep_last`` committed checkpoints
     plus every ``keep_every``-th step; restore tries at most
     ``rollback_window`` committed checkpoints, newest first.
+
+    ``tiers`` (instead of ``root``) lists storage tiers nearest first: the
+    checkpoint stall is paid to the first, the others are filled in the
+    background; each tier may keep more (``keep_last``), never fewer than the
+    one before it. A lone ``root`` is one tier named ``root`` protecting
+    ``process`` and ``host`` (shared storage outlives a host, not its rack).
+    ``rpo`` is the most steps a loss of each domain may cost; a domain with an
+    RPO that no tier protects against is refused.
     """
 
     root: StoragePath | None = None
@@ -229,6 +278,24 @@ class CheckpointCommon(Part):
     keep_last: Count = 3
     keep_every: Steps | None = None
     rollback_window: Annotated[int, Strict(), AfterValidator(b.ROLLBACK)] = 3
+    tiers: tuple[StorageTier, ...] | None = Field(default=None, min_length=1)
+    rpo: dict[FailureDomain, Steps] = Field(default_factory=dict)
+
+    def storage_tiers(self) -> tuple[StorageTier, ...]:
+        """The tiers, nearest first; a lone ``root`` is one shared tier protecting ``host``."""
+        if self.tiers is not None:
+            return self.tiers
+        return (StorageTier(name=ROOT_TIER, root=self.root or "/", protects=("process", "host")),)
+
+    @model_validator(mode="after")
+    def _tiers(self) -> CheckpointCommon:
+        if self.tiers is not None and self.root is not None:
+            raise ValueError("give checkpoint.root or checkpoint.tiers, not both: with tiers,"
+                             " the first tier's root is where checkpoints are written")
+        problem = tier_problem(self.storage_tiers(), self.keep_last, self.rpo)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     @model_validator(mode="after")
     def _window(self) -> CheckpointCommon:

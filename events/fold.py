@@ -18,6 +18,7 @@ from events.model import (
     AlertResolved,
     CancelRequested,
     CheckpointIntervalChanged,
+    CheckpointReplicated,
     CheckpointRestored,
     CheckpointRevoked,
     CheckpointSkipped,
@@ -231,7 +232,7 @@ def _check(state: RunState, e: Event) -> Verdict:
         case GroupStartCommanded():
             return _fenced(state, e)
         case (ShardWritten() | CheckpointWriteFailed() | CheckpointVerificationFailed()
-              | CheckpointRestored()):
+              | CheckpointRestored() | CheckpointReplicated()):
             verdict = _fenced(state, e)
             return verdict if not verdict.accepted else _member(state, e, e.logical_id)
         case CheckpointStaged() | CheckpointSkipped():
@@ -260,9 +261,8 @@ def _check(state: RunState, e: Event) -> Verdict:
             verdict = _fenced(state, e)
             latest = state.checkpoint.step if state.checkpoint else -1
             if verdict.accepted and e.step <= latest:
-                return reject(
-                    STEP_NOT_FORWARD, f"checkpoint step {e.step} is not after committed {latest}"
-                )
+                return reject(STEP_NOT_FORWARD,
+                              f"checkpoint step {e.step} is not after committed {latest}")
             return verdict
         case CursorAdvanced():
             verdict = _fenced(state, e)

@@ -166,6 +166,26 @@ class CheckpointRestored(Event):
     verify_ms: float
     load_ms: float
     fell_back: int
+    tier: str = ""  # v2: the storage tier it was loaded from; v1 records read ""
+    TOPIC: ClassVar[str] = "runledger.reports"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckpointReplicated(Event):
+    """A committed checkpoint's files were copied to storage tier ``tier`` and verified there.
+
+    ``protects`` is the widest failure domain whose loss that copy survives;
+    ``lag_ms`` the durability lag: from the commit verdict to the verified copy.
+    """
+
+    step: int
+    manifest_digest: str
+    manifest_path: str  # the copy's manifest, under the tier's root
+    logical_id: str
+    tier: str
+    protects: str
+    lag_ms: float
+    bytes: int
     TOPIC: ClassVar[str] = "runledger.reports"
 
 

@@ -243,6 +243,41 @@ DATASET_ID = "RUNLEDGER_DATASET_ID"
 CODE_VERSION = "RUNLEDGER_CODE_VERSION"
 MODEL = "RUNLEDGER_MODEL"
 RESUME_CANDIDATES = "RUNLEDGER_RESUME_CANDIDATES"
+CHECKPOINT_TIERS = "RUNLEDGER_CHECKPOINT_TIERS"
+FAILURE_DOMAIN = "RUNLEDGER_FAILURE_DOMAIN"
+
+# Failure domains, narrowest first. A copy that survives the loss of a wider
+# domain survives a narrower one too (a copy off the rack is off the host).
+FAILURE_DOMAINS = ("process", "host", "domain", "cluster")
+# The name of the one tier a spec with only ``checkpoint.root`` has. Shared storage
+# every member reaches outlives a host, not its rack or cluster (it may share them).
+ROOT_TIER = "root"
+
+
+@dataclass(frozen=True, slots=True)
+class TierEnv:
+    """One storage tier: a name, an fsspec root, the widest domain loss it survives,
+    and how many committed checkpoints it keeps (``None``: the run's ``keep_last``)."""
+
+    name: str
+    root: str
+    protects: str
+    keep_last: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.root:
+            raise WorkerEnvError(f"{CHECKPOINT_TIERS}: a tier needs a name and a root,"
+                                 f" got {self.name!r} at {self.root!r}")
+        if self.protects not in FAILURE_DOMAINS:
+            raise WorkerEnvError(f"{CHECKPOINT_TIERS}: tier {self.name} protects"
+                                 f" {self.protects!r}, not one of {', '.join(FAILURE_DOMAINS)}")
+        if self.keep_last is not None and self.keep_last < 1:
+            raise WorkerEnvError(f"{CHECKPOINT_TIERS}: tier {self.name} keep_last must be"
+                                 f" >= 1, got {self.keep_last}")
+
+    def survives(self, domain: str) -> bool:
+        """Whether a copy here outlives the loss of ``domain``."""
+        return FAILURE_DOMAINS.index(self.protects) >= FAILURE_DOMAINS.index(domain)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,8 +297,16 @@ class CheckpointEnv:
     model_json: str = "{}"
     # Committed checkpoints to try on restore, newest first: (step, manifest, digest).
     candidates: tuple[tuple[int, str, str], ...] = ()
+    # Every tier, nearest first; the first one's root is ``root``. Empty: ``root`` is
+    # the one tier (ROOT_TIER), shared storage every member reaches.
+    tiers: tuple[TierEnv, ...] = ()
+    # The failure that ended the previous generation: restore skips tiers it took.
+    failure_domain: str = "process"
 
     def __post_init__(self) -> None:
+        if self.failure_domain not in FAILURE_DOMAINS:
+            raise WorkerEnvError(f"{FAILURE_DOMAIN} must be one of {', '.join(FAILURE_DOMAINS)},"
+                                 f" got {self.failure_domain!r}")
         if self.mode not in ("sync", "async"):
             raise WorkerEnvError(f"{CHECKPOINT_MODE} must be sync or async, got {self.mode!r}")
         if self.backlog_policy not in ("delay", "skip"):
@@ -277,6 +320,15 @@ class CheckpointEnv:
                 raise WorkerEnvError(f"{var} must be >= 1, got {value}")
         if self.keep_every is not None and self.keep_every < 1:
             raise WorkerEnvError(f"{CHECKPOINT_KEEP_EVERY} must be >= 1, got {self.keep_every}")
+        if self.tiers and self.tiers[0].root != self.root:
+            raise WorkerEnvError(f"{CHECKPOINT_TIERS}: the first tier's root"
+                                 f" {self.tiers[0].root} is not {CHECKPOINT_ROOT} {self.root}")
+
+    def storage_tiers(self) -> tuple[TierEnv, ...]:
+        """The tiers, nearest first; a lone ``root`` is one tier protecting ``host``."""
+        if self.tiers:
+            return self.tiers
+        return () if self.root is None else (TierEnv(ROOT_TIER, self.root, "host"),)
 
     def to_environ(self) -> dict[str, str]:
         out = {
@@ -290,6 +342,11 @@ class CheckpointEnv:
         }
         if self.root is not None:
             out[CHECKPOINT_ROOT] = self.root
+        if self.tiers:
+            out[CHECKPOINT_TIERS] = json.dumps(
+                [[t.name, t.root, t.protects, t.keep_last] for t in self.tiers])
+        if self.failure_domain != "process":
+            out[FAILURE_DOMAIN] = self.failure_domain
         if self.keep_every is not None:
             out[CHECKPOINT_KEEP_EVERY] = str(self.keep_every)
         if self.dataset_id is not None:
@@ -321,4 +378,15 @@ class CheckpointEnv:
             code_version=env.get(CODE_VERSION, ""),
             model_json=env.get(MODEL) or "{}",
             candidates=candidates,
+            tiers=_tiers(env.get(CHECKPOINT_TIERS) or "[]"),
+            failure_domain=env.get(FAILURE_DOMAIN) or "process",
         )
+
+
+def _tiers(raw: str) -> tuple[TierEnv, ...]:
+    try:
+        return tuple(TierEnv(str(n), str(r), str(p), None if k is None else int(k))
+                     for n, r, p, k in json.loads(raw))
+    except (ValueError, TypeError) as exc:
+        raise WorkerEnvError(f"{CHECKPOINT_TIERS} must be a JSON list of"
+                             f" [name, root, protects, keep_last]: {exc}") from None

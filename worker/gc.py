@@ -70,8 +70,10 @@ def history(events: Iterable[Event]) -> History:
     return History(tuple(committed), frozenset(revoked), generation)
 
 
-def plan(present: Iterable[Slot], hist: History, keep: Retention) -> list[Slot]:
-    """The directories to remove now, oldest first, at most ``keep.limit``."""
+def plan(present: Iterable[Slot], hist: History, keep: Retention,
+         pinned: frozenset[Slot] = frozenset()) -> list[Slot]:
+    """The directories to remove now, oldest first, at most ``keep.limit``; never a
+    ``pinned`` one (a checkpoint still being copied to another tier)."""
     committed = list(hist.committed)
     kept: set[Slot] = set(committed[-keep.keep_last:])
     if keep.keep_every is not None:
@@ -81,7 +83,7 @@ def plan(present: Iterable[Slot], hist: History, keep: Retention) -> list[Slot]:
     commit_set = set(committed)
     doomed = []
     for slot in sorted(set(present)):
-        if slot in kept:
+        if slot in kept or slot in pinned:
             continue
         gen, _ = slot
         if slot in commit_set or slot in hist.revoked or gen < hist.generation:
@@ -105,11 +107,11 @@ def present(root: str, run_id: str) -> list[Slot]:
 
 
 def collect(root: str, run_id: str, hist: History, keep: Retention,
-            dry_run: bool = False) -> list[str]:
+            dry_run: bool = False, pinned: frozenset[Slot] = frozenset()) -> list[str]:
     """Remove what :func:`plan` picks; the URLs removed (or that would be)."""
     base = run_dir(root, run_id)
     urls = [f"{base}/g{gen:06d}/step-{step:010d}"
-            for gen, step in plan(present(root, run_id), hist, keep)]
+            for gen, step in plan(present(root, run_id), hist, keep, pinned)]
     if not dry_run:
         for url in urls:
             storage.remove_tree(url)

@@ -30,6 +30,7 @@ class Candidate:
     step: int
     manifest_url: str
     manifest_digest: str
+    tier: str = ""  # the storage tier this copy is on ("" when the run has one root)
 
     @property
     def url(self) -> str:
@@ -59,7 +60,10 @@ def verify(candidate: Candidate, comm: Comm, *, run_id: str,
 
 def _verify_manifest(candidate: Candidate, run_id: str,
                      dataset_id: str | None) -> CheckpointManifest:
-    data = storage.read_bytes(candidate.manifest_url)
+    try:
+        data = storage.read_bytes(candidate.manifest_url)
+    except OSError as exc:  # an unreadable tier root: another tier may hold a copy
+        raise VerificationFailed("manifest_missing", f"{candidate.manifest_url}: {exc}") from exc
     if data is None:
         raise VerificationFailed("manifest_missing", f"{candidate.manifest_url} does not exist")
     actual = digest(data)
@@ -106,12 +110,17 @@ def choose(candidates: Sequence[Candidate], comm: Comm, *, run_id: str,
            dataset_id: str | None,
            on_rejected: Callable[[Candidate, VerificationFailed], None],
            ) -> tuple[Candidate, CheckpointManifest, int]:
-    """The newest candidate that verifies, its manifest, and how many newer ones failed."""
+    """The first candidate that verifies, its manifest, and how many before it failed.
+
+    With storage tiers a candidate is one copy (``worker.tiers.attempts``), and a
+    failure's detail names the tier it was on."""
     for n, candidate in enumerate(candidates):
         try:
             return candidate, verify(candidate, comm, run_id=run_id, dataset_id=dataset_id), n
         except VerificationFailed as exc:
+            if candidate.tier:
+                exc = VerificationFailed(exc.reason, f"tier {candidate.tier}: {exc.detail}")
             on_rejected(candidate, exc)
     raise NoUsableCheckpoint(
-        f"none of the {len(candidates)} committed checkpoints in the rollback window verifies;"
-        " refusing to start from scratch over committed progress")
+        f"none of the {len(candidates)} committed checkpoint copies in the rollback window"
+        " verifies; refusing to start from scratch over committed progress")

@@ -21,7 +21,6 @@ Tested in tests/e2e/test_checkpoint.py and tests/e2e/test_demo.py.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -34,7 +33,6 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from dataplane.permute import derive_key
 from dataplane.state import Cursor
-from events.consume import read_log
 from events.kafka import EventProducer
 from events.model import (
     CheckpointRestored,
@@ -46,7 +44,6 @@ from events.model import (
     ShardWritten,
     StepCommitted,
 )
-from events.topics import RUNS
 from events.workerenv import CheckpointEnv, WorkerEnv
 from worker import restore as restoring
 from worker import rng
@@ -54,11 +51,11 @@ from worker.comm import Comm
 from worker.commit import ManifestFields, write_checkpoint
 from worker.errors import CheckpointRejected, StorageFault, VerificationFailed, WorkerError
 from worker.faults import Faults
-from worker.gc import Retention, collect, history
 from worker.layout import CheckpointDir
 from worker.manifest import FileEntry
 from worker.persist import Persister, nbytes, stage
 from worker.reporter import Reporter
+from worker.tiers import Identity, Refusals, Replicator, attempts, gc_thread
 from worker.trainstate import Loader, TrainState, rng_key
 from worker.watcher import Watcher
 
@@ -93,6 +90,11 @@ class Session:
         # (step, cursor) of checkpoints committed in the background, applied on the step path
         self._commits: list[tuple[int, Cursor | None]] = []
         self._gc: threading.Thread | None = None
+        self.tiers = ckpt.storage_tiers()
+        # The coordinator alone fills the later tiers (worker.tiers says why).
+        self._replicator = Replicator(
+            self.tiers[1:], Identity(env.logical_id, reporter.header), reporter.report,
+        ) if len(self.tiers) > 1 and env.rank == 0 else None
         self._times: list[tuple[int, float, float]] = []  # (step, step ms, input wait ms)
 
     # -- lifecycle -------------------------------------------------------------------
@@ -125,6 +127,10 @@ class Session:
                     self._persister.drain()
                 self._persister.close()
             self._apply_commits()
+            if self._replicator is not None:
+                if drain:
+                    self._replicator.drain()
+                self._replicator.close()
             if self._gc is not None:
                 self._gc.join(30)
         finally:
@@ -156,8 +162,9 @@ class Session:
              step_time_s: float, input_wait_s: float, cursor: Cursor | None = None) -> None:
         """Report a finished optimizer step (never blocks on Kafka) and checkpoint when due."""
         self._apply_commits()
-        if self._persister is not None:
-            self._persister.check()
+        for background in (self._persister, self._replicator):
+            if background is not None:
+                background.check()
         self.tokens += tokens
         self.loss_tokens += loss_tokens
         self.reporter.step = step
@@ -263,8 +270,10 @@ class Session:
         self.durable_step = step
         self._commits.append((step, cursor))
         self.faults.hit("after_commit", step)
+        if self._replicator is not None:
+            self._replicator.submit(written, time.monotonic())
         if self.coordinator:
-            self._collect_garbage(root)
+            self._collect_garbage()
 
     def _propose(self, step: int, manifest_url: str, digest: str, dataset_id: str | None,
                  cursor: Cursor | None) -> tuple[bool, str, str, int | None]:
@@ -283,23 +292,13 @@ class Session:
         verdict = self.watcher.wait_verdict(proposal.header.event_id, digest, VERDICT_TIMEOUT_S)
         return verdict.accepted, verdict.reason, verdict.detail, self.watcher.interval_steps
 
-    def _collect_garbage(self, root: str) -> None:
-        """One bounded GC pass in the background; a failed pass is simply retried
-        after the next commit, so its errors are printed, not raised."""
+    def _collect_garbage(self) -> None:
+        """One bounded GC pass over every tier in the background (``worker.tiers``)."""
         if self._gc is not None and self._gc.is_alive():
             return
-        keep = Retention(self.ckpt.keep_last, self.ckpt.keep_every)
-
-        def run() -> None:
-            try:
-                facts = [r.event for r in read_log(self.env.bootstrap, RUNS)
-                         if r.event.run_id == self.env.run_id]
-                collect(root, self.env.run_id, history(facts), keep)
-            except Exception as exc:  # best effort by design: see the docstring
-                print(f"runledger worker: checkpoint gc pass failed: {exc}", file=sys.stderr)
-
-        self._gc = threading.Thread(target=run, name="rl-gc", daemon=True)
-        self._gc.start()
+        pinned = self._replicator.pinned() if self._replicator is not None else frozenset()
+        self._gc = gc_thread(self.env.bootstrap, self.env.run_id, self.tiers, self.ckpt.keep_last,
+                             self.ckpt.keep_every, pinned)
 
     def _apply_commits(self) -> None:
         """Advance the loader's durable cursor for checkpoints the log committed."""
@@ -313,18 +312,21 @@ class Session:
 
     def restore(self) -> int:
         """Load the newest committed checkpoint that verifies; the step to continue after."""
-        candidates = [restoring.Candidate(s, p, d)
-                      for s, p, d in self.ckpt.candidates[: self.ckpt.rollback_window]]
+        candidates = attempts([restoring.Candidate(s, p, d)
+                               for s, p, d in self.ckpt.candidates[: self.ckpt.rollback_window]],
+                              self.tiers, self.ckpt.failure_domain)
         if not candidates:
             return 0
         start = time.monotonic()
+        refusals = Refusals(candidates)
 
         def rejected(c: restoring.Candidate, exc: VerificationFailed) -> None:
-            if self.coordinator:
+            whole = refusals.add(c, exc)  # None while another tier may hold this step
+            if self.coordinator and whole is not None:
                 self.reporter.report(CheckpointVerificationFailed(
                     header=self.reporter.header(f"restore/{c.step}/rejected"), step=c.step,
                     manifest_path=c.manifest_url, manifest_digest=c.manifest_digest,
-                    logical_id=self.env.logical_id, reason=exc.reason, detail=exc.detail))
+                    logical_id=self.env.logical_id, reason=whole.reason, detail=whole.detail))
                 self.reporter.flush()
 
         chosen, manifest, fell_back = restoring.choose(
@@ -355,7 +357,8 @@ class Session:
             header=self.reporter.header(f"restore/{manifest.step}/loaded"), step=manifest.step,
             manifest_path=chosen.manifest_url, manifest_digest=chosen.manifest_digest,
             logical_id=self.env.logical_id, verify_ms=(verified - start) * 1000.0,
-            load_ms=(time.monotonic() - verified) * 1000.0, fell_back=fell_back))
+            load_ms=(time.monotonic() - verified) * 1000.0, fell_back=fell_back,
+            tier=chosen.tier))
         return manifest.step
 
     # -- state -------------------------------------------------------------------------

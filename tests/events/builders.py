@@ -39,6 +39,7 @@ from events.model import (
     AlertResolved,
     CancelRequested,
     CheckpointIntervalChanged,
+    CheckpointReplicated,
     CheckpointRestored,
     CheckpointRevoked,
     CheckpointSkipped,
@@ -265,6 +266,13 @@ class Ev:
             step=ckpt.step, manifest_path=ckpt.manifest_path,
             manifest_digest=ckpt.manifest_digest, logical_id=logical_id, verify_ms=12.5,
             load_ms=250.0, fell_back=fell_back), kw)
+
+    def replicated(self, gen: int, ckpt: Checkpoint, logical_id: str = "w0",
+                   tier: str = "remote", **kw: Any) -> CheckpointReplicated:
+        return self.event(CheckpointReplicated, gen, dict(
+            step=ckpt.step, manifest_path=ckpt.manifest_path,
+            manifest_digest=ckpt.manifest_digest, logical_id=logical_id, tier=tier,
+            protects="cluster", lag_ms=80.0, bytes=4096), kw)
 
     def revoked(self, gen: int, step: int, committed_gen: int | None = None,
                 digest: str | None = None, reason: str = "shard_checksum",

@@ -32,6 +32,7 @@ from events.model import (
     AgentRegistered,
     AlertRaised,
     AlertResolved,
+    CheckpointReplicated,
     CheckpointRestored,
     CheckpointRevoked,
     CheckpointSkipped,
@@ -85,6 +86,7 @@ FENCED_TYPES: tuple[type[Event], ...] = (
     CheckpointWriteFailed,
     CheckpointVerificationFailed,
     CheckpointRestored,
+    CheckpointReplicated,
     CheckpointRevoked,
 )
 # Fenced reports that also name a member: refused from a logical id outside the group.
@@ -95,6 +97,7 @@ MEMBER_TYPES: tuple[type[Event], ...] = (
     CheckpointWriteFailed,
     CheckpointVerificationFailed,
     CheckpointRestored,
+    CheckpointReplicated,
 )
 MTBF_SOURCES = ("fixed", "prior", "observed")
 # Legal even after the run has ended; they never move the status.
@@ -539,6 +542,7 @@ def stale_probe(kind: type[Event], gen: int, ev: Ev, step: int,
         CheckpointWriteFailed: lambda: ev.write_failed(gen, step + 1, "w0"),
         CheckpointVerificationFailed: lambda: ev.verify_failed(gen, probe_ckpt, "w0"),
         CheckpointRestored: lambda: ev.restored(gen, probe_ckpt, "w0"),
+        CheckpointReplicated: lambda: ev.replicated(gen, probe_ckpt, "w0"),
         CheckpointRevoked: lambda: ev.revoke(gen, probe_ckpt),
     }
     return builders[kind]()  # type: ignore[no-any-return]

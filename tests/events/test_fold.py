@@ -402,6 +402,7 @@ NON_MEMBER_MAKERS: dict[str, Callable[[Ev, str], Event]] = {
     "CheckpointWriteFailed": lambda ev, who: ev.write_failed(1, 11, who),
     "CheckpointVerificationFailed": lambda ev, who: ev.verify_failed(1, CKPT10, who),
     "CheckpointRestored": lambda ev, who: ev.restored(1, CKPT10, who),
+    "CheckpointReplicated": lambda ev, who: ev.replicated(1, CKPT10, who),
 }
 
 
@@ -462,6 +463,7 @@ FENCED_MAKERS: dict[str, Callable[[Ev, int], Event]] = {
     "CheckpointWriteFailed": lambda ev, g: ev.write_failed(g, 11, "w0"),
     "CheckpointVerificationFailed": lambda ev, g: ev.verify_failed(g, CKPT10, "w0"),
     "CheckpointRestored": lambda ev, g: ev.restored(g, CKPT10, "w0"),
+    "CheckpointReplicated": lambda ev, g: ev.replicated(g, CKPT10, "w0"),
     "CheckpointRevoked": lambda ev, g: ev.revoke(g, CKPT10),
 }
 
@@ -511,6 +513,7 @@ def test_cancel_revokes_and_everything_after_is_refused() -> None:
         ev.cordoned(run_id="r1"), ev.uncordoned(run_id="r1"),
         ev.quarantine_expired(run_id="r1"), ev.staged(1, 11), ev.skipped(1, 11),
         ev.write_failed(1, 11), ev.verify_failed(1, CKPT10), ev.restored(1, CKPT10),
+        ev.replicated(1, CKPT10),
         ev.revoke(1, CKPT10), ev.interval(1, 100), ev.step_times(1),
         ev.key_registered(run_id="r1"), ev.key_revoked(run_id="r1"),
     ]
@@ -648,6 +651,7 @@ COLUMNS: dict[str, Callable[[Ev, RunState], Event]] = {
     "CheckpointWriteFailed": lambda ev, s: ev.write_failed(s.generation, 20, "w1"),
     "CheckpointVerificationFailed": lambda ev, s: ev.verify_failed(s.generation, CKPT10, "w1"),
     "CheckpointRestored": lambda ev, s: ev.restored(s.generation, CKPT10, "w1"),
+    "CheckpointReplicated": lambda ev, s: ev.replicated(s.generation, CKPT10, "w1"),
     # From Starting on the state holds CKPT10 (committed under generation 1).
     "CheckpointRevoked": lambda ev, s: ev.revoke(s.generation, CKPT10),
     "CheckpointIntervalChanged": lambda ev, s: ev.interval(s.generation, 100),
@@ -702,6 +706,7 @@ LEGAL: dict[str, set[Status]] = {
     "CheckpointWriteFailed": ACTIVE,
     "CheckpointVerificationFailed": ACTIVE,
     "CheckpointRestored": ACTIVE,
+    "CheckpointReplicated": ACTIVE,
     "CheckpointRevoked": ACTIVE,
     # The controller's own setting: not fenced, legal until the run ends.
     "CheckpointIntervalChanged": LIVE,
@@ -716,7 +721,7 @@ _FENCED_COLUMNS = {"MembershipConfirmed", "ManifestCommitted", "CursorAdvanced",
                    "WorkerExited", "GroupStartCommanded", "ManifestProposed(v2)",
                    "CheckpointStaged", "CheckpointSkipped", "CheckpointWriteFailed",
                    "CheckpointVerificationFailed", "CheckpointRestored", "CheckpointRevoked",
-                   "StepTimesRecorded"}
+                   "StepTimesRecorded", "CheckpointReplicated"}
 
 
 def _expected_reason(column: str, status: Status) -> str:

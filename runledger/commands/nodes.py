@@ -24,7 +24,7 @@ import typer
 
 from events.consume import read_log
 from events.errors import KafkaOperationError
-from events.kafka import EventProducer
+from events.kafka import EventProducer, Quarantined
 from events.model import Event, Header, NodeOperationRequested, node_key
 from events.signing import SigningKey
 from events.topics import REPORTS, REQUESTS, RUNS
@@ -106,12 +106,21 @@ def _request(operation: str, name: str, reason: str, principal: str | None, as_j
                    "decides: `runledger nodes` shows the result")
 
 
+def _passed_over(_: Quarantined) -> None:
+    return None
+
+
 def _node_events(bootstrap: str) -> list[Event]:
     """Node records of the reports and node facts (and failures) of runs, merged by time."""
     prefix = node_key("")
-    reports = [r.event for r in read_log(bootstrap, REPORTS, retry_s=config.retry_s())
+    patience = config.retry_s()
+    # An undecodable record belongs to some run, and the controller has already
+    # quarantined and reported it; a view of the nodes passes over it quietly.
+    reports = [r.event for r in read_log(bootstrap, REPORTS, retry_s=patience,
+                                         on_quarantine=_passed_over)
                if r.event.run_id.startswith(prefix)]
-    facts = [r.event for r in read_log(bootstrap, RUNS, retry_s=config.retry_s())]
+    facts = [r.event for r in read_log(bootstrap, RUNS, retry_s=patience,
+                                       on_quarantine=_passed_over)]
     # Facts keep their log order; an agent's records go by when they happened.
     return sorted([*reports, *facts], key=lambda e: e.header.occurred_at)
 

@@ -113,7 +113,8 @@ def test_ctrl_c_ends_a_tail_with_130(bootstrap: str, run_id: str) -> None:
     producer = EventProducer(bootstrap)
     producer.send(REPORTS, beat)
     producer.flush()
-    env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap}
+    # PYTHONFAULTHANDLER: a tail that does not end is made to say where it is stuck.
+    env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap, "PYTHONFAULTHANDLER": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "runledger.cli", "events", "tail", "--topic", REPORTS, "--run",
          run_id], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -123,7 +124,12 @@ def test_ctrl_c_ends_a_tail_with_130(bootstrap: str, run_id: str) -> None:
         assert ready, "the tail printed nothing within 60 s"
         assert f"run={run_id}" in proc.stdout.readline()  # inside the command now
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            _, err = proc.communicate(timeout=30)
+            pytest.fail(f"the tail did not end within 120 s of Ctrl-C:\n{err[-6000:]}")
     finally:
         proc.kill()
         proc.wait()

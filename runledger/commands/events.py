@@ -26,6 +26,7 @@ from events.topics import ALL, RUNS, STATUS
 from runledger import config, statusview
 from runledger.config import Bootstrap, json_option
 from runledger.errors import UsageError
+from runledger.interrupt import follow_ctrl_c
 
 Topic = Annotated[str, typer.Option("--topic", "-t", help=f"One of: {', '.join(ALL)}.")]
 Run = Annotated[str | None, typer.Option("--run", help="Only this run id.")]
@@ -156,4 +157,5 @@ def dump(topic: Topic = RUNS, run: Run = None, as_json: JsonLines = False,
 def tail(topic: Topic = RUNS, run: Run = None, as_json: JsonLines = False,
          bootstrap: Bootstrap = None) -> None:
     """Every event on the topic from the beginning, then new ones as they arrive."""
+    follow_ctrl_c()
     _stream(topic, run, as_json, bootstrap, follow=True)

@@ -29,6 +29,7 @@ from events.topics import REPORTS, RUNS
 from runledger import config
 from runledger.config import Bootstrap, RunArg
 from runledger.errors import RunledgerError
+from runledger.interrupt import follow_ctrl_c
 from runledger.logview import LogNotFound, Picked, describe, exit_of, log_file, pick, work_dir_of
 
 Rank = Annotated[str | None, typer.Option(
@@ -68,6 +69,7 @@ def logs(run: RunArg, rank: Rank = None, generation: Generation = None, follow: 
         except LogNotFound as exc:
             raise RunledgerError(str(exc)) from None
         if picked.exited is None and follow:
+            follow_ctrl_c()
             _follow(reader, run, picked, path, work_dir or "")
         else:
             _print_now(run, picked, path)

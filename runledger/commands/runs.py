@@ -40,6 +40,7 @@ from events.topics import REPORTS, REQUESTS, RUNS, STATUS
 from runledger import config, statusview
 from runledger.config import AsJson, Bootstrap, Principal, RunArg, catalog_option
 from runledger.errors import RunledgerError
+from runledger.interrupt import follow_ctrl_c
 from runledger.runview import UNSEEN, list_rows, status_document, status_lines
 from runledger.signer import ENV_KEY, Signer, signed_record, signer
 from runledger.specload import DatasetPin, check_code
@@ -151,6 +152,7 @@ def status(run: RunArg, as_json: AsJson = False, bootstrap: Bootstrap = None,
     """
     address = config.connect(bootstrap)
     if watch:
+        follow_ctrl_c()
         _watch(address, run, refold)
         return
     doc = _status_doc(address, run, refold)

@@ -135,3 +135,23 @@ def test_ctrl_c_ends_a_tail_with_130(bootstrap: str, run_id: str) -> None:
         proc.wait()
     assert proc.returncode == 130
     assert err.splitlines()[-1:] == ["runledger: interrupted"] and "Traceback" not in err
+
+
+def test_a_ctrl_c_swallowed_on_its_way_up_still_ends_a_following_command() -> None:
+    """librdkafka can swallow a KeyboardInterrupt raised in one of its callbacks; the
+    watchdog of ``runledger.interrupt`` then ends the command with 130 anyway."""
+    swallowing = (
+        "import os, signal, time\n"
+        "from runledger.interrupt import follow_ctrl_c\n"
+        "follow_ctrl_c(grace_s=0.5)\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(5)\n"
+        "except KeyboardInterrupt:\n"
+        "    pass  # swallowed, as a C callback may\n"
+        "time.sleep(120)\n"
+        "print('read on after Ctrl-C')\n")
+    done = subprocess.run([sys.executable, "-c", swallowing], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 130 and done.stdout == ""
+    assert done.stderr.splitlines() == ["runledger: interrupted"]

@@ -36,8 +36,11 @@ class EventConsumer:
     offsets are committed only by ``commit`` (or sent to a transaction).
 
     ``assignment`` is what the group gave this member, and ``assignments``
-    counts the assignments received, so a caller sees even a rebalance that
-    revoked and gave back the same partitions within one ``poll``. With
+    counts its changes (each assignment and each revocation), so a caller sees
+    a revocation at once (a rebalance may hold the new assignment back for
+    seconds, and partitions being revoked must no longer be decided for) and
+    even a rebalance that revoked and gave back the same partitions within one
+    ``poll``. With
     ``hold_assigned`` every newly assigned partition starts paused until the
     caller ``resume``s it (the controller catches up on its facts first). The
     committed offsets of an assignment seed ``positions``, so a transaction's
@@ -88,6 +91,7 @@ class EventConsumer:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
         self.assignment = self.assignment - gone
+        self.assignments += 1
         self._positions = {tp: o for tp, o in self._positions.items() if tp not in gone}
         consumer.unassign()
 

@@ -182,6 +182,10 @@ class Stack:
             if layout is None:
                 return []
             stopped = proc.stop_nodes(self.data_dir, [n.node_id for n in layout.nodes], timeout)
+            # A process is gone from /proc a moment before the kernel closes its
+            # sockets: return once the ports are free, so an `up` right after works.
+            cfg.wait_ports_free([p for n in layout.nodes for p in (n.port, n.controller_port)],
+                                10.0)
         if purge:
             shutil.rmtree(self.data_dir)
         return stopped

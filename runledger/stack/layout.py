@@ -13,6 +13,7 @@ import json
 import os
 import random
 import socket
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -143,6 +144,16 @@ def _ephemeral_range() -> tuple[int, int]:
         return int(low), int(high)
     except (OSError, ValueError):
         return 32768, 60999  # Linux's default
+
+
+def wait_ports_free(ports: list[int], timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for ``ports`` to be free; whether they all are."""
+    deadline = time.monotonic() + timeout_s
+    while not all(port_free(p) for p in ports):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def pick_free_ports(count: int) -> list[int]:

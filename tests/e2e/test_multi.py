@@ -31,6 +31,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 # A killed controller's open transaction holds its partitions back until the
 # broker aborts it; a short timeout keeps the takeover inside the test's time.
 FAST = ("--transaction-timeout", "5")
+# Hang detection is not what these tests are about: six runs, three controllers and
+# a rebalance on two shared cores may starve a worker's heartbeat for seconds.
+CALM = {"interval_s": 0.3, "timeout_s": 10.0, "stall_timeout_s": 20.0}
 PARTITIONS = next(t.partitions for t in topic_specs(1) if t.name == RUNS)
 
 
@@ -47,7 +50,8 @@ def _runs(cluster: Cluster, count: int, steps: int, step_time: float,
                                 and len(runs) < 4 * count):
         runs.append(cluster.submit(spec(f"multi-{len(runs)}",
                                         ["--steps", str(steps), "--step-time", str(step_time)],
-                                        topology={"replicas": 1, "slots_per_node": 1})))
+                                        topology={"replicas": 1, "slots_per_node": 1},
+                                        heartbeat=CALM)))
     return runs
 
 

@@ -1,6 +1,7 @@
 """events/consume.py: the group consumer on a real broker: undecodable records are
 quarantined and reading goes on; a group resumes where it explicitly committed; held
-partitions give nothing until resumed, and a rewind reads from the committed offsets.
+partitions give nothing until resumed, and a rewind reads from the committed offsets;
+a revocation counts as a change of assignment the moment it happens.
 
 ``read_log`` is exercised by tests/events/test_kafka.py, which reads back what the
 producers wrote with it.
@@ -121,3 +122,31 @@ def test_held_partitions_give_nothing_until_resumed_and_rewind_reads_again(
         assert _poll_until(c, 3) == ids
     finally:
         c.close()
+
+
+def test_a_revocation_counts_as_a_change_before_the_new_assignment(bootstrap: str) -> None:
+    """A member that loses partitions to a joining one sees the revocation as a change
+    of its own (the controller stops deciding for them then, not seconds later when
+    the group hands out the new assignment): assign, revoke, assign = three changes."""
+    topic = new_topic(bootstrap, partitions=2)
+    group = f"g-{uuid.uuid4().hex}"
+    first = EventConsumer(bootstrap, group, [topic])
+    second: EventConsumer | None = None
+    try:
+        deadline = time.monotonic() + 30
+        while len(first.assignment) < 2 and time.monotonic() < deadline:
+            first.poll(0.3)
+        assert first.assignment == {(topic, 0), (topic, 1)} and first.assignments == 1
+        second = EventConsumer(bootstrap, group, [topic])
+        deadline = time.monotonic() + 60
+        while (len(first.assignment) != 1 or len(second.assignment) != 1) \
+                and time.monotonic() < deadline:
+            first.poll(0.3)
+            second.poll(0.3)
+        assert len(first.assignment) == 1 and len(second.assignment) == 1
+        assert first.assignment.isdisjoint(second.assignment)
+        assert first.assignments >= 3, first.assignments
+    finally:
+        first.close()
+        if second is not None:
+            second.close()

@@ -101,15 +101,18 @@ def revocation(state: RunState, e: CheckpointVerificationFailed,
                              manifest_digest=e.manifest_digest, reason=e.reason)
 
 
-def resume_env(settings: CheckpointEnv | None, state: RunState) -> dict[str, str]:
-    """The checkpoint part of a start command's env for the next generation."""
+def resume_env(settings: CheckpointEnv | None, state: RunState,
+               domain: str = "process") -> dict[str, str]:
+    """The checkpoint part of a start command's env for the next generation;
+    ``domain`` is the failure the restore must survive (``Start.domain``)."""
     if settings is None:
         return {}
     window = settings.rollback_window
     candidates = tuple((c.step, c.manifest_path, c.manifest_digest)
                        for c in reversed(state.checkpoints[-window:]))
     interval = state.checkpoint_interval_steps or settings.interval_steps
-    return replace(settings, candidates=candidates, interval_steps=interval).to_environ()
+    return replace(settings, candidates=candidates, interval_steps=interval,
+                   failure_domain=domain).to_environ()
 
 
 def interval_decision(

@@ -8,7 +8,8 @@ module, in these cases (the rule numbers are run_decide's):
 - rule 2, admission: the largest allowed size the live nodes hold now
   (:func:`admit`); below ``min``, the run is queued with the reason, which
   says so when ``min`` exceeds every slot the registered nodes have;
-- rule 3, a restart after a failure: the members whose node the run keeps
+- rule 3, a restart after a failure: once no member is :func:`undecided`,
+  the members whose node the run keeps
   (:meth:`controller.inventory.Inventory.keeps`, with the agent heard from in
   the last ``FRESH_MS`` rather than the node timeout) stay, with their logical ids
   and slots, and the largest allowed size is filled up with newcomers on live
@@ -100,6 +101,23 @@ def others(used: Mapping[str, int], members: Sequence[Member]) -> dict[str, int]
     for m in members:
         left[m.node] = left.get(m.node, 0) - 1
     return {k: v for k, v in left.items() if v > 0}
+
+
+def undecided(members: Sequence[Member], exits: Mapping[str, int | None],
+              heartbeats: Mapping[str, int], fresh: set[str], now: int) -> tuple[str, ...]:
+    """Members a restart waits for before it sizes the next generation.
+
+    A node lost with its agent takes its workers down silently, while the
+    members elsewhere fail at once (their collectives break): sized then, the
+    dead node would still look fresh and the run would restart at full size
+    onto it, wait out the start timeout and only then shrink. So a member that
+    reported no exit, whose node's agent is still fresh and who was itself
+    heard from within ``FRESH_MS``, is undecided: its agent will report its
+    exit, or the node (or the member) falls silent, within ``FRESH_MS``.
+    """
+    return tuple(m.logical_id for m in members
+                 if m.logical_id not in exits and m.node in fresh
+                 and now - heartbeats.get(m.logical_id, 0) <= FRESH_MS)
 
 
 def shape(elastic: Elastic | None, ranks_per_replica: int, world: int) -> tuple[int, int]:

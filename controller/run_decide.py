@@ -95,7 +95,10 @@ class Admit:
 class Start:
     members: tuple[Member, ...]
     generation: int
-    reason: str  # "admitted" or "restart"
+    reason: str  # "admitted", "restart", "shrink" or "grow"
+    # The widest failure domain the previous generation lost: "host" when a member's
+    # node is gone (restore must not read that host's tiers), else "process".
+    domain: str = "process"
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,10 +204,14 @@ def _restart(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ...]
     if plan.elastic is not None:
         where = _where(plan, world, elastic.others(world.used(), state.members))
         fresh = world.inventory.keeps(world.now, elastic.FRESH_MS)
+        if elastic.undecided(state.members, state.exits, state.heartbeats, fresh, world.now):
+            return ()  # requeue: within FRESH_MS each exits or its node falls silent
         resized = elastic.resize(plan.elastic, state.members, fresh, where)
         if resized is not None:
             sized, reason = resized
-            return (Start(sized.members, state.generation + 1, reason),)
+            gone = {m.node for m in state.members} - fresh
+            return (Start(sized.members, state.generation + 1, reason,
+                          "host" if gone else "process"),)
     if lost:
         note = blocked_note(world.inventory, world.now, NODE_TIMEOUT_MS)
         why = f"placement lost: {', '.join(lost)} not available"

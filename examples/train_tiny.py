@@ -11,16 +11,29 @@ and resumes from the latest committed checkpoint after a restart.
 Model config keys (all optional): ``steps`` (40), ``dim`` (32), ``heads`` (2),
 ``lr`` (3e-3), ``global_batch`` (8), ``seed`` (0), ``dropout`` (0.1),
 ``step_sleep_s`` (0: pause per step, to make a run long enough to interrupt).
+
+Elastic sizes: the data plane hands each replica its share of the same global
+batch whatever the replica count, and each replica runs
+``$RUNLEDGER_ACCUMULATION`` micro-batches per optimizer step (the controller
+sets it when an elastic run shrinks). The loss is the mean over every loss
+token of the global batch: each micro-batch's summed loss is divided by the
+global token count (all-reduced first) and multiplied by the world size, which
+DDP's gradient averaging divides back out. So one optimizer step sees the
+gradient of the same global mean at any size; what differs between sizes is
+only the order floats are summed in. With ``dropout`` 0 a run that shrinks and
+grows follows the loss trace of a fixed-size run within float rounding
+(tests/e2e/test_elastic.py checks 1e-3 relative).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 import torch
 import torch.distributed as dist
@@ -30,6 +43,7 @@ from torch import nn
 from dataplane.catalog import Catalog, default_catalog_url
 from dataplane.errors import DataPlaneError
 from dataplane.loader import DataLoader, LoaderConfig
+from events.workerenv import ACCUMULATION
 from worker.errors import WorkerError
 from worker.session import Session
 
@@ -59,15 +73,47 @@ def config() -> dict[str, Any]:
 
 
 def _tracer(session: Session) -> TextIO | None:
-    """``RUNLEDGER_TRACE_BATCHES=<dir>``: each rank appends, per step, the global
-    positions its batch came from, so a test can compare what was served with the
-    provenance the log records."""
+    """``RUNLEDGER_TRACE_BATCHES=<dir>``: each rank appends, per step, to
+    ``<dir>/<run id>/g<generation>-r<rank>.jsonl`` the global positions and the
+    sample spans its batch came from, and the step's loss, so a test can compare
+    what was served with the provenance the log records."""
     where = os.environ.get("RUNLEDGER_TRACE_BATCHES")
     if not where:
         return None
-    Path(where).mkdir(parents=True, exist_ok=True)
+    folder = Path(where) / session.env.run_id
+    folder.mkdir(parents=True, exist_ok=True)
     name = f"g{session.env.generation}-r{session.rank}.jsonl"
-    return open(Path(where) / name, "a", encoding="utf-8")
+    return open(folder / name, "a", encoding="utf-8")
+
+
+def _train_step(ddp: nn.Module, opt: torch.optim.Optimizer, world: int, micro: int,
+                tokens: torch.Tensor, positions: torch.Tensor,
+                mask: torch.Tensor) -> torch.Tensor:
+    """One optimizer step over this replica's share in ``micro`` micro-batches; the
+    global (summed loss, loss tokens). See the module docstring for the scaling."""
+    count = mask.sum().to(torch.float32).reshape(1)
+    if world > 1:
+        dist.all_reduce(count)
+    scale = world / count.clamp(min=1)
+    opt.zero_grad(set_to_none=True)
+    summed = torch.zeros(())
+    parts = [i for i in torch.tensor_split(torch.arange(tokens.shape[0]), micro) if len(i)]
+    for n, rows in enumerate(parts):
+        last = n == len(parts) - 1
+        sync = cast(Any, ddp).no_sync() if world > 1 and not last else contextlib.nullcontext()
+        with sync:
+            logits = ddp(tokens[rows], positions[rows])
+            losses = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                     tokens[rows][:, 1:].reshape(-1), reduction="none")
+            part = (losses * mask[rows].reshape(-1)).sum()
+            (part * scale).backward()
+        summed = summed + part.detach()
+    opt.step()
+    totals = torch.stack([summed, count[0]])
+    if world > 1:
+        dist.all_reduce(totals)
+        totals[1] = count[0]  # the count was already global
+    return totals
 
 
 def main() -> int:
@@ -91,6 +137,7 @@ def main() -> int:
         if start == 0:
             torch.manual_seed(cfg["seed"] * 1000 + session.rank + 1)
         trace = _tracer(session)
+        micro = max(1, int(os.environ.get(ACCUMULATION) or 1))
         for step in range(start + 1, cfg["steps"] + 1):
             t0 = time.monotonic()
             wait0 = loader.metrics.input_wait_s
@@ -98,17 +145,8 @@ def main() -> int:
             tokens = torch.from_numpy(batch.tokens)
             positions = torch.from_numpy(batch.positions.astype("int64"))
             mask = torch.from_numpy(batch.loss_mask[:, :-1])
-            logits = ddp(tokens, positions)
-            losses = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
-                                     tokens[:, 1:].reshape(-1), reduction="none")
-            local = torch.stack([(losses * mask.reshape(-1)).sum(), mask.sum().to(losses.dtype)])
-            opt.zero_grad(set_to_none=True)
-            (local[0] / local[1].clamp(min=1)).backward()
-            opt.step()
+            totals = _train_step(ddp, opt, session.world_size, micro, tokens, positions, mask)
             sched.step()
-            totals = local.detach().clone()
-            if session.world_size > 1:
-                dist.all_reduce(totals)
             loss = float(totals[0] / totals[1].clamp(min=1))
             if cfg["step_sleep_s"]:
                 time.sleep(cfg["step_sleep_s"])
@@ -121,7 +159,9 @@ def main() -> int:
                     "generation": session.env.generation, "rank": session.rank, "step": step,
                     "batch": batch.index, "start": batch.index * size,
                     "end": (batch.index + 1) * size, "cursor": batch.cursor.position,
-                    "rows": len(batch.samples)}) + "\n")
+                    "rows": len(batch.samples), "loss": loss,
+                    "spans": [[[p.source, p.index, p.epoch, p.start, p.stop] for p in row]
+                              for row in batch.samples]}) + "\n")
                 trace.flush()
         loader.close()
         if trace is not None:

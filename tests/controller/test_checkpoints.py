@@ -81,4 +81,8 @@ def test_resume_env_lists_committed_checkpoints_newest_first_within_the_window()
     back = CheckpointEnv.from_environ(env)
     assert back.candidates == ((16, "m16", "d16"), (12, "m12", "d12"), (8, "m8", "d8"))
     assert back.interval_steps == 7
+    assert back.failure_domain == "process"  # a crash: every tier survives it
     assert resume_env(None, state()) == {}
+    # After a host loss the restore must survive it (worker.tiers skips that host's tier).
+    lost = resume_env(CheckpointEnv(), state(checkpoints=ckpts), "host")
+    assert CheckpointEnv.from_environ(lost).failure_domain == "host"

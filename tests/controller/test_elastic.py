@@ -75,16 +75,39 @@ def recovering(members: tuple[Member, ...] = TWO) -> RunState:
 def test_3_a_loss_with_no_replacement_shrinks_and_the_survivor_keeps_its_id() -> None:
     lost = inv("n2")  # n1's agent is gone
     (start,) = decide(Tracked(recovering(), PLAN), world(lost, {"n1": 1, "n2": 1}))
-    assert start == Start((TWO[1],), 2, "shrink")  # r1 keeps its id, now rank 0
+    # r1 keeps its id, now rank 0; n1 is gone, so restore must survive a host loss
+    assert start == Start((TWO[1],), 2, "shrink", "host")
     # A fixed run under the same loss goes back to the queue, as it always has.
     (queued,) = decide(Tracked(recovering(), FIXED), world(lost, {"n1": 1, "n2": 1}))
     assert isinstance(queued, Queue) and queued.reason.startswith("placement lost: n1")
     # A replacement node: the same size again, the newcomer takes the free id.
     (start,) = decide(Tracked(recovering(), PLAN), world(inv("n2", "n3"), {"n1": 1, "n2": 1}))
-    assert start == Start((TWO[1], Member("r0", "n3", 0, "d1")), 2, "restart")
+    assert start == Start((TWO[1], Member("r0", "n3", 0, "d1")), 2, "restart", "host")
     # Not even min fits: queued, naming the loss and min.
     (queued,) = decide(Tracked(recovering(), PLAN), world(inv(), {}))
     assert isinstance(queued, Queue) and "not even membership.min 1 replicas fit" in queued.reason
+
+
+def test_3_a_restart_waits_for_a_silent_member_on_a_fresh_node_then_shrinks() -> None:
+    """A whole node lost at once: r0's collective breaks and it exits at once, while
+    n2's agent, dead with r1, still looks fresh. Sized now the run would restart at
+    full size onto n2; it waits until n2 falls silent, then shrinks, naming a host loss."""
+    crashed = replace(recovering(), exits={"r0": 1}, heartbeats={"r0": NOW - 500,
+                                                                  "r1": NOW - 500})
+    both = Inventory({"n1": Node("n1", 1, "d1", NOW - 100), "n2": Node("n2", 1, "d1", NOW - 400)})
+    assert decide(Tracked(crashed, PLAN), world(both)) == ()
+    later = World(NOW + elastic.FRESH_MS, 0, Inventory({
+        "n1": Node("n1", 1, "d1", NOW + elastic.FRESH_MS - 100),
+        "n2": Node("n2", 1, "d1", NOW - 400)}), {}, lambda: {})
+    (start,) = decide(Tracked(crashed, PLAN), later)
+    assert start == Start((TWO[0],), 2, "shrink", "host")
+    # Its agent alive, r1's exit decides it at once: the same size again.
+    both_exited = replace(crashed, exits={"r0": 1, "r1": -9})
+    (start,) = decide(Tracked(both_exited, PLAN), world(both))
+    assert start == Start(TWO, 2, "restart", "process")
+    # A fixed run does not wait: it restarts on the nodes it keeps, as it always has.
+    (start,) = decide(Tracked(crashed, FIXED), world(both))
+    assert start == Start(TWO, 2, "restart")
 
 
 def running(members: tuple[Member, ...], committed_at: int = NOW - 1_000,

@@ -211,7 +211,7 @@ def _check_provenance(summary: dict[str, Any], work: Path) -> None:
     served to the steps it holds: per step, the batch of the last generation that
     trained it (earlier generations' lost steps were redone)."""
     served: dict[int, tuple[int, int, int]] = {}  # step -> (generation, start, end)
-    for path in sorted((work / "batches").glob("g*-r*.jsonl")):
+    for path in sorted((work / "batches").glob("*/g*-r*.jsonl")):
         for line in path.read_text().splitlines():
             t = json.loads(line)
             assert t["cursor"] == t["end"]

@@ -14,6 +14,9 @@ worker (both SIGKILLed at once, as a host loss takes them).
   row twice, none skipped; and the loss of every step equals the fixed run's within
   1e-3 relative (the same samples and optimizer steps; only the order floats are
   summed in differs between sizes, with dropout off).
+- Storage tiers: checkpoints go to a host-local tier and are copied to a remote
+  one. The host loss takes the local tier's files with it; the shrink restores
+  from the remote tier without trying the local one.
 - Every generation is fenced: every fact of the run is accepted by the fold in log
   order, and nothing of a generation is appended after the next one started.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 from collections import Counter
@@ -31,7 +35,14 @@ from typing import Any
 import pytest
 
 from events.fold import apply
-from events.model import Event, GenerationStarted, StepCommitted, WriteRejected
+from events.model import (
+    CheckpointRestored,
+    Event,
+    GenerationStarted,
+    StepCommitted,
+    WriteRejected,
+)
+from events.topics import REPORTS
 from events.workerenv import NODE
 from tests.e2e.ckpt_setup import dataset, tiny_spec
 from tests.e2e.harness import Cluster, _environ, of_type, worker_pids
@@ -47,19 +58,27 @@ def _spec(cluster: Cluster, name: str, ds: str, elastic: bool) -> dict[str, Any]
     doc = tiny_spec(cluster, name, ds, steps=STEPS, interval=INTERVAL,
                     model={"dropout": 0.0, "step_sleep_s": 0.3})
     doc["topology"] = {"replicas": 2, "slots_per_node": 1}
+    # A host-local tier (its files die with the host) and a remote one.
+    doc["checkpoint"] = {"policy": "fixed", "interval_steps": INTERVAL, "tiers": [
+        {"name": "local", "root": str(cluster.work / "local"), "protects": ["process"]},
+        {"name": "remote", "root": str(cluster.work / "remote"), "protects": ["cluster"]}]}
     if elastic:
         doc["membership"] = {"kind": "elastic", "min": 1, "max": 2}
     return doc
 
 
-def _lose_node(agent: subprocess.Popen[bytes], run: str, node: str) -> None:
-    """The agent and the run's worker on ``node`` die at once."""
+def _lose_node(agent: subprocess.Popen[bytes], run: str, node: str,
+               disk: Path | None) -> None:
+    """The agent and the run's worker on ``node`` die at once, and with them the
+    host-local tier's files (``disk``) when the host held them."""
     victims = [p for p in worker_pids(run) if _environ(p).get(NODE) == node]
     assert victims, f"no worker of {run} on {node}"
     os.killpg(agent.pid, signal.SIGKILL)
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
     agent.wait(10)
+    if disk is not None:
+        shutil.rmtree(disk)
 
 
 def _committed(gen: int, step: int):  # type: ignore[no-untyped-def]
@@ -117,7 +136,7 @@ def _run_with_a_node_loss(cluster: Cluster, agents: dict[str, subprocess.Popen[b
                           doc: dict[str, Any], lost_until: str) -> tuple[str, list[Event]]:
     run = cluster.submit(doc)
     cluster.wait_facts(run, _committed(1, 8), timeout=240, what="a commit at step 8 or later")
-    _lose_node(agents["n2"], run, "n2")
+    _lose_node(agents["n2"], run, "n2", cluster.work / "local" / run if lost_until else None)
     if lost_until:
         cluster.wait_facts(run, _started(lost_until), timeout=120, what=f"a {lost_until}")
     else:  # the fixed run: the node is back once its loss was seen
@@ -163,6 +182,14 @@ def test_an_elastic_run_shrinks_on_a_node_loss_and_grows_back_serving_the_same_b
                 and c.header.generation == shrink.generation]
     assert [c.env.get("RUNLEDGER_FAILURE_DOMAIN") for c in commands] == ["host"]
     _assert_fenced(facts)
+    # The host loss never reads the host's tier: the shrink restores from the remote
+    # copy, without so much as trying the local one.
+    reports = [r.event for r in cluster.records(run, REPORTS)
+               if r.event.header.generation == shrink.generation]
+    restored = [e for e in reports if isinstance(e, CheckpointRestored)]
+    assert restored and {e.tier for e in restored} == {"remote"}, restored
+    assert not [e for e in reports if e.event_type == "CheckpointVerificationFailed"
+                and "tier local" in e.detail]
 
     served, reference = _kept(trace / run), _kept(trace / fixed)
     assert sorted(served) == sorted(reference) == list(range(1, STEPS + 1))
@@ -173,6 +200,8 @@ def test_an_elastic_run_shrinks_on_a_node_loss_and_grows_back_serving_the_same_b
 
     mine, theirs = _losses(facts), _losses(fixed_facts)
     assert sorted(mine) == list(range(1, STEPS + 1))
+    worst = max(abs(mine[s] - theirs[s]) / abs(theirs[s]) for s in mine)
+    print(f"largest relative loss difference from the fixed run: {worst:.2e}")
     off = {s: (mine[s], theirs[s]) for s in mine
            if abs(mine[s] - theirs[s]) > 1e-3 * abs(theirs[s])}
     assert not off, f"losses differ from the fixed run's beyond 1e-3: {off}"

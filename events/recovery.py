@@ -100,38 +100,54 @@ def observe(rec: Recovery, event: Event) -> Recovery:
     at, eid = event.header.occurred_at, event.header.event_id
     match event:
         case StepCommitted():
-            origin = rec.origin_at
-            if origin is None:
-                origin = at - int(event.step_time_ms)
-            steps = (*rec.steps[-(MAX_STEP_TIMES - 1):], (event.step, at))
-            return replace(rec, step=event.step, step_at=at, origin_at=origin, steps=steps)
+            return stepped(rec, event.step, at, event.step_time_ms)
         case GenerationStarted():
-            resume = event.resume_step or 0
-            kept = tuple(c for c in rec.checkpoints if c.step <= resume)
-            steps = tuple(s for s in rec.steps if s[0] <= resume)
-            step_at = next((t for s, t in reversed(steps) if s == resume), None)
-            return replace(rec, step=resume, step_at=step_at, steps=steps, checkpoints=kept,
-                           changed_by=eid if kept != rec.checkpoints else rec.changed_by)
+            return restarted(rec, event.resume_step or 0, eid)
         case ManifestCommitted():
-            when = next((t for s, t in reversed(rec.steps) if s == event.step), at)
-            kept = tuple(c for c in rec.checkpoints if c.step != event.step)
-            new = Copies(event.step, event.manifest_digest, when)
-            return replace(rec, checkpoints=(*kept, new)[-MAX_CHECKPOINTS:], changed_by=eid)
+            return committed(rec, event.step, event.manifest_digest, at, eid)
         case CheckpointReplicated():
-            wide = widest_index(event.protects)
-            if not any(c.digest == event.manifest_digest and wide > c.replicated
-                       for c in rec.checkpoints):
-                return rec
-            return replace(rec, changed_by=eid, checkpoints=tuple(
-                replace(c, replicated=wide)
-                if c.digest == event.manifest_digest and wide > c.replicated else c
-                for c in rec.checkpoints))
+            return replicated(rec, event.manifest_digest, event.protects, eid)
         case CheckpointRevoked():
-            kept = tuple(c for c in rec.checkpoints if c.digest != event.manifest_digest)
-            if kept == rec.checkpoints:
-                return rec
-            return replace(rec, checkpoints=kept, changed_by=eid)
+            return revoked(rec, event.manifest_digest, eid)
     return rec
+
+
+# One function per fact, on plain values: the recovery query folds projected rows
+# through these without rebuilding events.
+
+def stepped(rec: Recovery, step: int, at: int, step_time_ms: float) -> Recovery:
+    origin = rec.origin_at if rec.origin_at is not None else at - int(step_time_ms)
+    steps = (*rec.steps[-(MAX_STEP_TIMES - 1):], (step, at))
+    return replace(rec, step=step, step_at=at, origin_at=origin, steps=steps)
+
+
+def restarted(rec: Recovery, resume: int, eid: str) -> Recovery:
+    kept = tuple(c for c in rec.checkpoints if c.step <= resume)
+    steps = tuple(s for s in rec.steps if s[0] <= resume)
+    step_at = next((t for s, t in reversed(steps) if s == resume), None)
+    return replace(rec, step=resume, step_at=step_at, steps=steps, checkpoints=kept,
+                   changed_by=eid if kept != rec.checkpoints else rec.changed_by)
+
+
+def committed(rec: Recovery, step: int, digest: str, at: int, eid: str) -> Recovery:
+    when = next((t for s, t in reversed(rec.steps) if s == step), at)
+    kept = tuple(c for c in rec.checkpoints if c.step != step)
+    return replace(rec, checkpoints=(*kept, Copies(step, digest, when))[-MAX_CHECKPOINTS:],
+                   changed_by=eid)
+
+
+def replicated(rec: Recovery, digest: str, protects: str, eid: str) -> Recovery:
+    wide = widest_index(protects)
+    if not any(c.digest == digest and wide > c.replicated for c in rec.checkpoints):
+        return rec
+    return replace(rec, changed_by=eid, checkpoints=tuple(
+        replace(c, replicated=wide) if c.digest == digest and wide > c.replicated else c
+        for c in rec.checkpoints))
+
+
+def revoked(rec: Recovery, digest: str, eid: str) -> Recovery:
+    kept = tuple(c for c in rec.checkpoints if c.digest != digest)
+    return rec if kept == rec.checkpoints else replace(rec, checkpoints=kept, changed_by=eid)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ spec's checkpoint.rpo and first tier reach the plan."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import yaml
 from hypothesis import given, settings
@@ -12,11 +13,15 @@ from hypothesis import strategies as st
 
 from controller import watch
 from controller.alerts import RPO_VIOLATED, AlertConfig, facts
+from controller.model import replay
+from controller.reconcile import tick
 from controller.runplan import plan_from_submission
 from controller.spec import parse_spec
 from events.fold import fold
 from events.model import AlertRaised, AlertResolved, Event
 from events.state import Checkpoint, RunState, Status
+from events.topics import RUNS
+from tests.controller.test_reconcile import PLAN, running
 from tests.controller.test_spec_tiers import LOCAL, REMOTE, with_checkpoint
 from tests.events.builders import Ev, members
 
@@ -129,3 +134,24 @@ def test_the_spec_rpo_and_first_tier_reach_the_plan() -> None:
     sub = EV.submitted(event_id="s", spec_digest=plain.digest(), spec_json=plain.canonical_json())
     assert (plan_from_submission(sub).alerts.rpo,
             plan_from_submission(sub).alerts.first_protects) == ({}, "host")
+
+
+def test_through_the_controller_core_a_replica_report_resolves_and_a_replay_agrees() -> None:
+    plan = replace(PLAN, alerts=AlertConfig(rpo={"host": 3}, first_protects="process"))
+    sim = running(plan)
+    for s in (1, 2, 3):
+        sim.send(sim.ev.step(1, s))
+    for lid in ("r0", "r1"):
+        sim.send(sim.ev.shard(1, 3, lid, path="p", bytes=1, crc32c=0))
+    sim.send(sim.ev.proposed(1, 3, manifest_path="m3", manifest_digest="d3", dataset_id=None))
+    out = sim.send(sim.ev.step(1, 4))  # 4 steps past nothing that survives a host loss
+    (raised,) = [e for _, e in out if isinstance(e, AlertRaised)]
+    assert (raised.alert, raised.subject, raised.value) == (RPO_VIOLATED, "host", 4.0)
+    assert sim.tick(10) == []
+    copy = Checkpoint(3, "m3", "d3", 1, 0)
+    out = sim.send(sim.ev.replicated(1, copy, "r0", protects="host"))
+    assert [(type(e).__name__, e.subject) for _, e in out if isinstance(
+        e, AlertRaised | AlertResolved)] == [("AlertResolved", "host")]
+    model = replay((e for t, e in sim.log if t == RUNS), sim.model.since, lambda _: plan)
+    assert model.runs[RUN].open_alerts == sim.state.open_alerts == {}
+    assert tick(model, sim.now, lambda _: plan)[1] == []

@@ -2,7 +2,8 @@
 
 - ``*.sql``: one query each (ettr, goodput, provenance, audit, incidents,
   recovery, stragglers, alerts, mixture, timeline). Each reads its run from
-  ``getvariable('run_id')``, so it also runs in the DuckDB CLI after ``SET VARIABLE run_id = '...'``.
+  ``getvariable('run_id')``, so it also runs in the DuckDB CLI after
+  ``SET VARIABLE run_id = '...'``.
 - ``source``: which file a reader opens (the live projection, or a running
   projector's snapshot) and how far behind the log it is.
 - ``runner``: finds the files, checks the query name and the run, runs them.

@@ -21,11 +21,12 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 from controller.watch import Watch
 from events.model import AlertRaised, AlertResolved, Header, alert_key
+from events.recovery import figure, widest_index
 from events.state import RunState, Status
 
 PROGRESS_STALL = "progress_stall"
@@ -35,8 +36,9 @@ CHECKPOINT_LAG = "checkpoint_lag"
 MIXTURE_DRIFT = "mixture_drift"
 NON_FINITE_LOSS = "non_finite_loss"
 REPEATED_FAILURE = "repeated_failure"
+RPO_VIOLATED = "rpo_violated"
 ALERTS = (PROGRESS_STALL, STRAGGLER_RANK, INPUT_WAIT_SHARE, CHECKPOINT_LAG, MIXTURE_DRIFT,
-          NON_FINITE_LOSS, REPEATED_FAILURE)
+          NON_FINITE_LOSS, REPEATED_FAILURE, RPO_VIOLATED)
 SEVERITY = {a: "critical" if a in (NON_FINITE_LOSS, REPEATED_FAILURE) else "warning"
             for a in ALERTS}
 
@@ -74,6 +76,10 @@ class AlertConfig:
     plan_interval_steps: int | None = None
     mixture_drift: float = DEFAULT_MIXTURE_DRIFT
     repeated_failure: int = DEFAULT_REPEATED_FAILURE
+    # checkpoint.rpo: the most steps a loss of each failure domain may cost, and the
+    # widest domain the first tier's copy survives (its commit counts for those).
+    rpo: Mapping[str, int] = field(default_factory=dict)
+    first_protects: str = "host"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +110,8 @@ def evaluate(state: RunState, plan_alerts: AlertConfig, watch: Watch, now: int,
     return [*_progress_stall(state, plan_alerts, watch, now, since),
             *_stragglers(state, plan_alerts, watch), *_input_wait(state, plan_alerts, watch),
             *_checkpoint_lag(state, plan_alerts, watch), *_mixture_drift(state, plan_alerts, watch),
-            *_non_finite_loss(state, watch), *_repeated_failure(state, plan_alerts, watch)]
+            *_non_finite_loss(state, watch), *_repeated_failure(state, plan_alerts, watch),
+            *_rpo_violated(state, plan_alerts, watch)]
 
 
 def _moot(state: RunState, alert: str, subject: str, firing: bool) -> bool:
@@ -248,6 +255,32 @@ def _repeated_failure(state: RunState, cfg: AlertConfig, watch: Watch) -> Iterat
         yield _decide(REPEATED_FAILURE, sig, firing,
                       f">= {cfg.repeated_failure} failures with the same signature", float(count),
                       detail, watch.commit_id if healed else (seen.event_id if seen else None))
+
+
+def _rpo_violated(state: RunState, cfg: AlertConfig, watch: Watch) -> Iterator[Decision]:
+    """One alert per failure domain whose gap exceeds its ``checkpoint.rpo``.
+
+    Judged while the run is active, like the checkpoint lag: a run waiting for
+    its next generation has no committed progress to lose.
+    """
+    if not state.status.active or not cfg.rpo:
+        return
+    rec = watch.recovery
+    for domain in sorted(cfg.rpo, key=widest_index):
+        f = figure(rec, domain, cfg.first_protects, cfg.rpo)
+        if _moot(state, RPO_VIOLATED, domain, firing := f.violated):
+            continue
+        survives = ("no checkpoint survives it" if f.recoverable_step is None else
+                    f"the newest checkpoint that survives it is at step {f.recoverable_step}")
+        seconds = "" if f.gap_s is None else f" ({f.gap_s:.1f} s of training)"
+        advice = (f"; replicate more often (a shorter checkpoint interval or a faster tier)"
+                  f" or add a tier that protects {domain}" if firing else "")
+        yield _decide(RPO_VIOLATED, domain, firing,
+                      f"> {f.rpo_steps} steps lost by a {domain} loss", float(f.gap_steps),
+                      f"a {domain} loss at step {f.committed_step} would cost {f.gap_steps}"
+                      f" steps{seconds}, over the rpo of {f.rpo_steps}: {survives}{advice}",
+                      (watch.steps[-1].event_id if watch.steps else None) if firing
+                      else rec.changed_by)
 
 
 def _close_all(state: RunState, watch: Watch) -> list[Decision]:

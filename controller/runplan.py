@@ -125,4 +125,6 @@ def _alerts(spec: RunSpec, interval_steps: int | None) -> AlertConfig:
         window_steps=a.window_steps, straggler_ratio=a.straggler_ratio,
         input_wait_share=a.input_wait_share, checkpoint_lag_steps=a.checkpoint_lag_steps,
         plan_interval_steps=interval_steps, mixture_drift=a.mixture_drift,
-        repeated_failure=a.repeated_failure)
+        repeated_failure=a.repeated_failure,
+        rpo={str(d): n for d, n in spec.checkpoint.rpo.items()},
+        first_protects=spec.checkpoint.storage_tiers()[0].widest)

@@ -23,6 +23,10 @@ from events.model import (
     StepCommitted,
     StepTimesRecorded,
 )
+from events.recovery import EMPTY as NO_RECOVERY
+from events.recovery import KINDS as RECOVERY_FACTS
+from events.recovery import Recovery
+from events.recovery import observe as observe_recovery
 from events.state import RunState
 
 MAX_WINDOW = 128  # the most samples kept per rank and per run; bounds alerts.window_steps
@@ -64,7 +68,8 @@ class Watch:
     """What the rules look at beyond the folded state, for one run.
 
     Facts (StepCommitted, CheckpointStaged, CursorAdvanced, FailureClassified,
-    alerts) rebuild it on replay. StepTimesRecorded stays a report, never a
+    alerts, and for ``recovery`` also commits, replicas and revocations) rebuild
+    it on replay. StepTimesRecorded stays a report, never a
     fact, so a restarted controller starts with no per-rank times: stragglers
     are judged again once each rank has reported MIN_SAMPLES steps, and an open
     straggler alert waits for that evidence.
@@ -78,12 +83,18 @@ class Watch:
     failures: Mapping[str, FailureSeen] = field(default_factory=dict)
     raised: Mapping[str, int] = field(default_factory=dict)  # AlertRaised per key, for ids
     ended_by: str | None = None  # the RunFinished or RunCancelled
+    # Progress and checkpoint copies, for RPO per failure domain (events.recovery).
+    recovery: Recovery = NO_RECOVERY
 
 
 EMPTY = Watch()
 
 def observe(watch: Watch, event: Event, before: RunState | None) -> Watch:
     """The watch after an accepted event; ``before`` is the run's state before it."""
+    if isinstance(event, RECOVERY_FACTS):
+        rec = observe_recovery(watch.recovery, event)
+        if rec is not watch.recovery:
+            watch = replace(watch, recovery=rec)
     match event:
         case StepCommitted():
             seen = StepSeen(event.step, event.step_time_ms, event.input_wait_ms, event.loss,

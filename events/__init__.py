@@ -15,6 +15,9 @@
 - ``authority``: who may say what (each type's topic and sending role), size
   limits, and the controller's door (``admit_input``); ``names``: the charset of
   run ids, node names, logical ids and aliases, and path confinement.
+- ``recovery``: RPO per failure domain, a pure fold of a run's progress and
+  checkpoint copies (the controller's ``rpo_violated`` alert and the ``recovery``
+  query both read it).
 - ``workerenv``: the environment contract between the controller, the agent and
   a worker process.
 - ``launch``: where a worker runs and which program it runs, the check ``submit``

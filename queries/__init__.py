@@ -1,12 +1,15 @@
 """queries: the questions people ask of the DuckDB projection, as ``.sql`` files.
 
 - ``*.sql``: one query each (ettr, goodput, provenance, audit, incidents,
-  stragglers, alerts, mixture, timeline). Each reads its run from ``getvariable('run_id')``,
-  so it also runs in the DuckDB CLI after ``SET VARIABLE run_id = '...'``.
+  recovery, stragglers, alerts, mixture, timeline). Each reads its run from
+  ``getvariable('run_id')``, so it also runs in the DuckDB CLI after
+  ``SET VARIABLE run_id = '...'``.
 - ``source``: which file a reader opens (the live projection, or a running
   projector's snapshot) and how far behind the log it is.
 - ``runner``: finds the files, checks the query name and the run, runs them.
 - ``ettr``: the ETTR breakdown as a typed result.
+- ``recovery``: RPO and RTO per failure domain over time, ``recovery.sql``'s facts
+  folded through ``events.recovery`` (what ``runledger query recovery`` shows).
 - ``lineage``: provenance as W3C PROV-JSON and as an OpenLineage run event.
 - ``render``: results as aligned text for a terminal.
 - ``report`` (with ``report_sections``, ``report_html``, ``report_svg`` and

@@ -2,7 +2,7 @@
 
 :func:`gather` reads everything from a projection through the package's
 queries (``timeline``, ``ettr``, ``goodput``, ``stragglers``, ``mixture``,
-``incidents``, ``alerts``, ``audit``, ``provenance``) plus one small lookup for
+``incidents``, ``alerts``, ``audit``, ``provenance``, ``recovery``) plus one small lookup for
 the header; :func:`render` turns that into the page, a pure function of the
 data, so the same projection always gives the same bytes. The data
 (``ReportData``) and the sections live in ``report_sections``, their building
@@ -17,6 +17,7 @@ import duckdb
 
 from queries import report_sections as sections
 from queries.ettr import ettr
+from queries.recovery import recovery
 from queries.report_html import CSS, esc
 from queries.report_sections import ReportData, Rows
 from queries.runner import check_run, run_query
@@ -56,7 +57,8 @@ def gather(con: duckdb.DuckDBPyConnection, run_id: str) -> ReportData:
     goodput = q("goodput")
     return ReportData(run_id, summary, ettr(con, run_id), q("timeline"),
                       goodput[0] if goodput else None, q("stragglers"), q("mixture"),
-                      q("incidents"), q("alerts"), q("audit"), q("provenance"))
+                      q("incidents"), q("alerts"), q("audit"), q("provenance"),
+                      recovery(con, run_id).records())
 
 
 def report(con: duckdb.DuckDBPyConnection, run_id: str, *, max_audit_rows: int = 2000,
@@ -85,7 +87,7 @@ def render(data: ReportData, *, max_audit_rows: int = 2000,
         + "\n".join(body) +
         '\n<p class="note">Every number on this page comes from the projection of the event'
         " log: <code>runledger query NAME RUN</code> reproduces each section (timeline, ettr,"
-        " goodput, stragglers, mixture, incidents, alerts, audit, provenance).</p>"
+        " goodput, stragglers, mixture, incidents, recovery, alerts, audit, provenance).</p>"
         "\n</main></body></html>\n")
 
 

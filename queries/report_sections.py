@@ -1,7 +1,7 @@
 """The sections of the run report (``queries.report``), each from its query's rows.
 
 Every section is a ``<section>`` with a stable id (summary, timeline, ettr,
-incidents, goodput, mixture, stragglers, alerts, provenance, audit), and says
+incidents, recovery, goodput, mixture, stragglers, alerts, provenance, audit), and says
 what is missing ("no failures", "no alerts") rather than disappearing. Tables
 carry ``data-*`` attributes (``data-part``, ``data-member``, ``data-col``...) so
 tests and scripts can read the values a person sees.
@@ -11,7 +11,7 @@ Tested in tests/queries/test_report.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from queries.ettr import PARTS, Ettr
@@ -53,6 +53,7 @@ class ReportData:
     alerts: Rows
     audit: Rows
     provenance: Rows
+    recovery: Rows = field(default_factory=list)
 
     @property
     def origin_ms(self) -> int:
@@ -64,7 +65,7 @@ class ReportData:
 
 def body(data: ReportData, max_audit_rows: int) -> list[str]:
     """The sections in reading order: what happened, what it cost, then the evidence."""
-    return [_summary(data), _timeline(data), _ettr(data), _incidents(data),
+    return [_summary(data), _timeline(data), _ettr(data), _incidents(data), _recovery(data),
             f'<div class="cols">{_goodput(data)}{_mixture(data)}</div>',
             _stragglers(data), _alerts(data), _provenance(data),
             _audit(data, max_audit_rows)]
@@ -233,6 +234,27 @@ def _incidents(data: ReportData) -> str:
         row_attrs=lambda r: {"data-generation": r["generation"]}),
         "detection: fault to classification; RTO: fault to the next generation's first step;"
         " RPO: work lost to the restart")
+
+
+def _recovery(data: ReportData) -> str:
+    title = "Recovery per failure domain"
+    if not data.recovery:
+        return _section("recovery", title, empty("no progress or checkpoints yet"))
+    origin = data.origin_ms
+    cols = [Col("at", "at", lambda v: since(v, origin), True), Col("event_type", "after"),
+            Col("domain", "domain"), Col("committed_step", "committed", num, True),
+            Col("recoverable_step", "recoverable", num, True),
+            Col("rpo_steps", "RPO steps", num, True), Col("rpo_s", "RPO s", num, True),
+            Col("rpo_target_steps", "target", num, True),
+            Col("violated", "violated", lambda v: Safe(
+                '<span class="badge critical">violated</span>') if v else "no"),
+            Col("incidents", "incidents", num, True), Col("rto_s", "last RTO s", num, True)]
+    return _section("recovery", title, table(
+        cols, data.recovery, table_id="recovery-table",
+        row_attrs=lambda r: {"data-domain": r["domain"]}),
+        "per domain, the newest step a loss of it would fall back to (a verified copy on a"
+        " tier that survives it), against checkpoint.rpo; RTO of that domain's incidents"
+        " (infrastructure: host; other classes: process)")
 
 
 def _alerts(data: ReportData) -> str:

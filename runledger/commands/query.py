@@ -17,6 +17,7 @@ import typer
 
 from dataplane.errors import DataPlaneError
 from queries import lineage, render
+from queries.recovery import recovery
 from queries.runner import Result, names, run_query
 from queries.source import Freshness, open_projection
 from runledger import config
@@ -26,7 +27,8 @@ from runledger.errors import RunledgerError
 FORMATS = ("table", "json", "prov", "openlineage")
 
 QueryName = Annotated[str, typer.Argument(help="ettr, goodput, provenance, audit, incidents,"
-                                          " stragglers, alerts, mixture or timeline.")]
+                                          " recovery, stragglers, alerts, mixture or"
+                                          " timeline.")]
 AsRows = Annotated[bool, json_option("Rows as JSON objects.")]
 Format = Annotated[str, typer.Option("--format", help="table, json, or for provenance"
                                      " also prov (W3C PROV-JSON) or openlineage.")]
@@ -57,7 +59,9 @@ def query(name: QueryName, run: ProjectedRun, db: Db = None, as_json: AsRows = F
         params["straggler_ratio"] = ratio
     con, fresh = open_projection(db or config.default_db())
     try:
-        result = run_query(con, name, run, **params)
+        # recovery folds its facts in Python (events.recovery), as the controller does.
+        result = (recovery(con, run) if name == "recovery"
+                  else run_query(con, name, run, **params))
     finally:
         con.close()
     if fmt != "json":  # prov and openlineage are standard documents: no field of ours

@@ -16,7 +16,7 @@ from tests.events.strategies import event_of
 
 WATCHED = {"StepCommitted", "StepTimesRecorded", "GenerationStarted", "CheckpointStaged",
            "ManifestCommitted", "CursorAdvanced", "FailureClassified", "AlertRaised",
-           "RunFinished", "RunCancelled"}
+           "RunFinished", "RunCancelled", "CheckpointReplicated", "CheckpointRevoked"}
 
 
 EV = Ev("run-1", start=0, tick=1, ids="e{n}")  # event n at n ms

@@ -170,6 +170,9 @@ _EXPECTED: dict[str, Callable[[list[dict[str, Any]]], bool]] = {
     == [(1, "restart", 5)],
     "mixture": lambda rows: bool(rows) and all(r["count"] >= 0 for r in rows),
     "provenance": lambda rows: [r["step"] for r in rows] == [30, 20, 10],
+    # The facts `runledger query recovery` folds (tests/queries/test_recovery.py).
+    "recovery": lambda rows: rows[0]["event_type"] == "RunSubmitted"
+    and [r["step"] for r in rows if r["event_type"] == "ManifestCommitted"] == [10, 20, 30],
     "stragglers": lambda rows: {r["member"] for r in rows} == {"r0", "r1"},
     "timeline": lambda rows: {"generation", "step"} <= {r["kind"] for r in rows},
 }

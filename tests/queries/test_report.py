@@ -234,11 +234,12 @@ def test_empty_sections_say_so() -> None:
     doc = parse(report(con, "run-q"))
     said = {sid: doc.by_id(sid).text() for sid in (
         "timeline", "ettr", "incidents", "goodput", "mixture", "stragglers", "alerts",
-        "provenance", "audit")}
+        "provenance", "audit", "recovery")}
     assert "no generation started yet" in said["timeline"]
     assert "no allocated time yet" in said["ettr"]
     assert "no failures" in said["incidents"] and "no alerts" in said["alerts"]
     assert "no committed checkpoint" in said["provenance"]
+    assert "no progress or checkpoints yet" in said["recovery"]
     assert "no per-rank step times reported" in said["stragglers"]
     assert "live" in doc.by_id("status").text()
     with pytest.raises(QueryError, match=r"unknown run 'run-x'; .*run-q"):

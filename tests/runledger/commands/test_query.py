@@ -53,6 +53,19 @@ def test_json_rows(db: Path) -> None:
                                  "taken_at": None, "age_s": None, "behind": None}
 
 
+def test_recovery_folds_per_domain_in_table_and_json(db: Path) -> None:
+    code, out = cli("query", "recovery", "run-a", "--db", str(db), "--json")
+    assert code == 0, out
+    rows = json.loads(out)["rows"]
+    last = {r["domain"]: r for r in rows}
+    # A lone checkpoint root: one tier protecting a host loss, not a wider one.
+    assert (last["host"]["recoverable_step"], last["cluster"]["recoverable_step"]) == (30, None)
+    assert last["process"]["incidents"] == 1 and last["process"]["rto_s"] == 0.53
+    assert rows[0]["at"].startswith("1970-01-01T00:")
+    code, out = cli("query", "recovery", "run-a", "--db", str(db))
+    assert code == 0 and "recoverable_step" in out and "cluster" in out
+
+
 def test_provenance_exports(db: Path) -> None:
     code, out = cli("query", "provenance", "run-a", "--db", str(db))
     assert code == 0, out

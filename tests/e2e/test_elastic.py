@@ -58,7 +58,10 @@ def _spec(cluster: Cluster, name: str, ds: str, elastic: bool) -> dict[str, Any]
     doc = tiny_spec(cluster, name, ds, steps=STEPS, interval=INTERVAL,
                     model={"dropout": 0.0, "step_sleep_s": 0.3})
     doc["topology"] = {"replicas": 2, "slots_per_node": 1}
-    # A host-local tier (its files die with the host) and a remote one.
+    # A host-local tier (its files die with the host) and a remote one. Tier roots
+    # are the operator's to provide (a missing one is a storage fault naming it).
+    for tier in ("local", "remote"):
+        (cluster.work / tier).mkdir(exist_ok=True)
     doc["checkpoint"] = {"policy": "fixed", "interval_steps": INTERVAL, "tiers": [
         {"name": "local", "root": str(cluster.work / "local"), "protects": ["process"]},
         {"name": "remote", "root": str(cluster.work / "remote"), "protects": ["cluster"]}]}
@@ -132,6 +135,32 @@ def _assert_fenced(facts: list[Event]) -> None:
                                            f" after generation {newest} started"
 
 
+def _assert_rpo_matches_the_loss(cluster: Cluster, run: str, facts: list[Event],
+                                 shrink: GenerationStarted, restored: int) -> None:
+    """`runledger query recovery` (over a projection replayed from the log) said, when
+    the host was lost, that a host loss would go back to the step the shrink then
+    restored from the remote tier, and a process loss to the newest local commit."""
+    db = cluster.work / "projection.duckdb"
+    done = cluster.cli("replay", "--db", str(db))
+    assert done.returncode == 0, done.stderr
+    out = cluster.cli("query", "recovery", run, "--db", str(db), "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)["rows"]
+    at_loss: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row["event_type"] == "FailureClassified":
+            break
+        at_loss[row["domain"]] = row
+    host, process = at_loss["host"], at_loss["process"]
+    assert host["recoverable_step"] == restored, (host, restored)
+    assert process["recoverable_step"] == shrink.resume_step, (process, shrink.resume_step)
+    reached = max(e.step for e in facts[:facts.index(shrink)] if isinstance(e, StepCommitted))
+    lost = reached - restored  # what the host loss cost, as the restore shows it
+    print(f"host loss: reached step {reached}, restored {restored} from the remote tier,"
+          f" {lost} steps lost; the local tier held {shrink.resume_step}")
+    assert lost >= 0 and host["recoverable_step"] <= process["recoverable_step"]
+
+
 def _run_with_a_node_loss(cluster: Cluster, agents: dict[str, subprocess.Popen[bytes]],
                           doc: dict[str, Any], lost_until: str) -> tuple[str, list[Event]]:
     run = cluster.submit(doc)
@@ -190,6 +219,7 @@ def test_an_elastic_run_shrinks_on_a_node_loss_and_grows_back_serving_the_same_b
     assert restored and {e.tier for e in restored} == {"remote"}, restored
     assert not [e for e in reports if e.event_type == "CheckpointVerificationFailed"
                 and "tier local" in e.detail]
+    _assert_rpo_matches_the_loss(cluster, run, facts, shrink, restored[0].step)
 
     served, reference = _kept(trace / run), _kept(trace / fixed)
     assert sorted(served) == sorted(reference) == list(range(1, STEPS + 1))

@@ -27,7 +27,9 @@ alternate order each round so neither always runs on a warmer machine.
 Reported: step time (wall clock of one loop iteration, the checkpoint stall
 included on checkpoint steps) as mean/p50/p99 over every step of every round,
 the steps without a checkpoint and the checkpoint steps apart, the ratio
-tiered / single; per tier, the durability lag (the replicator's ``lag_ms``:
+tiered / single, and the median over rounds of each round's ratio of means (the
+pair of a round ran back to back, so a burst of other load on a shared machine
+moves that figure least); per tier, the durability lag (the replicator's ``lag_ms``:
 commit to verified copy) and the bytes copied; the tail (waiting for the last
 copy after the loop). Nothing asserts on a timing. Results go to
 ``bench/results/replication.json``.
@@ -88,7 +90,7 @@ class Mode:
     keep_remote: int
 
 
-FULL = Mode(width=2048, layers=8, batch=64, steps=60, every=10, rounds=3, keep_local=2,
+FULL = Mode(width=2048, layers=8, batch=64, steps=40, every=10, rounds=5, keep_local=2,
             keep_remote=4)
 QUICK = Mode(width=512, layers=4, batch=32, steps=20, every=5, rounds=1, keep_local=2,
              keep_remote=3)
@@ -220,6 +222,11 @@ def rounds(mode: Mode, base: Path, verbose: bool = True) -> dict[str, list[Loop]
     return out
 
 
+def _part(loop: Loop, part: str) -> list[float]:
+    due = part == "checkpoint"
+    return [s for i, s in enumerate(loop.step_s) if ((i + 1) % loop.mode.every == 0) == due]
+
+
 def summarize(loops: dict[str, list[Loop]], mode: Mode) -> dict[str, Any]:
     per: dict[str, Any] = {}
     for variant, runs in loops.items():
@@ -245,7 +252,13 @@ def summarize(loops: dict[str, list[Loop]], mode: Mode) -> dict[str, Any]:
                       "lag_mean_ms": statistics.fmean(lag), "lag_p50_ms": percentile(lag, 50),
                       "lag_max_ms": max(lag), "bytes": sum(r.bytes for r in mine),
                       "lag_ms": lag}
-    return {"variants": per, "durability_lag": lags,
+    # Each round's pair ran back to back: the median of the per-round ratios is the
+    # figure least moved by a burst of someone else's load during one round.
+    paired = {part: [ratio(stats(t.step_s if part == "all" else _part(t, part))["mean_ms"],
+                           stats(s.step_s if part == "all" else _part(s, part))["mean_ms"])
+                     for s, t in zip(loops["single"], tiered, strict=True)]
+              for part in ("all", "no_checkpoint", "checkpoint")}
+    return {"variants": per, "durability_lag": lags, "paired_mean_ratios": paired,
             "checkpoint_bytes": tiered[0].checkpoint_bytes if tiered else 0}
 
 
@@ -257,6 +270,11 @@ def show(res: dict[str, Any], mode: Mode) -> list[list[object]]:
         for key in ("mean_ms", "p50_ms", "p99_ms"):
             a, b = v["single"][part][key], v["tiered"][part][key]
             rows.append([f"{label}: {key[:-3]}", f"{a:,.1f}", f"{b:,.1f}", f"{ratio(b, a):.2f}"])
+    for part, label in (("all", "every step"), ("no_checkpoint", "steps without a checkpoint"),
+                        ("checkpoint", "checkpoint steps")):
+        pairs = res["paired_mean_ratios"][part]
+        rows.append([f"{label}: mean, median of per-round ratios", "", "",
+                     f"{statistics.median(pairs):.2f}"])
     print_table(["step time (ms)", "single (baseline)", "tiered", "tiered / single"], rows,
                 title=f"1. step time over {mode.rounds} round(s) of {mode.steps} steps, a "
                 f"checkpoint every {mode.every} ({res['checkpoint_bytes'] / 1e6:,.0f} MB each)")

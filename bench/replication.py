@@ -1,6 +1,6 @@
 """Benchmark: background replication to a second storage tier vs a single tier (issue #15).
 
-Usage: ``.venv/bin/python bench/replication.py [--quick]``
+Usage: ``.venv/bin/python bench/replication.py [--quick] [--threads N]``
 
 One training loop on CPU (an fp32 stack of Linear layers, AdamW, fixed random
 batches), a checkpoint every ``k`` steps, run twice per round with the same
@@ -292,8 +292,14 @@ def show(res: dict[str, Any], mode: Mode) -> list[list[object]]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a small model, one round")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's own); the results file"
+                        " is then replication-threads<N>.json")
     args = parser.parse_args(argv)
     mode = QUICK if args.quick else FULL
+    name = NAME if args.threads is None else f"{NAME}-threads{args.threads}"
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", message="torch.distributed is disabled")  # no_dist=True
     started = time.perf_counter()
     machine = machine_info(["torch", "crc32c", "fsspec", "runledger"])
@@ -320,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ],
         "elapsed_s": time.perf_counter() - started,
     }
-    path = write_results(NAME, results)
+    path = write_results(name, results)
     print(f"wrote {path} in {results['elapsed_s']:.0f} s")
     return 0
 

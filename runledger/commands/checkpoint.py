@@ -1,9 +1,10 @@
-"""``runledger checkpoint list|gc``: a run's checkpoints as the log records them.
+"""``runledger checkpoint list|gc``: a run's checkpoints as the log records them, per
+storage tier (``runledger.ckpttiers``).
 
 "Latest" and "committed" come only from ``runledger.runs``; the storage
 listing only says what is there to remove.
 
-Tested in tests/e2e/test_checkpoint.py.
+Tested in tests/e2e/test_checkpoint.py and tests/runledger/commands/test_checkpoint.py.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import fsspec
 import typer
 
 from events.consume import read_log
-from events.model import CheckpointRevoked, Event, ManifestCommitted
+from events.model import Event
 from events.topics import RUNS
 from runledger import config
+from runledger.ckpttiers import copies, gc_plan, spec_checkpoint
 from runledger.config import AsJson, Bootstrap, RunArg
-from runledger.errors import RunledgerError
+from runledger.errors import RunledgerError, UsageError
 from worker.gc import Retention, collect, history
 
 
@@ -40,21 +42,26 @@ def _facts(bootstrap: str, run: str) -> list[Event]:
 
 
 def list_(run: RunArg, as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
-    """Every committed checkpoint of a run, oldest first, with revocations and those
-    whose manifest is gone from storage (removed by `checkpoint gc` under retention)."""
+    """Every committed checkpoint of a run, oldest first, with the storage tiers holding
+    a verified copy, revocations, and copies gone from storage (removed by `checkpoint
+    gc` under retention)."""
     facts = _facts(config.connect(bootstrap), run)
-    revoked = {e.manifest_digest: e.reason for e in facts if isinstance(e, CheckpointRevoked)}
-    rows = [{"generation": e.generation, "step": e.step, "manifest": e.manifest_path,
-             "digest": e.manifest_digest, "revoked": revoked.get(e.manifest_digest),
-             "removed": not _stored(e.manifest_path)}
-            for e in facts if isinstance(e, ManifestCommitted)]
+    ckpt = spec_checkpoint(facts)
+    rows = copies(facts, ckpt.storage_tiers() if ckpt is not None else ())
+    for r in rows:
+        for held in r["tiers"]:
+            held["removed"] = not _stored(held["manifest"])
+        r["removed"] = r["tiers"][0]["removed"]  # the first tier's copy, the committed one
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
     for r in rows:
         mark = f"  REVOKED ({r['revoked']})" if r["revoked"] else ""
         mark += "  REMOVED (gone from storage: retention)" if r["removed"] else ""
-        typer.echo(f"g{r['generation']:<4} step {r['step']:<8} {r['manifest']}{mark}")
+        tiers = ", ".join(h["tier"] + (" (removed)" if h["removed"] else "")
+                          for h in r["tiers"])
+        typer.echo(f"g{r['generation']:<4} step {r['step']:<8} {r['manifest']}  tiers:"
+                   f" {tiers}{mark}")
 
 
 def _stored(manifest: str) -> bool:
@@ -69,20 +76,49 @@ def _stored(manifest: str) -> bool:
 
 def gc(
     run: RunArg,
-    root: Annotated[str, typer.Option("--root", help="The checkpoint root (an fsspec URL).")],
-    keep_last: Annotated[int, typer.Option("--keep-last", min=1)] = 3,
+    root: Annotated[str | None, typer.Option(
+        "--root", help="Collect this one checkpoint root (an fsspec URL) instead of the"
+        " run's tiers.")] = None,
+    tier: Annotated[str | None, typer.Option(
+        "--tier", help="Collect only this tier of the run's spec.")] = None,
+    keep_last: Annotated[int | None, typer.Option(
+        "--keep-last", min=1, help="Default: each tier's keep_last from the spec; 3 with"
+        " --root.")] = None,
     keep_every: Annotated[int | None, typer.Option("--keep-every", min=1)] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Directories per pass.")] = 16,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would go.")] = False,
     bootstrap: Bootstrap = None,
     as_json: AsJson = False,
 ) -> None:
-    """Remove checkpoints outside retention and fenced staging residue; never the latest."""
+    """Remove checkpoints outside retention and fenced staging residue; never the latest.
+    Every tier of the run's spec, each with its own keep_last, unless --root names one."""
+    if root is not None and tier is not None:
+        raise UsageError("give --root or --tier, not both: --tier picks a root from the"
+                         " run's spec")
     facts = _facts(config.connect(bootstrap), run)
-    urls = collect(root, run, history(facts), Retention(keep_last, keep_every, limit),
-                   dry_run=dry_run)
-    if as_json:
-        typer.echo(json.dumps({"run_id": run, "dry_run": dry_run, "removed": list(urls)}))
+    hist = history(facts)
+    if root is not None:
+        urls = collect(root, run, hist, Retention(keep_last or 3, keep_every, limit),
+                       dry_run=dry_run)
+        if as_json:
+            typer.echo(json.dumps({"run_id": run, "dry_run": dry_run, "removed": list(urls)}))
+            return
+        for url in urls:
+            typer.echo(("would remove " if dry_run else "removed ") + url)
         return
-    for url in urls:
-        typer.echo(("would remove " if dry_run else "removed ") + url)
+    plans = gc_plan(facts, spec_checkpoint(facts), only=tier, keep_last=keep_last,
+                    keep_every=keep_every, limit=limit)
+    done = [(p, collect(p.tier.root, run, hist, p.keep, dry_run=dry_run, pinned=p.pinned))
+            for p in plans]
+    if as_json:
+        typer.echo(json.dumps({
+            "run_id": run, "dry_run": dry_run, "removed": [u for _, urls in done for u in urls],
+            "tiers": [{"tier": p.tier.name, "root": p.tier.root, "keep_last": p.keep.keep_last,
+                       "pinned_steps": sorted(s for _, s in p.pinned), "removed": urls}
+                      for p, urls in done]}))
+        return
+    for p, urls in done:
+        typer.echo(f"tier {p.tier.name} ({p.tier.root}, keep_last {p.keep.keep_last}):"
+                   + ("" if urls else " nothing to remove"))
+        for url in urls:
+            typer.echo(("  would remove " if dry_run else "  removed ") + url)

@@ -235,6 +235,7 @@ class RestoreRow(NamedTuple):
     load_ms: Double
     fell_back: Bigint
     occurred_at: Bigint
+    tier: Varchar  # the storage tier it was loaded from ('' with one root, or before v2)
 
 
 class RejectionRow(NamedTuple):

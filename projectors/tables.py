@@ -260,7 +260,8 @@ def _rank_steps(e: StepTimesRecorded, p: Pos) -> list[Row]:
 def _restore(e: CheckpointRestored, p: Pos) -> list[Row]:
     return [RestoreRow(*p, run_id=e.run_id, generation=e.generation, step=e.step,
                        logical_id=e.logical_id, verify_ms=e.verify_ms, load_ms=e.load_ms,
-                       fell_back=e.fell_back, occurred_at=e.header.occurred_at)]
+                       fell_back=e.fell_back, occurred_at=e.header.occurred_at,
+                       tier=e.tier)]
 
 
 _FACTS: dict[type[Event], _Map] = {

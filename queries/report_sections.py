@@ -224,6 +224,7 @@ def _incidents(data: ReportData) -> str:
             Col("attempt", "try", num, True), Col("detection_s", "detection s", num, True),
             Col("rto_s", "RTO s", num, True),
             Col("steps", "last → resumed", str, True),
+            Col("restored_tier", "tier", lambda v: v or "-"),
             Col("rpo_steps", "RPO steps", num, True), Col("rpo_s", "RPO s", num, True),
             Col("detail", "detail"), Col("log_path", "log", code),
             Col("stderr_tail", "last output", _output)]

@@ -159,6 +159,11 @@ def _assert_rpo_matches_the_loss(cluster: Cluster, run: str, facts: list[Event],
     print(f"host loss: reached step {reached}, restored {restored} from the remote tier,"
           f" {lost} steps lost; the local tier held {shrink.resume_step}")
     assert lost >= 0 and host["recoverable_step"] <= process["recoverable_step"]
+    out = cluster.cli("query", "incidents", run, "--db", str(db), "--json")
+    assert out.returncode == 0, out.stderr
+    incident = json.loads(out.stdout)["rows"][0]  # the host loss
+    assert (incident["resumed_from"], incident["restored_tier"]) == (restored, "remote")
+    assert incident["rpo_steps"] == lost
 
 
 def _run_with_a_node_loss(cluster: Cluster, agents: dict[str, subprocess.Popen[bytes]],

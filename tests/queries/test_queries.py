@@ -80,6 +80,31 @@ def test_incidents_report_detection_rto_and_rpo(con) -> None:
     assert inc["member"] == "r1" and inc["failure_class"] == "worker_crash"
     assert inc["log_path"] == "/agent/run/g1/r1.log"
     assert inc["stderr_tail"] == "Fatal Python error: Segmentation fault\n"
+    assert inc["restored_tier"] is None  # no rank reported a restore
+
+
+def test_an_incident_counts_from_the_step_the_restore_loaded_and_names_its_tier(con) -> None:
+    """A host loss: the controller's latest commit (step 20) was on the lost host's
+    tier; the ranks restored step 10 from the remote tier, so 15 steps were lost."""
+    tl = Timeline()
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    for s in range(1, 26):
+        tl.step(1, s)
+        if s in (10, 20):
+            tl.checkpoint(1, s)
+    tl.exit(1)
+    tl.fail(1)
+    tl.start(2, resume=20)
+    tl.restore(2, 10, "remote")
+    tl.step(2, 11)
+    project(con, tl)
+    (inc,) = run_query(con, "incidents", tl.run_id).records()
+    assert (inc["last_step"], inc["resumed_from"], inc["rpo_steps"]) == (25, 10, 15)
+    assert inc["restored_tier"] == "remote"
+    # RPO in time from when step 10 was trained: 15 steps of 100 ms, two 50 ms checkpoints
+    assert inc["rpo_s"] == pytest.approx(15 * 0.1 + 2 * 0.05)
 
 
 def test_provenance_follows_the_lineage_through_the_restart(con) -> None:

@@ -20,6 +20,7 @@ from events.model import (
     HeartbeatRecorded,
     StepTimesRecorded,
 )
+from events.state import Checkpoint
 from events.topics import REPORTS, RUNS
 from projectors.tables import DDL, TABLE_OF, rows_for
 from tests.events.builders import Ev, members
@@ -101,6 +102,13 @@ class Timeline:
                                  logical_id="r1", node="node-a", backoff_ms=0,
                                  log_path="/agent/run/g1/r1.log",
                                  stderr_tail="Fatal Python error: Segmentation fault\n"))
+
+    def restore(self, gen: int, step: int, tier: str, lids: tuple[str, ...] = ("r0", "r1")
+                ) -> None:
+        """Every rank of ``gen`` loaded ``step`` from ``tier`` (a report)."""
+        ckpt = Checkpoint(step, f"ck/s{step}/manifest.json", f"sha256:s{step}", gen - 1, 0)
+        for lid in lids:
+            self.add(self.ev.restored(gen, ckpt, lid, tier=tier))
 
     def finish(self, gen: int, outcome: str = "succeeded") -> None:
         self.add(self.ev.finished(gen, outcome))

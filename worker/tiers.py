@@ -27,6 +27,8 @@ Tested in tests/worker/test_tiers.py.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import threading
 import time
@@ -225,6 +227,7 @@ class Replicator:
         self._thread.join(30)
 
     def _run(self) -> None:
+        _lowest_priority()
         while True:
             with self._cond:
                 while not self._jobs and not self._stop:
@@ -253,6 +256,17 @@ class Replicator:
             manifest_digest=written.digest, manifest_path=url,
             logical_id=self._who.logical_id, tier=tier.name, protects=tier.protects,
             lag_ms=(self._clock() - committed_at) * 1000.0, bytes=size))
+
+
+def _lowest_priority() -> None:
+    """Run the calling thread at the lowest CPU priority (Linux nice 19 per thread).
+
+    A copy must not slow the training step it runs beside: on a host whose cores
+    the step keeps busy it then takes only the cycles the step leaves. Its lag
+    is the measure of whether that is enough (``bench/replication.py``)."""
+    # Not Linux, or not permitted: the copy runs at normal priority.
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
 
 # --- GC, per tier ---------------------------------------------------------------------------

@@ -5,7 +5,10 @@ tier, a corrupted copy fallen back from, a missing tier root named, GC kept per 
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -204,3 +207,22 @@ def test_gc_keeps_each_tiers_own_retention_and_never_a_pinned_copy(tmp_path: Pat
                   pinned=frozenset({(1, 10)}))
     assert sorted(present(tiers[0].root, RUN)) == [(1, 10), (1, 40)]
     assert sorted(present(tiers[1].root, RUN)) == [(1, 20), (1, 30), (1, 40)]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread nice is Linux's")
+def test_the_copier_runs_at_the_lowest_cpu_priority(tmp_path: Path) -> None:
+    """The copy takes only the cycles the training step leaves (nice 19, its thread
+    alone: the training threads keep theirs)."""
+    tiers = _tiers(tmp_path, "process", "cluster")
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    rep = Replicator(tiers[1:], Identity("w0", _header), lambda _: None)
+    try:
+        tid = rep._thread.native_id
+        assert tid is not None
+        deadline = time.monotonic() + 30
+        while os.getpriority(os.PRIO_PROCESS, tid) != 19 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.getpriority(os.PRIO_PROCESS, tid) == 19
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
+    finally:
+        rep.close()

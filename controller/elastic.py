@@ -103,21 +103,25 @@ def others(used: Mapping[str, int], members: Sequence[Member]) -> dict[str, int]
     return {k: v for k, v in left.items() if v > 0}
 
 
-def undecided(members: Sequence[Member], exits: Mapping[str, int | None],
-              heartbeats: Mapping[str, int], fresh: set[str], now: int) -> tuple[str, ...]:
+def undecided(members: Sequence[Member], exited: Mapping[str, int], heartbeats: Mapping[str, int],
+              last_seen: Mapping[str, int], now: int) -> tuple[str, ...]:
     """Members a restart waits for before it sizes the next generation.
 
     A node lost with its agent takes its workers down silently, while the
     members elsewhere fail at once (their collectives break): sized then, the
     dead node would still look fresh and the run would restart at full size
-    onto it, wait out the start timeout and only then shrink. So a member that
-    reported no exit, whose node's agent is still fresh and who was itself
-    heard from within ``FRESH_MS``, is undecided: its agent will report its
-    exit, or the node (or the member) falls silent, within ``FRESH_MS``.
+    onto it, wait out the start timeout and only then shrink. The failure's
+    time is the newest exit (``exited``: when each was accepted) or heartbeat
+    of the generation; a member that did not exit is undecided while its
+    node's agent has not reported since then (``last_seen``) and is not yet
+    ``FRESH_MS`` silent: a live agent reports within its interval, a dead one
+    falls out of ``FRESH_MS``.
     """
+    failed_at = max([*exited.values(), *heartbeats.values()], default=0)
     return tuple(m.logical_id for m in members
-                 if m.logical_id not in exits and m.node in fresh
-                 and now - heartbeats.get(m.logical_id, 0) <= FRESH_MS)
+                 if m.logical_id not in exited
+                 and last_seen.get(m.node, 0) < failed_at
+                 and now - last_seen.get(m.node, 0) <= FRESH_MS)
 
 
 def shape(elastic: Elastic | None, ranks_per_replica: int, world: int) -> tuple[int, int]:

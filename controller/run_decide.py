@@ -143,7 +143,7 @@ def decide(run: Tracked, world: World) -> tuple[Action, ...]:
     if state.status in (Status.SUBMITTED, Status.QUEUED):
         return _admission(state, plan, world)
     if state.status == Status.RECOVERING and state.awaiting_generation:
-        return _restart(state, plan, world)
+        return _restart(state, plan, world, {k: n.at for k, n in run.evidence.exits.items()})
     if state.status.active:
         return _watch(run, plan, world)
     return ()
@@ -196,7 +196,8 @@ def _admit_elastic(state: RunState, plan: RunPlan, e: elastic.Elastic,
     return (Admit(sized.members, generation), Start(sized.members, generation, "admitted"))
 
 
-def _restart(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ...]:
+def _restart(state: RunState, plan: RunPlan, world: World,
+             exited: Mapping[str, int]) -> tuple[Action, ...]:
     if world.now < state.retry_not_before:
         return ()
     keeps = world.inventory.keeps(world.now, NODE_TIMEOUT_MS)
@@ -204,8 +205,9 @@ def _restart(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ...]
     if plan.elastic is not None:
         where = _where(plan, world, elastic.others(world.used(), state.members))
         fresh = world.inventory.keeps(world.now, elastic.FRESH_MS)
-        if elastic.undecided(state.members, state.exits, state.heartbeats, fresh, world.now):
-            return ()  # requeue: within FRESH_MS each exits or its node falls silent
+        seen = {n.name: n.last_seen for n in world.inventory.nodes.values()}
+        if elastic.undecided(state.members, exited, state.heartbeats, seen, world.now):
+            return ()  # requeue: within FRESH_MS each node reports or falls silent
         resized = elastic.resize(plan.elastic, state.members, fresh, where)
         if resized is not None:
             sized, reason = resized

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from controller import elastic
 from controller.elastic import Elastic, Where
+from controller.exits import Evidence, ExitNote
 from controller.inventory import Inventory, Node
 from controller.model import Tracked, replay
 from controller.reconcile import tick
@@ -88,26 +89,40 @@ def test_3_a_loss_with_no_replacement_shrinks_and_the_survivor_keeps_its_id() ->
     assert isinstance(queued, Queue) and "not even membership.min 1 replicas fit" in queued.reason
 
 
-def test_3_a_restart_waits_for_a_silent_member_on_a_fresh_node_then_shrinks() -> None:
+def test_3_a_restart_waits_for_a_node_not_heard_from_since_the_failure_then_shrinks() -> None:
     """A whole node lost at once: r0's collective breaks and it exits at once, while
     n2's agent, dead with r1, still looks fresh. Sized now the run would restart at
     full size onto n2; it waits until n2 falls silent, then shrinks, naming a host loss."""
-    crashed = replace(recovering(), exits={"r0": 1}, heartbeats={"r0": NOW - 500,
-                                                                  "r1": NOW - 500})
-    both = Inventory({"n1": Node("n1", 1, "d1", NOW - 100), "n2": Node("n2", 1, "d1", NOW - 400)})
-    assert decide(Tracked(crashed, PLAN), world(both)) == ()
-    later = World(NOW + elastic.FRESH_MS, 0, Inventory({
-        "n1": Node("n1", 1, "d1", NOW + elastic.FRESH_MS - 100),
-        "n2": Node("n2", 1, "d1", NOW - 400)}), {}, lambda: {})
-    (start,) = decide(Tracked(crashed, PLAN), later)
+    crashed = replace(recovering(), exits={"r0": 1}, heartbeats={"r0": NOW - 900,
+                                                                  "r1": NOW - 900})
+    note = ExitNote("r0", "n1", 1, None, at=NOW - 300)
+    run = Tracked(crashed, PLAN, evidence=Evidence({"r0": note}))
+    # n1 reported after the exit (alive); n2 last reported before it.
+    seen = {"n1": NOW - 100, "n2": NOW - 400}
+    both = Inventory({n: Node(n, 1, "d1", t) for n, t in seen.items()})
+    assert decide(run, world(both)) == ()
+    later = World(NOW - 400 + elastic.FRESH_MS + 1, 0, Inventory({
+        "n1": Node("n1", 1, "d1", NOW + 5_000), "n2": Node("n2", 1, "d1", NOW - 400)}),
+        {}, lambda: {})
+    (start,) = decide(run, later)
     assert start == Start((TWO[0],), 2, "shrink", "host")
-    # Its agent alive, r1's exit decides it at once: the same size again.
-    both_exited = replace(crashed, exits={"r0": 1, "r1": -9})
-    (start,) = decide(Tracked(both_exited, PLAN), world(both))
+    # n2's agent reports after the failure (it is alive): the same size again at once.
+    back = Inventory({n: Node(n, 1, "d1", NOW - 100) for n in ("n1", "n2")})
+    (start,) = decide(run, world(back))
     assert start == Start(TWO, 2, "restart", "process")
     # A fixed run does not wait: it restarts on the nodes it keeps, as it always has.
-    (start,) = decide(Tracked(crashed, FIXED), world(both))
+    (start,) = decide(replace(run, plan=FIXED), world(both))
     assert start == Start(TWO, 2, "restart")
+
+
+@given(st.integers(0, 20_000), st.integers(0, 20_000), st.integers(0, 20_000))
+def test_undecided_is_exactly_a_silent_member_on_a_node_unheard_since_the_failure(
+        beat: int, seen: int, later: int) -> None:
+    members = (Member("r0", "n1", 0, "d1"),)
+    now = seen + later
+    got = elastic.undecided(members, {}, {"r0": beat}, {"n1": seen}, now)
+    assert got == (("r0",) if seen < beat and later <= elastic.FRESH_MS else ())
+    assert elastic.undecided(members, {"r0": beat}, {}, {"n1": seen}, now) == ()  # exited
 
 
 def running(members: tuple[Member, ...], committed_at: int = NOW - 1_000,

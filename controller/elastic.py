@@ -56,6 +56,10 @@ from events.model import Member
 # elastic one would otherwise restart on a dead node, wait out the start
 # timeout, and only then shrink.
 FRESH_MS = 6_000
+# A node counts as heard from after a failure only with a report this much later:
+# a dead node's last report, read from another partition, may arrive in the same
+# poll as the failure (or a little after it).
+REPORTED_AFTER_MS = 500
 # A grow waits for a checkpoint boundary: a commit of the live generation at
 # most this old. A tick that comes later waits for the next commit instead.
 GROW_WINDOW_MS = 10_000
@@ -113,14 +117,15 @@ def undecided(members: Sequence[Member], exited: Mapping[str, int], heartbeats: 
     onto it, wait out the start timeout and only then shrink. The failure's
     time is the newest exit (``exited``: when each was accepted) or heartbeat
     of the generation; a member that did not exit is undecided while its
-    node's agent has not reported since then (``last_seen``) and is not yet
+    node's agent has not reported since then (``last_seen``, at least
+    ``REPORTED_AFTER_MS`` later) and is not yet
     ``FRESH_MS`` silent: a live agent reports within its interval, a dead one
     falls out of ``FRESH_MS``.
     """
     failed_at = max([*exited.values(), *heartbeats.values()], default=0)
     return tuple(m.logical_id for m in members
                  if m.logical_id not in exited
-                 and last_seen.get(m.node, 0) < failed_at
+                 and last_seen.get(m.node, 0) < failed_at + REPORTED_AFTER_MS
                  and now - last_seen.get(m.node, 0) <= FRESH_MS)
 
 

@@ -97,8 +97,8 @@ def test_3_a_restart_waits_for_a_node_not_heard_from_since_the_failure_then_shri
                                                                   "r1": NOW - 900})
     note = ExitNote("r0", "n1", 1, None, at=NOW - 300)
     run = Tracked(crashed, PLAN, evidence=Evidence({"r0": note}))
-    # n1 reported after the exit (alive); n2 last reported before it.
-    seen = {"n1": NOW - 100, "n2": NOW - 400}
+    # n1 reported well after the exit (alive); n2 last reported before it.
+    seen = {"n1": NOW + 300, "n2": NOW - 400}
     both = Inventory({n: Node(n, 1, "d1", t) for n, t in seen.items()})
     assert decide(run, world(both)) == ()
     later = World(NOW - 400 + elastic.FRESH_MS + 1, 0, Inventory({
@@ -107,7 +107,7 @@ def test_3_a_restart_waits_for_a_node_not_heard_from_since_the_failure_then_shri
     (start,) = decide(run, later)
     assert start == Start((TWO[0],), 2, "shrink", "host")
     # n2's agent reports after the failure (it is alive): the same size again at once.
-    back = Inventory({n: Node(n, 1, "d1", NOW - 100) for n in ("n1", "n2")})
+    back = Inventory({n: Node(n, 1, "d1", NOW + 300) for n in ("n1", "n2")})
     (start,) = decide(run, world(back))
     assert start == Start(TWO, 2, "restart", "process")
     # A fixed run does not wait: it restarts on the nodes it keeps, as it always has.
@@ -121,7 +121,8 @@ def test_undecided_is_exactly_a_silent_member_on_a_node_unheard_since_the_failur
     members = (Member("r0", "n1", 0, "d1"),)
     now = seen + later
     got = elastic.undecided(members, {}, {"r0": beat}, {"n1": seen}, now)
-    assert got == (("r0",) if seen < beat and later <= elastic.FRESH_MS else ())
+    unheard = seen < beat + elastic.REPORTED_AFTER_MS
+    assert got == (("r0",) if unheard and later <= elastic.FRESH_MS else ())
     assert elastic.undecided(members, {"r0": beat}, {}, {"n1": seen}, now) == ()  # exited
 
 

@@ -49,7 +49,7 @@ from tests.e2e.harness import Cluster, _environ, of_type, worker_pids
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 
-STEPS = 60
+STEPS = 72
 INTERVAL = 4
 Row = tuple[tuple[int, ...], ...]
 

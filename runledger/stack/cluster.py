@@ -187,7 +187,7 @@ class Stack:
             cfg.wait_ports_free([p for n in layout.nodes for p in (n.port, n.controller_port)],
                                 10.0)
         if purge:
-            shutil.rmtree(self.data_dir)
+            _remove_tree(self.data_dir)
         return stopped
 
     def status(self) -> StackStatus:
@@ -368,3 +368,18 @@ def cluster_status(bootstrap: str) -> StackStatus:
     nodes = admin.cluster_nodes(bootstrap)
     brokers = [BrokerInfo(i, port) for i, _, port in nodes]
     return StackStatus(bootstrap, None, brokers, admin.describe_topics(bootstrap))
+
+
+def _remove_tree(path: Path, attempts: int = 5) -> None:
+    """``rmtree`` that retries: a broker SIGKILLed on a loaded machine may still be
+    flushing a segment for a moment after /proc stops showing it as a JVM."""
+    for attempt in range(attempts):
+        if not path.exists():
+            return
+        try:
+            shutil.rmtree(path)
+            return
+        except OSError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1.0)

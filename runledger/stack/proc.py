@@ -163,7 +163,7 @@ def stop_nodes(data_dir: Path, node_ids: Iterable[int], timeout: float) -> list[
         time.sleep(0.2)
     for node_id in pids:
         signal_node(data_dir, node_id, signal.SIGKILL)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # a SIGKILLed JVM on a loaded machine takes a while
     while time.monotonic() < deadline and any(is_ours(p, data_dir, n) for n, p in pids.items()):
         time.sleep(0.1)
     for node_id in ids:

@@ -1,9 +1,10 @@
 """The informational records of the run fold (``events.fold``): what they do to a run.
 
-Rejections, alerts and stop commands never change a run's status and stay legal
-after the run has ended: they are about the run, and stop commands follow a
-cancellation by design. ``events.fold.apply`` lets them past its terminal check
-and takes their effect from :func:`advance`.
+Rejections, alerts, stop commands and the post-run manifest never change a run's
+status and stay legal after the run has ended: they are about the run, stop
+commands follow a cancellation by design, and the manifest follows the end.
+``events.fold.apply`` lets them past its terminal check and takes their effect
+from :func:`advance`.
 
 Tested in tests/events/test_fold.py and tests/events/test_fold_properties.py.
 """
@@ -12,12 +13,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from events.model import AlertRaised, AlertResolved, GroupStopCommanded, WriteRejected
+from events.model import (
+    AlertRaised,
+    AlertResolved,
+    GroupStopCommanded,
+    RunManifestPublished,
+    WriteRejected,
+)
 from events.state import RunState
 
-INFORMATIONAL = (WriteRejected, AlertRaised, AlertResolved, GroupStopCommanded)
+INFORMATIONAL = (WriteRejected, AlertRaised, AlertResolved, GroupStopCommanded,
+                 RunManifestPublished)
 
-Informational = WriteRejected | AlertRaised | AlertResolved | GroupStopCommanded
+Informational = (WriteRejected | AlertRaised | AlertResolved | GroupStopCommanded
+                 | RunManifestPublished)
 
 
 def advance(state: RunState, e: Informational) -> RunState:
@@ -35,4 +44,4 @@ def advance(state: RunState, e: Informational) -> RunState:
                 return state
             return replace(state, open_alerts={k: v for k, v in state.open_alerts.items()
                                                if k != e.key})
-    return state  # a stop command: recorded by projections
+    return state  # a stop command, a manifest: recorded by projections

@@ -92,15 +92,21 @@ class Tally:
 
 
 EMPTY = Tally()
+_OBSERVED = (GenerationStarted, CheckpointStaged, ManifestCommitted, RunSubmitted, RunAdmitted,
+             RunFinished, RunCancelled, FailureClassified)
 
 
 def observe(tally: Tally, event: Event) -> Tally:
     """The tally after an accepted fact."""
+    if type(event) is StepCommitted:  # most facts: built field by field, not by replace
+        a = tally.accepted
+        return Tally(tally.code_version, tally.price_per_gpu_hour, tally.admitted_at,
+                     tally.ended_at, Counts(a.steps + 1, a.tokens + event.tokens,
+                                            a.loss_tokens + event.loss_tokens),
+                     tally.marks, tally.incidents)
+    if not isinstance(event, _OBSERVED):
+        return tally
     match event:
-        case StepCommitted():
-            a = tally.accepted
-            counts = Counts(a.steps + 1, a.tokens + event.tokens, a.loss_tokens + event.loss_tokens)
-            return replace(tally, accepted=counts)
         case GenerationStarted():
             # goodput's rule: the steps after the resume step are lost, whatever comes next
             return replace(tally, accepted=_mark_at(tally.marks, event.resume_step or 0))

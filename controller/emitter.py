@@ -32,6 +32,9 @@ from events.state import RunState
 from events.topics import COMMANDS, RUNS
 
 PRODUCER = "controller"
+# The fact's figures are Avro longs; sums of reported tokens could pass one (the
+# document itself, JSON, holds any integer).
+_LONG_MAX = (1 << 63) - 1
 
 Out = tuple[str, Event]
 
@@ -75,8 +78,8 @@ class Emitter:
                                end.header.event_id),
             digest=runmanifest.digest(doc), path=runmanifest.path_for(root, end.run_id),
             status=doc["status"], checkpoint_step=model["step"] if model else None,
-            accepted_loss_tokens=tokens["accepted_loss_tokens"],
-            discarded_loss_tokens=tokens["discarded_loss_tokens"],
+            accepted_loss_tokens=min(tokens["accepted_loss_tokens"], _LONG_MAX),
+            discarded_loss_tokens=min(tokens["discarded_loss_tokens"], _LONG_MAX),
             incidents=len(doc["incidents"]), cost=cost["total"] if cost else None))
 
     def keep(self, report: Event) -> None:

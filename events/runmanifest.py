@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -151,8 +152,12 @@ def _from_spec(spec_json: str) -> dict[str, Any]:
     budget = spec.get("budget")
     price = budget.get("price_per_gpu_hour") if isinstance(budget, dict) else None
     code = spec.get("code_version")
+    priced = None
+    if isinstance(price, int | float) and not isinstance(price, bool) \
+            and math.isfinite(price):
+        priced = float(price)
     return {"code_version": code if isinstance(code, str) else None,
-            "price_per_gpu_hour": float(price) if isinstance(price, int | float) else None}
+            "price_per_gpu_hour": priced}
 
 
 def document(state: RunState, tally: Tally) -> dict[str, Any]:
@@ -218,6 +223,8 @@ def _cost(state: RunState, tally: Tally) -> dict[str, Any] | None:
     ended = tally.ended_at if tally.ended_at is not None else state.updated_at
     gpu_hours = round(state.world_size * (ended - tally.admitted_at) / 3_600_000, 6)
     total = round(tally.price_per_gpu_hour * gpu_hours, 6)
+    if not math.isfinite(total):  # canonical JSON has no inf: a price past any budget
+        return None
     loss = tally.accepted.loss_tokens
     return {"price_per_gpu_hour": tally.price_per_gpu_hour, "gpu_hours": gpu_hours,
             "total": total, "per_loss_token": total / loss if loss else None}

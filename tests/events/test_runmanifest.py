@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -150,3 +151,14 @@ def test_token_counts_are_goodputs_whatever_the_restarts(log: list[Event]) -> No
     assert (tokens["accepted_loss_tokens"], tokens["discarded_loss_tokens"]) == _goodput(log)
     assert doc["status"] == "Failed"
     assert len(doc["incidents"]) == sum(1 for e in log if type(e).__name__ == "FailureClassified")
+
+
+@pytest.mark.parametrize("price", ["2.5", True, None, 1.7e308])
+def test_a_price_that_is_no_finite_number_gives_no_cost(price: object) -> None:
+    ev = Ev()
+    spec = json.dumps({"budget": {"price_per_gpu_hour": price}})
+    admitted = ev.admitted()
+    end = ev.cancelled(at=admitted.header.occurred_at + 10 * 3_600_000)
+    doc = runmanifest.build([ev.submitted(spec_json=spec), admitted, end])
+    assert doc is not None and doc["cost"] is None
+    runmanifest.encode(doc)  # canonical JSON holds it

@@ -59,8 +59,10 @@ def lines(result: dict[str, Any]) -> list[str]:
     out = [json.dumps(result["manifest"], indent=2, sort_keys=True)]
     published, file = result["published"], result["file"]
     if published is None:
-        out.append(f"not published: run {result['run_id']} has not ended; this is its manifest"
-                   f" so far ({result['digest']})")
+        ended = result["manifest"]["status"] in ("Succeeded", "Failed", "Cancelled")
+        why = ("ended before this version published manifests" if ended
+               else "has not ended; this is its manifest so far")
+        out.append(f"not published: run {result['run_id']} {why} ({result['digest']})")
         return out
     same = "the same" if published["rebuilt_matches"] else f"DIFFERENT ({result['digest']})"
     out.append(f"log:     RunManifestPublished {published['digest']}")

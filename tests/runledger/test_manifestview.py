@@ -40,6 +40,15 @@ def test_a_missing_or_altered_file_or_a_changed_log_is_named(tmp_path: Path) -> 
     assert "DIFFERENT" in "\n".join(lines(result))
 
 
+def test_a_run_without_the_fact_is_shown_unpublished(tmp_path: Path) -> None:
+    _, log = _cancelled(str(tmp_path))
+    older = [e for e in log if not isinstance(e, RunManifestPublished)]
+    result = check("run-7", older, read_bytes)
+    assert result["published"] is None and result["file"] is None and not result["ok"]
+    assert "ended before this version published manifests" in lines(result)[-1]
+    assert "has not ended" in lines(check("run-7", older[:1], read_bytes))[-1]
+
+
 def test_an_unknown_run_says_how_to_find_the_id() -> None:
     with pytest.raises(RunledgerError, match="runledger runs"):
         check("nope", [], read_bytes)

@@ -7,17 +7,34 @@ folded into the draft when it is emitted, so a decision taken later in the same
 step sees it, and the model returned already includes every record's effect: a
 caller that appends them in one Kafka transaction keeps model and log in step.
 Commands are no facts of a run and change nothing in the model.
+
+A fact that ends a run (``RunFinished``, ``RunCancelled``) is followed at once,
+in the same step and so the same transaction, by the run's
+``RunManifestPublished`` (``events.runmanifest``); the shell then writes the
+document it digests (``controller.service``).
 """
 
 from __future__ import annotations
 
 from controller import checkpoints, rejections
 from controller.model import Draft, Model, PlanOf
-from events.model import Event, GroupStopCommanded, Header, WriteRejected
+from events import runmanifest
+from events.model import (
+    Event,
+    GroupStopCommanded,
+    Header,
+    RunCancelled,
+    RunFinished,
+    RunManifestPublished,
+    WriteRejected,
+)
 from events.state import RunState
 from events.topics import COMMANDS, RUNS
 
 PRODUCER = "controller"
+# The fact's figures are Avro longs; sums of reported tokens could pass one (the
+# document itself, JSON, holds any integer).
+_LONG_MAX = (1 << 63) - 1
 
 Out = tuple[str, Event]
 
@@ -43,8 +60,27 @@ class Emitter:
 
     def emit(self, topic: str, event: Event) -> None:
         self.out.append((topic, event))
-        if topic == RUNS:
-            self.draft.absorb(event)
+        if topic == RUNS and self.draft.absorb(event).accepted \
+                and isinstance(event, RunFinished | RunCancelled):
+            self.publish_manifest(event)
+
+    def publish_manifest(self, end: RunFinished | RunCancelled) -> None:
+        """The run's post-run manifest fact, after the fact that ended it."""
+        run = self.draft.get(end.run_id)
+        if run is None or not run.state.status.terminal:
+            return
+        doc = runmanifest.document(run.state, run.tally)
+        tokens, model = doc["tokens"], doc["model"]
+        root = run.plan.checkpoint.root if run.plan.checkpoint is not None else None
+        cost = doc["cost"]
+        self.emit(RUNS, RunManifestPublished(
+            header=self.header(end.run_id, end.generation, f"{end.run_id}/RunManifestPublished",
+                               end.header.event_id),
+            digest=runmanifest.digest(doc), path=runmanifest.path_for(root, end.run_id),
+            status=doc["status"], checkpoint_step=model["step"] if model else None,
+            accepted_loss_tokens=min(tokens["accepted_loss_tokens"], _LONG_MAX),
+            discarded_loss_tokens=min(tokens["discarded_loss_tokens"], _LONG_MAX),
+            incidents=len(doc["incidents"]), cost=cost["total"] if cost else None))
 
     def keep(self, report: Event) -> None:
         """Append a report already folded (and accepted) as a fact, not folding it again."""

@@ -2,8 +2,8 @@
 
 ``Model`` is everything the controller knows: per run a :class:`Tracked` (its
 folded state, the plan taken from its spec, what the alert rules watch, its
-last staged checkpoint and the shard reports not yet committed), the
-inventory, failures counted per node, and when this controller started
+last staged checkpoint, the shard reports not yet committed and the tally of its
+post-run manifest), the inventory, failures counted per node, and when this controller started
 (missing heartbeats are only counted from then, so a restarted controller does
 not fail healthy runs it has not heard from yet).
 
@@ -33,6 +33,7 @@ from controller.shelf import Shelf
 from controller.watch import EMPTY as NOTHING_SEEN
 from controller.watch import Watch
 from controller.watch import observe as observe_run
+from events import runmanifest
 from events.fold import Verdict, apply
 from events.model import (
     CheckpointStaged,
@@ -65,6 +66,7 @@ class Tracked:
     # What the status summary shows beyond the state (events.status): runledger.status.
     status: StatusNotes = NO_NOTES
     evidence: exits.Evidence = exits.EMPTY  # the current generation's exits (controller.exits)
+    tally: runmanifest.Tally = runmanifest.EMPTY  # for its post-run manifest
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +214,8 @@ class Draft:
             return transition.verdict
         if before is None:
             assert isinstance(event, RunSubmitted)  # the fold accepts nothing else first
-            self._put(Tracked(state, self._plan(event), status=note(NO_NOTES, event)))
+            self._put(Tracked(state, self._plan(event), status=note(NO_NOTES, event),
+                              tally=runmanifest.observe(runmanifest.EMPTY, event)))
             return transition.verdict
         if (isinstance(event, FailureClassified) and event.node
                 and policy.counts_against_node(event.failure_class, event.signature)):
@@ -255,7 +258,7 @@ def _noted(before: Tracked, state: RunState, event: Event) -> Tracked:
     staged, shards = before.staged, before.shards
     if type(event) is HeartbeatRecorded:  # most records; no bookkeeping watches them
         return Tracked(state, before.plan, before.watch, staged, shards, before.status,
-                       before.evidence)
+                       before.evidence, before.tally)
     match event:
         case ShardWritten():
             shards = checkpoints.track_shard(shards, event)
@@ -264,7 +267,8 @@ def _noted(before: Tracked, state: RunState, event: Event) -> Tracked:
         case CheckpointStaged():
             staged = checkpoints.Staged(event.step, event.header.occurred_at, event.stall_ms)
     return Tracked(state, before.plan, observe_run(before.watch, event, before.state), staged,
-                   shards, note(before.status, event), exits.observe(before.evidence, event))
+                   shards, note(before.status, event), exits.observe(before.evidence, event),
+                   runmanifest.observe(before.tally, event))
 
 
 def replay(events: Iterable[Event], since: int, plan_of: PlanOf) -> Model:

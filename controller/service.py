@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from controller import narrate
+from controller import manifests, narrate
 from controller.chains import Chains, Outgoing, outgoing
 from controller.changelog import Changelog
 from controller.follow import Follower, held, partition_count
@@ -229,6 +229,7 @@ class ControllerService:
         if (out or records) and not self._commit(out, consumer, follower, writer, now):
             return
         self.model = model
+        manifests.write_published(model, (o.event for o in out if o.topic == RUNS))
         self._count(len(records), out, time.monotonic() - started)
 
     def _commit(self, out: list[Outgoing], consumer: EventConsumer, follower: Follower,

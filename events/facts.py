@@ -233,6 +233,29 @@ class RunFinished(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RunManifestPublished(Event):
+    """The post-run manifest of a run that ended (``events.runmanifest``): the SHA-256
+    of its canonical JSON, where ``run-manifest.json`` was written ('' when the run
+    has no checkpoint root: then the log alone keeps it, rebuilt by
+    ``runledger query manifest``), and its key figures."""
+
+    digest: str
+    path: str
+    status: str
+    checkpoint_step: int | None
+    accepted_loss_tokens: int
+    discarded_loss_tokens: int
+    incidents: int
+    cost: float | None
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+    def __post_init__(self) -> None:
+        if not self.digest.startswith("sha256:"):
+            raise InvalidEvent(f"RunManifestPublished.digest must be sha256:<hex>, "
+                               f"got {self.digest!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeQuarantined(Event):
     """The controller stopped placing work on a node after repeated failures there."""
 

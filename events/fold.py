@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from events import fold_info
 from events.model import (
-    AlertRaised,
-    AlertResolved,
     CancelRequested,
     CheckpointIntervalChanged,
     CheckpointReplicated,
@@ -30,7 +29,6 @@ from events.model import (
     FailureClassified,
     GenerationStarted,
     GroupStartCommanded,
-    GroupStopCommanded,
     HeartbeatRecorded,
     ManifestCommitted,
     ManifestProposed,
@@ -44,7 +42,6 @@ from events.model import (
     StepCommitted,
     StepTimesRecorded,
     WorkerExited,
-    WriteRejected,
 )
 from events.state import CHECKPOINT_HISTORY, Checkpoint, Cursor, RunState, Status, copy_with
 
@@ -93,9 +90,8 @@ class Transition:
     verdict: Verdict
 
 
-# Records that never change status and stay legal after the end: rejections and
-# alerts are about the run, and stop commands follow a cancellation by design.
-_INFORMATIONAL = (WriteRejected, AlertRaised, AlertResolved, GroupStopCommanded)
+# Records that never change status and stay legal after the end (events.fold_info).
+_INFORMATIONAL = fold_info.INFORMATIONAL
 
 
 def apply(state: RunState | None, event: Event) -> Transition:
@@ -291,10 +287,9 @@ def _check(state: RunState, e: Event) -> Verdict:
                 if e.generation != state.generation:
                     return reject(STALE_GENERATION, f"success of generation {e.generation}")
             return ACCEPTED
-        case (
-            CancelRequested() | RunCancelled() | WriteRejected() | AlertRaised()
-            | AlertResolved() | GroupStopCommanded()
-        ):
+        case CancelRequested() | RunCancelled():
+            return ACCEPTED
+        case _ if isinstance(e, _INFORMATIONAL):
             return ACCEPTED
     return reject(ILLEGAL_TRANSITION, f"the fold has no rule for {e.event_type}")
 
@@ -384,17 +379,7 @@ def _advance(state: RunState, e: Event) -> RunState:
             return replace(state, status=Status.CANCELLED, outcome_reason=e.reason)
         case CancelRequested():
             return replace(state, cancel_requested=True)
-        case WriteRejected():
-            return replace(state, rejections=state.rejections + 1 + e.repeats)
-        case AlertRaised():
-            if e.key in state.open_alerts:  # a duplicate of an open alert changes nothing
-                return state
-            return replace(state, alerts=state.alerts + 1,
-                           open_alerts={**state.open_alerts, e.key: e.header.event_id})
-        case AlertResolved():
-            if state.open_alerts.get(e.key) != e.raised_event_id:
-                return state
-            return replace(state, open_alerts={k: v for k, v in state.open_alerts.items()
-                                               if k != e.key})
+        case _ if isinstance(e, _INFORMATIONAL):
+            return fold_info.advance(state, e)
     # ShardWritten, ManifestProposed, commands: accepted, recorded by projections.
     return state

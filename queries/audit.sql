@@ -29,6 +29,8 @@ SELECT
         WHEN 'RunFinished' THEN json_extract_string(e.payload, '$.outcome') || ': '
             || json_extract_string(e.payload, '$.reason')
         WHEN 'RunCancelled' THEN json_extract_string(e.payload, '$.reason')
+        WHEN 'RunManifestPublished' THEN json_extract_string(e.payload, '$.digest')
+            || coalesce(' at ' || nullif(json_extract_string(e.payload, '$.path'), ''), '')
         WHEN 'RunQueued' THEN json_extract_string(e.payload, '$.reason')
         WHEN 'AlertRaised' THEN json_extract_string(e.payload, '$.alert') || ' '
             || json_extract_string(e.payload, '$.severity') || ': '

@@ -1,5 +1,9 @@
 """``runledger query NAME RUN``: the ``queries/*.sql`` files against a projection.
 
+``manifest`` is the exception: it reads ``runledger.runs`` itself, rebuilds
+the post-run manifest from the run's facts (``runledger.manifestview``) and
+exits 1 when the log's digest, the rebuilt document or the file disagree.
+
 The projection is the live file when no projector holds it, else the snapshot a
 running projector publishes (``queries.source``); how far behind the log it is
 goes to stderr, or into the document with ``--json``.
@@ -16,19 +20,22 @@ from typing import Annotated, Any
 import typer
 
 from dataplane.errors import DataPlaneError
+from events.consume import read_log
+from events.topics import RUNS
 from queries import lineage, render
 from queries.recovery import recovery
 from queries.runner import Result, names, run_query
 from queries.source import Freshness, open_projection
-from runledger import config
-from runledger.config import Db, ProjectedRun, json_option
+from runledger import config, manifestview
+from runledger.config import Bootstrap, Db, ProjectedRun, json_option
 from runledger.errors import RunledgerError
+from worker.storage import read_bytes
 
 FORMATS = ("table", "json", "prov", "openlineage")
 
 QueryName = Annotated[str, typer.Argument(help="ettr, goodput, provenance, audit, incidents,"
-                                          " recovery, stragglers, alerts, mixture or"
-                                          " timeline.")]
+                                          " recovery, stragglers, alerts, mixture,"
+                                          " timeline or manifest (read from the log).")]
 AsRows = Annotated[bool, json_option("Rows as JSON objects.")]
 Format = Annotated[str, typer.Option("--format", help="table, json, or for provenance"
                                      " also prov (W3C PROV-JSON) or openlineage.")]
@@ -43,8 +50,13 @@ def register(app: typer.Typer) -> None:
 
 
 def query(name: QueryName, run: ProjectedRun, db: Db = None, as_json: AsRows = False,
-          fmt: Format = "table", checkpoint: Checkpoint = None, ratio: Ratio = None) -> None:
-    """Answer a question about a run from the DuckDB projection (`runledger project`)."""
+          fmt: Format = "table", checkpoint: Checkpoint = None, ratio: Ratio = None,
+          bootstrap: Bootstrap = None) -> None:
+    """Answer a question about a run from the DuckDB projection (`runledger project`);
+    `manifest`: the post-run manifest, rebuilt from the log and checked against its file."""
+    if name == "manifest":
+        _manifest(run, as_json or fmt == "json", bootstrap)
+        return
     fmt = "json" if as_json else fmt
     if fmt not in FORMATS:
         raise RunledgerError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
@@ -75,6 +87,18 @@ def query(name: QueryName, run: ProjectedRun, db: Db = None, as_json: AsRows = F
         typer.echo(render.table(result))
         if name == "ettr":
             typer.echo(_ettr_line(result))
+
+
+def _manifest(run: str, as_json: bool, bootstrap: str | None) -> None:
+    facts = [r.event for r in read_log(config.bootstrap(bootstrap), RUNS,
+                                       retry_s=config.retry_s()) if r.event.run_id == run]
+    result = manifestview.check(run, facts, read_bytes)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        typer.echo("\n".join(manifestview.lines(result)))
+    if result["published"] is not None and not result["ok"]:
+        raise typer.Exit(1)
 
 
 def _json_rows(result: Result) -> list[dict[str, Any]]:

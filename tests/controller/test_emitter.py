@@ -27,7 +27,8 @@ def test_a_fact_is_folded_when_emitted_a_command_and_a_kept_report_are_not() -> 
     em.emit(RUNS, cancelled)
     assert em.draft.get(state.run_id).state.status == Status.CANCELLED  # type: ignore[union-attr]
     model, out = em.result()
-    assert out == [(COMMANDS, stop), (RUNS, beat), (RUNS, cancelled)]
+    assert out[:3] == [(COMMANDS, stop), (RUNS, beat), (RUNS, cancelled)]
+    assert [e.event_type for _, e in out[3:]] == ["RunManifestPublished"]  # after the end
     assert state.run_id not in model.live and model.runs[state.run_id].rejections == 0
     assert sim.model.runs[state.run_id] == state  # the model it started from is untouched
 

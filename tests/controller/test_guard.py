@@ -97,7 +97,7 @@ def test_a_fact_its_schema_cannot_hold_refuses_the_input_that_caused_it() -> Non
     model, out, problems = take_tick(sim.model, sim.now, plan_of, encode)
     # The tick fails as a whole, then run by run: this run fails, with the reason.
     assert [p[1] for p in problems] == [RECONCILE_FAILED]
-    assert [e.event_type for _, e, _ in out] == ["RunFinished"]
+    assert [e.event_type for _, e, _ in out] == ["RunFinished", "RunManifestPublished"]
     assert "OverflowError" in out[0][1].reason  # type: ignore[attr-defined]
     assert model.runs[RUN].status.value == "Failed"
     # An input is refused with FACT_INVALID when a fact it causes cannot be encoded.

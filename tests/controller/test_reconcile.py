@@ -9,6 +9,7 @@ from controller.model import Model, replay
 from controller.reconcile import handle, tick
 from controller.runplan import RunPlan
 from controller.spec_parts import RetryPolicy
+from events import runmanifest
 from events.model import (
     Event,
     FailureClassified,
@@ -17,6 +18,7 @@ from events.model import (
     GroupStopCommanded,
     RunCancelled,
     RunFinished,
+    RunManifestPublished,
     RunSubmitted,
     WriteRejected,
     node_key,
@@ -132,7 +134,7 @@ def test_members_join_then_success_when_every_member_exits_zero() -> None:
     for lid in ("r0", "r1"):
         sim.send(sim.ev.exited(1, lid, exit_code=0, node="n1"))
     out = sim.tick()
-    assert types(out) == ["RunFinished"]
+    assert types(out) == ["RunFinished", "RunManifestPublished"]
     assert sim.state.status == Status.SUCCEEDED
 
 
@@ -182,6 +184,31 @@ def test_silence_is_a_hang_and_alive_without_progress_is_a_hang_not_a_crash() ->
     assert out[0][1].failure_class == "hang"
 
 
+def test_the_end_of_a_run_publishes_the_manifest_the_log_rebuilds() -> None:
+    sim = running()
+    for _ in range(3):
+        sim.step()
+    sim.send(sim.ev.exited(1, "r0", exit_code=13, node="n1"))
+    sim.tick()
+    sim.tick(1_000)
+    sim.beat(2)
+    sim.tick()
+    sim.step()
+    for lid in ("r0", "r1"):
+        sim.send(sim.ev.exited(2, lid, exit_code=0, node="n1"))
+    out = sim.tick()
+    published = out[1][1]
+    assert isinstance(published, RunManifestPublished)
+    facts = [e for topic, e in sim.log if topic == RUNS]
+    doc = runmanifest.build(facts)
+    assert doc is not None and published.digest == runmanifest.digest(doc)
+    # no checkpoint root: only the log keeps it; the restart from 0 discarded 3 steps
+    assert (published.path, published.status, published.incidents) == ("", "Succeeded", 1)
+    assert (published.accepted_loss_tokens, published.discarded_loss_tokens) == (1, 3)
+    assert published.header.causation_id == out[0][1].header.event_id
+    assert sim.tick(100_000) == []  # published once
+
+
 def test_same_failure_every_time_backs_off_growing_then_fails() -> None:
     sim = running()
     backoffs = []
@@ -195,7 +222,7 @@ def test_same_failure_every_time_backs_off_growing_then_fails() -> None:
         backoffs.append(failure.backoff_ms)
         if failure.action == "escalate":
             # The ending closes the repeated_failure alert the second failure raised.
-            assert types(out)[-2:] == ["RunFinished", "AlertResolved"]
+            assert types(out)[-3:] == ["RunFinished", "RunManifestPublished", "AlertResolved"]
             break
         sim.tick(failure.backoff_ms or 0)
         sim.beat(sim.state.generation)
@@ -210,8 +237,8 @@ def test_cancel_records_the_fact_before_any_stop_and_later_reports_are_rejected(
     out = sim.send(sim.ev.cancel_requested(1, principal="mallory", reason="x"))
     assert types(out) == ["WriteRejected"] and out[0][1].reason == "unauthorized"  # type: ignore[attr-defined]
     out = sim.send(sim.ev.cancel_requested(1, principal="oncall", reason="budget"))
-    assert types(out) == ["RunCancelled", "GroupStopCommanded"]
-    assert isinstance(out[0][1], RunCancelled) and isinstance(out[1][1], GroupStopCommanded)
+    assert types(out) == ["RunCancelled", "RunManifestPublished", "GroupStopCommanded"]
+    assert isinstance(out[0][1], RunCancelled) and isinstance(out[2][1], GroupStopCommanded)
     out = sim.send(sim.ev.step(1, 5, tokens=1, loss_tokens=1, step_time_ms=1.0,
                                input_wait_ms=0.0, loss=None))
     assert types(out) == ["WriteRejected"]
@@ -280,7 +307,7 @@ def test_a_spec_the_controller_cannot_read_fails_the_run_with_the_reason() -> No
                                   dataset_id=None)
     model, out = handle(model, bad, 10, plan_from_submission)
     model, out = tick(model, 10, plan_from_submission)
-    assert types(out) == ["RunFinished"]
+    assert types(out) == ["RunFinished", "RunManifestPublished"]
     finished = out[0][1]
     assert isinstance(finished, RunFinished) and finished.outcome == "failed"
     assert "invalid spec" in finished.reason and "command" in finished.reason

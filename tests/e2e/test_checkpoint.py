@@ -110,6 +110,48 @@ def test_same_topology_resume_replays_a_bitwise_identical_loss_trace(cluster: Cl
     assert sorted(after) == list(range(9, 15))  # K = 6 steps after the resume
     # bit for bit: model, optimizer, scheduler, every RNG stream and the data cursor
     assert after == {s: uninterrupted[s] for s in range(9, 15)}
+    _assert_the_manifest_matches_the_queries(cluster, broken)
+
+
+def _assert_the_manifest_matches_the_queries(cluster: Cluster, run: str) -> None:
+    """The post-run manifest: its file's digest is the log's, and its figures are the
+    projection's goodput, provenance and incidents for the run."""
+    deadline = time.monotonic() + 60  # the file is written just after the end commits
+    while True:
+        shown = cluster.cli("query", "manifest", run, "--json")
+        if shown.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    result = json.loads(shown.stdout)
+    assert result["ok"] and result["published"]["rebuilt_matches"]
+    assert result["file"]["path"] == str(cluster.work / "ckpt" / run / "run-manifest.json")
+    assert result["file"]["matches"]
+    doc = result["manifest"]
+    db = cluster.work / "projection.duckdb"
+    done = cluster.cli("replay", "--db", str(db))
+    assert done.returncode == 0, done.stderr
+
+    def rows(name: str) -> list[dict]:  # type: ignore[type-arg]
+        out = cluster.cli("query", name, run, "--db", str(db), "--json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)["rows" if name != "provenance" else "chain"]  # type: ignore[no-any-return]
+
+    (good,) = rows("goodput")
+    tokens = doc["tokens"]
+    assert tokens["discarded_loss_tokens"] > 0  # generation 1's steps after 8 were redone
+    for key in ("accepted_steps", "accepted_tokens", "accepted_loss_tokens",
+                "discarded_loss_tokens"):
+        assert tokens[key] == good[key], key
+    head = rows("provenance")[0]
+    assert (doc["model"]["step"], doc["model"]["manifest_digest"]) == (
+        head["step"], head["manifest_digest"])
+    prov = doc["provenance"]
+    assert (prov["position"], prov["dataset_id"], prov["code_version"]) == (
+        head["position_to"], head["dataset_id"], head["code_version"])
+    counts = head["source_counts"]
+    assert prov["source_counts"] == (json.loads(counts) if isinstance(counts, str) else counts)
+    assert len(doc["incidents"]) == len(rows("incidents")) == 1
 
 
 @pytest.mark.parametrize("damage", ["bitflip", "truncate"])

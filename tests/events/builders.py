@@ -68,6 +68,7 @@ from events.model import (
     RunAdmitted,
     RunCancelled,
     RunFinished,
+    RunManifestPublished,
     RunQueued,
     RunSubmitted,
     ShardWritten,
@@ -183,6 +184,11 @@ class Ev:
     def finished(self, gen: int, outcome: str = "succeeded", reason: str = "done",
                  **kw: Any) -> RunFinished:
         return self.event(RunFinished, gen, dict(outcome=outcome, reason=reason), kw)
+
+    def manifest_published(self, gen: int = 0, **kw: Any) -> RunManifestPublished:
+        return self.event(RunManifestPublished, gen, dict(
+            digest="sha256:00", path="", status="Succeeded", checkpoint_step=None,
+            accepted_loss_tokens=0, discarded_loss_tokens=0, incidents=0, cost=None), kw)
 
     # -- workers' reports -----------------------------------------------------------
 

@@ -55,6 +55,7 @@ from events.model import (
     NodeQuarantined,
     NodeQuarantineExpired,
     NodeUncordoned,
+    RunManifestPublished,
     ShardWritten,
     StepCommitted,
     WorkerExited,
@@ -102,7 +103,7 @@ MEMBER_TYPES: tuple[type[Event], ...] = (
 MTBF_SOURCES = ("fixed", "prior", "observed")
 # Legal even after the run has ended; they never move the status.
 INFORMATIONAL_TYPES: tuple[type[Event], ...] = (WriteRejected, AlertRaised, AlertResolved,
-                                               GroupStopCommanded)
+                                               GroupStopCommanded, RunManifestPublished)
 # Node-scoped inventory events: keyed ``node/<name>``, never a run's.
 NODE_TYPES: tuple[type[Event], ...] = (AgentRegistered, AgentHeartbeatRecorded, NodeQuarantined,
                                        NodeOperationRequested, NodeCordoned, NodeUncordoned,
@@ -198,6 +199,7 @@ _CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("FailureClassified", "action"): st.sampled_from(FAILURE_ACTIONS),
     ("AlertRaised", "severity"): st.sampled_from(SEVERITIES),
     ("RunFinished", "outcome"): st.sampled_from(OUTCOMES),
+    ("RunManifestPublished", "digest"): st.text(max_size=8).map(lambda t: f"sha256:{t}"),
     ("AgentRegistered", "node"): nonempty_texts,
     ("AgentRegistered", "slots"): st.integers(1, LONG_MAX),
     ("CheckpointStaged", "mode"): st.sampled_from(("sync", "async")),

@@ -15,7 +15,7 @@ Tested in tests/events/test_codec.py and tests/events/test_registry.py.
 
 from __future__ import annotations
 
-from events.base import Event, Header, Member, node_key
+from events.base import Event, Header, Member, node_key, spec_key
 from events.commands import GroupStartCommanded, GroupStopCommanded
 from events.facts import (
     CORDON_MODES,
@@ -69,8 +69,11 @@ from events.reports import (
 )
 from events.requests import (
     NODE_OPERATIONS,
+    PREFLIGHT_VERDICTS,
     CancelRequested,
     NodeOperationRequested,
+    PreflightCheck,
+    PreflightCompleted,
     RunSubmitted,
 )
 
@@ -116,6 +119,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         GroupStopCommanded,
         PrincipalKeyRegistered,
         PrincipalKeyRevoked,
+        PreflightCompleted,
     )
 }
 
@@ -127,6 +131,7 @@ __all__ = [
     "FAILURE_CLASSES",
     "NODE_OPERATIONS",
     "OUTCOMES",
+    "PREFLIGHT_VERDICTS",
     "PRINCIPAL_ROLES",
     "SEVERITIES",
     "VERIFY_REASONS",
@@ -160,6 +165,8 @@ __all__ = [
     "NodeQuarantineExpired",
     "NodeQuarantined",
     "NodeUncordoned",
+    "PreflightCheck",
+    "PreflightCompleted",
     "PrincipalKeyRegistered",
     "PrincipalKeyRevoked",
     "RunAdmitted",
@@ -175,4 +182,5 @@ __all__ = [
     "alert_key",
     "node_key",
     "principal_key",
+    "spec_key",
 ]

@@ -41,6 +41,8 @@ from events.model import (
     NodeQuarantined,
     NodeQuarantineExpired,
     NodeUncordoned,
+    PreflightCheck,
+    PreflightCompleted,
     PrincipalKeyRegistered,
     PrincipalKeyRevoked,
     RunAdmitted,
@@ -177,6 +179,13 @@ def one_of_each(run_id: str) -> list[Event]:
                                reason="onboarding — Ärztin"),
         PrincipalKeyRevoked(header=hd(0), principal="alice", key_id=KEY_ID,
                             reason="laptop lost"),
+        # A client's observation about a spec (runledger.requests, keyed spec/<hex>).
+        PreflightCompleted(header=hd(0), spec_digest="sha256:" + "ab" * 32, principal="alice",
+                           verdict="fail", checks=(
+                               PreflightCheck("storage.write", "/ckpt", "fail", None, None, "",
+                                              "checkpoint root /ckpt: read-only — Schreibschutz"),
+                               PreflightCheck("storage.read", "s3://b/c", "pass", 812.5, 5.0,
+                                              "MB/s", "read 4.2 MB"))),
     ]
     events = [as_written(e) for e in events]
     assert {type(e).__name__ for e in events} == set(EVENT_TYPES), "sample set is incomplete"

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -18,29 +21,60 @@ import yaml
 
 from dataplane.catalog import Catalog
 from events.kafka import EventProducer
-from events.model import PreflightCompleted, node_key, spec_key
+from events.model import (
+    AgentHeartbeatRecorded,
+    AgentRegistered,
+    Header,
+    PreflightCompleted,
+    node_key,
+    spec_key,
+)
 from events.topics import REPORTS
 from tests.dataplane.corpus import write_dataset
-from tests.events.builders import Ev
 from tests.runledger.commands.test_signed_requests import cli, request_of
 
 TINY = Path(__file__).resolve().parents[3] / "examples" / "tiny.yaml"
 
 
-def _setup(tmp_path: Path, unique: str, bootstrap: str) -> tuple[str, Path, str]:
-    """A catalog holding a 3-object dataset, a live agent with 2 free slots: (catalog,
-    the dataset's root, its id)."""
+def _dataset(tmp_path: Path) -> tuple[str, Path, str]:
+    """A catalog holding a 3-object dataset: (catalog, the dataset's root, its id)."""
     data = tmp_path / "data"
     manifest = write_dataset(data, {"web": [[40, 30], [50], [20, 20]]})
     catalog = str(tmp_path / "catalog")
-    mid = Catalog(catalog).put(manifest)
-    now = int(time.time() * 1000)
+    return catalog, data, Catalog(catalog).put(manifest)
+
+
+@contextmanager
+def _agent(bootstrap: str, unique: str) -> Iterator[None]:
+    """A live agent with 2 free slots: registered, then a heartbeat a second, as an agent
+    beats, so it stays live however long a loaded machine takes to run the command."""
     node = f"pf-{unique[-8:]}"
-    ev = Ev(node_key(node), start=now, tick=1, ids="{run}/e{n}")
     producer = EventProducer(bootstrap)
-    producer.send(REPORTS, ev.agent_registered(node, slots=2, domain="default", n=0))
+    stop = threading.Event()
+
+    def header(n: int) -> Header:
+        return Header(f"{node_key(node)}/pf{n}", node_key(node), 0, int(time.time() * 1000),
+                      f"agent/{node}")
+
+    producer.send(REPORTS, AgentRegistered(header=header(0), node=node, slots=2,
+                                           domain="default"))
     producer.flush(30.0)
-    return catalog, data, mid
+
+    def beat() -> None:
+        n = 1
+        while not stop.wait(1.0):
+            producer.send(REPORTS, AgentHeartbeatRecorded(
+                header=header(n), node=node, slots=2, domain="default", busy_slots=0))
+            producer.flush(30.0)
+            n += 1
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(60)
 
 
 def _spec(tmp_path: Path, name: str, dataset: str, root: str) -> Path:
@@ -64,9 +98,10 @@ def _read_only_root(tmp_path: Path) -> str:
 @pytest.mark.kafka
 def test_preflight_passes_for_the_tiny_spec_and_records_it_under_the_spec_key(
         bootstrap: str, unique: str, tmp_path: Path) -> None:
-    catalog, _, mid = _setup(tmp_path, unique, bootstrap)
+    catalog, _, mid = _dataset(tmp_path)
     spec = _spec(tmp_path, "tiny", mid, str(tmp_path / "ckpt"))
-    out = cli("preflight", str(spec), "--catalog", catalog, "--json")
+    with _agent(bootstrap, unique):
+        out = cli("preflight", str(spec), "--catalog", catalog, "--json")
     assert out.returncode == 0, (out.stdout, out.stderr)
     doc = json.loads(out.stdout)
     assert doc["verdict"] == "pass" and doc["principal"] == "alice"
@@ -85,22 +120,26 @@ def test_preflight_passes_for_the_tiny_spec_and_records_it_under_the_spec_key(
 @pytest.mark.kafka
 def test_preflight_fails_naming_a_read_only_root_and_a_missing_object(
         bootstrap: str, unique: str, tmp_path: Path) -> None:
-    catalog, data, mid = _setup(tmp_path, unique, bootstrap)
+    catalog, data, mid = _dataset(tmp_path)
     ro_root = _read_only_root(tmp_path)
-    out = cli("preflight", str(_spec(tmp_path, "ro", mid, ro_root)), "--catalog", catalog)
-    assert out.returncode == 1, (out.stdout, out.stderr)
-    [line] = out.stderr.strip().splitlines()
-    assert line.startswith("runledger: preflight of ") and f"storage.write {ro_root}" in line
-    assert "data." not in line
-    assert any(s.startswith("FAIL") and ro_root in s for s in out.stdout.splitlines())
-
     gone = data / "web" / "part-001.rltok"
-    gone.unlink()
-    spec = _spec(tmp_path, "gone", mid, str(tmp_path / "ckpt"))
-    out = cli("preflight", str(spec), "--catalog", catalog, "--json")
-    assert out.returncode == 1, (out.stdout, out.stderr)
-    assert f"data.object {gone}" in out.stderr and "storage" not in out.stderr
-    doc = json.loads(out.stdout)
+    with _agent(bootstrap, unique):
+        ro = cli("preflight", str(_spec(tmp_path, "ro", mid, ro_root)), "--catalog", catalog)
+        gone.unlink()
+        spec = _spec(tmp_path, "gone", mid, str(tmp_path / "ckpt"))
+        missing = cli("preflight", str(spec), "--catalog", catalog, "--json")
+
+    assert ro.returncode == 1, (ro.stdout, ro.stderr)
+    [line] = ro.stderr.strip().splitlines()
+    assert line.startswith("runledger: preflight of ")
+    assert line.endswith(f"failed: storage.write {ro_root}"), line
+    [row] = [s for s in ro.stdout.splitlines() if s.startswith("FAIL")]
+    assert ro_root in row and "Error" in row  # the root and the store's error
+
+    assert missing.returncode == 1, (missing.stdout, missing.stderr)
+    assert missing.stderr.strip().endswith(
+        f"failed: data.object {gone}; data.objects {mid}"), missing.stderr
+    doc = json.loads(missing.stdout)
     [row] = [r for r in doc["checks"] if r["check"] == "data.object"]
     assert row["verdict"] == "fail" and f"{gone} is missing" in row["reason"]
     event, _ = request_of(bootstrap, spec_key(doc["spec_digest"]), PreflightCompleted)

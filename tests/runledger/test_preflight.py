@@ -85,6 +85,11 @@ def test_slow_storage_fails_against_its_thresholds() -> None:
     assert rows[2].figure == 5.0 and rows[2].threshold == LIMITS.latency_s
 
 
+def test_a_probe_too_fast_to_time_passes_at_a_finite_cap() -> None:
+    rows = storage_rows(StorageSeen("/fast", size=10, write_s=0.0, read_s=0.0), LIMITS)
+    assert [r.verdict for r in rows] == [PASS, PASS, PASS] and rows[0].figure == 1e12
+
+
 def test_a_missing_object_fails_naming_it_and_a_bad_digest_fails_the_sample() -> None:
     data = DataSeen("sha256:d", None, (
         ObjectSeen("file:///d/a", 10, 10, digest_ok=True),

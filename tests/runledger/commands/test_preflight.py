@@ -1,9 +1,9 @@
 """``runledger preflight`` on the session's broker, as an operator runs it.
 
 A tiny spec over a real dataset on disk, with a live agent registered, passes
-and its ``PreflightCompleted`` is on ``runledger.requests`` under the spec's
-key; the same spec with a read-only checkpoint root, and with a dataset object
-deleted, fails (exit 1) naming the root and the object.
+and its ``PreflightCompleted``, signed with the operator's key, is on
+``runledger.requests`` under the spec's key; the same spec with a read-only
+checkpoint root, and with a dataset object deleted, fails (exit 1) naming the root and the object.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from events.model import (
 )
 from events.topics import REPORTS
 from tests.dataplane.corpus import write_dataset
-from tests.runledger.commands.test_signed_requests import cli, request_of
+from tests.runledger.commands.test_signed_requests import cli, judge, request_of, stack_dir
 
 TINY = Path(__file__).resolve().parents[3] / "examples" / "tiny.yaml"
 
@@ -100,18 +100,19 @@ def test_preflight_passes_for_the_tiny_spec_and_records_it_under_the_spec_key(
         bootstrap: str, unique: str, tmp_path: Path) -> None:
     catalog, _, mid = _dataset(tmp_path)
     spec = _spec(tmp_path, "tiny", mid, str(tmp_path / "ckpt"))
+    key = stack_dir() / "keys" / "operator.key"
     with _agent(bootstrap, unique):
-        out = cli("preflight", str(spec), "--catalog", catalog, "--json")
+        out = cli("preflight", str(spec), "--catalog", catalog, "--key", str(key), "--json")
     assert out.returncode == 0, (out.stdout, out.stderr)
     doc = json.loads(out.stdout)
-    assert doc["verdict"] == "pass" and doc["principal"] == "alice"
+    assert doc["verdict"] == "pass" and doc["principal"] == "operator"
     checks = {r["check"]: r for r in doc["checks"]}
     assert checks["agents"]["verdict"] == "pass" and checks["agents"]["threshold"] == 2
     assert checks["storage.write"]["subject"] == str(tmp_path / "ckpt")
     assert checks["data.objects"]["figure"] == 3 and checks["data.digests"]["figure"] == 3
     assert not list((tmp_path / "ckpt" / ".preflight").iterdir())  # the probe was deleted
-    event, _ = request_of(bootstrap, spec_key(doc["spec_digest"]), PreflightCompleted)
-    assert isinstance(event, PreflightCompleted)
+    event, record = request_of(bootstrap, spec_key(doc["spec_digest"]), PreflightCompleted)
+    assert isinstance(event, PreflightCompleted) and judge(bootstrap, record, "operator") is None
     assert (event.verdict, event.spec_digest, event.header.event_id) == (
         "pass", doc["spec_digest"], doc["event_id"])
     assert [c.check for c in event.checks] == [r["check"] for r in doc["checks"]]

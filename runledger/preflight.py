@@ -10,7 +10,9 @@ one verdict:
 1. agents: the live, placeable nodes hold enough free slots for the spec's
    world (its ``min`` for an elastic run), each counting at most
    ``slots_per_node`` and only nodes in the spec's ``domain`` when it names one;
-2. software: skipped, with the reason: agents do not report their versions yet;
+2. software: every live node that reports its versions (``AgentRegistered`` v3)
+   runs one Python and one torch version (the figure: how many versions); a
+   fail names each version and its nodes; skipped when no node reports any;
 3. storage: per root, a failed probe fails naming the root and the error; else
    write and read bandwidth (MB/s, at least the threshold) and latency (s, at
    most the threshold);
@@ -60,9 +62,13 @@ class Need:
 
 @dataclass(frozen=True, slots=True)
 class NodeSeen:
+    """A live node: its free slots, domain, and the versions its agent reported ("": none)."""
+
     name: str
     free: int
     domain: str
+    python: str = ""
+    torch: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +155,30 @@ def agents_rows(need: Need, nodes: Sequence[NodeSeen]) -> list[PreflightCheck]:
     return [_row("agents", "nodes", FAIL, capacity, need.members, "slots", reason)]
 
 
-def software_rows(python: str, torch: str | None) -> list[PreflightCheck]:
-    """Rule 2: nothing to compare against yet; the row says what this client runs."""
-    mine = f"Python {python}, torch {torch or 'not installed'}"
-    reason = (f"agents do not report their Python and torch versions (AgentRegistered v2"
-              f" carries none), so the nodes cannot be compared; this client runs {mine}")
-    return [_row("software", "nodes", SKIP, None, None, "", reason)]
+def software_rows(nodes: Sequence[NodeSeen], python: str, torch: str | None
+                  ) -> list[PreflightCheck]:
+    """Rule 2: one Python and one torch version on every live node that reports them."""
+    mine = f"this client runs Python {python}, torch {torch or 'not installed'}"
+    reporting = [n for n in nodes if n.python]
+    silent = [n.name for n in nodes if not n.python]
+    quiet = (f"; {len(silent)} nodes report no versions (agents older than AgentRegistered"
+             f" v3): {', '.join(silent)}" if silent else "")
+    if not reporting:
+        return [_row("software", "nodes", SKIP, None, None, "",
+                     f"no live node reports its versions, so none can be compared{quiet};"
+                     f" {mine}")]
+    rows = []
+    for check, field in (("software.python", "python"), ("software.torch", "torch")):
+        found: dict[str, list[str]] = {}
+        for n in reporting:
+            found.setdefault(getattr(n, field), []).append(n.name)
+        listed = "; ".join(f"{v}: {', '.join(names)}" for v, names in sorted(found.items()))
+        ok = len(found) == 1
+        reason = (f"{len(reporting)} nodes run {listed}" if ok else
+                  f"the nodes differ: {listed}; install one version everywhere") + quiet
+        rows.append(_row(check, "nodes", PASS if ok else FAIL, len(found), 1, "versions",
+                         f"{reason}; {mine}"))
+    return rows
 
 
 def storage_rows(seen: StorageSeen, limits: Thresholds) -> list[PreflightCheck]:
@@ -250,7 +274,8 @@ def device_rows(cuda_devices: int) -> list[PreflightCheck]:
 
 def plan(need: Need, seen: Seen, limits: Thresholds) -> list[PreflightCheck]:
     """Every row, in the order of the rules."""
-    rows = [*agents_rows(need, seen.nodes), *software_rows(seen.python, seen.torch)]
+    rows = [*agents_rows(need, seen.nodes),
+            *software_rows(seen.nodes, seen.python, seen.torch)]
     for s in seen.storage:
         rows += storage_rows(s, limits)
     return [*rows, *data_rows(seen.data), *telemetry_rows(seen.missing_topics, seen.topics),

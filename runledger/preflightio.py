@@ -5,7 +5,7 @@ the planner's frozen records; none judges. Storage is probed through fsspec
 (write a probe object, stat it, read it back, delete it), the dataset through
 the catalog and each object's store, the broker through its metadata.
 
-Tested in tests/runledger/commands/test_preflight.py.
+Tested in tests/runledger/test_preflight.py and tests/runledger/commands/test_preflight.py.
 """
 
 from __future__ import annotations
@@ -25,17 +25,22 @@ from dataplane.catalog import Catalog
 from dataplane.errors import DataPlaneError
 from dataplane.shards import file_digest
 from events.connection import client_config
-from events.model import Event
+from events.model import AgentRegistered, Event
 from runledger.preflight import DataSeen, NodeSeen, ObjectSeen, StorageSeen, sample
 
 
 def nodes_seen(events: Iterable[Event], now_ms: int) -> tuple[NodeSeen, ...]:
-    """Live, placeable nodes and their free slots, as the controller's inventory has them."""
+    """Live, placeable nodes and their free slots, as the controller's inventory has them,
+    with the versions each agent's newest registration reported."""
     inv = EMPTY
+    versions: dict[str, tuple[str, str]] = {}
     for event in events:
         if isinstance(event, NODE_RECORDS):
             inv = observe(inv, event)
-    return tuple(NodeSeen(n.name, max(n.slots - n.busy_slots, 0), n.domain)
+        if isinstance(event, AgentRegistered):
+            versions[event.node] = (event.python_version, event.torch_version)
+    return tuple(NodeSeen(n.name, max(n.slots - n.busy_slots, 0), n.domain,
+                          *versions.get(n.name, ("", "")))
                  for n in inv.live(now_ms, NODE_TIMEOUT_MS))
 
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.spec import load_spec
-from events.model import PreflightCheck
+from events.model import PreflightCheck, node_key
 from runledger.preflight import (
     FAIL,
     PASS,
@@ -29,10 +29,13 @@ from runledger.preflight import (
     need_of,
     plan,
     sample,
+    software_rows,
     storage_rows,
     telemetry_rows,
     verdict,
 )
+from runledger.preflightio import nodes_seen
+from tests.events.builders import Ev
 
 LIMITS = Thresholds()
 TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny.yaml"
@@ -65,6 +68,30 @@ def test_everything_observed_good_passes_with_skips_that_say_why() -> None:
         "agents", "storage.write", "storage.read", "storage.latency", "data.objects",
         "data.digests", "telemetry.topics"]
     assert all(r.check in line for r, line in zip(rows, lines(rows), strict=True))
+
+
+def test_software_passes_on_one_version_and_fails_naming_each_otherwise() -> None:
+    same = [NodeSeen("a", 1, "d", "3.11.9", "2.5.1"), NodeSeen("b", 1, "d", "3.11.9", "2.5.1"),
+            NodeSeen("old", 1, "d")]
+    rows = software_rows(same, "3.11.9", None)
+    assert [(r.check, r.verdict, r.figure) for r in rows] == [
+        ("software.python", PASS, 1), ("software.torch", PASS, 1)]
+    assert "old" in rows[0].reason and "AgentRegistered v3" in rows[0].reason
+    mixed = [*same[:2], NodeSeen("c", 1, "d", "3.12.1", "2.5.1")]
+    rows = software_rows(mixed, "3.11.9", "2.5.1")
+    assert [(r.verdict, r.figure) for r in rows] == [(FAIL, 2), (PASS, 1)]
+    assert "3.11.9: a, b; 3.12.1: c" in rows[0].reason
+
+
+def test_nodes_seen_are_the_live_ones_with_free_slots_and_their_registered_versions() -> None:
+    ev = Ev(node_key("n1"), start=1_000_000, tick=1)
+    events = [ev.agent_registered("n1", slots=4, domain="d", python_version="3.11.9",
+                                  torch_version="-"),
+              ev.agent_heartbeat("n1", slots=4, domain="d", busy_slots=3),
+              Ev(node_key("n2"), start=1_000_000, tick=1).agent_registered("n2", slots=2)]
+    assert nodes_seen(events, 1_000_010) == (NodeSeen("n1", 1, "d", "3.11.9", "-"),
+                                             NodeSeen("n2", 2, "rack-1"))
+    assert nodes_seen(events, 1_000_000 + 3_600_000) == ()  # no heartbeat for an hour
 
 
 def test_a_read_only_root_fails_naming_the_root_and_the_error() -> None:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,16 @@ from tests.dataplane.corpus import write_dataset
 from tests.runledger.commands.test_signed_requests import cli, judge, request_of, stack_dir
 
 TINY = Path(__file__).resolve().parents[3] / "examples" / "tiny.yaml"
+PYTHON = platform.python_version()
+
+
+def _torch() -> str:
+    """As the agents this venv starts report it, so an agent of an earlier test still
+    live agrees with this one."""
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "-"
 
 
 def _dataset(tmp_path: Path) -> tuple[str, Path, str]:
@@ -57,7 +69,8 @@ def _agent(bootstrap: str, unique: str) -> Iterator[None]:
                       f"agent/{node}")
 
     producer.send(REPORTS, AgentRegistered(header=header(0), node=node, slots=2,
-                                           domain="default"))
+                                           domain="default", python_version=PYTHON,
+                                           torch_version=_torch()))
     producer.flush(30.0)
 
     def beat() -> None:
@@ -108,6 +121,8 @@ def test_preflight_passes_for_the_tiny_spec_and_records_it_under_the_spec_key(
     assert doc["verdict"] == "pass" and doc["principal"] == "operator"
     checks = {r["check"]: r for r in doc["checks"]}
     assert checks["agents"]["verdict"] == "pass" and checks["agents"]["threshold"] == 2
+    assert checks["software.python"]["verdict"] == "pass" and PYTHON in checks[
+        "software.python"]["reason"]
     assert checks["storage.write"]["subject"] == str(tmp_path / "ckpt")
     assert checks["data.objects"]["figure"] == 3 and checks["data.digests"]["figure"] == 3
     assert not list((tmp_path / "ckpt" / ".preflight").iterdir())  # the probe was deleted

@@ -149,7 +149,7 @@ def agents_rows(need: Need, nodes: Sequence[NodeSeen]) -> list[PreflightCheck]:
         reason = f"live nodes ({len(usable)}) hold {capacity} usable free slots for {what}"
         return [_row("agents", "nodes", PASS, capacity, need.members, "slots", reason)]
     names = ", ".join(f"{n.name}:{n.free}" for n in usable) or "none"
-    reason = (f"live nodes hold {capacity} usable free slots, {what} need {need.members}"
+    reason = (f"live nodes hold {capacity} usable free slots; the spec needs {what}"
               f" (free slots per live node: {names}); start agents (`runledger agent`) or"
               " wait for runs to end")
     return [_row("agents", "nodes", FAIL, capacity, need.members, "slots", reason)]

@@ -2,7 +2,9 @@
 
 One agent per node. It writes to ``runledger.reports``:
 
-- ``AgentRegistered`` once at start and ``AgentHeartbeatRecorded`` every
+- ``AgentRegistered`` once at start (with the node's Python and torch versions,
+  read from package metadata so the agent never imports torch) and
+  ``AgentHeartbeatRecorded`` every
   interval (from a background thread, so a slow command never looks like a
   dead node), both under the pseudo run id ``events.model.node_key(node)``,
   generation 0, producer ``agent/<node>``;
@@ -36,11 +38,13 @@ waits, which the controller sees as members that never heartbeat.
 from __future__ import annotations
 
 import logging
+import platform
 import signal
 import threading
 import time
 import uuid
 from dataclasses import dataclass, replace
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import FrameType
 
@@ -91,6 +95,14 @@ NODE_STATE_READ_S = 10.0
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _torch_version() -> str:
+    """The torch installed beside the agent (what its workers import), ``-`` when none."""
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "-"
 
 
 def node_state_line(bootstrap: str, node: str, timeout_s: float = NODE_STATE_READ_S) -> str:
@@ -185,7 +197,9 @@ class Agent:
                                        slots=cfg.slots, domain=self.options.domain,
                                        address=self.options.address,
                                        # As ProcessTable makes its log paths absolute.
-                                       work_dir=str(self.options.work_dir.absolute())))
+                                       work_dir=str(self.options.work_dir.absolute()),
+                                       python_version=platform.python_version(),
+                                       torch_version=_torch_version()))
             self._producer.flush()
             log.info("agent %s registered: %d slots in domain %s, work dir %s", cfg.node,
                      cfg.slots, self.options.domain, self.options.work_dir)

@@ -1,7 +1,8 @@
 """Who may say what: every event type's topic, the role that sends it, and size limits.
 
 One table (:data:`SENDERS`) for the whole system (docs/architecture.md §4):
-operators send requests, agents report on their node and its workers, workers
+operators send requests (and the evidence of :data:`EVIDENCE`, a preflight's
+result), agents report on their node and its workers, workers
 report on their run, only the controller writes facts and commands, and only
 an admin writes key records (``runledger.keys``, ``events.principals``). The
 controller's input path admits a record only when its type is one it takes and
@@ -66,6 +67,13 @@ SENDERS: Mapping[type[Event], Sender] = {cls: _sender(cls) for cls in EVENT_TYPE
 
 # The controller's inputs: requests and reports. Facts and commands are its outputs only.
 INPUT_TOPICS = (REQUESTS, REPORTS)
+
+# Records on an input topic that are evidence, not inputs: the controller takes
+# nothing from one when it arrives (``controller.inputs`` has no rule for it). A
+# preflight's result is an operator client's observation about a spec, sent where
+# operators may write and keyed ``spec/<hex digest>``, so admission gates can look
+# it up by digest; it decides nothing by itself.
+EVIDENCE: frozenset[str] = frozenset({"PreflightCompleted"})
 
 # Record size limits per input topic, in bytes of the encoded value. A request
 # carries a whole spec (itself limited to 1 MiB of text); a report is a few

@@ -82,3 +82,10 @@ def one_of(value: str, allowed: tuple[str, ...], where: str) -> None:
 def node_key(node: str) -> str:
     """The ``run_id`` header value of a node-scoped event."""
     return f"node/{node}"
+
+
+# A preflight's result is keyed by the spec it checked, ``spec/<64 hex>``, so a
+# reader (the admission gates) finds every preflight of one digest in one partition.
+def spec_key(spec_digest: str) -> str:
+    """The ``run_id`` header value of a spec-scoped event (``sha256:`` dropped)."""
+    return f"spec/{spec_digest.removeprefix('sha256:')}"

@@ -15,7 +15,7 @@ Tested in tests/events/test_codec.py and tests/events/test_registry.py.
 
 from __future__ import annotations
 
-from events.base import Event, Header, Member, node_key
+from events.base import Event, Header, Member, node_key, spec_key
 from events.commands import GroupStartCommanded, GroupStopCommanded
 from events.facts import (
     CORDON_MODES,
@@ -70,8 +70,11 @@ from events.reports import (
 )
 from events.requests import (
     NODE_OPERATIONS,
+    PREFLIGHT_VERDICTS,
     CancelRequested,
     NodeOperationRequested,
+    PreflightCheck,
+    PreflightCompleted,
     RunSubmitted,
 )
 
@@ -118,6 +121,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         GroupStopCommanded,
         PrincipalKeyRegistered,
         PrincipalKeyRevoked,
+        PreflightCompleted,
     )
 }
 
@@ -129,6 +133,7 @@ __all__ = [
     "FAILURE_CLASSES",
     "NODE_OPERATIONS",
     "OUTCOMES",
+    "PREFLIGHT_VERDICTS",
     "PRINCIPAL_ROLES",
     "SEVERITIES",
     "VERIFY_REASONS",
@@ -162,6 +167,8 @@ __all__ = [
     "NodeQuarantineExpired",
     "NodeQuarantined",
     "NodeUncordoned",
+    "PreflightCheck",
+    "PreflightCompleted",
     "PrincipalKeyRegistered",
     "PrincipalKeyRevoked",
     "RunAdmitted",
@@ -178,4 +185,5 @@ __all__ = [
     "alert_key",
     "node_key",
     "principal_key",
+    "spec_key",
 ]

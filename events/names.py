@@ -13,6 +13,8 @@ where one is acted on (the agent refuses a start command that breaks a rule):
   characters (a DNS label), which also keeps the member list of the largest
   generation inside one Kafka record (``controller.spec_bounds``);
 - a **node key** ``node/<host name>``: the pseudo run id of an agent's records;
+- a **spec key** ``spec/<64 lowercase hex>``: the pseudo run id of a record about
+  a spec (its digest without ``sha256:``), such as a preflight's result;
 - a **dataset alias**: segments of the same characters, none ``.`` or ``..``,
   joined by ``/`` (``corpus/latest``; the catalog's rule), at most 256;
 - a **storage path** (a checkpoint root, a manifest path): a local path or an
@@ -39,6 +41,7 @@ HOST_MAX = 63
 ALIAS_MAX = 256
 PATH_MAX = 4096
 NODE_PREFIX = "node/"
+SPEC_PREFIX = "spec/"
 
 BAD_NAME = "bad_name"
 BAD_PATH = "bad_path"
@@ -50,6 +53,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SEGMENT = re.compile(r"[A-Za-z0-9._-]+")
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/]*)(.*)", re.S)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def name_problem(value: str, what: str = "name", limit: int = NAME_MAX) -> str | None:
@@ -72,9 +76,14 @@ def host_problem(value: str, what: str = "node name") -> str | None:
 
 
 def key_problem(key: str) -> str | None:
-    """A record key: a run id, or the node key ``node/<host name>`` of an agent."""
+    """A record key: a run id, the node key ``node/<host name>`` of an agent, or a
+    spec key ``spec/<64 hex>``."""
     if isinstance(key, str) and key.startswith(NODE_PREFIX):
         return host_problem(key[len(NODE_PREFIX):])
+    if isinstance(key, str) and key.startswith(SPEC_PREFIX):
+        if _HEX64.fullmatch(key[len(SPEC_PREFIX):]):
+            return None
+        return f"{BAD_NAME}: spec key {key!r:.200} must be {SPEC_PREFIX}<64 lowercase hex>"
     return run_id_problem(key)
 
 

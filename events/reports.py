@@ -217,7 +217,9 @@ class AgentRegistered(Event):
 
     v2 adds ``work_dir``: the agent's work dir, absolute, on its node, under
     which its workers' log files lie (``events.workerlog``), so a running
-    worker's log can be found; v1 records read with it empty.
+    worker's log can be found; v1 records read with it empty. v3 adds the
+    node's ``python_version`` and ``torch_version`` (``-``: no torch), which
+    ``runledger preflight`` compares across nodes; older records read with them empty.
     """
 
     node: str
@@ -226,6 +228,8 @@ class AgentRegistered(Event):
     # Where workers on this node are reachable (rank 0 is the rendezvous master).
     address: str = "127.0.0.1"
     work_dir: str = ""
+    python_version: str = ""
+    torch_version: str = ""
     TOPIC: ClassVar[str] = "runledger.reports"
 
     def __post_init__(self) -> None:

@@ -56,3 +56,44 @@ class NodeOperationRequested(Event):
         one_of(self.operation, NODE_OPERATIONS, "NodeOperationRequested.operation")
         if not self.principal:
             raise InvalidEvent("NodeOperationRequested.principal must be non-empty")
+
+
+PREFLIGHT_VERDICTS = ("pass", "fail", "skip")
+
+
+@dataclass(frozen=True, slots=True)
+class PreflightCheck:
+    """One preflight check: what was checked, its verdict, figure and threshold, and why."""
+
+    check: str
+    subject: str
+    verdict: str
+    figure: float | None
+    threshold: float | None
+    unit: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreflightCompleted(Event):
+    """An operator's client checked the path a spec would use; keyed ``spec/<hex digest>``.
+
+    The client's observation, not a controller decision: it is sent on
+    ``runledger.requests`` (the operator's topic), so admission gates can find
+    it by the spec's digest. ``verdict`` is ``pass`` when no check failed.
+    """
+
+    spec_digest: str
+    principal: str
+    verdict: str
+    checks: tuple[PreflightCheck, ...]
+    TOPIC: ClassVar[str] = "runledger.requests"
+
+    def __post_init__(self) -> None:
+        if not self.spec_digest:
+            raise InvalidEvent("PreflightCompleted.spec_digest must be non-empty")
+        if not self.principal:
+            raise InvalidEvent("PreflightCompleted.principal must be non-empty")
+        one_of(self.verdict, PREFLIGHT_VERDICTS[:2], "PreflightCompleted.verdict")
+        for c in self.checks:
+            one_of(c.verdict, PREFLIGHT_VERDICTS, f"PreflightCompleted.checks[{c.check}].verdict")

@@ -13,6 +13,9 @@
   ``logview``: which worker log ``logs`` shows; ``nodeview``: what ``nodes`` shows;
 - ``current``: the local stack ``stack up`` remembered for every other command;
 - ``specload``: what ``submit`` checks of a spec on the submitting machine;
+- ``preflight``: the rules of ``preflight`` (observations to rows and a verdict,
+  pure); ``preflightio``: what it observes (nodes, storage probes, dataset
+  objects, topics);
 - ``interrupt``: Ctrl-C that always ends a command following the log;
 - ``metricsserver``: the HTTP server of ``controller|project --metrics``;
 - ``stack``: a local Apache Kafka (KRaft) cluster;

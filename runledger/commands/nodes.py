@@ -56,7 +56,7 @@ def nodes(as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
     """Every node: slots, domain, heartbeat age, state (ready, cordoned, draining,
     quarantined, lost), why and since when."""
     address = config.connect(bootstrap)
-    table = nodeview.rows(_node_events(address), _now_ms())
+    table = nodeview.rows(node_events(address), _now_ms())
     if as_json:
         typer.echo(json.dumps({"nodes": table}, indent=2))
         return
@@ -90,7 +90,7 @@ def _request(operation: str, name: str, reason: str, principal: str | None, as_j
     address = config.connect(bootstrap)
     signed = signer(address, key, principal) if key is not None else None
     who = signed.principal if signed is not None else config.principal_name(principal)
-    nodeview.check_known(name, _node_events(address))
+    nodeview.check_known(name, node_events(address))
     nkey = node_key(name)
     event_id = f"{nkey}/{operation}/{uuid.uuid4().hex[:12]}"
     event = NodeOperationRequested(
@@ -110,7 +110,7 @@ def _passed_over(_: Quarantined) -> None:
     return None
 
 
-def _node_events(bootstrap: str) -> list[Event]:
+def node_events(bootstrap: str) -> list[Event]:
     """Node records of the reports and node facts (and failures) of runs, merged by time."""
     prefix = node_key("")
     patience = config.retry_s()
@@ -143,4 +143,4 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-__all__ = ["cordon", "drain", "nodes", "register", "uncordon"]
+__all__ = ["cordon", "drain", "node_events", "nodes", "register", "uncordon"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -108,6 +109,8 @@ def test_registers_and_heartbeats(agent: Running) -> None:
     assert (reg.node, reg.slots, reg.domain, reg.generation) == (agent.node, 3, "rack-7", 0)
     assert reg.header.producer == f"agent/{agent.node}"
     assert reg.work_dir == str(agent.work_dir.absolute())  # where `logs` finds running workers
+    # What preflight compares across nodes: this machine's Python, torch by its metadata.
+    assert reg.python_version == platform.python_version() and reg.torch_version
     beat = beats()[-1]
     assert (beat.node, beat.slots, beat.domain) == (agent.node, 3, "rack-7")
     assert beat.busy_slots >= 0 and beat.header.producer == f"agent/{agent.node}"

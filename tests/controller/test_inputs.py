@@ -8,6 +8,7 @@ from controller.emitter import Emitter
 from controller.inputs import RULES, Kind, rule_for, take
 from controller.model import Model
 from controller.reconcile import handle
+from events.authority import EVIDENCE
 from events.model import EVENT_TYPES, Header
 from events.topics import REPORTS, REQUESTS
 from tests.controller.test_reconcile import PLAN, plan_of, running
@@ -17,7 +18,8 @@ EV = Ev("run-1", start=1_000_000, tick=0, ids="x-{n}")
 
 
 def test_every_request_and_report_type_has_its_own_rule() -> None:
-    inputs = {cls for cls in EVENT_TYPES.values() if cls.TOPIC in (REQUESTS, REPORTS)}
+    inputs = {cls for cls in EVENT_TYPES.values()
+              if cls.TOPIC in (REQUESTS, REPORTS) and cls.__name__ not in EVIDENCE}
     assert set(RULES) == inputs
     # Only what is judged on the clock skips the alert rules after it.
     assert {cls.__name__ for cls, rule in RULES.items() if not rule.alerts} == {
@@ -26,6 +28,7 @@ def test_every_request_and_report_type_has_its_own_rule() -> None:
         "RunSubmitted", "CancelRequested", "ManifestProposed", "NodeOperationRequested"}
     queued = Ev("r").queued(at=0, event_id="x", producer="t", reason="r")
     assert rule_for(queued) is None  # a fact is no input
+    assert rule_for(EV.preflight()) is None  # evidence about a spec is no input either
 
 
 def taken(model: Model, event: object) -> tuple[Model, list[str]]:

@@ -63,6 +63,8 @@ from events.model import (
     NodeQuarantined,
     NodeQuarantineExpired,
     NodeUncordoned,
+    PreflightCheck,
+    PreflightCompleted,
     PrincipalKeyRegistered,
     PrincipalKeyRevoked,
     RunAdmitted,
@@ -78,6 +80,7 @@ from events.model import (
     WriteRejected,
     node_key,
     principal_key,
+    spec_key,
 )
 from events.signing import key_id_of
 from events.state import Checkpoint
@@ -334,6 +337,14 @@ class Ev:
         kw["run_id"] = kw.get("run_id") or node_key(node)
         return self.event(NodeOperationRequested, 0, dict(
             node=node, operation=operation, principal="alice", reason="maintenance"), kw)
+
+    def preflight(self, verdict: str = "fail", digest: str = "sha256:" + "ab" * 32,
+                  **kw: Any) -> PreflightCompleted:
+        kw["run_id"] = kw.get("run_id") or spec_key(digest)
+        check = PreflightCheck("storage.write", "/ckpt", verdict, None, None, "",
+                               "checkpoint root /ckpt: read-only")
+        return self.event(PreflightCompleted, 0, dict(
+            spec_digest=digest, principal="alice", verdict=verdict, checks=(check,)), kw)
 
     def cordoned(self, node: str = "node-b", mode: str = "cordon", **kw: Any) -> NodeCordoned:
         kw["run_id"] = kw.get("run_id") or node_key(node)

@@ -41,6 +41,8 @@ from events.model import (
     NodeQuarantined,
     NodeQuarantineExpired,
     NodeUncordoned,
+    PreflightCheck,
+    PreflightCompleted,
     PrincipalKeyRegistered,
     PrincipalKeyRevoked,
     RunAdmitted,
@@ -132,7 +134,9 @@ def one_of_each(run_id: str) -> list[Event]:
                          position=12800, source_counts={"web": 8000, "code": 4800},
                          mixture_targets={"web": 0.625, "code": 0.375}),
         WorkerExited(header=hd(), logical_id="r1", node="node-b", exit_code=None, signal=9),
-        AgentRegistered(header=hd(0), node="node-a", slots=8, domain="rack-1"),
+        AgentRegistered(header=hd(0), node="node-a", slots=8, domain="rack-1",
+                        address="10.0.0.7", work_dir="/var/lib/runledger",
+                        python_version="3.11.9", torch_version="2.5.1"),
         AgentHeartbeatRecorded(header=hd(0), node="node-a", slots=8, domain="rack-1",
                                busy_slots=2),
         NodeQuarantined(header=hd(0), node="node-b", reason="3 crashes of run x"),
@@ -181,6 +185,13 @@ def one_of_each(run_id: str) -> list[Event]:
                                reason="onboarding — Ärztin"),
         PrincipalKeyRevoked(header=hd(0), principal="alice", key_id=KEY_ID,
                             reason="laptop lost"),
+        # A client's observation about a spec (runledger.requests, keyed spec/<hex>).
+        PreflightCompleted(header=hd(0), spec_digest="sha256:" + "ab" * 32, principal="alice",
+                           verdict="fail", checks=(
+                               PreflightCheck("storage.write", "/ckpt", "fail", None, None, "",
+                                              "checkpoint root /ckpt: read-only — Schreibschutz"),
+                               PreflightCheck("storage.read", "s3://b/c", "pass", 812.5, 5.0,
+                                              "MB/s", "read 4.2 MB"))),
     ]
     events = [as_written(e) for e in events]
     assert {type(e).__name__ for e in events} == set(EVENT_TYPES), "sample set is incomplete"

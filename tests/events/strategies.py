@@ -25,6 +25,7 @@ from events.model import (
     FAILURE_CLASSES,
     NODE_OPERATIONS,
     OUTCOMES,
+    PREFLIGHT_VERDICTS,
     PRINCIPAL_ROLES,
     SEVERITIES,
     VERIFY_REASONS,
@@ -55,6 +56,7 @@ from events.model import (
     NodeQuarantined,
     NodeQuarantineExpired,
     NodeUncordoned,
+    PreflightCheck,
     RunManifestPublished,
     ShardWritten,
     StepCommitted,
@@ -156,6 +158,10 @@ def headers_of(version: int = 1) -> st.SearchStrategy[Header]:
 headers = headers_of(1)
 members = st.builds(Member, logical_id=texts, node=texts, slot=longs,
                     domain=st.none() | texts)
+preflight_checks = st.builds(PreflightCheck, check=texts, subject=texts,
+                             verdict=st.sampled_from(PREFLIGHT_VERDICTS),
+                             figure=st.none() | doubles, threshold=st.none() | doubles,
+                             unit=texts, reason=texts)
 
 
 def _for_type(tp: Any) -> st.SearchStrategy[Any]:
@@ -174,6 +180,8 @@ def _for_type(tp: Any) -> st.SearchStrategy[Any]:
         return headers
     if tp is Member:
         return members
+    if tp is PreflightCheck:
+        return preflight_checks
     if tp is str:
         return texts
     if tp is int:
@@ -219,6 +227,9 @@ _CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("PrincipalKeyRegistered", "public_key"): st.binary(min_size=32, max_size=32),
     ("PrincipalKeyRevoked", "principal"): principal_names,
     ("PrincipalKeyRevoked", "key_id"): key_ids,
+    ("PreflightCompleted", "spec_digest"): nonempty_texts,
+    ("PreflightCompleted", "principal"): nonempty_texts,
+    ("PreflightCompleted", "verdict"): st.sampled_from(PREFLIGHT_VERDICTS[:2]),
 }
 
 # Fields a newer schema version added: also drawn all absent together, as an older

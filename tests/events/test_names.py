@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from events.base import spec_key
 from events.names import (
     ALIAS_MAX,
     BAD_NAME,
@@ -45,6 +46,15 @@ def test_node_keys_and_host_names() -> None:
     assert key_problem("node/../x") is not None and key_problem("node/") is not None
     assert host_problem("h" * HOST_MAX) is None
     assert host_problem("h" * (HOST_MAX + 1)) is not None
+
+
+def test_spec_keys_are_a_digest_in_lowercase_hex() -> None:
+    digest = "sha256:" + "0f" * 32
+    assert key_problem(spec_key(digest)) is None
+    for bad in ("spec/", "spec/" + "0F" * 32, "spec/" + "0f" * 31, "spec/../" + "0f" * 30,
+                "spec/sha256:" + "0f" * 32):
+        problem = key_problem(bad)
+        assert problem is not None and problem.startswith(f"{BAD_NAME}: spec key"), bad
 
 
 def test_aliases() -> None:

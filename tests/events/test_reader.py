@@ -6,6 +6,7 @@ patience with a broker that is not there, or lost mid-read (a broker of its own)
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import uuid
@@ -21,6 +22,7 @@ from events.model import HeartbeatRecorded
 from events.partition import partition_for
 from events.reader import BEGINNING, END, LogReader, Watermarks
 from events.transactions import TransactionalWriter
+from runledger.stack.layout import wait_ports_free
 from tests.events.builders import Ev
 from tests.stacks import private_stack
 
@@ -319,14 +321,19 @@ def test_a_broker_lost_mid_read_is_waited_for_then_named(tmp_path: Path) -> None
             producer.send(topic, beat(run, n))
             producer.flush()
         for comes_back in (True, False):
-            with LogReader(address, [topic], bounded=True, strict=True, retry_s=8.0,
+            # Coming back may wait for the old broker's port to be released: a longer
+            # patience there; the reader that must give up waits out 8 s.
+            with LogReader(address, [topic], bounded=True, strict=True,
+                           retry_s=90.0 if comes_back else 8.0,
                            config=SMALL_FETCHES) as reader:
                 got = reader.read_records(10, 5.0)
                 assert got and not reader.caught_up
                 stack.down()
                 if comes_back:
+                    port = int(address.rpartition(":")[2])
                     time.sleep(2)
-                    assert stack.up(port=int(address.rpartition(":")[2])).bootstrap == address
+                    assert wait_ports_free([port], 60), _holders(port)
+                    assert stack.up(port=port).bootstrap == address
                     got += list(reader.records())
                     assert [r.event.step for r in got] == list(range(120))
                 else:
@@ -337,3 +344,31 @@ def test_a_broker_lost_mid_read_is_waited_for_then_named(tmp_path: Path) -> None
                     assert stack.up(port=int(address.rpartition(":")[2])).bootstrap == address
     finally:
         stack.down(purge=True)
+
+
+def _holders(port: int) -> str:
+    """Who holds ``port`` on loopback (from /proc), for a failure message."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(cols[9])
+    owners = []
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            pid = fd.parts[2]
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
+            except OSError:
+                cmd = b"?"
+            owners.append(f"pid {pid}: {cmd.decode(errors='replace')}")
+    return f"port {port} still held after stack down: {owners or 'no owner found'}"

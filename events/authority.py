@@ -70,10 +70,10 @@ INPUT_TOPICS = (REQUESTS, REPORTS)
 
 # Records on an input topic that are evidence, not inputs: the controller takes
 # nothing from one when it arrives (``controller.inputs`` has no rule for it). A
-# preflight's result is an operator client's observation about a spec, sent where
+# preflight's (pilot's, drill's) result is an operator client's observation about a spec, sent where
 # operators may write and keyed ``spec/<hex digest>``, so admission gates can look
 # it up by digest; it decides nothing by itself.
-EVIDENCE: frozenset[str] = frozenset({"PreflightCompleted"})
+EVIDENCE: frozenset[str] = frozenset({"PreflightCompleted", "PilotCompleted", "DrillCompleted"})
 
 # Record size limits per input topic, in bytes of the encoded value. A request
 # carries a whole spec (itself limited to 1 MiB of text); a report is a few

@@ -72,7 +72,9 @@ from events.requests import (
     NODE_OPERATIONS,
     PREFLIGHT_VERDICTS,
     CancelRequested,
+    DrillCompleted,
     NodeOperationRequested,
+    PilotCompleted,
     PreflightCheck,
     PreflightCompleted,
     RunSubmitted,
@@ -122,6 +124,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PrincipalKeyRegistered,
         PrincipalKeyRevoked,
         PreflightCompleted,
+        PilotCompleted,
+        DrillCompleted,
     )
 }
 
@@ -151,6 +155,7 @@ __all__ = [
     "CheckpointVerificationFailed",
     "CheckpointWriteFailed",
     "CursorAdvanced",
+    "DrillCompleted",
     "Event",
     "FailureClassified",
     "GenerationStarted",
@@ -167,6 +172,7 @@ __all__ = [
     "NodeQuarantineExpired",
     "NodeQuarantined",
     "NodeUncordoned",
+    "PilotCompleted",
     "PreflightCheck",
     "PreflightCompleted",
     "PrincipalKeyRegistered",

@@ -97,3 +97,72 @@ class PreflightCompleted(Event):
         one_of(self.verdict, PREFLIGHT_VERDICTS[:2], "PreflightCompleted.verdict")
         for c in self.checks:
             one_of(c.verdict, PREFLIGHT_VERDICTS, f"PreflightCompleted.checks[{c.check}].verdict")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PilotCompleted(Event):
+    """An operator's client ran a spec small and short; keyed ``spec/<hex digest>``.
+
+    The pilot run (``pilot_run_id``) is the spec at ``replicas`` members for
+    ``steps`` steps, with a checkpoint, a restore of it and the run's
+    manifest. The figures are the inputs of Young's interval: the median step
+    time, the median checkpoint cost (stall plus commit) and the restore time
+    (verify plus load); each is None when the pilot never got that far. Like
+    ``PreflightCompleted``, evidence for admission gates, not a controller input.
+    """
+
+    spec_digest: str
+    principal: str
+    verdict: str
+    pilot_run_id: str
+    steps: int
+    replicas: int
+    step_time_ms: float | None
+    checkpoint_ms: float | None
+    restore_ms: float | None
+    checks: tuple[PreflightCheck, ...]
+    TOPIC: ClassVar[str] = "runledger.requests"
+
+    def __post_init__(self) -> None:
+        _evidence(type(self).__name__, self.spec_digest, self.principal, self.verdict,
+                  self.checks, PREFLIGHT_VERDICTS[:2])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DrillCompleted(Event):
+    """One fault of a drill on a spec, and what the system did; keyed ``spec/<hex digest>``.
+
+    ``fault`` names the injected fault (``runledger.drill`` lists them);
+    ``verdict`` is ``skip`` when the spec's topology cannot show it (the reason
+    in ``reason``), else whether every expected outcome held (the rows in
+    ``checks``). ``rpo_s`` is the progress lost to the fault and ``rto_s`` the
+    time from the fault to the first step after it, in seconds, when measured.
+    """
+
+    spec_digest: str
+    principal: str
+    fault: str
+    verdict: str
+    drill_run_id: str
+    rpo_s: float | None
+    rto_s: float | None
+    reason: str
+    checks: tuple[PreflightCheck, ...]
+    TOPIC: ClassVar[str] = "runledger.requests"
+
+    def __post_init__(self) -> None:
+        _evidence(type(self).__name__, self.spec_digest, self.principal, self.verdict,
+                  self.checks, PREFLIGHT_VERDICTS)
+        if not self.fault:
+            raise InvalidEvent("DrillCompleted.fault must be non-empty")
+
+
+def _evidence(name: str, digest: str, principal: str, verdict: str,
+              checks: tuple[PreflightCheck, ...], verdicts: tuple[str, ...]) -> None:
+    if not digest:
+        raise InvalidEvent(f"{name}.spec_digest must be non-empty")
+    if not principal:
+        raise InvalidEvent(f"{name}.principal must be non-empty")
+    one_of(verdict, verdicts, f"{name}.verdict")
+    for c in checks:
+        one_of(c.verdict, PREFLIGHT_VERDICTS, f"{name}.checks[{c.check}].verdict")

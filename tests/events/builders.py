@@ -47,6 +47,7 @@ from events.model import (
     CheckpointVerificationFailed,
     CheckpointWriteFailed,
     CursorAdvanced,
+    DrillCompleted,
     Event,
     FailureClassified,
     GenerationStarted,
@@ -63,6 +64,7 @@ from events.model import (
     NodeQuarantined,
     NodeQuarantineExpired,
     NodeUncordoned,
+    PilotCompleted,
     PreflightCheck,
     PreflightCompleted,
     PrincipalKeyRegistered,
@@ -345,6 +347,21 @@ class Ev:
                                "checkpoint root /ckpt: read-only")
         return self.event(PreflightCompleted, 0, dict(
             spec_digest=digest, principal="alice", verdict=verdict, checks=(check,)), kw)
+
+    def pilot(self, verdict: str = "pass", digest: str = "sha256:" + "ab" * 32,
+              **kw: Any) -> PilotCompleted:
+        kw["run_id"] = kw.get("run_id") or spec_key(digest)
+        return self.event(PilotCompleted, 0, dict(
+            spec_digest=digest, principal="alice", verdict=verdict, pilot_run_id="p-1",
+            steps=20, replicas=2, step_time_ms=40.0, checkpoint_ms=120.0, restore_ms=300.0,
+            checks=()), kw)
+
+    def drill(self, fault: str = "kill_compute", verdict: str = "pass",
+              digest: str = "sha256:" + "ab" * 32, **kw: Any) -> DrillCompleted:
+        kw["run_id"] = kw.get("run_id") or spec_key(digest)
+        return self.event(DrillCompleted, 0, dict(
+            spec_digest=digest, principal="alice", fault=fault, verdict=verdict,
+            drill_run_id="d-1", rpo_s=1.0, rto_s=5.0, reason="", checks=()), kw)
 
     def cordoned(self, node: str = "node-b", mode: str = "cordon", **kw: Any) -> NodeCordoned:
         kw["run_id"] = kw.get("run_id") or node_key(node)

@@ -25,6 +25,7 @@ from events.model import (
     CheckpointVerificationFailed,
     CheckpointWriteFailed,
     CursorAdvanced,
+    DrillCompleted,
     Event,
     FailureClassified,
     GenerationStarted,
@@ -41,6 +42,7 @@ from events.model import (
     NodeQuarantined,
     NodeQuarantineExpired,
     NodeUncordoned,
+    PilotCompleted,
     PreflightCheck,
     PreflightCompleted,
     PrincipalKeyRegistered,
@@ -192,6 +194,14 @@ def one_of_each(run_id: str) -> list[Event]:
                                               "checkpoint root /ckpt: read-only — Schreibschutz"),
                                PreflightCheck("storage.read", "s3://b/c", "pass", 812.5, 5.0,
                                               "MB/s", "read 4.2 MB"))),
+        PilotCompleted(header=hd(0), spec_digest="sha256:" + "ab" * 32, principal="alice",
+                       verdict="pass", pilot_run_id="tiny-pilot-1", steps=20, replicas=2,
+                       step_time_ms=41.5, checkpoint_ms=None, restore_ms=812.25, checks=(
+                           PreflightCheck("pilot.restore", "step 10", "pass", 0.81, 300.0, "s",
+                                          "restored step 10 — wiederhergestellt"),)),
+        DrillCompleted(header=hd(0), spec_digest="sha256:" + "ab" * 32, principal="alice",
+                       fault="kill_compute", verdict="pass", drill_run_id="tiny-drill-1",
+                       rpo_s=1.5, rto_s=None, reason="every expectation held", checks=()),
     ]
     events = [as_written(e) for e in events]
     assert {type(e).__name__ for e in events} == set(EVENT_TYPES), "sample set is incomplete"

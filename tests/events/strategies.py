@@ -230,6 +230,13 @@ _CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("PreflightCompleted", "spec_digest"): nonempty_texts,
     ("PreflightCompleted", "principal"): nonempty_texts,
     ("PreflightCompleted", "verdict"): st.sampled_from(PREFLIGHT_VERDICTS[:2]),
+    ("PilotCompleted", "spec_digest"): nonempty_texts,
+    ("PilotCompleted", "principal"): nonempty_texts,
+    ("PilotCompleted", "verdict"): st.sampled_from(PREFLIGHT_VERDICTS[:2]),
+    ("DrillCompleted", "spec_digest"): nonempty_texts,
+    ("DrillCompleted", "principal"): nonempty_texts,
+    ("DrillCompleted", "fault"): nonempty_texts,
+    ("DrillCompleted", "verdict"): st.sampled_from(PREFLIGHT_VERDICTS),
 }
 
 # Fields a newer schema version added: also drawn all absent together, as an older

@@ -32,7 +32,8 @@ def test_every_type_has_one_sender_and_only_the_controller_writes_facts_and_comm
             assert sender.role == Role.CONTROLLER
     by_role = {role: sorted(c.__name__ for c, s in SENDERS.items() if s.role == role)
                for role in Role}
-    assert by_role[Role.OPERATOR] == ["CancelRequested", "NodeOperationRequested",
+    assert by_role[Role.OPERATOR] == ["CancelRequested", "DrillCompleted",
+                                      "NodeOperationRequested", "PilotCompleted",
                                       "PreflightCompleted", "RunSubmitted"]
     assert by_role[Role.AGENT] == ["AgentHeartbeatRecorded", "AgentRegistered", "WorkerExited"]
     assert by_role[Role.ADMIN] == ["PrincipalKeyRegistered", "PrincipalKeyRevoked"]

@@ -516,7 +516,7 @@ def test_cancel_revokes_and_everything_after_is_refused() -> None:
         ev.replicated(1, CKPT10),
         ev.revoke(1, CKPT10), ev.interval(1, 100), ev.step_times(1),
         ev.key_registered(run_id="r1"), ev.key_revoked(run_id="r1"),
-        ev.preflight(run_id="r1"),
+        ev.preflight(run_id="r1"), ev.pilot(run_id="r1"), ev.drill(run_id="r1"),
     ]
     informational = {t.__name__ for t in INFORMATIONAL_TYPES}
     assert informational == {"WriteRejected", "AlertRaised", "AlertResolved",
@@ -664,6 +664,8 @@ COLUMNS: dict[str, Callable[[Ev, RunState], Event]] = {
     "PrincipalKeyRevoked": lambda ev, s: ev.key_revoked(run_id=s.run_id),
     # A preflight is about a spec (keyed spec/<hex>); wrongly keyed by the run, no rule.
     "PreflightCompleted": lambda ev, s: ev.preflight(run_id=s.run_id),
+    "PilotCompleted": lambda ev, s: ev.pilot(run_id=s.run_id),
+    "DrillCompleted": lambda ev, s: ev.drill(run_id=s.run_id),
 }
 
 SUB, QUE, ADM, STA, RUN, REC = (Status.SUBMITTED, Status.QUEUED, Status.ADMITTED,
@@ -721,6 +723,8 @@ LEGAL: dict[str, set[Status]] = {
     "PrincipalKeyRegistered": set(),
     "PrincipalKeyRevoked": set(),
     "PreflightCompleted": set(),
+    "PilotCompleted": set(),
+    "DrillCompleted": set(),
 }
 
 _FENCED_COLUMNS = {"MembershipConfirmed", "ManifestCommitted", "CursorAdvanced",

@@ -7,7 +7,9 @@ there (:func:`signer`): a key the log does not know, one revoked, one that is
 not an operator's, or a ``--principal`` naming someone else is refused in one
 line and nothing is written. :func:`signed_record` encodes the request once
 and signs exactly those bytes (``events.signing.sign_request``), so the
-signature verifies against what the log stores.
+signature verifies against what the log stores. :func:`send_request` writes
+one request, signed or not, and waits for the broker's acknowledgement; every
+command that writes to ``runledger.requests`` goes through it.
 
 Tested in tests/runledger/commands/test_signed_requests.py.
 """
@@ -20,9 +22,11 @@ from pathlib import Path
 from cryptography.exceptions import UnsupportedAlgorithm
 
 from events.codec import Codec
-from events.kafka import Headers, event_headers
+from events.errors import KafkaOperationError
+from events.kafka import EventProducer, Headers, event_headers
 from events.model import Event
 from events.signing import SigningKey, sign_request
+from events.topics import REQUESTS
 from runledger import config, keylog
 from runledger.errors import RunledgerError, UsageError
 
@@ -82,3 +86,22 @@ def signed_record(codec: Codec, event: Event, key: SigningKey) -> tuple[bytes, H
     # The version the codec wrote (the newest), as EventProducer.send names it.
     version = codec.registry.latest(event.event_type).version
     return value, [*event_headers(event, version), *sign_request(key, value)]
+
+
+def send_request(bootstrap: str, event: Event, key: SigningKey | None,
+                 topic: str = REQUESTS) -> None:
+    """Write one request (signed when there is a key) and wait until the broker has it
+    (acks=all), or raise naming the topic and the delivery error."""
+    failures: list[str] = []
+    # A delivery timeout below the flush timeout turns a lost write into a
+    # delivery error with a reason rather than an unexplained flush timeout.
+    producer = EventProducer(bootstrap, client_id="runledger-cli",
+                             config={"message.timeout.ms": 15_000})
+    if key is None:
+        producer.send(topic, event, on_failure=failures.append)
+    else:
+        value, headers = signed_record(producer.codec, event, key)
+        producer.send_bytes(topic, event.run_id, value, headers, on_failure=failures.append)
+    producer.flush(30.0)
+    if failures:
+        raise KafkaOperationError(f"write to {topic}: {failures[0]}")

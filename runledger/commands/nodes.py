@@ -23,15 +23,13 @@ from typing import Annotated
 import typer
 
 from events.consume import read_log
-from events.errors import KafkaOperationError
-from events.kafka import EventProducer, Quarantined
+from events.kafka import Quarantined
 from events.model import Event, Header, NodeOperationRequested, node_key
-from events.signing import SigningKey
-from events.topics import REPORTS, REQUESTS, RUNS
+from events.topics import REPORTS, RUNS
 from runledger import config, nodeview
 from runledger.config import AsJson, Bootstrap, Principal
 from runledger.errors import RunledgerError
-from runledger.signer import ENV_KEY, signed_record, signer
+from runledger.signer import ENV_KEY, send_request, signer
 
 NodeName = Annotated[str, typer.Argument(metavar="NAME", help="The node, as `runledger nodes` "
                                                               "lists it.")]
@@ -96,7 +94,7 @@ def _request(operation: str, name: str, reason: str, principal: str | None, as_j
     event = NodeOperationRequested(
         header=Header(event_id, nkey, 0, _now_ms(), f"cli/{who}"), node=name,
         operation=operation, principal=who, reason=reason)
-    _send(address, event, signed.key if signed is not None else None)
+    send_request(address, event, signed.key if signed is not None else None)
     if as_json:
         typer.echo(json.dumps({"node": name, "operation": operation, "event_id": event_id,
                                "principal": who,
@@ -123,20 +121,6 @@ def node_events(bootstrap: str) -> list[Event]:
                                        on_quarantine=_passed_over)]
     # Facts keep their log order; an agent's records go by when they happened.
     return sorted([*reports, *facts], key=lambda e: e.header.occurred_at)
-
-
-def _send(bootstrap: str, event: Event, key: SigningKey | None) -> None:
-    failures: list[str] = []
-    producer = EventProducer(bootstrap, client_id="runledger-cli",
-                             config={"message.timeout.ms": 15_000})
-    if key is None:
-        producer.send(REQUESTS, event, on_failure=failures.append)
-    else:
-        value, headers = signed_record(producer.codec, event, key)
-        producer.send_bytes(REQUESTS, event.run_id, value, headers, on_failure=failures.append)
-    producer.flush(30.0)
-    if failures:
-        raise KafkaOperationError(f"write to {REQUESTS}: {failures[0]}")
 
 
 def _now_ms() -> int:

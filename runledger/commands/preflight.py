@@ -27,15 +27,13 @@ import typer
 
 from controller.runplan import checkpoint_env
 from controller.spec import RunSpec, load_spec
-from events.errors import KafkaOperationError
-from events.kafka import EventProducer
 from events.model import Header, PreflightCompleted, spec_key
 from events.topics import KEYS, REPORTS, REQUESTS, RUNS, STATUS
 from runledger import config, preflight, preflightio
 from runledger.commands.nodes import node_events
 from runledger.config import AsJson, Bootstrap, Principal, catalog_option
 from runledger.errors import RunledgerError
-from runledger.signer import ENV_KEY, Signer, signed_record, signer
+from runledger.signer import ENV_KEY, send_request, signer
 from runledger.specload import DatasetPin
 
 # What an operator's client reads or writes; COMMANDS is the controller's and agents'.
@@ -85,7 +83,7 @@ def run_preflight(spec_path: SpecPath, as_json: AsJson = False, bootstrap: Boots
         header=Header(f"{skey}/preflight/{uuid.uuid4().hex[:12]}", skey, 0, _now_ms(),
                       f"cli/{who}"),
         spec_digest=digest, principal=who, verdict=verdict, checks=tuple(rows))
-    _send(address, event, signed)
+    send_request(address, event, signed.key if signed is not None else None)
     if as_json:
         typer.echo(json.dumps({"spec_digest": digest, "verdict": verdict,
                                "event_id": event.header.event_id, "principal": who,
@@ -118,20 +116,6 @@ def _roots(spec: RunSpec) -> list[str]:
     roots = [t.root for t in env.tiers] or ([env.root] if env.root else [])
     base = spec.workdir or os.getcwd()
     return [r if "://" in r or os.path.isabs(r) else os.path.join(base, r) for r in roots]
-
-
-def _send(bootstrap: str, event: PreflightCompleted, signed: Signer | None) -> None:
-    failures: list[str] = []
-    producer = EventProducer(bootstrap, client_id="runledger-cli",
-                             config={"message.timeout.ms": 15_000})
-    if signed is None:
-        producer.send(REQUESTS, event, on_failure=failures.append)
-    else:
-        value, headers = signed_record(producer.codec, event, signed.key)
-        producer.send_bytes(REQUESTS, event.run_id, value, headers, on_failure=failures.append)
-    producer.flush(30.0)
-    if failures:
-        raise KafkaOperationError(f"write to {REQUESTS}: {failures[0]}")
 
 
 def _now_ms() -> int:

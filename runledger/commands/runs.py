@@ -32,7 +32,7 @@ from controller.errors import ControllerError
 from controller.spec import load_spec, parse_spec_json, run_id_for
 from events.consume import read_log
 from events.errors import BrokerUnavailable, KafkaOperationError
-from events.kafka import EventProducer, Quarantined
+from events.kafka import Quarantined
 from events.model import CancelRequested, Event, Header, RunSubmitted
 from events.status import RunStatusChanged
 from events.statuslog import read_status
@@ -42,7 +42,7 @@ from runledger.config import AsJson, Bootstrap, Principal, RunArg, catalog_optio
 from runledger.errors import RunledgerError
 from runledger.interrupt import follow_ctrl_c
 from runledger.runview import UNSEEN, list_rows, status_document, status_lines
-from runledger.signer import ENV_KEY, Signer, signed_record, signer
+from runledger.signer import ENV_KEY, send_request, signer
 from runledger.specload import DatasetPin, check_code
 
 WATCH_S = 1.0  # how often `status --watch` reads the run's summary
@@ -132,7 +132,7 @@ def submit(
         world_size=spec.world_size,
         dataset_id=spec.dataset,
     )
-    _send(address, REQUESTS, event, signed)
+    send_request(address, event, signed.key if signed is not None else None)
     if as_json:
         typer.echo(json.dumps({"run_id": run_id, "spec_digest": digest, "principal": who,
                                "key_id": signed.key.key_id if signed else None}))
@@ -247,7 +247,7 @@ def cancel(
     event_id = f"{run}/cancel/{uuid.uuid4().hex[:12]}"
     event = CancelRequested(header=_header(event_id, run, int(doc["generation"]), who),
                             principal=who, reason=reason)
-    _send(address, REQUESTS, event, signed)
+    send_request(address, event, signed.key if signed is not None else None)
     if as_json:
         typer.echo(json.dumps({"run_id": run, "event_id": event_id, "principal": who,
                                "key_id": signed.key.key_id if signed else None}))
@@ -329,24 +329,6 @@ def _may_cancel(events: Iterable[Event], principal: str) -> bool:
             except ControllerError:
                 return True  # a spec this version cannot read: leave it to the controller
     return True
-
-
-def _send(bootstrap: str, topic: str, event: Event, signed: Signer | None = None) -> None:
-    """Write one event (signed when there is a signer) and wait until the broker has it
-    (acks=all), or raise."""
-    failures: list[str] = []
-    # A delivery timeout below the flush timeout turns a lost write into a
-    # delivery error with a reason rather than an unexplained flush timeout.
-    producer = EventProducer(bootstrap, client_id="runledger-cli",
-                             config={"message.timeout.ms": 15_000})
-    if signed is None:
-        producer.send(topic, event, on_failure=failures.append)
-    else:
-        value, headers = signed_record(producer.codec, event, signed.key)
-        producer.send_bytes(topic, event.run_id, value, headers, on_failure=failures.append)
-    producer.flush(30.0)
-    if failures:
-        raise KafkaOperationError(f"write to {topic}: {failures[0]}")
 
 
 def _header(event_id: str, run_id: str, generation: int, principal: str) -> Header:

@@ -26,6 +26,7 @@ from runledger.commands import (
     keys,
     logs,
     nodes,
+    pilot,
     preflight,
     project,
     query,
@@ -61,7 +62,7 @@ app = typer.Typer(
 )
 # Registration order is the order `runledger --help` lists the commands in.
 for command in (stack, security, keys, audit, events, checkpoint, project, query, report,
-                dataset, runs, preflight, logs, nodes, agent, controller, interval, demo):
+                dataset, runs, preflight, pilot, logs, nodes, agent, controller, interval, demo):
     command.register(app)
 
 

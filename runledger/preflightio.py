@@ -10,6 +10,7 @@ Tested in tests/runledger/test_preflight.py and tests/runledger/commands/test_pr
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 import uuid
@@ -21,6 +22,8 @@ from confluent_kafka.admin import AdminClient
 
 from controller.inventory import EMPTY, NODE_RECORDS, observe
 from controller.run_decide import NODE_TIMEOUT_MS
+from controller.runplan import checkpoint_env
+from controller.spec import RunSpec
 from dataplane.catalog import Catalog
 from dataplane.errors import DataPlaneError
 from dataplane.shards import file_digest
@@ -42,6 +45,15 @@ def nodes_seen(events: Iterable[Event], now_ms: int) -> tuple[NodeSeen, ...]:
     return tuple(NodeSeen(n.name, max(n.slots - n.busy_slots, 0), n.domain,
                           *versions.get(n.name, ("", "")))
                  for n in inv.live(now_ms, NODE_TIMEOUT_MS))
+
+
+def checkpoint_roots(spec: RunSpec) -> list[str]:
+    """Every checkpoint root (each tier's, else the one root), a relative one made absolute
+    against the workers' directory as the workers would resolve it."""
+    env = checkpoint_env(spec)
+    roots = [t.root for t in env.tiers] or ([env.root] if env.root else [])
+    base = spec.workdir or os.getcwd()
+    return [r if "://" in r or os.path.isabs(r) else os.path.join(base, r) for r in roots]
 
 
 def probe_storage(root: str, size: int) -> StorageSeen:

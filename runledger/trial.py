@@ -11,12 +11,13 @@ operator would do by hand:
   (``runledger.reports``) from the beginning, only the partition its key
   hashes to, and :meth:`RunWatch.wait` polls until a condition on them holds
   or raises :class:`TrialTimeout` naming what it waited for and what it saw;
+- :func:`read_run` reads them once, to the end the log has now;
 - :func:`cancel` asks the controller to cancel the run (``CancelRequested``);
 - :func:`worker_pids` finds the run's worker processes on this machine by the
   identity the agent put in their environment (``events.workerenv``), for a
   drill that stops or kills one; it only sees workers of local agents.
 
-Tested in tests/runledger/test_trial.py.
+Tested in tests/runledger/test_trial.py and tests/runledger/commands/test_pilot.py.
 """
 
 from __future__ import annotations
@@ -128,6 +129,16 @@ class RunWatch:
         self.close()
 
 
+def read_run(address: str, run_id: str) -> list[Event]:
+    """The run's facts and reports as far as the log has them now (a dump, not a tail)."""
+    reader = LogReader(address, [RUNS, REPORTS], key=run_id, key_partition=True, bounded=True,
+                       strict=True, retry_s=config.retry_s(), name="runledger-trial")
+    try:
+        return [r.event for r in reader.records() if r.event.run_id == run_id]
+    finally:
+        reader.close()
+
+
 def _environ(pid: int) -> dict[str, str]:
     try:
         raw = Path(f"/proc/{pid}/environ").read_bytes()
@@ -159,4 +170,4 @@ def worker_pids(run_id: str | None, generation: int | None = None,
 
 
 __all__ = ["TERMINAL", "RunWatch", "TrialTimeout", "cancel", "ended", "generation", "now_ms",
-           "of_type", "submit", "worker_pids"]
+           "of_type", "read_run", "submit", "worker_pids"]

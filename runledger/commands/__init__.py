@@ -7,6 +7,8 @@ Option types and configuration they share come from :mod:`runledger.config`;
 no module imports another command module.
 
 - ``runs``: ``submit``, ``status``, ``cancel``, ``runs``
+- ``preflight``: ``preflight``
+- ``pilot``: ``pilot``
 - ``logs``: ``logs``
 - ``nodes``: ``nodes``, ``node cordon|uncordon|drain``
 - ``events``: ``events dump|tail``

@@ -16,7 +16,6 @@ Tested in tests/runledger/commands/test_preflight.py and tests/runledger/test_pr
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from dataclasses import asdict
@@ -25,7 +24,6 @@ from typing import Annotated
 
 import typer
 
-from controller.runplan import checkpoint_env
 from controller.spec import RunSpec, load_spec
 from events.model import Header, PreflightCompleted, spec_key
 from events.topics import KEYS, REPORTS, REQUESTS, RUNS, STATUS
@@ -101,21 +99,13 @@ def _observe(spec: RunSpec, address: str, catalog: str | None,
              limits: preflight.Thresholds) -> preflight.Seen:
     """Everything the rules judge, observed now."""
     nodes = preflightio.nodes_seen(node_events(address), _now_ms())
-    storage = tuple(preflightio.probe_storage(root, limits.probe_bytes) for root in _roots(spec))
+    storage = tuple(preflightio.probe_storage(root, limits.probe_bytes)
+                    for root in preflightio.checkpoint_roots(spec))
     data = preflightio.probe_data(config.catalog(catalog), spec.dataset, limits.digest_sample)
     return preflight.Seen(
         nodes=nodes, python=preflightio.python_version(), torch=preflightio.torch_version(),
         storage=storage, data=data, missing_topics=preflightio.missing_topics(address, TOPICS),
         topics=len(TOPICS), cuda_devices=preflightio.cuda_devices())
-
-
-def _roots(spec: RunSpec) -> list[str]:
-    """Every checkpoint root (each tier's, else the one root), a relative one made absolute
-    against the workers' directory as the workers would resolve it."""
-    env = checkpoint_env(spec)
-    roots = [t.root for t in env.tiers] or ([env.root] if env.root else [])
-    base = spec.workdir or os.getcwd()
-    return [r if "://" in r or os.path.isabs(r) else os.path.join(base, r) for r in roots]
 
 
 def _now_ms() -> int:

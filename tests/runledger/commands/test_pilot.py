@@ -1,0 +1,90 @@
+"""``runledger pilot`` on a private stack with a controller and an agent as real processes.
+
+The README's pilot command on ``examples/tiny.yaml`` (its dataset alias in the
+test's catalog, its checkpoint root under the test's directory, where the agent
+allows it): the pilot run restores its first checkpoint after the injected
+crash, succeeds and publishes its manifest, and the signed ``PilotCompleted``
+under the ORIGINAL spec's key carries the figures. The same spec with a
+read-only checkpoint root is refused before anything is submitted, naming the
+root, and the refusal is recorded too.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dataplane.catalog import Catalog
+from events.consume import read_log
+from events.model import AgentRegistered, PilotCompleted, spec_key
+from events.topics import REPORTS
+from tests.e2e.ckpt_setup import dataset
+from tests.e2e.harness import Cluster, wait
+from tests.runledger.commands.test_preflight import _read_only_root
+from tests.runledger.commands.test_signed_requests import judge, request_of
+
+pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
+
+TINY = Path(__file__).resolve().parents[3] / "examples" / "tiny.yaml"
+LIMIT_S = 600  # generous for a loaded 2-core machine
+
+
+def _tiny(cluster: Cluster, name: str, root: str) -> Path:
+    doc = yaml.safe_load(TINY.read_text())
+    doc.update(name=name, code={"workdir": str(TINY.parent)})
+    doc["command"] = [sys.executable, "train_tiny.py"]  # this venv's python, as the README's
+    doc["checkpoint"]["root"] = root
+    path = cluster.work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _pilot(cluster: Cluster, spec: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    key = ["--key", str(cluster.keys / "operator.key")] if cluster.keys is not None else []
+    return subprocess.run(
+        [sys.executable, "-m", "runledger.cli", "pilot", str(spec), *args, *key, "--json"],
+        env=cluster.env, text=True, capture_output=True, timeout=LIMIT_S, check=False)
+
+
+def test_pilot_of_tiny_restores_its_first_commit_and_a_read_only_root_is_refused(
+        cluster: Cluster, tmp_path: Path) -> None:
+    ds = dataset(cluster)
+    Catalog(cluster.env["RUNLEDGER_DATASETS"]).set_alias("synth/latest", ds)
+    cluster.controller()
+    cluster.agent("n1", 2)
+    wait(lambda: any(isinstance(r.event, AgentRegistered)
+                     for r in read_log(cluster.bootstrap, REPORTS)), 120, "the agent")
+
+    out = _pilot(cluster, _tiny(cluster, "tiny", str(cluster.work / "ckpt")),
+                 "--steps", "6", "--replicas", "1", "--timeout", str(LIMIT_S - 60))
+    assert out.returncode == 0, (out.stdout, out.stderr, cluster.log_of("agent-n1")[-3000:])
+    doc = json.loads(out.stdout)
+    run = doc["pilot_run_id"]
+    assert run.startswith("tiny-pilot-") and f"pilot run {run} submitted" in out.stderr
+    checks = {r["check"]: r for r in doc["checks"]}
+    assert {c: checks[c]["verdict"] for c in ("pilot.run", "pilot.restore", "pilot.manifest")
+            } == dict.fromkeys(("pilot.run", "pilot.restore", "pilot.manifest"), "pass")
+    assert "generation 2 restored step 2" in checks["pilot.restore"]["reason"]
+    assert checks["pilot.checkpoint"]["figure"] >= 2  # steps 2 (gen 1), 4 and 6 (gen 2)
+    event, record = request_of(cluster.bootstrap, spec_key(doc["spec_digest"]), PilotCompleted)
+    assert isinstance(event, PilotCompleted) and event.verdict == "pass"
+    assert (event.pilot_run_id, event.steps, event.replicas) == (run, 6, 1)
+    assert event.step_time_ms is not None and event.step_time_ms > 0
+    assert event.checkpoint_ms is not None and event.restore_ms is not None
+    assert event.restore_ms == doc["figures"]["restore_ms"]
+    if cluster.keys is not None:
+        assert judge(cluster.bootstrap, record, "operator") is None
+
+    ro_root = _read_only_root(tmp_path)
+    ro = _pilot(cluster, _tiny(cluster, "tiny-ro", ro_root))
+    assert ro.returncode == 1, (ro.stdout, ro.stderr)
+    assert f"failed: storage.write {ro_root}; nothing was submitted" in ro.stderr, ro.stderr
+    refused = json.loads(ro.stdout)
+    assert refused["pilot_run_id"] == "" and refused["verdict"] == "fail"
+    event, _ = request_of(cluster.bootstrap, spec_key(refused["spec_digest"]), PilotCompleted)
+    assert isinstance(event, PilotCompleted) and event.verdict == "fail"

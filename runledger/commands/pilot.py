@@ -136,6 +136,11 @@ def _watch(address: str, run_id: str, spec: RunSpec, who: str, key: SigningKey |
             if not trial.ended(watch.events):
                 trial.cancel(address, run_id, trial.generation(watch.events), who, key,
                              f"runledger pilot of {spec.name}: no end after {timeout_s:g} s")
+        except KeyboardInterrupt:
+            # A pilot left running would hold its slots for nothing: stop it, then stop.
+            trial.cancel(address, run_id, trial.generation(watch.events), who, key,
+                         f"runledger pilot of {spec.name} interrupted")
+            raise
     # Reports travel on their own topic: read both to their ends, now that the run is over.
     return trial.read_run(address, run_id), waited
 

@@ -6,7 +6,7 @@ allows it): the pilot run restores its first checkpoint after the injected
 crash, succeeds and publishes its manifest, and the signed ``PilotCompleted``
 under the ORIGINAL spec's key carries the figures. The same spec with a
 read-only checkpoint root is refused before anything is submitted, naming the
-root, and the refusal is recorded too.
+root, and the refusal is recorded too; so is one whose dataset lost an object, naming it.
 """
 
 from __future__ import annotations
@@ -88,3 +88,11 @@ def test_pilot_of_tiny_restores_its_first_commit_and_a_read_only_root_is_refused
     assert refused["pilot_run_id"] == "" and refused["verdict"] == "fail"
     event, _ = request_of(cluster.bootstrap, spec_key(refused["spec_digest"]), PilotCompleted)
     assert isinstance(event, PilotCompleted) and event.verdict == "fail"
+
+    manifest = Catalog(cluster.env["RUNLEDGER_DATASETS"]).get(ds)
+    gone = manifest.url(manifest.sources[0].objects[0])
+    Path(gone).unlink()
+    missing = _pilot(cluster, _tiny(cluster, "tiny-gone", str(cluster.work / "ckpt")))
+    assert missing.returncode == 1, (missing.stdout, missing.stderr)
+    assert f"failed: data.object {gone}; data.objects {ds}; nothing was submitted" in (
+        missing.stderr), missing.stderr

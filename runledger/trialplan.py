@@ -112,10 +112,12 @@ def derive_json(spec_json: str, trial: Trial) -> RunSpec:
     that only a newer ``RunSpec`` knows)."""
     doc: dict[str, Any] = json.loads(spec_json)
     name = str(doc["name"])
-    steps = min(trial.steps, _steps(doc["model"], name))
-    if trial.steps < 2:
-        raise TrialPlanError(f"--steps {trial.steps}: a trial needs at least 2 steps to commit"
-                             " two checkpoints")
+    own = _steps(doc["model"], name)
+    steps = min(trial.steps, own)
+    if steps < 2:
+        what = f"--steps {trial.steps}" if trial.steps < 2 else f"{STEPS_FIELD} {own}"
+        raise TrialPlanError(f"{what}: a trial needs at least 2 steps to commit two"
+                             " checkpoints")
     doc.pop(GATES, None)
     doc["name"] = trial_name(name, trial.label)
     doc["model"] = {**doc["model"], "steps": steps}

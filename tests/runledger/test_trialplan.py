@@ -27,6 +27,9 @@ def tiny(**changes: Any) -> RunSpec:
     return parse_spec(yaml.safe_dump(doc), "tiny.yaml", base_dir=TINY.parent)
 
 
+BASE = json.loads(tiny().canonical_json())
+
+
 def test_the_pilot_of_tiny_is_short_small_and_checkpoints_at_least_twice() -> None:
     spec = tiny()
     fault = {tp.FAULT_ENV: tp.first_commit_fault(12)}
@@ -88,6 +91,20 @@ def test_a_trial_the_spec_cannot_take_is_refused_with_the_field() -> None:
         tp.derive(tiny(), Trial("pilot", 6, replicas=0))
     with pytest.raises(TrialPlanError, match="--steps 1"):
         tp.derive(tiny(), Trial("pilot", 1, replicas=1))
+    with pytest.raises(TrialPlanError, match=r"^model\.steps 1: a trial needs at least 2"):
+        tp.derive(tiny(model={"steps": 1}), Trial("pilot", 12, replicas=1))
+
+
+@given(own=st.integers(2, 5000), asked=st.integers(2, 5000), replicas=st.integers(1, 2))
+def test_any_trial_length_validates_and_commits_twice(own: int, asked: int,
+                                                      replicas: int) -> None:
+    doc = {**BASE, "model": {"steps": own, "dim": 8}, "model_digest": ""}
+    out = tp.derive_json(json.dumps(doc), Trial("pilot", asked, replicas))
+    steps = out.model["steps"]
+    assert steps == min(own, asked) and out.model["dim"] == 8
+    assert out.checkpoint.policy == "fixed"
+    assert steps // out.checkpoint.interval_steps >= 2
+    assert out.topology.replicas == replicas == out.world_size
 
 
 @given(name=st.from_regex(r"[a-z0-9][a-z0-9._-]{0,70}", fullmatch=True),

@@ -47,7 +47,7 @@ def _tiny(cluster: Cluster, name: str, root: str) -> Path:
 def _pilot(cluster: Cluster, spec: Path, *args: str) -> subprocess.CompletedProcess[str]:
     key = ["--key", str(cluster.keys / "operator.key")] if cluster.keys is not None else []
     return subprocess.run(
-        [sys.executable, "-m", "runledger.cli", "pilot", str(spec), *args, *key, "--json"],
+        [sys.executable, "-m", "runledger.cli", "pilot", str(spec), *args, *key],
         env=cluster.env, text=True, capture_output=True, timeout=LIMIT_S, check=False)
 
 
@@ -61,7 +61,7 @@ def test_pilot_of_tiny_restores_its_first_commit_and_a_read_only_root_is_refused
                      for r in read_log(cluster.bootstrap, REPORTS)), 120, "the agent")
 
     out = _pilot(cluster, _tiny(cluster, "tiny", str(cluster.work / "ckpt")),
-                 "--steps", "6", "--replicas", "1", "--timeout", str(LIMIT_S - 60))
+                 "--steps", "6", "--replicas", "1", "--timeout", str(LIMIT_S - 60), "--json")
     assert out.returncode == 0, (out.stdout, out.stderr, cluster.log_of("agent-n1")[-3000:])
     doc = json.loads(out.stdout)
     run = doc["pilot_run_id"]
@@ -81,18 +81,23 @@ def test_pilot_of_tiny_restores_its_first_commit_and_a_read_only_root_is_refused
         assert judge(cluster.bootstrap, record, "operator") is None
 
     ro_root = _read_only_root(tmp_path)
-    ro = _pilot(cluster, _tiny(cluster, "tiny-ro", ro_root))
+    ro_spec = _tiny(cluster, "tiny-ro", ro_root)
+    ro = _pilot(cluster, ro_spec)  # the table, as an operator reads it
     assert ro.returncode == 1, (ro.stdout, ro.stderr)
     assert f"failed: storage.write {ro_root}; nothing was submitted" in ro.stderr, ro.stderr
-    refused = json.loads(ro.stdout)
-    assert refused["pilot_run_id"] == "" and refused["verdict"] == "fail"
-    event, _ = request_of(cluster.bootstrap, spec_key(refused["spec_digest"]), PilotCompleted)
+    [row] = [line for line in ro.stdout.splitlines() if line.startswith("FAIL")]
+    assert "storage.write" in row and ro_root in row
+    digest = json.loads(cluster.cli("submit", str(ro_spec), "--dry-run", "--json").stdout)[
+        "spec_digest"]
+    assert f"pilot fail for {digest} (" in ro.stdout and "pilot run" not in ro.stdout
+    event, _ = request_of(cluster.bootstrap, spec_key(digest), PilotCompleted)
     assert isinstance(event, PilotCompleted) and event.verdict == "fail"
+    assert event.pilot_run_id == "" and event.step_time_ms is None
 
     manifest = Catalog(cluster.env["RUNLEDGER_DATASETS"]).get(ds)
     gone = manifest.url(manifest.sources[0].objects[0])
     Path(gone).unlink()
-    missing = _pilot(cluster, _tiny(cluster, "tiny-gone", str(cluster.work / "ckpt")))
+    missing = _pilot(cluster, _tiny(cluster, "tiny-gone", str(cluster.work / "ckpt")), "--json")
     assert missing.returncode == 1, (missing.stdout, missing.stderr)
     assert f"failed: data.object {gone}; data.objects {ds}; nothing was submitted" in (
         missing.stderr), missing.stderr

@@ -20,9 +20,11 @@ goodput); and the committed checkpoints still retained.
 
 The lineage is counted without keeping every step: the counts are marked at
 each staged checkpoint (``CheckpointStaged``, reported right after its step),
-and a new generation starts again from the mark at its ``resume_step``, as
-goodput does (a restore that falls back further, revoking the newer checkpoint,
-is counted from that resume step all the same). Pure: no clock, no I/O.
+and a new generation starts again from the mark at the step it resumed from,
+as goodput does: its ``resume_step``, or the step before its first step when
+that is earlier (a restore that fell back to an older checkpoint because the
+newer one failed verification; the restored step is the truth, and only the
+first step says it among the run's facts). Pure: no clock, no I/O.
 
 Tested in tests/events/test_runmanifest.py.
 """
@@ -90,6 +92,8 @@ class Tally:
     accepted: Counts = ZERO  # along the run's lineage
     marks: Mapping[int, Counts] = field(default_factory=dict)  # lineage counts at a step
     incidents: tuple[Incident, ...] = ()
+    generation: int = 0  # the generation whose steps were counted last
+    resume_step: int = 0  # the current generation's, as GenerationStarted said
 
 
 EMPTY = Tally()
@@ -101,16 +105,19 @@ def observe(tally: Tally, event: Event) -> Tally:
     """The tally after an accepted fact."""
     if type(event) is StepCommitted:  # most facts: built field by field, not by replace
         a = tally.accepted
+        if event.generation != tally.generation and event.step - 1 < tally.resume_step:
+            a = _mark_at(tally.marks, event.step - 1)  # it fell back: redoes what followed
         return Tally(tally.code_version, tally.price_per_gpu_hour, tally.admitted_at,
                      tally.ended_at, Counts(a.steps + 1, a.tokens + event.tokens,
                                             a.loss_tokens + event.loss_tokens),
-                     tally.marks, tally.incidents)
+                     tally.marks, tally.incidents, event.generation, tally.resume_step)
     if not isinstance(event, _OBSERVED):
         return tally
     match event:
         case GenerationStarted():
             # goodput's rule: the steps after the resume step are lost, whatever comes next
-            return replace(tally, accepted=_mark_at(tally.marks, event.resume_step or 0))
+            resume = event.resume_step or 0
+            return replace(tally, accepted=_mark_at(tally.marks, resume), resume_step=resume)
         case CheckpointStaged():
             return _marked(tally, event.step)
         case ManifestCommitted() if event.step not in tally.marks:

@@ -16,7 +16,9 @@ accepted while the run's lineage still contains it, and a restart from step r
 discards the steps after r of the generations before; the incidents
 (``FailureClassified``); the cost when the spec has
 ``budget.price_per_gpu_hour`` (world size x admission-to-end hours, as
-goodput); and the committed checkpoints still retained.
+goodput); and the committed checkpoints retained: those the spec's retention
+(``checkpoint.keep_last``, the first tier's own, ``keep_every``) keeps, as the
+worker's collection (``worker.gc``) reads it, so each is still on storage.
 
 The lineage is counted without keeping every step: the counts are marked at
 each staged checkpoint (``CheckpointStaged``, reported right after its step),
@@ -94,6 +96,8 @@ class Tally:
     incidents: tuple[Incident, ...] = ()
     generation: int = 0  # the generation whose steps were counted last
     resume_step: int = 0  # the current generation's, as GenerationStarted said
+    keep_last: int = 3  # the first tier's retention (worker.gc), from the spec
+    keep_every: int | None = None
 
 
 EMPTY = Tally()
@@ -110,7 +114,8 @@ def observe(tally: Tally, event: Event) -> Tally:
         return Tally(tally.code_version, tally.price_per_gpu_hour, tally.admitted_at,
                      tally.ended_at, Counts(a.steps + 1, a.tokens + event.tokens,
                                             a.loss_tokens + event.loss_tokens),
-                     tally.marks, tally.incidents, event.generation, tally.resume_step)
+                     tally.marks, tally.incidents, event.generation, tally.resume_step,
+                     tally.keep_last, tally.keep_every)
     if not isinstance(event, _OBSERVED):
         return tally
     match event:
@@ -164,7 +169,24 @@ def _from_spec(spec_json: str) -> dict[str, Any]:
             and math.isfinite(price):
         priced = float(price)
     return {"code_version": code if isinstance(code, str) else None,
-            "price_per_gpu_hour": priced}
+            "price_per_gpu_hour": priced, **_retention(spec.get("checkpoint"))}
+
+
+def _retention(ckpt: object) -> dict[str, Any]:
+    """The first tier's ``keep_last`` and the run's ``keep_every``, as the worker's GC
+    reads them (``controller.spec_parts.CheckpointCommon``); defaults where absent."""
+    if not isinstance(ckpt, dict):
+        return {}
+    tiers = ckpt.get("tiers")
+    first = tiers[0] if isinstance(tiers, list) and tiers and isinstance(tiers[0], dict) else {}
+    keep = next((k for k in (first.get("keep_last"), ckpt.get("keep_last"))
+                 if _count(k)), 3)
+    every = ckpt.get("keep_every")
+    return {"keep_last": keep, "keep_every": every if _count(every) else None}
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def document(state: RunState, tally: Tally) -> dict[str, Any]:
@@ -207,8 +229,18 @@ def document(state: RunState, tally: Tally) -> dict[str, Any]:
         "alerts_raised": state.alerts,
         "rejections": state.rejections,
         "cost": _cost(state, tally),
-        "retained_checkpoints": [_checkpoint(c) for c in state.checkpoints],
+        "retained_checkpoints": [_checkpoint(c) for c in _retained(state, tally)],
     }
+
+
+def _retained(state: RunState, tally: Tally) -> list[Checkpoint]:
+    """The committed checkpoints the run's retention keeps (``worker.gc.plan``): the newest
+    ``keep_last``, every ``keep_every``-th step, the latest; collection removes the rest.
+    (A ``keep_every`` step older than the state's history is not listed.)"""
+    kept = state.checkpoints[-tally.keep_last:]
+    every = tally.keep_every
+    return [c for c in state.checkpoints
+            if c in kept or (every is not None and c.step % every == 0)]
 
 
 def _checkpoint(c: Checkpoint | None) -> dict[str, Any] | None:

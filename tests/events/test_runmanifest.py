@@ -105,6 +105,30 @@ def test_a_restore_that_fell_back_discards_the_steps_after_the_restored_one() ->
     assert _goodput(log) == (905, 7)
 
 
+@pytest.mark.parametrize("checkpoint,steps", [
+    ({}, [8, 10, 12]),  # the default keep_last 3
+    ({"keep_last": 2}, [10, 12]),
+    ({"keep_last": 1, "keep_every": 4}, [4, 8, 12]),
+    ({"keep_last": 1, "keep_every": 8}, [8, 12]),
+    ({"keep_last": 4, "tiers": [{"name": "a", "root": "/a", "protects": ["host"],
+                                 "keep_last": 1}]}, [12]),  # the first tier's own
+])
+def test_retained_checkpoints_are_those_the_retention_keeps(
+        checkpoint: dict[str, object], steps: list[int]) -> None:
+    ev = Ev()
+    log: list[Event] = [ev.submitted(spec_json=json.dumps({"checkpoint": checkpoint})),
+                        ev.admitted(), ev.generation_started(1), ev.confirmed(1)]
+    for s in range(1, 13):
+        log.append(ev.step(1, s))
+        if s % 2 == 0:
+            log += [ev.staged(1, s), ev.committed(1, s)]
+    log.append(ev.finished(1))
+    doc = runmanifest.build(log)
+    assert doc is not None
+    assert [c["step"] for c in doc["retained_checkpoints"]] == steps
+    assert doc["model"]["step"] == 12
+
+
 def test_cost_is_price_times_world_size_times_the_allocated_hours() -> None:
     _, log = _restarted_run()
     doc = runmanifest.build(log)
@@ -203,3 +227,29 @@ def test_a_price_that_is_no_finite_number_gives_no_cost(price: object) -> None:
     doc = runmanifest.build([ev.submitted(spec_json=spec), admitted, end])
     assert doc is not None and doc["cost"] is None
     runmanifest.encode(doc)  # canonical JSON holds it
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=20), st.integers(1, 5),
+       st.none() | st.integers(1, 6))
+def test_retained_is_what_the_workers_collection_keeps(
+        revokes: list[bool], keep_last: int, keep_every: int | None) -> None:
+    """Commits at steps 1..n (some revoked right away): the manifest lists exactly the
+    committed checkpoints worker.gc.plan never removes."""
+    from worker.gc import Retention, history, plan
+
+    ev = Ev()
+    spec = {"checkpoint": {"keep_last": keep_last, "keep_every": keep_every}}
+    log: list[Event] = [ev.submitted(spec_json=json.dumps(spec)), ev.admitted(),
+                        ev.generation_started(1), ev.confirmed(1)]
+    for s, revoke in enumerate(revokes, start=1):
+        log += [ev.step(1, s), ev.staged(1, s), ev.committed(1, s)]
+        if revoke:
+            log.append(ev.revoked(1, s))
+    log.append(ev.finished(1))
+    doc = runmanifest.build(log)
+    assert doc is not None
+    hist = history(log)
+    doomed = plan(hist.committed, hist, Retention(keep_last, keep_every, limit=1000))
+    kept = [step for gen, step in hist.committed if (gen, step) not in doomed]
+    assert [c["step"] for c in doc["retained_checkpoints"]] == kept

@@ -260,13 +260,15 @@ def _cost(state: RunState, tally: Tally) -> dict[str, Any] | None:
     if tally.price_per_gpu_hour is None or tally.admitted_at is None:
         return None
     ended = tally.ended_at if tally.ended_at is not None else state.updated_at
-    gpu_hours = round(state.world_size * (ended - tally.admitted_at) / 3_600_000, 6)
-    total = round(tally.price_per_gpu_hour * gpu_hours, 6)
-    if not math.isfinite(total):  # canonical JSON has no inf: a price past any budget
+    # goodput.sql's arithmetic, in its order, unrounded: the figures agree to the last bit
+    price = tally.price_per_gpu_hour
+    exact = price * state.world_size * (ended - tally.admitted_at) / 3_600_000
+    if not math.isfinite(exact):  # canonical JSON has no inf: a price past any budget
         return None
     loss = tally.accepted.loss_tokens
-    return {"price_per_gpu_hour": tally.price_per_gpu_hour, "gpu_hours": gpu_hours,
-            "total": total, "per_loss_token": total / loss if loss else None}
+    return {"price_per_gpu_hour": price,
+            "gpu_hours": round(state.world_size * (ended - tally.admitted_at) / 3_600_000, 6),
+            "total": round(exact, 6), "per_loss_token": exact / loss if loss else None}
 
 
 def build(facts: Iterable[Event]) -> dict[str, Any] | None:

@@ -97,6 +97,8 @@ def test_goodput_and_the_manifest_agree_when_a_restore_fell_back(con) -> None:
     assert doc is not None
     assert (doc["tokens"]["accepted_steps"], doc["tokens"]["accepted_loss_tokens"],
             doc["tokens"]["discarded_loss_tokens"]) == (30, 30 * 4000, 15 * 4000)
+    assert (doc["cost"]["gpu_hours"], doc["cost"]["per_loss_token"]) == (
+        row["gpu_hours"], row["cost_per_loss_token"])  # the same arithmetic, to the bit
     lost = {r["part"]: r["seconds"] for r in run_query(con, "ettr", tl.run_id).records()}
     assert lost["lost_work"] == pytest.approx(15 * 0.1)
 

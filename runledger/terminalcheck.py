@@ -23,7 +23,12 @@ preflight and the drill report them):
    final one among them) still has its ``manifest.json`` in the listing;
 7. ``residue``: what the run left behind that no commit vouches for, at most
    ``residue_bound``: checkpoint directories that the log never committed (or
-   revoked) and ``*.partial`` files. The reason names each.
+   revoked) and ``*.partial`` files. The reason names each;
+8. ``slots``: each node of the last generation, in its newest agent heartbeat
+   (``AgentHeartbeatRecorded`` among ``reports``, run id ``node/<name>``) sent
+   after the end and after its members' exits, holds no busy slot; skipped,
+   naming the nodes, when no such heartbeat was passed. Another run's workers
+   on the node count too: judge a drill on nodes of its own.
 
 A listing is a sequence of file paths, either relative to the run's directory
 (``g000002/step-0000000020/manifest.json``) or containing ``/<run id>/``
@@ -42,6 +47,7 @@ from events import runmanifest
 from events.fold import apply
 from events.fold_info import INFORMATIONAL
 from events.model import (
+    AgentHeartbeatRecorded,
     CheckpointRevoked,
     Event,
     ManifestCommitted,
@@ -56,7 +62,7 @@ from worker.layout import parse_generation, parse_step
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 CHECKS = ("terminal", "fenced", "stopped", "manifest", "manifest_file", "committed_kept",
-          "residue")
+          "residue", "slots")
 _SHOWN = 5  # names quoted in a reason before "and N more"
 
 
@@ -132,11 +138,16 @@ def judge_terminal(facts: Iterable[Event], listing: Iterable[str], *,
                      f"cancel it (`runledger cancel {rid}`) or wait for it to finish")]
         return tuple(rows + [_row(c, rid, SKIP, "the run has not ended") for c in CHECKS[1:]])
     files = sorted({relative(p, rid) for p in listing})
-    exits = [e for e in (*mine, *reports) if isinstance(e, WorkerExited) and e.run_id == rid]
+    seen = list(reports)
+    exits = [e for e in (*mine, *seen) if isinstance(e, WorkerExited) and e.run_id == rid]
+    since = max([mine[replay.end_index].header.occurred_at,
+                 *(e.header.occurred_at for e in exits if e.generation == state.generation)])
+    beats = [e for e in seen if isinstance(e, AgentHeartbeatRecorded)
+             and e.header.occurred_at >= since]
     return (_row("terminal", rid, PASS, f"run {rid} ended {state.status.value}: "
                  f"{state.outcome_reason or 'no reason given'}"),
             _fenced(rid, replay), _stopped(state, exits), *_manifest(mine, replay, files),
-            _residue(rid, replay, files, residue_bound))
+            _residue(rid, replay, files, residue_bound), _slots(state, beats))
 
 
 def _fenced(rid: str, replay: _Replay) -> PreflightCheck:
@@ -234,6 +245,32 @@ def _residue(rid: str, replay: _Replay, files: Sequence[str], bound: int) -> Pre
     return _row("residue", rid, FAIL, f"{len(left)} uncommitted item(s) left, more than "
                 f"{bound}: {_names(left)}; the end of a run removes staging residue",
                 len(left), bound, "items")
+
+
+def _slots(state: RunState, beats: Sequence[AgentHeartbeatRecorded]) -> PreflightCheck:
+    rid = state.run_id
+    nodes = sorted({m.node for m in state.members}) if state.generation else []
+    if not nodes:
+        return _row("slots", rid, PASS, "no generation started: no slot was held", 0, 0,
+                    "slots")
+    newest: dict[str, AgentHeartbeatRecorded] = {}
+    for b in beats:
+        if b.node in nodes and (b.node not in newest
+                                or b.header.occurred_at >= newest[b.node].header.occurred_at):
+            newest[b.node] = b
+    unheard = [n for n in nodes if n not in newest]
+    if unheard:
+        return _row("slots", rid, SKIP, f"no agent heartbeat after the end from "
+                    f"{_names(unheard)}: pass their AgentHeartbeatRecorded (runledger.reports, "
+                    "run id node/<name>) to judge it")
+    busy = [f"{n} ({newest[n].busy_slots} busy)" for n in nodes if newest[n].busy_slots]
+    total = sum(newest[n].busy_slots for n in nodes)
+    if not busy:
+        return _row("slots", rid, PASS, f"every slot free on {_names(nodes)} after the end",
+                    0, 0, "slots")
+    return _row("slots", rid, FAIL, f"slots still busy after the end on {_names(busy)}: "
+                "another run's workers count too; `runledger nodes` shows what runs there",
+                total, 0, "slots")
 
 
 def list_run(root: str, run_id: str) -> tuple[str, ...]:

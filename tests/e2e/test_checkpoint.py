@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from events.model import CursorAdvanced, ManifestCommitted, RunFinished, StepCommitted
+from events.model import (
+    CursorAdvanced,
+    ManifestCommitted,
+    RunFinished,
+    StepCommitted,
+    node_key,
+)
 from events.topics import REPORTS
 from runledger.terminalcheck import CHECKS, judge_terminal, list_run
 from tests.e2e.ckpt_setup import dataset, tiny_spec
@@ -168,8 +174,10 @@ def _assert_the_manifest_matches_the_queries(cluster: Cluster, run: str,
     assert latest["process"]["recoverable_step"] == doc["model"]["step"]
     assert sum(r["incidents"] for r in latest.values()) == len(doc["incidents"])
     # the end left what it must and no more (the drill's judge, runledger.terminalcheck)
+    reports = [r.event for r in (*cluster.records(run, REPORTS),  # with n1's heartbeats
+                                 *cluster.records(node_key("n1"), REPORTS))]
     checks = judge_terminal(cluster.facts(run), list_run(str(cluster.work / "ckpt"), run),
-                            reports=[r.event for r in cluster.records(run, REPORTS)])
+                            reports=reports)
     assert {c.check: c.verdict for c in checks} == {c: "pass" for c in CHECKS}, checks
 
 

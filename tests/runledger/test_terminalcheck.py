@@ -38,9 +38,12 @@ def _cancelled(ev: Ev) -> list[Event]:
     return log
 
 
-def _exits(ev: Ev) -> list[Event]:
+def _exits(ev: Ev, busy: int = 0) -> list[Event]:
+    """Both members' exits, then each node's agent heartbeat (``busy`` slots on node-b)."""
     return [ev.exited(1, "w0", exit_code=None, signal=15, node="node-a"),
-            ev.exited(1, "w1", exit_code=None, signal=15)]
+            ev.exited(1, "w1", exit_code=None, signal=15),
+            ev.agent_heartbeat("node-a", busy_slots=0),
+            ev.agent_heartbeat("node-b", busy_slots=busy)]
 
 
 LISTING = (f"{G1S2}/manifest.json", f"{G1S2}/__0_0.distcp", f"{G1S2}/.metadata",
@@ -120,6 +123,21 @@ def test_a_member_that_never_reported_its_exit_is_not_stopped() -> None:
     older = [ev.exited(0, "w1")]  # an exit of another generation does not count
     assert _by_check(judge_terminal(log, LISTING, reports=[*_exits(ev)[:1], *older])
                      )["stopped"].verdict == "fail"
+
+
+def test_slots_still_busy_after_the_exits_fail_and_no_heartbeat_skips() -> None:
+    ev = Ev()
+    log = _cancelled(ev)
+    rows = _by_check(judge_terminal(log, LISTING, reports=_exits(ev, busy=2)))
+    assert (rows["slots"].verdict, rows["slots"].figure) == ("fail", 2)
+    assert "node-b (2 busy)" in rows["slots"].reason
+    rows = _by_check(judge_terminal(log, LISTING, reports=_exits(ev)[:2]))
+    assert rows["slots"].verdict == "skip" and "node-a, node-b" in rows["slots"].reason
+    # a heartbeat from before the members exited says nothing about the end
+    early = ev.agent_heartbeat("node-a", busy_slots=0)
+    late = _exits(ev)
+    rows = _by_check(judge_terminal(log, LISTING, reports=[early, *late[:2], late[3]]))
+    assert rows["slots"].verdict == "skip" and "node-a" in rows["slots"].reason
 
 
 def test_a_run_cancelled_in_the_queue_had_nothing_to_stop() -> None:

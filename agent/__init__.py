@@ -12,6 +12,9 @@
   logs about its node when it starts (ready, cordoned, quarantined);
 - ``procs``: the table of worker processes (launch, terminate with a grace
   period, reap);
+- ``sweep``: after a stop, the stopped generations' manifest-less checkpoint
+  directories (staging residue no commit can vouch for), removed once this
+  node's workers of them exited;
 - ``testworker``: a torch-free stand-in worker with deterministic failures,
   run as ``python -m agent.testworker`` by the tests;
 - ``errors``: ``AgentError``, the package's one root exception.

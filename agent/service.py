@@ -13,6 +13,10 @@ One agent per node. It writes to ``runledger.reports``:
   ``<run>/g<gen>/<logical id>/exited`` (one exit per worker and generation, so
   a retried write is recognisably the same report).
 
+After a stop command, once this node's workers of the stopped generations have
+exited, it removes their staging residue on the run's first checkpoint tier in
+the background (``agent.sweep``; the root comes from the start command).
+
 At start, once registered, it logs its node's state as the controller's facts
 on ``runledger.runs`` leave it (``agent.nodestate``): ready, or cordoned or
 quarantined since when and why, with the ``runledger node uncordon`` that
@@ -48,7 +52,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import FrameType
 
-from agent import nodestate
+from agent import nodestate, sweep
 from agent.decide import (
     REJECTED_EXIT_CODE,
     Action,
@@ -170,6 +174,9 @@ class Agent:
         self._pending: dict[str, Event] = {}
         self._producer: EventProducer | None = None
         self._verifier: CommandVerifier | None = None
+        # agent.sweep: each run's checkpoint root, and the stops whose residue is due
+        self._roots: dict[str, str] = {}
+        self._sweeps: dict[str, int] = {}
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -241,6 +248,7 @@ class Agent:
             seen_bad = len(consumer.quarantined)
             if self._report_exits() or self._pending:
                 self._retry_pending()
+            self._sweep_due()
 
     def _trusted(self, record: Record) -> bool:
         """Whether the command passes agent.verify; a refused start is reported (125)."""
@@ -271,6 +279,18 @@ class Agent:
                 self._pending[action.command_id] = command
             else:
                 self._perform(action, command)
+        acted = not any(isinstance(a, Ignore) for a in decision.actions)
+        if isinstance(command, GroupStopCommanded) and acted \
+                and command.run_id in self._roots:
+            run = command.run_id
+            self._sweeps[run] = max(command.generation, self._sweeps.get(run, 0))
+
+    def _sweep_due(self) -> None:
+        """Remove the residue of stopped generations whose workers here are gone, in the
+        background (storage may be slow; the loop must not wait)."""
+        for run, gen in sweep.due(self._sweeps, self.state.running):
+            del self._sweeps[run]
+            sweep.in_background(self._roots[run], run, gen)
 
     def _retry_pending(self) -> None:
         waiting, self._pending = self._pending, {}
@@ -301,6 +321,10 @@ class Agent:
         match action:
             case Launch():
                 self.procs.launch(action)
+                root = sweep.root_of(action.command_env,
+                                     action.workdir or str(self.options.work_dir.absolute()))
+                if root is not None:
+                    self._roots[action.key.run_id] = root
             case Terminate():
                 self.procs.terminate(action.key, action.reason)
             case Reject():

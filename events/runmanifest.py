@@ -16,13 +16,17 @@ accepted while the run's lineage still contains it, and a restart from step r
 discards the steps after r of the generations before; the incidents
 (``FailureClassified``); the cost when the spec has
 ``budget.price_per_gpu_hour`` (world size x admission-to-end hours, as
-goodput); and the committed checkpoints still retained.
+goodput); and the committed checkpoints retained: those the spec's retention
+(``checkpoint.keep_last``, the first tier's own, ``keep_every``) keeps, as the
+worker's collection (``worker.gc``) reads it, so each is still on storage.
 
 The lineage is counted without keeping every step: the counts are marked at
 each staged checkpoint (``CheckpointStaged``, reported right after its step),
-and a new generation starts again from the mark at its ``resume_step``, as
-goodput does (a restore that falls back further, revoking the newer checkpoint,
-is counted from that resume step all the same). Pure: no clock, no I/O.
+and a new generation starts again from the mark at the step it resumed from,
+as goodput does: its ``resume_step``, or the step before its first step when
+that is earlier (a restore that fell back to an older checkpoint because the
+newer one failed verification; the restored step is the truth, and only the
+first step says it among the run's facts). Pure: no clock, no I/O.
 
 Tested in tests/events/test_runmanifest.py.
 """
@@ -90,6 +94,10 @@ class Tally:
     accepted: Counts = ZERO  # along the run's lineage
     marks: Mapping[int, Counts] = field(default_factory=dict)  # lineage counts at a step
     incidents: tuple[Incident, ...] = ()
+    generation: int = 0  # the generation whose steps were counted last
+    resume_step: int = 0  # the current generation's, as GenerationStarted said
+    keep_last: int = 3  # the first tier's retention (worker.gc), from the spec
+    keep_every: int | None = None
 
 
 EMPTY = Tally()
@@ -101,16 +109,20 @@ def observe(tally: Tally, event: Event) -> Tally:
     """The tally after an accepted fact."""
     if type(event) is StepCommitted:  # most facts: built field by field, not by replace
         a = tally.accepted
+        if event.generation != tally.generation and event.step - 1 < tally.resume_step:
+            a = _mark_at(tally.marks, event.step - 1)  # it fell back: redoes what followed
         return Tally(tally.code_version, tally.price_per_gpu_hour, tally.admitted_at,
                      tally.ended_at, Counts(a.steps + 1, a.tokens + event.tokens,
                                             a.loss_tokens + event.loss_tokens),
-                     tally.marks, tally.incidents)
+                     tally.marks, tally.incidents, event.generation, tally.resume_step,
+                     tally.keep_last, tally.keep_every)
     if not isinstance(event, _OBSERVED):
         return tally
     match event:
         case GenerationStarted():
             # goodput's rule: the steps after the resume step are lost, whatever comes next
-            return replace(tally, accepted=_mark_at(tally.marks, event.resume_step or 0))
+            resume = event.resume_step or 0
+            return replace(tally, accepted=_mark_at(tally.marks, resume), resume_step=resume)
         case CheckpointStaged():
             return _marked(tally, event.step)
         case ManifestCommitted() if event.step not in tally.marks:
@@ -157,7 +169,24 @@ def _from_spec(spec_json: str) -> dict[str, Any]:
             and math.isfinite(price):
         priced = float(price)
     return {"code_version": code if isinstance(code, str) else None,
-            "price_per_gpu_hour": priced}
+            "price_per_gpu_hour": priced, **_retention(spec.get("checkpoint"))}
+
+
+def _retention(ckpt: object) -> dict[str, Any]:
+    """The first tier's ``keep_last`` and the run's ``keep_every``, as the worker's GC
+    reads them (``controller.spec_parts.CheckpointCommon``); defaults where absent."""
+    if not isinstance(ckpt, dict):
+        return {}
+    tiers = ckpt.get("tiers")
+    first = tiers[0] if isinstance(tiers, list) and tiers and isinstance(tiers[0], dict) else {}
+    keep = next((k for k in (first.get("keep_last"), ckpt.get("keep_last"))
+                 if _count(k)), 3)
+    every = ckpt.get("keep_every")
+    return {"keep_last": keep, "keep_every": every if _count(every) else None}
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def document(state: RunState, tally: Tally) -> dict[str, Any]:
@@ -200,8 +229,18 @@ def document(state: RunState, tally: Tally) -> dict[str, Any]:
         "alerts_raised": state.alerts,
         "rejections": state.rejections,
         "cost": _cost(state, tally),
-        "retained_checkpoints": [_checkpoint(c) for c in state.checkpoints],
+        "retained_checkpoints": [_checkpoint(c) for c in _retained(state, tally)],
     }
+
+
+def _retained(state: RunState, tally: Tally) -> list[Checkpoint]:
+    """The committed checkpoints the run's retention keeps (``worker.gc.plan``): the newest
+    ``keep_last``, every ``keep_every``-th step, the latest; collection removes the rest.
+    (A ``keep_every`` step older than the state's history is not listed.)"""
+    kept = state.checkpoints[-tally.keep_last:]
+    every = tally.keep_every
+    return [c for c in state.checkpoints
+            if c in kept or (every is not None and c.step % every == 0)]
 
 
 def _checkpoint(c: Checkpoint | None) -> dict[str, Any] | None:
@@ -221,13 +260,15 @@ def _cost(state: RunState, tally: Tally) -> dict[str, Any] | None:
     if tally.price_per_gpu_hour is None or tally.admitted_at is None:
         return None
     ended = tally.ended_at if tally.ended_at is not None else state.updated_at
-    gpu_hours = round(state.world_size * (ended - tally.admitted_at) / 3_600_000, 6)
-    total = round(tally.price_per_gpu_hour * gpu_hours, 6)
-    if not math.isfinite(total):  # canonical JSON has no inf: a price past any budget
+    # goodput.sql's arithmetic, in its order, unrounded: the figures agree to the last bit
+    price = tally.price_per_gpu_hour
+    exact = price * state.world_size * (ended - tally.admitted_at) / 3_600_000
+    if not math.isfinite(exact):  # canonical JSON has no inf: a price past any budget
         return None
     loss = tally.accepted.loss_tokens
-    return {"price_per_gpu_hour": tally.price_per_gpu_hour, "gpu_hours": gpu_hours,
-            "total": total, "per_loss_token": total / loss if loss else None}
+    return {"price_per_gpu_hour": price,
+            "gpu_hours": round(state.world_size * (ended - tally.admitted_at) / 3_600_000, 6),
+            "total": round(exact, 6), "per_loss_token": exact / loss if loss else None}
 
 
 def build(facts: Iterable[Event]) -> dict[str, Any] | None:

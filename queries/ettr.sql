@@ -31,9 +31,15 @@ bounds AS (
     WHERE run_id = getvariable('run_id') AND topic = 'runledger.runs'
 ),
 gens AS (
-    SELECT generation, started_at, coalesce(resume_step, 0) AS resume_step,
-           lead(started_at) OVER (ORDER BY generation) AS next_start
-    FROM generations WHERE run_id = getvariable('run_id')
+    -- a generation resumed from its resume_step, or from before its first step when a
+    -- restore fell back to an older checkpoint (as queries/goodput.sql)
+    SELECT g.generation, g.started_at,
+           least(coalesce(g.resume_step, 0),
+                 coalesce((SELECT min(s.step) - 1 FROM steps s WHERE s.run_id = g.run_id
+                             AND s.generation = g.generation), coalesce(g.resume_step, 0)))
+               AS resume_step,
+           lead(g.started_at) OVER (ORDER BY g.generation) AS next_start
+    FROM generations g WHERE g.run_id = getvariable('run_id')
 ),
 step_iv AS (
     SELECT s.generation, s.step, s.occurred_at AS e,

@@ -2,7 +2,9 @@
 -- accepted token when the spec gives budget.price_per_gpu_hour.
 --
 -- Accepted tokens are those of steps no later generation redid (a restart from
--- step r discards every step after r of the generations before it). End to end
+-- step r discards every step after r of the generations before it; r is the
+-- generation's resume_step, or the step before its first step when that is
+-- earlier: a restore that fell back to an older checkpoint). End to end
 -- runs from submission to the run's end (or its latest event while it lives);
 -- GPU hours are the world size times the allocated time (admission to end).
 --
@@ -24,8 +26,12 @@ bounds AS (
     WHERE run_id = getvariable('run_id') AND topic = 'runledger.runs'
 ),
 gens AS (
-    SELECT generation, coalesce(resume_step, 0) AS resume_step
-    FROM generations WHERE run_id = getvariable('run_id')
+    SELECT g.generation,
+           least(coalesce(g.resume_step, 0),
+                 coalesce((SELECT min(s.step) - 1 FROM steps s WHERE s.run_id = g.run_id
+                             AND s.generation = g.generation), coalesce(g.resume_step, 0)))
+               AS resume_step
+    FROM generations g WHERE g.run_id = getvariable('run_id')
 ),
 accepted AS (
     SELECT count(*) AS steps, coalesce(sum(tokens), 0) AS tokens,

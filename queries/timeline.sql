@@ -26,9 +26,14 @@ bounds AS (
     WHERE run_id = getvariable('run_id') AND topic = 'runledger.runs'
 ),
 gens AS (
-    SELECT generation, started_at, reason, coalesce(resume_step, 0) AS resume_step,
-           lead(started_at) OVER (ORDER BY generation) AS next_start
-    FROM generations WHERE run_id = getvariable('run_id')
+    -- resume_step as goodput.sql reads it: earlier when a restore fell back
+    SELECT g.generation, g.started_at, g.reason,
+           least(coalesce(g.resume_step, 0),
+                 coalesce((SELECT min(s.step) - 1 FROM steps s WHERE s.run_id = g.run_id
+                             AND s.generation = g.generation), coalesce(g.resume_step, 0)))
+               AS resume_step,
+           lead(g.started_at) OVER (ORDER BY g.generation) AS next_start
+    FROM generations g WHERE g.run_id = getvariable('run_id')
 ),
 steps_ AS (
     SELECT s.generation, s.step, s.occurred_at AS e, s.occurred_at - s.step_time_ms AS b,

@@ -151,13 +151,25 @@ def test_a_start_for_an_older_generation_is_ignored(agent: Running, run_id: str)
 @pytest.mark.kafka
 def test_stop_terminates_the_generation_and_older(agent: Running, run_id: str) -> None:
     now = int(time.time() * 1000)
+    root = agent.work_dir.absolute() / "ckpt"
+    staged = root / run_id / "g000001" / "step-0000000008"  # a checkpoint cut short
+    committed = root / run_id / "g000001" / "step-0000000004"
+    for path in (staged / "__0_0.distcp", committed / "__0_0.distcp",
+                 committed / "manifest.json"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
     agent.send(start_cmd(agent.node, run_id, 1, ("r0", "r1"), "--steps", "1000",
-                         "--step-time", "0.1", at=now))
+                         "--step-time", "0.1", at=now,
+                         env={"RUNLEDGER_CHECKPOINT_ROOT": str(root)}))
     agent.tail.wait_for("a step", lambda: bool(agent.tail.of(run_id, StepCommitted)))
     agent.send(stop_cmd(agent.node, run_id, 2, at=now))  # newer than what runs: stops g1 too
     exits = agent.wait_exits(run_id, 2, timeout_s=15)
     assert {lid: (e.exit_code, e.generation) for lid, e in exits.items()} == {
         "r0": (TERM_EXIT_CODE, 1), "r1": (TERM_EXIT_CODE, 1)}
+    # Once they exited, the stopped generation's manifest-less residue goes (agent.sweep);
+    # a checkpoint with its manifest stays.
+    agent.tail.wait_for("the residue swept", lambda: not staged.exists(), 20)
+    assert (committed / "__0_0.distcp").exists() and (committed / "manifest.json").exists()
     # Generation 2 is revoked now: its start is ignored.
     agent.send(start_cmd(agent.node, run_id, 2, ("r0",), "--steps", "1", at=now))
     agent.wait_log(f"generation 2 of {run_id} is revoked")

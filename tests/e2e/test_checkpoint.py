@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from events.model import CursorAdvanced, ManifestCommitted, RunFinished, StepCommitted
+from events.model import (
+    CursorAdvanced,
+    ManifestCommitted,
+    RunFinished,
+    StepCommitted,
+    node_key,
+)
 from events.topics import REPORTS
+from runledger.terminalcheck import CHECKS, judge_terminal, list_run
 from tests.e2e.ckpt_setup import dataset, tiny_spec
 from tests.e2e.harness import Cluster, of_type
 
@@ -113,9 +120,10 @@ def test_same_topology_resume_replays_a_bitwise_identical_loss_trace(cluster: Cl
     _assert_the_manifest_matches_the_queries(cluster, broken)
 
 
-def _assert_the_manifest_matches_the_queries(cluster: Cluster, run: str) -> None:
+def _assert_the_manifest_matches_the_queries(cluster: Cluster, run: str,
+                                             accepted_steps: int | None = None) -> None:
     """The post-run manifest: its file's digest is the log's, and its figures are the
-    projection's goodput, provenance and incidents for the run."""
+    projection's goodput, provenance, incidents and recovery for the run."""
     deadline = time.monotonic() + 60  # the file is written just after the end commits
     while True:
         shown = cluster.cli("query", "manifest", run, "--json")
@@ -139,7 +147,8 @@ def _assert_the_manifest_matches_the_queries(cluster: Cluster, run: str) -> None
 
     (good,) = rows("goodput")
     tokens = doc["tokens"]
-    assert tokens["discarded_loss_tokens"] > 0  # generation 1's steps after 8 were redone
+    assert tokens["discarded_loss_tokens"] > 0  # generation 1's last steps were redone
+    assert accepted_steps is None or tokens["accepted_steps"] == accepted_steps
     for key in ("accepted_steps", "accepted_tokens", "accepted_loss_tokens",
                 "discarded_loss_tokens"):
         assert tokens[key] == good[key], key
@@ -151,7 +160,25 @@ def _assert_the_manifest_matches_the_queries(cluster: Cluster, run: str) -> None
         head["position_to"], head["dataset_id"], head["code_version"])
     counts = head["source_counts"]
     assert prov["source_counts"] == (json.loads(counts) if isinstance(counts, str) else counts)
-    assert len(doc["incidents"]) == len(rows("incidents")) == 1
+    incidents = rows("incidents")
+    assert len(doc["incidents"]) == len(incidents) == 1
+    fields = ("generation", "failure_class", "signature", "member", "node", "action", "attempt")
+    assert [tuple(i[k] for k in fields) for i in doc["incidents"]] == [
+        tuple(i[k] for k in fields) for i in incidents]
+    if doc["cost"] is None:
+        assert good["price_per_gpu_hour"] is None
+    else:
+        assert doc["cost"]["gpu_hours"] == pytest.approx(good["gpu_hours"], abs=1e-6)
+        assert doc["cost"]["per_loss_token"] == pytest.approx(good["cost_per_loss_token"])
+    latest = {r["domain"]: r for r in rows("recovery")}  # each domain's last row: the end
+    assert latest["process"]["recoverable_step"] == doc["model"]["step"]
+    assert sum(r["incidents"] for r in latest.values()) == len(doc["incidents"])
+    # the end left what it must and no more (the drill's judge, runledger.terminalcheck)
+    reports = [r.event for r in (*cluster.records(run, REPORTS),  # with n1's heartbeats
+                                 *cluster.records(node_key("n1"), REPORTS))]
+    checks = judge_terminal(cluster.facts(run), list_run(str(cluster.work / "ckpt"), run),
+                            reports=reports)
+    assert {c.check: c.verdict for c in checks} == {c: "pass" for c in CHECKS}, checks
 
 
 @pytest.mark.parametrize("damage", ["bitflip", "truncate"])
@@ -161,8 +188,10 @@ def test_a_damaged_latest_checkpoint_is_caught_and_the_previous_one_restored(
     cluster.env["RUNLEDGER_FAULT"] = "step@10:rank=0:gen=1"
     cluster.controller()
     cluster.agent("n1", 2)
-    run = cluster.submit(tiny_spec(cluster, f"damaged-{damage}", ds, steps=16, interval=4,
-                                   model={"step_sleep_s": 1.0}))
+    doc = tiny_spec(cluster, f"damaged-{damage}", ds, steps=16, interval=4,
+                    model={"step_sleep_s": 1.0})
+    doc["budget"] = {"price_per_gpu_hour": 2.5}
+    run = cluster.submit(doc)
     facts = cluster.wait_facts(
         run, lambda f: any(isinstance(e, ManifestCommitted) and e.step == 8 for e in f),
         timeout=120, what="the checkpoint at step 8")
@@ -203,6 +232,9 @@ def test_a_damaged_latest_checkpoint_is_caught_and_the_previous_one_restored(
     assert not (run_dir / "g000001" / "step-0000000004").exists()
     assert [u.rsplit("/", 2)[-2:] for u in dry.stdout.split() if "/" in u] == [
         ["g000002", "step-0000000008"]]
+    # the restore fell back from 8 to 4: generation 1's steps 5-10 were redone, so the
+    # lineage is 16 steps, in the manifest as in goodput
+    _assert_the_manifest_matches_the_queries(cluster, run, accepted_steps=16)
 
 
 def test_a_stale_generation_that_wakes_and_publishes_is_rejected(cluster: Cluster) -> None:

@@ -18,9 +18,14 @@ SPEC = json.dumps({"code_version": "git:abc123", "budget": {"price_per_gpu_hour"
 
 def _goodput(events: list[Event]) -> tuple[int, int]:
     """(accepted, discarded) loss tokens as goodput.sql counts them: a step is lost
-    when a later generation resumed from before it."""
-    resumes = {e.generation: e.resume_step or 0 for e in events
-               if isinstance(e, GenerationStarted)}
+    when a later generation resumed from before it (from its resume_step, or from
+    before its first step when its restore fell back further)."""
+    first: dict[int, int] = {}
+    for e in events:
+        if isinstance(e, StepCommitted):
+            first.setdefault(e.generation, e.step)
+    resumes = {e.generation: min(e.resume_step or 0, first.get(e.generation, 1 << 62) - 1)
+               for e in events if isinstance(e, GenerationStarted)}
     accepted = discarded = 0
     for e in events:
         if isinstance(e, StepCommitted):
@@ -75,6 +80,55 @@ def test_a_restarted_run_keeps_its_lineage_and_discards_the_redone_steps() -> No
     assert [(i["generation"], i["action"]) for i in doc["incidents"]] == [(1, "restart")]
 
 
+def test_a_restore_that_fell_back_discards_the_steps_after_the_restored_one() -> None:
+    """Generation 2 is told to resume from step 10, but step 10 fails verification and
+    it restores step 5: generation 1's steps 6-10 are redone, not accepted twice."""
+    ev = Ev()
+    log: list[Event] = [ev.submitted(spec_json=SPEC), ev.admitted(), ev.generation_started(1),
+                        ev.confirmed(1)]
+    for s in range(1, 13):
+        log.append(ev.step(1, s, tokens=10, loss_tokens=1))
+        if s in (5, 10):
+            log += [ev.staged(1, s), ev.committed(1, s)]
+    # the controller revokes step 10 on the restore's verification failure (its
+    # CheckpointRestored of step 5 stays a report: not among the facts)
+    log += [ev.failure(1, "restart"), ev.generation_started(2, resume_step=10),
+            ev.revoked(2, 10, committed_gen=1), ev.confirmed(2)]
+    for s in range(6, 15):
+        log.append(ev.step(2, s, tokens=10, loss_tokens=100))
+    log.append(ev.finished(2))
+    doc = runmanifest.build(log)
+    assert doc is not None
+    assert doc["tokens"] == {
+        "accepted_steps": 5 + 9, "accepted_tokens": 140, "accepted_loss_tokens": 5 + 900,
+        "discarded_tokens": 70, "discarded_loss_tokens": 7}
+    assert _goodput(log) == (905, 7)
+
+
+@pytest.mark.parametrize("checkpoint,steps", [
+    ({}, [8, 10, 12]),  # the default keep_last 3
+    ({"keep_last": 2}, [10, 12]),
+    ({"keep_last": 1, "keep_every": 4}, [4, 8, 12]),
+    ({"keep_last": 1, "keep_every": 8}, [8, 12]),
+    ({"keep_last": 4, "tiers": [{"name": "a", "root": "/a", "protects": ["host"],
+                                 "keep_last": 1}]}, [12]),  # the first tier's own
+])
+def test_retained_checkpoints_are_those_the_retention_keeps(
+        checkpoint: dict[str, object], steps: list[int]) -> None:
+    ev = Ev()
+    log: list[Event] = [ev.submitted(spec_json=json.dumps({"checkpoint": checkpoint})),
+                        ev.admitted(), ev.generation_started(1), ev.confirmed(1)]
+    for s in range(1, 13):
+        log.append(ev.step(1, s))
+        if s % 2 == 0:
+            log += [ev.staged(1, s), ev.committed(1, s)]
+    log.append(ev.finished(1))
+    doc = runmanifest.build(log)
+    assert doc is not None
+    assert [c["step"] for c in doc["retained_checkpoints"]] == steps
+    assert doc["model"]["step"] == 12
+
+
 def test_cost_is_price_times_world_size_times_the_allocated_hours() -> None:
     _, log = _restarted_run()
     doc = runmanifest.build(log)
@@ -123,9 +177,18 @@ def restarted_logs(draw: st.DrawFn) -> list[Event]:
     log: list[Event] = [ev.submitted(), ev.admitted()]
     latest: int | None = None
     step = 0
+    committed: list[int] = []
+    gens: dict[int, int] = {}  # the generation that committed each step
     for gen in range(1, draw(st.integers(1, 4)) + 1):
         log += [ev.generation_started(gen, resume_step=latest), ev.confirmed(gen)]
         step = latest or 0
+        if len(committed) > 1 and draw(st.booleans()):
+            # the latest fails verification: the restore falls back to an older one
+            step = draw(st.sampled_from(committed[:-1]))
+            for gone in committed[committed.index(step) + 1:]:
+                log.append(ev.revoked(gen, gone, committed_gen=gens[gone]))
+            latest = step
+            committed = committed[:committed.index(step) + 1]
         pending: list[int] = []
         for _ in range(draw(st.integers(0, 12))):
             step += 1
@@ -136,6 +199,8 @@ def restarted_logs(draw: st.DrawFn) -> list[Event]:
                 pending.append(step)
             if pending and draw(st.booleans()):  # the commit lands now or after later steps
                 latest = pending.pop()
+                committed.append(latest)
+                gens[latest] = gen
                 log.append(ev.committed(gen, latest))
         log.append(ev.failure(gen, "restart"))
     log.append(ev.finished(0, "failed", "gave up"))
@@ -162,3 +227,29 @@ def test_a_price_that_is_no_finite_number_gives_no_cost(price: object) -> None:
     doc = runmanifest.build([ev.submitted(spec_json=spec), admitted, end])
     assert doc is not None and doc["cost"] is None
     runmanifest.encode(doc)  # canonical JSON holds it
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=20), st.integers(1, 5),
+       st.none() | st.integers(1, 6))
+def test_retained_is_what_the_workers_collection_keeps(
+        revokes: list[bool], keep_last: int, keep_every: int | None) -> None:
+    """Commits at steps 1..n (some revoked right away): the manifest lists exactly the
+    committed checkpoints worker.gc.plan never removes."""
+    from worker.gc import Retention, history, plan
+
+    ev = Ev()
+    spec = {"checkpoint": {"keep_last": keep_last, "keep_every": keep_every}}
+    log: list[Event] = [ev.submitted(spec_json=json.dumps(spec)), ev.admitted(),
+                        ev.generation_started(1), ev.confirmed(1)]
+    for s, revoke in enumerate(revokes, start=1):
+        log += [ev.step(1, s), ev.staged(1, s), ev.committed(1, s)]
+        if revoke:
+            log.append(ev.revoked(1, s))
+    log.append(ev.finished(1))
+    doc = runmanifest.build(log)
+    assert doc is not None
+    hist = history(log)
+    doomed = plan(hist.committed, hist, Retention(keep_last, keep_every, limit=1000))
+    kept = [step for gen, step in hist.committed if (gen, step) not in doomed]
+    assert [c["step"] for c in doc["retained_checkpoints"]] == kept

@@ -35,8 +35,12 @@ def ettr_parts(facts: list[Event]) -> dict[str, float]:
     gens = {e.generation: e for e in facts if isinstance(e, GenerationStarted)}
     steps = [e for e in facts if isinstance(e, StepCommitted)]
 
+    first = {g: min((s.step for s in steps if s.generation == g), default=None) for g in gens}
+    # a generation whose first step is earlier than its resume_step fell back further
+    resumed = {g: min(gs.resume_step or 0, (first[g] or 1 << 62) - 1) for g, gs in gens.items()}
+
     def lost(s: StepCommitted) -> bool:
-        return any(g > s.generation and (gs.resume_step or 0) < s.step for g, gs in gens.items())
+        return any(g > s.generation and r < s.step for g, r in resumed.items())
 
     iv: dict[str, list[tuple[float, float]]] = defaultdict(list)
     first_start: dict[int, float] = {}

@@ -9,6 +9,8 @@ from typing import Any
 import duckdb
 import pytest
 
+from events import runmanifest
+from events.topics import RUNS
 from queries.errors import QueryError
 from queries.runner import names, run_query
 from tests.queries.timeline import Timeline, crash_and_recover, project
@@ -65,6 +67,40 @@ def test_goodput_counts_only_steps_that_survived(con) -> None:
     assert row["price_per_gpu_hour"] == 2.5
     assert row["cost_per_loss_token"] == pytest.approx(
         2.5 * row["gpu_hours"] / (30 * 4000), rel=1e-3)
+
+
+def test_goodput_and_the_manifest_agree_when_a_restore_fell_back(con) -> None:
+    """Generation 2 is told to resume from 20 but restores 10 (20 failed verification)
+    and trains 11-30: generation 1's steps 11-25 were redone, so they are discarded,
+    both by goodput.sql and by the post-run manifest (built from the facts alone)."""
+    tl = Timeline()
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    for s in range(1, 26):
+        tl.step(1, s)
+        if s in (10, 20):
+            tl.checkpoint(1, s)
+    tl.exit(1)
+    tl.fail(1)
+    tl.start(2, resume=20)
+    tl.add(tl.ev.revoked(2, 20, committed_gen=1))  # 20 failed the restore's verification
+    tl.restore(2, 10, "local")
+    for s in range(11, 31):
+        tl.step(2, s)
+    tl.finish(2)
+    project(con, tl)
+    (row,) = run_query(con, "goodput", tl.run_id).records()
+    assert (row["accepted_steps"], row["accepted_loss_tokens"], row["discarded_loss_tokens"]) \
+        == (30, 30 * 4000, 15 * 4000)
+    doc = runmanifest.build(r.event for r in tl.records() if r.topic == RUNS)
+    assert doc is not None
+    assert (doc["tokens"]["accepted_steps"], doc["tokens"]["accepted_loss_tokens"],
+            doc["tokens"]["discarded_loss_tokens"]) == (30, 30 * 4000, 15 * 4000)
+    assert (doc["cost"]["gpu_hours"], doc["cost"]["per_loss_token"]) == (
+        row["gpu_hours"], row["cost_per_loss_token"])  # the same arithmetic, to the bit
+    lost = {r["part"]: r["seconds"] for r in run_query(con, "ettr", tl.run_id).records()}
+    assert lost["lost_work"] == pytest.approx(15 * 0.1)
 
 
 def test_incidents_report_detection_rto_and_rpo(con) -> None:

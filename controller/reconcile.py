@@ -165,7 +165,8 @@ def reconcile_run(em: Emitter, run_id: str, slots: Slots, owns: Owns = everythin
     if run is None:
         return
     draft = em.draft
-    world = World(em.now, draft.since, draft.inventory, draft.node_failures, slots.used)
+    world = World(em.now, draft.since, draft.inventory, draft.node_failures, slots.used,
+                  draft.gates)
     for action in decide(run, world):
         perform(em, run, action, slots, owns)
     judge_alerts(em, run_id)

@@ -29,14 +29,23 @@ from events.errors import KafkaOperationError
 from events.kafka import Record
 from events.keyring import EMPTY, REVOKED_KEY, UNKNOWN_KEY, UNSIGNED, KeyRing, check_headers
 from events.keys import read_ring
-from events.model import CancelRequested, NodeOperationRequested, RunSubmitted
+from events.model import (
+    CancelRequested,
+    DrillCompleted,
+    NodeOperationRequested,
+    PilotCompleted,
+    PreflightCompleted,
+    RunSubmitted,
+)
 from events.signing import request_message
 from events.topics import KEYS
 
 log = logging.getLogger("runledger.controller")
 
 OPERATOR_ROLE = "operator"
-SIGNED_REQUESTS = (RunSubmitted, CancelRequested, NodeOperationRequested)
+# The gate evidence too: it opens admission, so it is believed only from a proven operator.
+SIGNED_REQUESTS = (RunSubmitted, CancelRequested, NodeOperationRequested, PreflightCompleted,
+                   PilotCompleted, DrillCompleted)
 
 
 def judge_request(ring: KeyRing, record: Record, *, require: bool) -> tuple[str, str] | None:

@@ -1,6 +1,8 @@
 """Operator requests judged by their signature before the controller acts on them.
 
-A ``RunSubmitted``, ``CancelRequested`` or ``NodeOperationRequested`` names its
+A ``RunSubmitted``, ``CancelRequested`` or ``NodeOperationRequested``, and a
+piece of gate evidence (``PreflightCompleted``, ``PilotCompleted``,
+``DrillCompleted``: it opens admission, ``controller.evidence``) names its
 ``principal``; that name is believed only when the request's exact value bytes carry a signature
 (``events.signing.request_message``) of a live key that the keys log registers
 to that very principal with the operator role. So the cancel authority, and the

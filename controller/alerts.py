@@ -9,7 +9,9 @@ Pure (time comes from ``now`` and the events). Only the controller writes
 - :func:`evaluate`: the rules, as raise/resolve :class:`Decision` values,
   deduplicated against the fold's ``RunState.open_alerts``.
 - :func:`facts`: decisions as events with deterministic ids: ``<run>/alert/<key>/<n>``
-  (``n``: earlier raises of that key) and ``<that id>/resolved``.
+  (``n``: earlier raises of that key) and ``<that id>/resolved``; a rule whose
+  action is ``escalate`` (``AlertConfig.actions``) is raised one severity higher,
+  addressed to ``escalate_to``, and says so in its detail.
 
 A rule that lacks evidence (too few samples, no mixture targets, a run that is
 not Running) decides nothing: an open alert stays open until evidence clears
@@ -56,6 +58,15 @@ MIN_SAMPLES = 4  # per rank (stragglers) and per run (input wait) before a verdi
 RAISE = "raise"
 RESOLVE = "resolve"
 
+# What a raised alert does beyond being a fact (the spec's ``alerts.actions``):
+# ``notify`` only records it; ``escalate`` records it one severity higher and
+# addressed to ``alerts.escalate_to``; ``pause`` is not offered yet.
+NOTIFY = "notify"
+ESCALATE = "escalate"
+PAUSE = "pause"
+ACTIONS = (NOTIFY, ESCALATE)
+_SEVERITY_ORDER = ("info", "warning", "critical")
+
 
 def runbook_of(base: str, alert: str) -> str:
     return f"{base}#{alert.replace('_', '-')}"
@@ -80,6 +91,16 @@ class AlertConfig:
     # widest domain the first tier's copy survives (its commit counts for those).
     rpo: Mapping[str, int] = field(default_factory=dict)
     first_protects: str = "host"
+    # alerts.actions: per rule, NOTIFY (the default) or ESCALATE; and who an escalation
+    # is addressed to (None: the owner, one severity higher).
+    actions: Mapping[str, str] = field(default_factory=dict)
+    escalate_to: str | None = None
+
+
+def escalated(severity: str) -> str:
+    """One severity higher (critical stays critical)."""
+    i = _SEVERITY_ORDER.index(severity) if severity in _SEVERITY_ORDER else 0
+    return _SEVERITY_ORDER[min(i + 1, len(_SEVERITY_ORDER) - 1)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,9 +324,12 @@ def facts(state: RunState, plan_alerts: AlertConfig, watch: Watch, now: int, pro
         eid = (f"{state.run_id}/alert/{d.key}/{watch.raised.get(d.key, 0)}" if d.action == RAISE
                else f"{raised}/resolved")
         h = Header(eid, state.run_id, state.generation, now, producer, d.cause)
+        up = plan_alerts.actions.get(d.alert, NOTIFY) == ESCALATE
         out.append(AlertRaised(
-            header=h, alert=d.alert, severity=d.severity, owner=owner,
-            runbook=runbook_of(plan_alerts.runbook_base, d.alert), detail=d.detail,
+            header=h, alert=d.alert, severity=escalated(d.severity) if up else d.severity,
+            owner=(plan_alerts.escalate_to or owner) if up else owner,
+            runbook=runbook_of(plan_alerts.runbook_base, d.alert),
+            detail=f"{d.detail} [escalated: alerts.actions.{d.alert}]" if up else d.detail,
             subject=d.subject, threshold=d.threshold, value=d.value) if d.action == RAISE else
             AlertResolved(header=h, alert=d.alert, subject=d.subject, raised_event_id=raised,
                           detail=d.detail))

@@ -130,4 +130,5 @@ def _alerts(spec: RunSpec, interval_steps: int | None) -> AlertConfig:
         plan_interval_steps=interval_steps, mixture_drift=a.mixture_drift,
         repeated_failure=a.repeated_failure,
         rpo={str(d): n for d, n in spec.checkpoint.rpo.items()},
-        first_protects=spec.checkpoint.storage_tiers()[0].widest)
+        first_protects=spec.checkpoint.storage_tiers()[0].widest,
+        actions=dict(a.actions), escalate_to=a.escalate_to)

@@ -270,6 +270,9 @@ class RunSpec(Part):
             del data["code"]  # so a spec without one keeps the digest it always had
         if data["gates"] is None:
             del data["gates"]  # likewise for specs before gates
+        for key, unset in (("actions", {}), ("escalate_to", None)):  # and before alert actions
+            if data["alerts"].get(key) == unset:
+                del data["alerts"][key]
         ckpt = data["checkpoint"]
         for key, unset in (("tiers", None), ("rpo", {})):  # likewise for specs before tiers
             if ckpt.get(key) == unset:

@@ -60,11 +60,12 @@ RESOLVE = "resolve"
 
 # What a raised alert does beyond being a fact (the spec's ``alerts.actions``):
 # ``notify`` only records it; ``escalate`` records it one severity higher and
-# addressed to ``alerts.escalate_to``; ``pause`` is not offered yet.
+# addressed to ``alerts.escalate_to``; ``pause`` stops and holds the run
+# (:func:`pausing`, performed by ``controller.reconcile``).
 NOTIFY = "notify"
 ESCALATE = "escalate"
 PAUSE = "pause"
-ACTIONS = (NOTIFY, ESCALATE)
+ACTIONS = (NOTIFY, PAUSE, ESCALATE)
 _SEVERITY_ORDER = ("info", "warning", "critical")
 
 
@@ -324,13 +325,30 @@ def facts(state: RunState, plan_alerts: AlertConfig, watch: Watch, now: int, pro
         eid = (f"{state.run_id}/alert/{d.key}/{watch.raised.get(d.key, 0)}" if d.action == RAISE
                else f"{raised}/resolved")
         h = Header(eid, state.run_id, state.generation, now, producer, d.cause)
-        up = plan_alerts.actions.get(d.alert, NOTIFY) == ESCALATE
+        action = plan_alerts.actions.get(d.alert, NOTIFY)
+        up = action == ESCALATE
+        tag = {ESCALATE: "escalated", PAUSE: "pausing the run"}.get(action)
         out.append(AlertRaised(
             header=h, alert=d.alert, severity=escalated(d.severity) if up else d.severity,
             owner=(plan_alerts.escalate_to or owner) if up else owner,
             runbook=runbook_of(plan_alerts.runbook_base, d.alert),
-            detail=f"{d.detail} [escalated: alerts.actions.{d.alert}]" if up else d.detail,
+            detail=f"{d.detail} [{tag}: alerts.actions.{d.alert}]" if tag else d.detail,
             subject=d.subject, threshold=d.threshold, value=d.value) if d.action == RAISE else
             AlertResolved(header=h, alert=d.alert, subject=d.subject, raised_event_id=raised,
                           detail=d.detail))
     return out
+
+
+def pausing(raised: list[AlertRaised | AlertResolved], plan_alerts: AlertConfig,
+            state: RunState) -> AlertRaised | None:
+    """The first alert just raised whose rule's action is ``pause``, if the run has a
+    live generation to pause; else None.
+
+    On the raise, not while the alert is open: a run resumed while its alert is
+    still open is paused again only once the alert has cleared and fires again
+    (a restored generation's first finite loss clears ``non_finite_loss``).
+    """
+    if not state.status.active or state.paused:
+        return None
+    return next((f for f in raised if isinstance(f, AlertRaised)
+                 and plan_alerts.actions.get(f.alert) == PAUSE), None)

@@ -9,7 +9,8 @@ they reached.
 Rules for a run that has not ended, in this order (the first that applies decides):
 
 1. a spec the controller could not read: the run fails (``Finish``);
-2. Submitted or Queued: inside its retry backoff, it is queued with that
+2. Submitted or Queued: paused by an alert's ``pause`` action, nothing until
+   an operator resumes it; inside its retry backoff, it is queued with that
    reason; while a gate its spec requires has not passed for its digest
    (``controller.gates``: the evidence every controller reads), queued with a
    reason naming each missing or failed gate and the command that earns it;
@@ -168,6 +169,8 @@ def _queued(state: RunState, reason: str) -> tuple[Action, ...]:
 
 
 def _admission(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ...]:
+    if state.paused:  # an alert paused it: queued (the fold says why) until resumed
+        return ()
     if world.now < state.retry_not_before:
         return _queued(state, f"backoff until {state.retry_not_before} ms")
     shut = gates.blocked(world.gates, plan.gates, state.spec_digest) if plan.gates else None

@@ -1,6 +1,7 @@
 """Operator requests judged by their signature before the controller acts on them.
 
-A ``RunSubmitted``, ``CancelRequested`` or ``NodeOperationRequested``, and a
+A ``RunSubmitted``, ``CancelRequested``, ``ResumeRequested`` or
+``NodeOperationRequested``, and a
 piece of gate evidence (``PreflightCompleted``, ``PilotCompleted``,
 ``DrillCompleted``: it opens admission, ``controller.evidence``) names its
 ``principal``; that name is believed only when the request's exact value bytes carry a signature
@@ -37,6 +38,7 @@ from events.model import (
     NodeOperationRequested,
     PilotCompleted,
     PreflightCompleted,
+    ResumeRequested,
     RunSubmitted,
 )
 from events.signing import request_message
@@ -46,8 +48,8 @@ log = logging.getLogger("runledger.controller")
 
 OPERATOR_ROLE = "operator"
 # The gate evidence too: it opens admission, so it is believed only from a proven operator.
-SIGNED_REQUESTS = (RunSubmitted, CancelRequested, NodeOperationRequested, PreflightCompleted,
-                   PilotCompleted, DrillCompleted)
+SIGNED_REQUESTS = (RunSubmitted, CancelRequested, ResumeRequested, NodeOperationRequested,
+                   PreflightCompleted, PilotCompleted, DrillCompleted)
 
 
 def judge_request(ring: KeyRing, record: Record, *, require: bool) -> tuple[str, str] | None:

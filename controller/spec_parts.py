@@ -352,9 +352,6 @@ def _alert_rule(v: str) -> str:
 
 
 def _alert_action(v: str) -> str:
-    if v == alerts.PAUSE:
-        raise ValueError("action 'pause' is not supported yet (README, Alerts); "
-                         f"use one of {', '.join(alerts.ACTIONS)}")
     if v not in alerts.ACTIONS:
         raise ValueError(f"unknown action {v!r}; known: {', '.join(alerts.ACTIONS)}")
     return v

@@ -13,14 +13,17 @@ The contract is docs/architecture.md §7. Pure core first, then the shell:
   confirm, finish) as numbered rules and a closed set of frozen actions.
 - ``reconcile``: ``handle`` an input, ``tick`` the clock, ``reconcile_run`` one
   run; ``emitter``: the outputs of one step, folded into the model as emitted.
-- ``admission``, ``inventory``: gang placement against the nodes agents offer.
+- ``admission``, ``inventory``: gang placement against the nodes agents offer;
+  ``gates``: a spec's admission gates and the gate book of evidence rule 2 reads,
+  which ``evidence`` (a shell) reads from every partition of ``requests``.
 - ``node_decide``: an operator's cordon, uncordon or drain and a quarantine's expiry.
 - ``policy``: failure classification and the retry policy.
 - ``exits``: the current generation's exit evidence (log path, output tail, launch
   error, before or after the first step) the policy judges with.
 - ``checkpoints``: commit, revocation and the auto interval; ``interval``:
   Young's and Daly's arithmetic behind ``runledger interval``.
-- ``alerts``, ``watch``: the alert rules and what they watch per run.
+- ``alerts``, ``watch``: the alert rules, their actions (notify, pause,
+  escalate) and what they watch per run.
 - ``service``: the process shell (transactions, fencing, the consume loop);
   ``metrics``: its Prometheus collector.
 - ``changelog``: the status summaries a cycle appends to ``runledger.status`` in its

@@ -9,7 +9,9 @@ Pure (time comes from ``now`` and the events). Only the controller writes
 - :func:`evaluate`: the rules, as raise/resolve :class:`Decision` values,
   deduplicated against the fold's ``RunState.open_alerts``.
 - :func:`facts`: decisions as events with deterministic ids: ``<run>/alert/<key>/<n>``
-  (``n``: earlier raises of that key) and ``<that id>/resolved``.
+  (``n``: earlier raises of that key) and ``<that id>/resolved``; a rule whose
+  action is ``escalate`` (``AlertConfig.actions``) is raised one severity higher,
+  addressed to ``escalate_to``, and says so in its detail.
 
 A rule that lacks evidence (too few samples, no mixture targets, a run that is
 not Running) decides nothing: an open alert stays open until evidence clears
@@ -56,6 +58,16 @@ MIN_SAMPLES = 4  # per rank (stragglers) and per run (input wait) before a verdi
 RAISE = "raise"
 RESOLVE = "resolve"
 
+# What a raised alert does beyond being a fact (the spec's ``alerts.actions``):
+# ``notify`` only records it; ``escalate`` records it one severity higher and
+# addressed to ``alerts.escalate_to``; ``pause`` stops and holds the run
+# (:func:`pausing`, performed by ``controller.reconcile``).
+NOTIFY = "notify"
+ESCALATE = "escalate"
+PAUSE = "pause"
+ACTIONS = (NOTIFY, PAUSE, ESCALATE)
+_SEVERITY_ORDER = ("info", "warning", "critical")
+
 
 def runbook_of(base: str, alert: str) -> str:
     return f"{base}#{alert.replace('_', '-')}"
@@ -80,6 +92,16 @@ class AlertConfig:
     # widest domain the first tier's copy survives (its commit counts for those).
     rpo: Mapping[str, int] = field(default_factory=dict)
     first_protects: str = "host"
+    # alerts.actions: per rule, NOTIFY (the default) or ESCALATE; and who an escalation
+    # is addressed to (None: the owner, one severity higher).
+    actions: Mapping[str, str] = field(default_factory=dict)
+    escalate_to: str | None = None
+
+
+def escalated(severity: str) -> str:
+    """One severity higher (critical stays critical)."""
+    i = _SEVERITY_ORDER.index(severity) if severity in _SEVERITY_ORDER else 0
+    return _SEVERITY_ORDER[min(i + 1, len(_SEVERITY_ORDER) - 1)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,10 +325,30 @@ def facts(state: RunState, plan_alerts: AlertConfig, watch: Watch, now: int, pro
         eid = (f"{state.run_id}/alert/{d.key}/{watch.raised.get(d.key, 0)}" if d.action == RAISE
                else f"{raised}/resolved")
         h = Header(eid, state.run_id, state.generation, now, producer, d.cause)
+        action = plan_alerts.actions.get(d.alert, NOTIFY)
+        up = action == ESCALATE
+        tag = {ESCALATE: "escalated", PAUSE: "pausing the run"}.get(action)
         out.append(AlertRaised(
-            header=h, alert=d.alert, severity=d.severity, owner=owner,
-            runbook=runbook_of(plan_alerts.runbook_base, d.alert), detail=d.detail,
+            header=h, alert=d.alert, severity=escalated(d.severity) if up else d.severity,
+            owner=(plan_alerts.escalate_to or owner) if up else owner,
+            runbook=runbook_of(plan_alerts.runbook_base, d.alert),
+            detail=f"{d.detail} [{tag}: alerts.actions.{d.alert}]" if tag else d.detail,
             subject=d.subject, threshold=d.threshold, value=d.value) if d.action == RAISE else
             AlertResolved(header=h, alert=d.alert, subject=d.subject, raised_event_id=raised,
                           detail=d.detail))
     return out
+
+
+def pausing(raised: list[AlertRaised | AlertResolved], plan_alerts: AlertConfig,
+            state: RunState) -> AlertRaised | None:
+    """The first alert just raised whose rule's action is ``pause``, if the run has a
+    live generation to pause; else None.
+
+    On the raise, not while the alert is open: a run resumed while its alert is
+    still open is paused again only once the alert has cleared and fires again
+    (a restored generation's first finite loss clears ``non_finite_loss``).
+    """
+    if not state.status.active or state.paused:
+        return None
+    return next((f for f in raised if isinstance(f, AlertRaised)
+                 and plan_alerts.actions.get(f.alert) == PAUSE), None)

@@ -4,8 +4,8 @@ Every request and report that reaches the controller is looked up by its type
 (:func:`rule_for`) and taken (:func:`take`) by its :class:`Input` rule:
 
 - ``INVENTORY``: an agent's offer of a node, folded into the inventory;
-- ``REQUEST``: asks the controller to decide (submit, cancel, commit a
-  checkpoint); its act judges it, and appends what it decides;
+- ``REQUEST``: asks the controller to decide (submit, cancel, resume a paused
+  run, commit a checkpoint); its act judges it, and appends what it decides;
 - ``REPORT``: a worker's observation of its run, judged by the run fold once:
   refused, it is recorded as a ``WriteRejected``; accepted, it is folded, kept
   as a fact unless ``keep`` is false, and followed by its act, if any.
@@ -56,7 +56,9 @@ from events.model import (
     NodeCordoned,
     NodeOperationRequested,
     NodeUncordoned,
+    ResumeRequested,
     RunCancelled,
+    RunResumed,
     RunSubmitted,
     ShardWritten,
     StepCommitted,
@@ -64,6 +66,8 @@ from events.model import (
     WorkerExited,
 )
 from events.topics import RUNS
+
+RUN_NOT_PAUSED = "run_not_paused"
 
 
 class Kind(StrEnum):
@@ -144,6 +148,27 @@ def _cancel(em: Emitter, event: CancelRequested, before: Tracked | None) -> None
     em.stop(state, f"cancelled by {event.principal}: {event.reason}")
 
 
+def _resume(em: Emitter, event: ResumeRequested, before: Tracked | None) -> None:
+    """An operator resumes a run an alert paused; judged by the cancel authority."""
+    if before is None:
+        em.reject(event, UNKNOWN_RUN, f"resume of unknown run {event.run_id}")
+        return
+    state = before.state
+    if not state.paused:
+        em.reject(event, RUN_NOT_PAUSED, f"resume of a run that is {state.status.value} and "
+                  "not paused (only an alert whose action is pause pauses a run)")
+        return
+    allowed = before.plan.cancel_authority | {state.principal}
+    if event.principal not in allowed:
+        em.reject(event, "unauthorized",
+                  f"{event.principal!r} is not in the cancel authority {sorted(allowed)}, "
+                  "which may resume")
+        return
+    h = em.header(event.run_id, state.generation, f"{event.header.event_id}/RunResumed",
+                  event.header.event_id)
+    em.emit(RUNS, RunResumed(header=h, principal=event.principal, reason=event.reason))
+
+
 def _node(em: Emitter, event: NodeOperationRequested, before: Tracked | None) -> None:
     """An operator's cordon, drain or uncordon, judged by ``controller.node_decide``."""
     decision = node_decide.judge(em.draft.inventory, em.draft.node_failures, event)
@@ -209,6 +234,7 @@ RULES: Mapping[type[Event], Input] = {
     AgentHeartbeatRecorded: _AGENT,
     RunSubmitted: Input(Kind.REQUEST, _submit),
     CancelRequested: Input(Kind.REQUEST, _cancel),
+    ResumeRequested: Input(Kind.REQUEST, _resume),
     NodeOperationRequested: Input(Kind.REQUEST, _node),
     ManifestProposed: Input(Kind.REQUEST, _propose),
     HeartbeatRecorded: _CLOCKED,

@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from controller import checkpoints, exits, policy, rejections
+from controller.gates import EMPTY as NO_GATES
+from controller.gates import GateBook
 from controller.inventory import EMPTY as NO_NODES
 from controller.inventory import NODE_RECORDS, Inventory, count_failures, observe
 from controller.runplan import RunPlan
@@ -93,6 +95,8 @@ class Model:
     # Rejections being aggregated, per key (controller.rejections).
     rejections: Mapping[rejections.Key, rejections.Pending] = field(default_factory=dict)
     node_policy: NodePolicy = NodePolicy()
+    # Every controller's view of all gate evidence (controller.evidence), not a fold of runs.
+    gates: GateBook = NO_GATES
 
     def tracked(self, run_id: str) -> Tracked | None:
         found = self.live.get(run_id)
@@ -137,14 +141,15 @@ class Draft:
     """
 
     __slots__ = ("_closing", "_done", "_ended", "_failures", "_failures_copy", "_live",
-                 "_live_copy", "_rejections", "_rejections_copy", "inventory", "node_policy",
-                 "plan_of", "since")
+                 "_live_copy", "_rejections", "_rejections_copy", "gates", "inventory",
+                 "node_policy", "plan_of", "since")
 
     def __init__(self, model: Model, plan_of: PlanOf) -> None:
         self.since = model.since
         self.plan_of = plan_of
         self.inventory = model.inventory
         self.node_policy = model.node_policy
+        self.gates = model.gates
         self._live: Mapping[str, Tracked] = model.live
         self._live_copy: dict[str, Tracked] | None = None  # ours to write, once made
         self._done = model.done
@@ -174,7 +179,7 @@ class Draft:
         self._ended = {}
         self._live_copy = self._failures_copy = self._rejections_copy = None
         return Model(self.since, self._live, self._done, self._closing, self.inventory,
-                     self._failures, self._rejections, self.node_policy)
+                     self._failures, self._rejections, self.node_policy, self.gates)
 
     def pending_rejections(self) -> Mapping[rejections.Key, rejections.Pending]:
         return self._rejections

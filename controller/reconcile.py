@@ -49,6 +49,7 @@ from controller.run_decide import (
 )
 from events import authority, workerenv
 from events.model import (
+    AlertRaised,
     Event,
     FailureClassified,
     GenerationStarted,
@@ -59,10 +60,11 @@ from events.model import (
     NodeQuarantineExpired,
     RunAdmitted,
     RunFinished,
+    RunPaused,
     RunQueued,
     node_key,
 )
-from events.state import Status
+from events.state import RunState, Status
 from events.topics import COMMANDS, RUNS
 
 # Whether this controller decides for a run (or node) key: controller.ownership.
@@ -165,7 +167,8 @@ def reconcile_run(em: Emitter, run_id: str, slots: Slots, owns: Owns = everythin
     if run is None:
         return
     draft = em.draft
-    world = World(em.now, draft.since, draft.inventory, draft.node_failures, slots.used)
+    world = World(em.now, draft.since, draft.inventory, draft.node_failures, slots.used,
+                  draft.gates)
     for action in decide(run, world):
         perform(em, run, action, slots, owns)
     judge_alerts(em, run_id)
@@ -174,10 +177,25 @@ def reconcile_run(em: Emitter, run_id: str, slots: Slots, owns: Owns = everythin
 def judge_alerts(em: Emitter, run_id: str) -> None:
     """Raise and resolve the run's alerts (controller.alerts) for the state it has reached."""
     run = em.draft.get(run_id)
-    if run is not None:
-        for fact in alerts.facts(run.state, run.plan.alerts, run.watch, em.now, PRODUCER,
-                                 em.draft.since):
-            em.emit(RUNS, fact)
+    if run is None:
+        return
+    raised = alerts.facts(run.state, run.plan.alerts, run.watch, em.now, PRODUCER,
+                          em.draft.since)
+    for fact in raised:
+        em.emit(RUNS, fact)
+    pause = alerts.pausing(raised, run.plan.alerts, run.state)
+    if pause is not None:
+        _pause(em, run.state, pause)
+
+
+def _pause(em: Emitter, state: RunState, alert: AlertRaised) -> None:
+    """An alert whose action is pause: the fact first (it revokes the generation, as a
+    cancellation does), then the stop commands; the run waits for ``runledger resume``."""
+    rid, gen = state.run_id, state.generation
+    em.emit(RUNS, RunPaused(header=em.header(rid, gen, f"{rid}/g{gen}/RunPaused",
+                                             alert.header.event_id),
+                            alert=alert.alert, subject=alert.subject, reason=alert.detail))
+    em.stop(state, f"paused by alert {alert.key}")
 
 
 def perform(em: Emitter, run: Tracked, action: Action, slots: Slots,

@@ -9,8 +9,12 @@ they reached.
 Rules for a run that has not ended, in this order (the first that applies decides):
 
 1. a spec the controller could not read: the run fails (``Finish``);
-2. Submitted or Queued: inside its retry backoff, it is queued with that
-   reason; without room for the whole group on live nodes, queued with the
+2. Submitted or Queued: paused by an alert's ``pause`` action, nothing until
+   an operator resumes it; inside its retry backoff, it is queued with that
+   reason; while a gate its spec requires has not passed for its digest
+   (``controller.gates``: the evidence every controller reads), queued with a
+   reason naming each missing or failed gate and the command that earns it;
+   without room for the whole group on live nodes, queued with the
    refusal, which names every live node that is quarantined, cordoned or
    drained and the command that frees it (``Queue``: a reason already
    recorded is not recorded again);
@@ -54,8 +58,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from controller import admission, elastic, policy
+from controller import admission, elastic, gates, policy
 from controller.exits import Evidence
+from controller.gates import EMPTY as NO_GATES
+from controller.gates import GateBook
 from controller.inventory import Inventory, blocked_note
 from controller.model import Tracked
 from controller.runplan import RunPlan
@@ -78,6 +84,8 @@ class World(NamedTuple):  # one per run per tick: a tuple is the cheapest immuta
     node_failures: Mapping[str, int]
     # Slots held per node by live generations, asked only by an admission.
     used: Callable[[], Mapping[str, int]]
+    # The gate evidence every controller has read (controller.gates), asked by rule 2.
+    gates: GateBook = NO_GATES
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +169,13 @@ def _queued(state: RunState, reason: str) -> tuple[Action, ...]:
 
 
 def _admission(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ...]:
+    if state.paused:  # an alert paused it: queued (the fold says why) until resumed
+        return ()
     if world.now < state.retry_not_before:
         return _queued(state, f"backoff until {state.retry_not_before} ms")
+    shut = gates.blocked(world.gates, plan.gates, state.spec_digest) if plan.gates else None
+    if shut is not None:
+        return _queued(state, shut)
     if plan.elastic is not None:
         return _admit_elastic(state, plan, plan.elastic, world)
     live = world.inventory.live(world.now, NODE_TIMEOUT_MS)

@@ -51,6 +51,8 @@ class RunPlan:
     checkpoint: CheckpointEnv | None = None
     auto_interval: AutoInterval | None = None
     alerts: AlertConfig = field(default_factory=AlertConfig)
+    # The gates that must have passed for the spec's digest before admission (controller.gates).
+    gates: tuple[str, ...] = ()
     # Non-empty when the submitted spec could not be read: the run fails at once.
     invalid: str = ""
 
@@ -84,6 +86,7 @@ def plan_from_submission(event: RunSubmitted) -> RunPlan:
         checkpoint=ckpt,
         auto_interval=_auto(spec),
         alerts=_alerts(spec, ckpt.interval_steps),
+        gates=tuple(spec.gates.require) if spec.gates is not None else (),
     )
 
 
@@ -127,4 +130,5 @@ def _alerts(spec: RunSpec, interval_steps: int | None) -> AlertConfig:
         plan_interval_steps=interval_steps, mixture_drift=a.mixture_drift,
         repeated_failure=a.repeated_failure,
         rpo={str(d): n for d, n in spec.checkpoint.rpo.items()},
-        first_protects=spec.checkpoint.storage_tiers()[0].widest)
+        first_protects=spec.checkpoint.storage_tiers()[0].widest,
+        actions=dict(a.actions), escalate_to=a.escalate_to)

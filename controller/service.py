@@ -33,7 +33,9 @@ from dataclasses import dataclass, replace
 from controller import manifests, narrate
 from controller.chains import Chains, Outgoing, outgoing
 from controller.changelog import Changelog
+from controller.evidence import EvidenceReader
 from controller.follow import Follower, held, partition_count
+from controller.gates import EMPTY as NO_GATES
 from controller.guard import Encode, Problem, encoded, refuse_input, take_input, take_tick
 from controller.model import Model, NodePolicy, PlanOf
 from controller.ownership import Ownership, assign, catch_up, follow
@@ -118,6 +120,7 @@ class ControllerService:
         self.chains = Chains(signing_key, transactional_id)
         self.require_signatures = require_signatures
         self.requests: RequestJudge | None = None
+        self.evidence: EvidenceReader | None = None
         self.stats = LoopStats()
         self.changelog = Changelog(False, 1)
         self.node_policy = node_policy or NodePolicy()
@@ -152,6 +155,10 @@ class ControllerService:
         self.ownership = Ownership(self.transactional_id, partitions)
         self.requests = RequestJudge(self.bootstrap, require=self.require_signatures,
                                      name=self.transactional_id)
+        # Gate evidence from every partition, read up to now before any admission.
+        self.evidence = EvidenceReader(self.bootstrap, self.transactional_id,
+                                       self.requests.judge)
+        self.model = replace(self.model, gates=self.evidence.catch_up())
         quarantine = Quarantine(EventProducer(self.bootstrap, client_id="controller-quarantine"))
         # Static membership under the fencing identity: a restarted controller
         # takes over its predecessor's partitions at once instead of waiting
@@ -174,6 +181,7 @@ class ControllerService:
         finally:
             consumer.close()
             follower.close()
+            self.evidence.close()
         return 0
 
     def _cycle(self, consumer: EventConsumer, follower: Follower,
@@ -187,6 +195,9 @@ class ControllerService:
         facts, nodes = follower.read()
         self.chains.observe(facts, own=False)
         model, own, followed = follow(self.model, facts, nodes, own, now, self.plan_of)
+        if self.evidence is not None:
+            book = self.evidence.read()
+            model = model if book is model.gates else replace(model, gates=book)
         out = outgoing(encoded(followed, self._encode))
         own, ready = catch_up(own, follower.positions())
         if ready:
@@ -290,7 +301,8 @@ class ControllerService:
         log.warning("transaction refused (%s): rebuilding the model from %s and reading "
                     "the inputs again from the committed offsets", exc, RUNS)
         consumer.rewind()
-        self.model = replace(follower.replay(now, self.chains), node_policy=self.node_policy)
+        self.model = replace(follower.replay(now, self.chains), node_policy=self.node_policy,
+                             gates=self.model.gates if self.model is not None else NO_GATES)
         self._assignments = -1  # decide again only once caught up with the new end
 
     def _count(self, inputs: int, out: list[Outgoing], took_s: float) -> None:

@@ -1,6 +1,9 @@
 """Operator requests judged by their signature before the controller acts on them.
 
-A ``RunSubmitted``, ``CancelRequested`` or ``NodeOperationRequested`` names its
+A ``RunSubmitted``, ``CancelRequested``, ``ResumeRequested`` or
+``NodeOperationRequested``, and a
+piece of gate evidence (``PreflightCompleted``, ``PilotCompleted``,
+``DrillCompleted``: it opens admission, ``controller.evidence``) names its
 ``principal``; that name is believed only when the request's exact value bytes carry a signature
 (``events.signing.request_message``) of a live key that the keys log registers
 to that very principal with the operator role. So the cancel authority, and the
@@ -29,14 +32,24 @@ from events.errors import KafkaOperationError
 from events.kafka import Record
 from events.keyring import EMPTY, REVOKED_KEY, UNKNOWN_KEY, UNSIGNED, KeyRing, check_headers
 from events.keys import read_ring
-from events.model import CancelRequested, NodeOperationRequested, RunSubmitted
+from events.model import (
+    CancelRequested,
+    DrillCompleted,
+    NodeOperationRequested,
+    PilotCompleted,
+    PreflightCompleted,
+    ResumeRequested,
+    RunSubmitted,
+)
 from events.signing import request_message
 from events.topics import KEYS
 
 log = logging.getLogger("runledger.controller")
 
 OPERATOR_ROLE = "operator"
-SIGNED_REQUESTS = (RunSubmitted, CancelRequested, NodeOperationRequested)
+# The gate evidence too: it opens admission, so it is believed only from a proven operator.
+SIGNED_REQUESTS = (RunSubmitted, CancelRequested, ResumeRequested, NodeOperationRequested,
+                   PreflightCompleted, PilotCompleted, DrillCompleted)
 
 
 def judge_request(ring: KeyRing, record: Record, *, require: bool) -> tuple[str, str] | None:

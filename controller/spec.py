@@ -27,6 +27,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, Strict, ValidationError, ValidationInfo, field_validator
 
 from controller.errors import SpecError
+from controller.gates import Gates
 from controller.policy import RETRY_CLASSES
 from controller.spec_bounds import MAX_WORLD_SIZE
 from controller.spec_parts import (
@@ -130,6 +131,8 @@ class RunSpec(Part):
     # (see may_cancel) rather than written in here, so the digest does not depend on who submits.
     cancel_authority: Annotated[list[Text], Field(min_length=1)]
     checkpoint: CheckpointPolicy
+    # Evidence required before admission (controller.gates); None: admitted on slots alone.
+    gates: Gates | None = None
     # Last, so the heartbeat it reads its default stall warning from is validated first.
     alerts: AlertPolicy = Field(default_factory=AlertPolicy, validate_default=True)
 
@@ -269,6 +272,11 @@ class RunSpec(Part):
         data = self.model_dump(mode="json")
         if data["code"] is None:
             del data["code"]  # so a spec without one keeps the digest it always had
+        if data["gates"] is None:
+            del data["gates"]  # likewise for specs before gates
+        for key, unset in (("actions", {}), ("escalate_to", None)):  # and before alert actions
+            if data["alerts"].get(key) == unset:
+                del data["alerts"][key]
         ckpt = data["checkpoint"]
         for key, unset in (("tiers", None), ("rpo", {})):  # likewise for specs before tiers
             if ckpt.get(key) == unset:

@@ -345,6 +345,22 @@ Ratio = Annotated[float, Strict(), AfterValidator(b.RATIO)]
 Share = Annotated[float, Strict(), AfterValidator(b.SHARE)]
 
 
+def _alert_rule(v: str) -> str:
+    if v not in alerts.ALERTS:
+        raise ValueError(f"unknown alert rule {v!r}; known: {', '.join(alerts.ALERTS)}")
+    return v
+
+
+def _alert_action(v: str) -> str:
+    if v not in alerts.ACTIONS:
+        raise ValueError(f"unknown action {v!r}; known: {', '.join(alerts.ACTIONS)}")
+    return v
+
+
+AlertRule = Annotated[str, Strict(), AfterValidator(_alert_rule)]
+AlertAction = Annotated[str, Strict(), AfterValidator(_alert_action)]
+
+
 class AlertPolicy(Part):
     """Who gets the run's alerts, where their runbook is, and each rule's threshold.
 
@@ -366,3 +382,6 @@ class AlertPolicy(Part):
     # Twice is the least that is "repeated"; once is what FailureClassified already says.
     repeated_failure: Annotated[int, Strict(), AfterValidator(b.REPEATS)] = (
         alerts.DEFAULT_REPEATED_FAILURE)
+    # Per rule, what a raise does beyond the fact (controller.alerts.ACTIONS); absent: notify.
+    actions: dict[AlertRule, AlertAction] = Field(default_factory=dict)
+    escalate_to: Text | None = None  # an escalation's owner; None: the owner

@@ -5,7 +5,8 @@
   ``requests``, ``facts`` (``runledger.runs``), ``reports``, ``commands``,
   ``principals`` (key records, ``runledger.keys``).
 - ``state``, ``fold``: run state and the pure fold ``apply(state, event)`` with
-  verdicts (docs/architecture.md §5); ``fence``: the fold's answer to a follower
+  verdicts (docs/architecture.md §5), with the informational records' rules in
+  ``fold_info`` and pause and resume in ``fold_pause``; ``fence``: the fold's answer to a follower
   without state, whether a generation may still publish (§6).
 - ``registry``, ``fingerprint``, ``convert``, ``codec``: the schema files, CRC-64-AVRO,
   Avro single-object encoding, schema resolution and upcasters; ``intrange``: the

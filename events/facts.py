@@ -219,6 +219,26 @@ class RunCancelled(Event):
     TOPIC: ClassVar[str] = "runledger.runs"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunPaused(Event):
+    """An alert whose action is ``pause`` fired: the generation is revoked and stopped,
+    and the run waits, queued, until an operator resumes it (``RunResumed``)."""
+
+    alert: str
+    subject: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResumed(Event):
+    """An operator resumed a paused run (``ResumeRequested``): it may be admitted again."""
+
+    principal: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
 OUTCOMES = ("succeeded", "failed")
 
 

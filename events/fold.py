@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from events import fold_info
+from events import fold_info, fold_pause
 from events.model import (
     CancelRequested,
     CheckpointIntervalChanged,
@@ -289,6 +289,9 @@ def _check(state: RunState, e: Event) -> Verdict:
             return ACCEPTED
         case CancelRequested() | RunCancelled():
             return ACCEPTED
+        case _ if isinstance(e, fold_pause.PAUSE_EVENTS):
+            why = fold_pause.problem(state, e)
+            return ACCEPTED if why is None else reject(ILLEGAL_TRANSITION, why)
         case _ if isinstance(e, _INFORMATIONAL):
             return ACCEPTED
     return reject(ILLEGAL_TRANSITION, f"the fold has no rule for {e.event_type}")
@@ -379,6 +382,8 @@ def _advance(state: RunState, e: Event) -> RunState:
             return replace(state, status=Status.CANCELLED, outcome_reason=e.reason)
         case CancelRequested():
             return replace(state, cancel_requested=True)
+        case _ if isinstance(e, fold_pause.PAUSE_EVENTS):
+            return fold_pause.advance(state, e)
         case _ if isinstance(e, _INFORMATIONAL):
             return fold_info.advance(state, e)
     # ShardWritten, ManifestProposed, commands: accepted, recorded by projections.

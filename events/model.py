@@ -40,7 +40,9 @@ from events.facts import (
     RunCancelled,
     RunFinished,
     RunManifestPublished,
+    RunPaused,
     RunQueued,
+    RunResumed,
     WriteRejected,
     alert_key,
 )
@@ -77,6 +79,7 @@ from events.requests import (
     PilotCompleted,
     PreflightCheck,
     PreflightCompleted,
+    ResumeRequested,
     RunSubmitted,
 )
 
@@ -126,6 +129,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PreflightCompleted,
         PilotCompleted,
         DrillCompleted,
+        RunPaused,
+        RunResumed,
+        ResumeRequested,
     )
 }
 
@@ -177,11 +183,14 @@ __all__ = [
     "PreflightCompleted",
     "PrincipalKeyRegistered",
     "PrincipalKeyRevoked",
+    "ResumeRequested",
     "RunAdmitted",
     "RunCancelled",
     "RunFinished",
     "RunManifestPublished",
+    "RunPaused",
     "RunQueued",
+    "RunResumed",
     "RunSubmitted",
     "ShardWritten",
     "StepCommitted",

@@ -39,6 +39,15 @@ class CancelRequested(Event):
     TOPIC: ClassVar[str] = "runledger.requests"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResumeRequested(Event):
+    """An operator asks to resume a run an alert paused (``runledger resume RUN``)."""
+
+    principal: str
+    reason: str
+    TOPIC: ClassVar[str] = "runledger.requests"
+
+
 NODE_OPERATIONS = ("cordon", "uncordon", "drain")
 
 

@@ -103,6 +103,8 @@ class RunState:
     # Open alerts: dedup key (alert/subject) -> the AlertRaised event id.
     open_alerts: dict[str, str] = field(default_factory=dict)
     cancel_requested: bool = False
+    # An alert's pause action holds the run queued until an operator resumes it.
+    paused: bool = False
     outcome_reason: str = ""
 
 

@@ -1,4 +1,4 @@
-"""``runledger submit|status|cancel|runs``: operator requests, and a run's state from the log.
+"""``runledger submit|status|cancel|resume|runs``: operator requests, and a run's state.
 
 Thin: specs are validated by :mod:`controller.spec`, state comes from the pure
 fold in :mod:`events.fold`. Requests go to ``runledger.requests`` and the
@@ -6,7 +6,7 @@ controller decides on them; ``status`` believes only ``runledger.runs`` (the
 authoritative facts), except that a run the controller has not copied there
 yet is shown as submitted but unseen. Clocks and ids are read here, at the
 edge: the submission id, ``occurred_at``, and "now" for heartbeat ages.
-``submit`` and ``cancel`` sign the request with an operator's key when one is
+``submit``, ``cancel`` and ``resume`` sign the request with an operator's key when one is
 given (``--key`` or ``RUNLEDGER_KEY``; :mod:`runledger.signer`).
 
 ``status`` and ``runs`` read the runs' summaries on ``runledger.status``
@@ -33,7 +33,7 @@ from controller.spec import load_spec, parse_spec_json, run_id_for
 from events.consume import read_log
 from events.errors import BrokerUnavailable, KafkaOperationError
 from events.kafka import Quarantined
-from events.model import CancelRequested, Event, Header, RunSubmitted
+from events.model import CancelRequested, Event, Header, ResumeRequested, RunSubmitted
 from events.status import RunStatusChanged
 from events.statuslog import read_status
 from events.topics import REPORTS, REQUESTS, RUNS, STATUS
@@ -83,6 +83,7 @@ def register(app: typer.Typer) -> None:
     app.command()(submit)
     app.command()(status)
     app.command()(cancel)
+    app.command()(resume)
     app.command()(runs)
 
 
@@ -229,6 +230,30 @@ def cancel(
     spec's list plus the submitter) and records RunCancelled or a WriteRejected.
     With a key the request is signed.
     """
+    _ask("cancel", run, reason, principal, as_json, bootstrap, key)
+
+
+def resume(
+    run: RunArg,
+    reason: Reason,
+    principal: Principal = None,
+    as_json: AsJson = False,
+    bootstrap: Bootstrap = None,
+    key: KeyOption = None,
+) -> None:
+    """Ask the controller to resume a run that an alert's pause action paused.
+
+    Judged like a cancel (the spec's cancel authority plus the submitter); the
+    controller records RunResumed, and the run is admitted again from its last
+    committed checkpoint, or a WriteRejected (run_not_paused, unauthorized).
+    With a key the request is signed.
+    """
+    _ask("resume", run, reason, principal, as_json, bootstrap, key)
+
+
+def _ask(verb: str, run: str, reason: str, principal: str | None, as_json: bool,
+         bootstrap: str | None, key: Path | None) -> None:
+    """One operator request about a run (``cancel``, ``resume``), signed when keyed."""
     who = config.principal_name(principal) if key is None else ""
     if not reason.strip():
         raise RunledgerError("--reason must say why")
@@ -240,19 +265,23 @@ def cancel(
     if doc is None:
         raise _unknown(run)
     if doc["terminal"]:
-        raise RunledgerError(f"run {run} is already {doc['state']}; nothing to cancel")
+        raise RunledgerError(f"run {run} is already {doc['state']}; nothing to {verb}")
+    if verb == "resume" and not str(doc["queue_reason"]).startswith("paused by alert"):
+        typer.echo(f"runledger: note: {run} is {doc['state']} and not paused; the controller "
+                   "will refuse the request and record the refusal", err=True)
     if not _may_cancel(view.requests + view.facts, who):
         typer.echo(f"runledger: note: {who!r} is not in the cancel authority of {run}; the"
                    " controller will refuse the request and record the refusal", err=True)
-    event_id = f"{run}/cancel/{uuid.uuid4().hex[:12]}"
-    event = CancelRequested(header=_header(event_id, run, int(doc["generation"]), who),
-                            principal=who, reason=reason)
+    event_id = f"{run}/{verb}/{uuid.uuid4().hex[:12]}"
+    kind = CancelRequested if verb == "cancel" else ResumeRequested
+    event = kind(header=_header(event_id, run, int(doc["generation"]), who),
+                 principal=who, reason=reason)
     send_request(address, event, signed.key if signed is not None else None)
     if as_json:
         typer.echo(json.dumps({"run_id": run, "event_id": event_id, "principal": who,
                                "key_id": signed.key.key_id if signed else None}))
     else:
-        typer.echo(f"cancel of {run} requested by {who} ({event_id}); the controller decides")
+        typer.echo(f"{verb} of {run} requested by {who} ({event_id}); the controller decides")
 
 
 def runs(as_json: AsJson = False, bootstrap: Bootstrap = None, state: States = None,
@@ -344,4 +373,4 @@ def _unknown(run: str) -> RunledgerError:
     return RunledgerError(f"unknown run {run!r}: not on {REQUESTS} or {RUNS}")
 
 
-__all__ = ["DatasetPin", "cancel", "register", "runs", "status", "submit"]
+__all__ = ["DatasetPin", "cancel", "register", "resume", "runs", "status", "submit"]

@@ -25,7 +25,8 @@ def test_every_request_and_report_type_has_its_own_rule() -> None:
     assert {cls.__name__ for cls, rule in RULES.items() if not rule.alerts} == {
         "HeartbeatRecorded", "StepTimesRecorded", "AgentRegistered", "AgentHeartbeatRecorded"}
     assert {cls.__name__ for cls, rule in RULES.items() if rule.kind == Kind.REQUEST} == {
-        "RunSubmitted", "CancelRequested", "ManifestProposed", "NodeOperationRequested"}
+        "RunSubmitted", "CancelRequested", "ResumeRequested", "ManifestProposed",
+        "NodeOperationRequested"}
     queued = Ev("r").queued(at=0, event_id="x", producer="t", reason="r")
     assert rule_for(queued) is None  # a fact is no input
     assert rule_for(EV.preflight()) is None  # evidence about a spec is no input either

@@ -69,11 +69,14 @@ from events.model import (
     PreflightCompleted,
     PrincipalKeyRegistered,
     PrincipalKeyRevoked,
+    ResumeRequested,
     RunAdmitted,
     RunCancelled,
     RunFinished,
     RunManifestPublished,
+    RunPaused,
     RunQueued,
+    RunResumed,
     RunSubmitted,
     ShardWritten,
     StepCommitted,
@@ -185,6 +188,16 @@ class Ev:
 
     def cancelled(self, gen: int = 0, **kw: Any) -> RunCancelled:
         return self.event(RunCancelled, gen, dict(principal="bob", reason="budget"), kw)
+
+    def paused(self, gen: int = 0, **kw: Any) -> RunPaused:
+        return self.event(RunPaused, gen, dict(alert="non_finite_loss", subject="",
+                                               reason="loss nan"), kw)
+
+    def resumed(self, gen: int = 0, **kw: Any) -> RunResumed:
+        return self.event(RunResumed, gen, dict(principal="bob", reason="fixed"), kw)
+
+    def resume_requested(self, gen: int = 0, **kw: Any) -> ResumeRequested:
+        return self.event(ResumeRequested, gen, dict(principal="bob", reason="fixed"), kw)
 
     def finished(self, gen: int, outcome: str = "succeeded", reason: str = "done",
                  **kw: Any) -> RunFinished:

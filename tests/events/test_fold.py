@@ -517,6 +517,7 @@ def test_cancel_revokes_and_everything_after_is_refused() -> None:
         ev.revoke(1, CKPT10), ev.interval(1, 100), ev.step_times(1),
         ev.key_registered(run_id="r1"), ev.key_revoked(run_id="r1"),
         ev.preflight(run_id="r1"), ev.pilot(run_id="r1"), ev.drill(run_id="r1"),
+        ev.paused(1), ev.resumed(1), ev.resume_requested(1),
     ]
     informational = {t.__name__ for t in INFORMATIONAL_TYPES}
     assert informational == {"WriteRejected", "AlertRaised", "AlertResolved",
@@ -666,6 +667,10 @@ COLUMNS: dict[str, Callable[[Ev, RunState], Event]] = {
     "PreflightCompleted": lambda ev, s: ev.preflight(run_id=s.run_id),
     "PilotCompleted": lambda ev, s: ev.pilot(run_id=s.run_id),
     "DrillCompleted": lambda ev, s: ev.drill(run_id=s.run_id),
+    "RunPaused": lambda ev, s: ev.paused(s.generation),
+    # None of the table's states is paused: a resume is legal only after a pause.
+    "RunResumed": lambda ev, s: ev.resumed(s.generation),
+    "ResumeRequested": lambda ev, s: ev.resume_requested(s.generation),
 }
 
 SUB, QUE, ADM, STA, RUN, REC = (Status.SUBMITTED, Status.QUEUED, Status.ADMITTED,
@@ -725,6 +730,9 @@ LEGAL: dict[str, set[Status]] = {
     "PreflightCompleted": set(),
     "PilotCompleted": set(),
     "DrillCompleted": set(),
+    "RunPaused": ACTIVE,
+    "RunResumed": set(),
+    "ResumeRequested": set(),
 }
 
 _FENCED_COLUMNS = {"MembershipConfirmed", "ManifestCommitted", "CursorAdvanced",
@@ -780,6 +788,7 @@ MOVES: dict[tuple[str, Status], Status] = {
     **{("FailureClassified(restart)", s): REC for s in ACTIVE},
     **{("FailureClassified(requeue)", s): QUE for s in ACTIVE},
     **{("RunCancelled", s): Status.CANCELLED for s in LIVE},
+    **{("RunPaused", s): QUE for s in ACTIVE},
     ("RunFinished(succeeded)", RUN): Status.SUCCEEDED,
     **{("RunFinished(failed)", s): Status.FAILED for s in LIVE},
 }

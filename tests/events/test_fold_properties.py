@@ -50,7 +50,9 @@ from events.model import (
     RunAdmitted,
     RunCancelled,
     RunFinished,
+    RunPaused,
     RunQueued,
+    RunResumed,
     ShardWritten,
     StepCommitted,
     WorkerExited,
@@ -97,9 +99,11 @@ EDGES: dict[tuple[Status, Status], tuple[type[Event], ...]] = {
     (RUN, REC): (GenerationStarted, FailureClassified),
     (STA, RUN): (MembershipConfirmed,),
     (REC, RUN): (MembershipConfirmed,),
-    **{(s, QUE): (FailureClassified,) for s in (ADM, STA, RUN)},
-    # Requeued by policy, or a decided restart whose placement was lost.
-    (REC, QUE): (FailureClassified, RunQueued),
+    **{(s, QUE): (FailureClassified,) for s in (ADM,)},
+    # Requeued by policy, or paused by an alert's pause action.
+    **{(s, QUE): (FailureClassified, RunPaused) for s in (STA, RUN)},
+    # ... or a decided restart whose placement was lost.
+    (REC, QUE): (FailureClassified, RunQueued, RunPaused),
     (RUN, Status.SUCCEEDED): (RunFinished,),
     **{(s, Status.FAILED): (RunFinished,) for s in LIVE},
     **{(s, Status.CANCELLED): (RunCancelled,) for s in LIVE},
@@ -124,10 +128,11 @@ WRITERS: dict[str, tuple[type[Event], ...]] = {
     "rejections": (WriteRejected,),
     "alerts": (AlertRaised,),
     "retry_not_before": (FailureClassified,),
-    "awaiting_generation": (FailureClassified, RunQueued, GenerationStarted),
+    "awaiting_generation": (FailureClassified, RunQueued, GenerationStarted, RunPaused),
     "generation_started_at": (GenerationStarted,),
     "last_progress_at": (StepCommitted, GenerationStarted),
-    "queue_reason": (RunQueued, RunAdmitted, FailureClassified),
+    "queue_reason": (RunQueued, RunAdmitted, FailureClassified, RunPaused, RunResumed),
+    "paused": (RunPaused, RunResumed),
     "cancel_requested": (CancelRequested,),
     "outcome_reason": (RunFinished, RunCancelled),
 }
@@ -173,6 +178,10 @@ def check_effect(before: RunState, e: Event, after: RunState) -> None:
     """What an accepted event must have satisfied, and what it must have done."""
     ckpt = before.checkpoint.step if before.checkpoint else None
     match e:
+        case RunPaused():  # only a live generation is paused, and the pause holds
+            assert before.status.active and after.status == QUE and after.paused
+        case RunResumed():  # only a paused run is resumed; it stays queued
+            assert before.paused and not after.paused and after.status == QUE
         case StepCommitted():
             assert e.step > before.step and after.step == e.step
             assert after.tokens == before.tokens + e.tokens

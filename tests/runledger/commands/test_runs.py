@@ -27,7 +27,7 @@ from dataplane.synth import template, write_corpus
 from events.connection import client_config
 from events.consume import read_log
 from events.kafka import EventProducer
-from events.model import CancelRequested, Event, RunSubmitted
+from events.model import CancelRequested, Event, ResumeRequested, RunSubmitted
 from events.topics import REPORTS, REQUESTS, RUNS
 from runledger.cli import app
 from runledger.errors import BROKER_HINT
@@ -229,6 +229,22 @@ def test_cancel_writes_cancel_requested_and_status_shows_the_unseen_run(
         human = cli(bootstrap, "status", run).stdout
         assert "Submitted (not yet seen by the controller)" in human
         assert "requested by mallory" in human
+
+
+@pytest.mark.kafka
+def test_resume_writes_resume_requested_and_warns_when_the_run_is_not_paused(
+    bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    submitted = cli(bootstrap, "submit", str(spec_file(tmp_path, unique)), "--principal", "bob")
+    run = submitted.stdout.strip()
+    out = cli(bootstrap, "resume", run, "--principal", "bob", "--reason", "lr lowered")
+    assert out.returncode == 0, out.stderr
+    assert f"resume of {run} requested by bob" in out.stdout
+    assert "not paused" in out.stderr  # a warning: the controller decides
+    [_, resume] = events_of(bootstrap, REQUESTS, run)
+    assert isinstance(resume, ResumeRequested)
+    assert (resume.principal, resume.reason) == ("bob", "lr lowered")
+    assert cli(bootstrap, "resume", run, "--reason", " ").returncode != 0
 
 
 @pytest.mark.kafka

@@ -79,12 +79,16 @@ RESERVED_ENV = frozenset(
      "MASTER_PORT"}
 )
 RESERVED_ENV_PREFIX = "RUNLEDGER_"
-
+# The worker's fault-injection hooks (worker/faults.py: ENV, DELAY_ENV), which no
+# agent sets: a pilot or drill spec names its fault here, so it reaches only its own run.
+FAULT_ENV = frozenset({"RUNLEDGER_FAULT", "RUNLEDGER_STORAGE_DELAY_S"})
 
 
 def _env_name(key: str) -> str:
     if not _ENV_NAME.fullmatch(key):
         raise ValueError("not an environment variable name")
+    if key in FAULT_ENV:
+        return key
     if key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIX):
         raise ValueError("set by the agent for every worker; a spec may not override it")
     return key

@@ -192,6 +192,15 @@ def test_every_bad_field_is_named_at_once() -> None:
     }
 
 
+def test_only_the_fault_hooks_pass_the_reserved_env_prefix() -> None:
+    # A pilot or drill names its fault in its own spec (worker/faults.py reads them).
+    spec = spec_of(with_("env", {"RUNLEDGER_FAULT": "step@3:gen=1",
+                                 "RUNLEDGER_STORAGE_DELAY_S": "0.5"}))
+    assert spec.env["RUNLEDGER_FAULT"] == "step@3:gen=1"
+    assert problems_of(with_("env", {"RUNLEDGER_FAULTS": "x"}))[0].startswith(
+        "env.RUNLEDGER_FAULTS (the key)")
+
+
 def test_a_dataset_alias_is_refused_with_the_reason() -> None:
     [problem] = problems_of(with_("dataset", "corpus/latest"))
     assert problem.startswith("dataset: 'corpus/latest'")

@@ -8,8 +8,9 @@ For one spec the planner decides, by numbered rules:
 2. ``topology_change`` needs an elastic membership with room to shrink
    (``min`` below ``max``); on any other spec it is skipped, saying so;
 3. every fault that kills or pauses one member of a generation needs a
-   checkpoint before the fault, so the drill run's checkpoint interval is
-   ``max(2, steps // 4)`` and each fault lands between two checkpoints or
+   checkpoint before the fault, so the drill run's checkpoint interval is the
+   trial's (``runledger.trialplan``: ``steps // 3``, at least 2 here as
+   ``steps >= 8``) and each fault lands between two checkpoints or
    inside the second one; a drill shorter than :data:`MIN_STEPS` steps is
    refused (no room for two checkpoints and a restart);
 4. faults that need two ranks (``straggler``: one rank slowed against the
@@ -32,10 +33,12 @@ from dataclasses import dataclass
 from controller.spec import RunSpec
 from controller.spec_parts import ElasticMembership
 from runledger.errors import UsageError
+from runledger.trialplan import interval_for
 
 MIN_STEPS = 8
 DEFAULT_STEPS = 20
 SLOW_MS = 400  # the straggler's extra sleep per step
+STALE_STEP_MS = 1000  # every step of the stale-worker drill's first generation
 STORAGE_DELAY_S = 3.0  # every checkpoint write of the first generation waits this long
 
 # Shell actions (what the drill process does beside the worker's own injection).
@@ -137,8 +140,8 @@ def chosen(text: str | None) -> tuple[str, ...]:
 
 
 def interval_of(steps: int) -> int:
-    """Rule 3: the drill run's checkpoint interval."""
-    return max(2, steps // 4)
+    """Rule 3: the drill run's checkpoint interval, as the trial spec sets it."""
+    return interval_for(steps)
 
 
 def plan(shape: Shape, faults: Sequence[str], steps: int) -> tuple[Planned | Skipped, ...]:
@@ -178,7 +181,10 @@ def plan_one(shape: Shape, fault: str, steps: int) -> Planned | Skipped:
         case "truncated_shard":
             return planned(fault_env("truncate", 2 * every, 0), 2 * every)
         case "stale_worker":
-            return planned({"RUNLEDGER_FAULT_NO_SIGTERM": "1"}, every, PAUSE)
+            # Slow steps in generation 1 give the woken worker's watcher time to read its
+            # fence before the next checkpoint is due: a pass must not depend on a race.
+            return planned({"RUNLEDGER_FAULT_NO_SIGTERM": "1",
+                            **fault_env("slow", 1, extra=f":ms={STALE_STEP_MS}")}, every, PAUSE)
         case "missing_object":
             return planned({}, 1, HIDE_OBJECT)
         case "topology_change":

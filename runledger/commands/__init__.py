@@ -8,6 +8,7 @@ no module imports another command module.
 
 - ``runs``: ``submit``, ``status``, ``cancel``, ``runs``
 - ``logs``: ``logs``
+- ``preflight``: ``preflight``; ``drill``: ``drill``
 - ``nodes``: ``nodes``, ``node cordon|uncordon|drain``
 - ``events``: ``events dump|tail``
 - ``dataset``: ``dataset synth|build|show|alias|resolve|list``

@@ -14,6 +14,7 @@ from events.model import (
     CheckpointRestored,
     CheckpointVerificationFailed,
     CursorAdvanced,
+    DrillCompleted,
     Event,
     FailureClassified,
     GenerationStarted,
@@ -27,7 +28,7 @@ from events.model import (
     StepCommitted,
     WriteRejected,
 )
-from runledger import drilljudge, drillplan
+from runledger import drilljudge, drillplan, drillview
 from runledger.drilljudge import FAIL, PASS, SKIP
 from runledger.drillplan import NAMES, Planned, Shape, Skipped
 from runledger.errors import UsageError
@@ -176,9 +177,9 @@ def test_every_injection_lands_after_a_checkpoint_and_before_the_end(
     assert 1 <= entry.at_step < steps
     assert 0 <= entry.rank < members
     env = dict(entry.env)
-    if "RUNLEDGER_FAULT" in env:
-        # First generation only: the restart runs clean.
-        assert ":gen=1" in env["RUNLEDGER_FAULT"]
+    # First generation only: the restart runs clean.
+    assert ":gen=1" in env.get("RUNLEDGER_FAULT", ":gen=1")
+    if "RUNLEDGER_FAULT" in env and fault not in ("straggler", "stale_worker"):
         assert env["RUNLEDGER_FAULT"].split("@")[1].split(":")[0] == str(entry.at_step)
     if fault in ("kill_compute", "hang", "topology_change"):
         assert entry.interval < entry.at_step < 2 * entry.interval
@@ -200,14 +201,15 @@ def test_the_worker_parses_every_injection_the_planner_writes() -> None:
 
 
 def test_a_kill_in_compute_recovered_from_the_last_checkpoint_passes_with_rpo_and_rto() -> None:
-    p = planned("kill_compute")  # interval 5, the kill at step 7
-    s = recovered(p, restored=5, last=p.at_step)
+    p = planned("kill_compute")  # interval 6, the kill at step 9
+    assert (p.interval, p.at_step) == (6, 9)
+    s = recovered(p, restored=6, last=p.at_step)
     j = drilljudge.judge(p, FIXED, s.facts, s.reports, TERMINAL)
     assert j.verdict == PASS, j.reason
-    assert j.rpo_s == pytest.approx(0.2)  # 2 steps of 100 ms
+    assert j.rpo_s == pytest.approx(0.3)  # 3 steps of 100 ms
     assert j.rto_s is not None and j.rto_s > 2.0
     r = rows(j)
-    assert r["fallback"].figure == 5 and r["cursor"].verdict == PASS
+    assert r["fallback"].figure == 6 and r["cursor"].verdict == PASS
     assert r["terminal.workers"].verdict == PASS
 
 
@@ -216,12 +218,12 @@ def test_a_restore_older_than_the_last_good_checkpoint_fails_fallback_naming_bot
     s = recovered(p, restored=0, last=p.at_step)
     j = drilljudge.judge(p, FIXED, s.facts, s.reports, TERMINAL)
     assert j.verdict == FAIL
-    assert j.reason.startswith("fallback: restored step 0") and "was 5" in j.reason
+    assert j.reason.startswith("fallback: restored step 0") and "was 6" in j.reason
 
 
 def test_a_cursor_that_jumps_on_resume_fails_continuity() -> None:
     p = planned("kill_compute")
-    s = recovered(p, restored=5, last=p.at_step)
+    s = recovered(p, restored=6, last=p.at_step)
     jumped = [replace(e, position=e.position + 3) if isinstance(e, CursorAdvanced)
               and e.generation == 2 else e for e in s.facts]
     j = drilljudge.judge(p, FIXED, jumped, s.reports, TERMINAL)
@@ -230,7 +232,7 @@ def test_a_cursor_that_jumps_on_resume_fails_continuity() -> None:
 
 def test_restarts_beyond_the_specs_attempts_fail_bounded_retries() -> None:
     p = planned("kill_compute")
-    s = recovered(p, restored=5, last=p.at_step)
+    s = recovered(p, restored=6, last=p.at_step)
     for attempt in range(2, 4):
         s.fail("worker_crash", attempt=attempt)
     tight = replace(FIXED, attempts={"worker_crash": 2, "default": 9})
@@ -242,33 +244,33 @@ def test_restarts_beyond_the_specs_attempts_fail_bounded_retries() -> None:
 
 def test_rpo_and_rto_beyond_the_spec_fail() -> None:
     p = planned("kill_compute")
-    s = recovered(p, restored=5, last=p.at_step)
+    s = recovered(p, restored=6, last=p.at_step)
     strict = replace(FIXED, rpo_s=0.1, rto_s=1.0)
     r = rows(drilljudge.judge(p, strict, s.facts, s.reports, TERMINAL))
     assert r["rpo"].verdict == FAIL and r["rto"].verdict == FAIL
 
 
 def test_a_checkpoint_cut_mid_shard_must_not_commit() -> None:
-    p = planned("kill_checkpoint")  # the cut at step 10
-    s = recovered(p, restored=5, last=9)
+    p = planned("kill_checkpoint")  # the cut at step 12
+    s = recovered(p, restored=6, last=11)
     assert drilljudge.judge(p, FIXED, s.facts, s.reports, TERMINAL).verdict == PASS
-    s.commit(1, 10)
+    s.commit(1, 12)
     r = rows(drilljudge.judge(p, FIXED, s.facts, s.reports, TERMINAL))
     assert r["no_partial_commit"].verdict == FAIL
 
 
 def test_a_truncated_shard_is_refused_and_the_previous_checkpoint_restored() -> None:
-    p = planned("truncated_shard")  # truncated after committing step 10
-    s = recovered(p, restored=5, last=10)
+    p = planned("truncated_shard")  # truncated after committing step 12
+    s = recovered(p, restored=6, last=12)
     assert rows(drilljudge.judge(p, FIXED, s.facts, s.reports, TERMINAL))[
         "verification_failed"].verdict == FAIL
     s.reports.append(CheckpointVerificationFailed(
-        header=h(2, s.tick(), "refused"), step=10, manifest_path="/c/10/m.json",
+        header=h(2, s.tick(), "refused"), step=12, manifest_path="/c/12/m.json",
         manifest_digest=DIGEST, logical_id="r0", reason="shard_size", detail="short"))
     j = drilljudge.judge(p, FIXED, s.facts, s.reports, TERMINAL)
     assert j.verdict == PASS, j.reason
     # Restoring the truncated checkpoint itself is not a fallback.
-    s2 = recovered(p, restored=10, last=10)
+    s2 = recovered(p, restored=12, last=12)
     s2.reports += [e for e in s.reports if isinstance(e, CheckpointVerificationFailed)]
     assert rows(drilljudge.judge(p, FIXED, s2.facts, s2.reports, TERMINAL))[
         "fallback"].verdict == FAIL
@@ -276,9 +278,9 @@ def test_a_truncated_shard_is_refused_and_the_previous_checkpoint_restored() -> 
 
 def test_a_hang_must_be_classified_as_a_hang() -> None:
     p = planned("hang")
-    assert drilljudge.judge(p, FIXED, *_parts(recovered(p, 5, p.at_step, "hang"))).verdict \
+    assert drilljudge.judge(p, FIXED, *_parts(recovered(p, 6, p.at_step, "hang"))).verdict \
         == PASS
-    j = drilljudge.judge(p, FIXED, *_parts(recovered(p, 5, p.at_step, "worker_crash")))
+    j = drilljudge.judge(p, FIXED, *_parts(recovered(p, 6, p.at_step, "worker_crash")))
     assert j.verdict == FAIL and "expected hang" in j.reason
 
 
@@ -314,7 +316,7 @@ def test_a_straggler_needs_its_alert_and_a_finished_run() -> None:
 
 
 def stale_story(p: Planned, stale_shard: bool, woke: bool = True) -> Story:
-    s = recovered(p, restored=5, last=7)
+    s = recovered(p, restored=6, last=8)
     gen2 = next(i for i, e in enumerate(s.facts)
                 if isinstance(e, GenerationStarted) and e.generation == 2)
     at = s.facts[gen2].header.occurred_at
@@ -322,11 +324,11 @@ def stale_story(p: Planned, stale_shard: bool, woke: bool = True) -> Story:
         header=h(2, at + 5, "rej"), rejected_event_id="x", rejected_event_type="StepCommitted",
         reason="stale_generation", detail="g1", rejected_generation=1))
     if woke:
-        s.reports.append(StepCommitted(header=h(1, at + 10, "stale-step"), step=8, tokens=1,
+        s.reports.append(StepCommitted(header=h(1, at + 10, "stale-step"), step=9, tokens=1,
                                        loss_tokens=1, step_time_ms=1.0, input_wait_ms=0.0))
     if stale_shard:
-        s.reports.append(ShardWritten(header=h(1, at + 20, "stale-shard"), step=10,
-                                      logical_id="r0", path="/c/g1/10/r0", bytes=4,
+        s.reports.append(ShardWritten(header=h(1, at + 20, "stale-shard"), step=12,
+                                      logical_id="r0", path="/c/g1/12/r0", bytes=4,
                                       crc32c="0" * 8))
     return s
 
@@ -365,9 +367,9 @@ def test_a_shrink_is_seen_in_the_replicas_of_a_later_generation() -> None:
     s.start(1, replicas=2)
     s.steps(1, 1, p.at_step, p.interval)
     s.fail("worker_crash")
-    s.start(2, 5, replicas=1)
-    s.restored(2, 5)
-    s.steps(2, 6, 20, p.interval)
+    s.start(2, 6, replicas=1)
+    s.restored(2, 6)
+    s.steps(2, 7, 20, p.interval)
     s.finish()
     assert drilljudge.judge(p, ELASTIC, *_parts(s)).verdict == PASS
     grown = [replace(e, replicas=2) if isinstance(e, GenerationStarted) else e for e in s.facts]
@@ -397,3 +399,32 @@ def test_rpo_is_the_steps_lost_times_the_step_time(restored: int, lost: int,
     assert rpo == pytest.approx(lost * step_ms / 1000.0)
     assert rto == pytest.approx(3.0)
     assert drilljudge.rpo_rto(replace(t, restored=None)) == (0.0, None)
+
+
+# -- the report ----------------------------------------------------------------------------
+
+
+def completed(fault: str, verdict: str, reason: str = "r<&>") -> DrillCompleted:
+    return DrillCompleted(
+        header=Header(f"spec/x/drill/{fault}", "spec/x", 0, 1, "cli/me"), spec_digest=DIGEST,
+        principal="me", fault=fault, verdict=verdict, drill_run_id="" if verdict == SKIP
+        else "tiny-drill-1", rpo_s=None if verdict == SKIP else 1.5, rto_s=None,
+        reason=reason, checks=TERMINAL)
+
+
+def test_the_matrix_shows_each_fault_with_rpo_rto_and_reason_and_skips_do_not_fail() -> None:
+    results = [completed("kill_compute", PASS), completed("topology_change", SKIP, "fixed")]
+    text = "\n".join(drillview.lines(results))
+    assert "kill_compute" in text and "PASS" in text and "1.50" in text
+    assert "topology_change  SKIP" in text and "-: fixed" in text
+    assert drillview.verdict(results) == PASS
+    assert drillview.verdict([*results, completed("hang", FAIL)]) == FAIL
+    doc = drillview.document(DIGEST, results)
+    assert [f["fault"] for f in doc["faults"]] == ["kill_compute", "topology_change"]
+    assert doc["faults"][0]["checks"][0]["check"] == "terminal.workers"
+
+
+def test_the_html_report_is_one_escaped_page() -> None:
+    page = drillview.page(DIGEST, "tiny<b>", [completed("hang", FAIL)])
+    assert page.startswith("<!doctype html>") and "<script" not in page
+    assert "tiny&lt;b&gt;" in page and "r&lt;&amp;&gt;" in page and "r<&>" not in page

@@ -38,6 +38,7 @@ from controller.runplan import checkpoint_env
 from controller.spec import RunSpec
 from controller.spec_parts import ElasticMembership
 from dataplane.catalog import Catalog
+from dataplane.manifest import DatasetManifest
 from events.model import Event, PreflightCheck
 from events.signing import SigningKey
 from runledger import drilljudge, drillplan, terminalcheck, trial, trialplan
@@ -90,12 +91,13 @@ def trial_of(ctx: Context, planned: Planned | None, label: str) -> RunSpec:
 def hidden_overlay(catalog: Catalog, dataset: str) -> str:
     """A new dataset id: the manifest with each source's first object renamed to a path
     that does not exist (nothing of the dataset is changed or moved)."""
-    manifest = catalog.get(dataset)
-    sources = [s.model_copy(update={"objects": [
-        o.model_copy(update={"path": o.path + ".drill-missing"}) if i == 0 else o
-        for i, o in enumerate(s.objects)]}) for s in manifest.sources]
-    return catalog.put(manifest.model_copy(update={
-        "name": f"{manifest.name}-drill-missing", "sources": sources}))
+    doc = catalog.get(dataset).model_dump(mode="json")
+    for source in doc["sources"]:
+        if source["objects"]:
+            source["objects"][0]["path"] += ".drill-missing"
+    doc["name"] += "-drill-missing"
+    # Validated afresh (a model_copy would keep the original's cached dataset id).
+    return catalog.put(DatasetManifest.model_validate(doc))
 
 
 def run_fault(ctx: Context, planned: Planned, shape: drillplan.Shape) -> tuple[str, Judged]:

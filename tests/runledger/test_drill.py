@@ -4,6 +4,7 @@ judgement of a drill run's events (synthetic runs, told step by step)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -428,3 +429,33 @@ def test_the_html_report_is_one_escaped_page() -> None:
     page = drillview.page(DIGEST, "tiny<b>", [completed("hang", FAIL)])
     assert page.startswith("<!doctype html>") and "<script" not in page
     assert "tiny&lt;b&gt;" in page and "r&lt;&amp;&gt;" in page and "r<&>" not in page
+
+
+def test_the_missing_object_overlay_is_a_new_manifest_and_leaves_the_dataset_alone(
+        tmp_path: Path) -> None:
+    from dataplane.catalog import Catalog, build_manifest
+    from dataplane.synth import template, write_corpus
+    from runledger.drillrun import hidden_overlay
+
+    corpus = tmp_path / "corpus"
+    write_corpus(str(corpus), seed=1)
+    catalog = Catalog(str(tmp_path / "catalog"))
+    original = catalog.put(build_manifest(template(str(corpus), seed=1), str(corpus)))
+    files = sorted(p.name for p in corpus.rglob("*"))
+    overlay = hidden_overlay(catalog, original)
+    assert overlay != original
+    assert sorted(p.name for p in corpus.rglob("*")) == files  # nothing moved or removed
+    before, after = catalog.get(original), catalog.get(overlay)
+    for old, new in zip(before.sources, after.sources, strict=True):
+        assert new.objects[0].path == old.objects[0].path + ".drill-missing"
+        assert not Path(after.url(new.objects[0])).exists()
+        assert new.objects[1:] == old.objects[1:]
+
+
+def test_terminal_rows_are_prefixed_and_a_live_worker_fails_them() -> None:
+    from runledger.drillrun import terminal_rows
+
+    rows = terminal_rows([], [], [], "tiny-1", 0, [4242])
+    assert [r.check for r in rows] == ["terminal", "terminal.processes"]
+    assert rows[-1].verdict == FAIL and "4242" in rows[-1].reason
+    assert terminal_rows([], [], [], "tiny-1", 0, [])[-1].verdict == PASS

@@ -10,7 +10,7 @@ For one spec the planner decides, by numbered rules:
 3. every fault that kills or pauses one member of a generation needs a
    checkpoint before the fault, so the drill run's checkpoint interval is the
    trial's (``runledger.trialplan``: ``steps // 3``, at least 2 here as
-   ``steps >= 8``) and each fault lands between two checkpoints or
+   ``steps >= 6``) and each fault lands between two checkpoints or
    inside the second one; a drill shorter than :data:`MIN_STEPS` steps is
    refused (no room for two checkpoints and a restart);
 4. faults that need two ranks (``straggler``: one rank slowed against the
@@ -35,7 +35,7 @@ from controller.spec_parts import ElasticMembership
 from runledger.errors import UsageError
 from runledger.trialplan import interval_for
 
-MIN_STEPS = 8
+MIN_STEPS = 6
 DEFAULT_STEPS = 20
 SLOW_MS = 400  # the straggler's extra sleep per step
 STALE_STEP_MS = 1000  # every step of the stale-worker drill's first generation

@@ -107,7 +107,7 @@ def run_fault(ctx: Context, planned: Planned, shape: drillplan.Shape) -> tuple[s
     with trial.RunWatch(ctx.address, run_id) as watch:
         try:
             if planned.action == PAUSE:
-                _pause_until_replaced(watch, planned)
+                _pause_until_replaced(watch, ctx.timeout_s)
             watch.wait(trial.ended, ctx.timeout_s, "end of the drill run")
         except trial.TrialTimeout as exc:
             trial.cancel(ctx.address, run_id, trial.generation(watch.events), ctx.who, ctx.key,
@@ -121,13 +121,15 @@ def run_fault(ctx: Context, planned: Planned, shape: drillplan.Shape) -> tuple[s
         return run_id, drilljudge.judge(planned, shape, watch.facts, watch.reports, rows)
 
 
-def _pause_until_replaced(watch: trial.RunWatch, planned: Planned) -> None:
-    """SIGSTOP rank 0 after generation 1's first commit; SIGCONT when generation 2 runs."""
+def _pause_until_replaced(watch: trial.RunWatch, timeout_s: float) -> None:
+    """SIGSTOP rank 0 after generation 1's first commit; SIGCONT when generation 2 runs.
+    A run that ends first is left to the judgement (nothing was paused)."""
     def committed(events: Sequence[Event]) -> bool:
-        return any(e.event_type == "ManifestCommitted" and e.generation == 1
-                   for e in events)
+        return trial.ended(events) or any(
+            e.event_type == "ManifestCommitted" and e.generation == 1 for e in events)
 
-    watch.wait(committed, 120.0, "first checkpoint of generation 1")
+    if trial.ended(watch.wait(committed, timeout_s, "first checkpoint of generation 1")):
+        return
     pids = trial.worker_pids(watch.run_id, 1, "r0")
     if not pids:
         raise trial.TrialTimeout(f"run {watch.run_id}: no local worker r0 of generation 1 to"
@@ -135,8 +137,9 @@ def _pause_until_replaced(watch: trial.RunWatch, planned: Planned) -> None:
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:
-        watch.wait(lambda es: any(e.event_type == "GenerationStarted" and e.generation > 1
-                                  for e in es), 120.0, "a second generation")
+        watch.wait(lambda es: trial.ended(es) or any(
+            e.event_type == "GenerationStarted" and e.generation > 1 for e in es),
+            timeout_s, "a second generation")
     finally:
         for pid in pids:
             # Its agent may have killed it while paused: then nothing stale wakes.

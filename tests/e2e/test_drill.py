@@ -64,9 +64,9 @@ def drill(cluster: Cluster, argv: list[str], **env: str) -> subprocess.Completed
 
 def test_the_readme_drill_passes_on_tiny_and_a_fence_ignoring_worker_fails_it(
         cluster: Cluster) -> None:
+    ds = ckpt_setup.dataset(cluster)  # first: the agent's workers read this catalog
     cluster.controller()
     cluster.agent("n1", 4, grace=60.0)
-    ds = ckpt_setup.dataset(cluster)
     Catalog(cluster.env["RUNLEDGER_DATASETS"]).set_alias("synth/latest", ds)
     spec = tiny_here(cluster)
     argv = [str(spec) if a == "examples/tiny.yaml" else a for a in readme_command()]

@@ -92,7 +92,7 @@ def test_the_readme_drill_passes_on_tiny_and_a_fence_ignoring_worker_fails_it(
                                                  "topology_change"]
     assert len({e.spec_digest for e in recorded}) == 1
 
-    broken = drill(cluster, [*argv[:2], "--faults", "stale_worker", "--steps",
+    broken = drill(cluster, [*argv[:3], "--faults", "stale_worker", "--steps",
                              argv[argv.index("--steps") + 1], "--json"],
                    RUNLEDGER_DRILL_IGNORE_FENCE="1")
     assert broken.returncode == 1, broken.stdout + broken.stderr

@@ -130,7 +130,10 @@ def _pause_until_replaced(watch: trial.RunWatch, timeout_s: float) -> None:
 
     if trial.ended(watch.wait(committed, timeout_s, "first checkpoint of generation 1")):
         return
-    pids = trial.worker_pids(watch.run_id, 1, "r0")
+    deadline = time.monotonic() + 10.0  # /proc may lag the commit on a loaded machine
+    while not (pids := trial.worker_pids(watch.run_id, 1, "r0")) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
     if not pids:
         raise trial.TrialTimeout(f"run {watch.run_id}: no local worker r0 of generation 1 to"
                                  " pause; the stale-worker drill needs an agent on this machine")

@@ -98,5 +98,7 @@ def test_the_readme_drill_passes_on_tiny_and_a_fence_ignoring_worker_fails_it(
     assert broken.returncode == 1, broken.stdout + broken.stderr
     (fault,) = json.loads(broken.stdout)["faults"]
     assert fault["verdict"] == "fail", fault
-    stale = {c["check"]: c for c in fault["checks"]}["no_stale_writes"]
+    checks = {c["check"]: c for c in fault["checks"]}
+    assert "no_stale_writes" in checks, fault
+    stale = checks["no_stale_writes"]
     assert stale["verdict"] == "fail" and "ignored its fence" in stale["reason"], fault

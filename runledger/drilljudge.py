@@ -10,7 +10,8 @@ row, by these rules:
 2. ``bounded_retries``: the restarts decided (``FailureClassified`` with action
    restart or requeue) stay within the spec's attempts for their class;
 3. ``classified:<class>``: a failure was classified with that class;
-4. ``not_node``: no node was quarantined for it (a data fault is the job's);
+4. ``not_node``: no failure counted against a node (``controller.policy``
+   ``counts_against_node``) and none quarantined (a data fault is the job's);
 5. ``no_partial_commit``: nothing was committed at the step the fault cut;
 6. ``verification_failed``: a restore refused the checkpoint at the fault step;
 7. ``fallback``: the step restored is the newest committed checkpoint that was
@@ -48,6 +49,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from controller.policy import counts_against_node
 from events.model import (
     AlertRaised,
     CheckpointRestored,
@@ -150,10 +152,12 @@ def expectation(kind: str, plan: Planned, shape: Shape, facts: Sequence[Event],
         case "bounded_retries":
             return _bounded(fails, shape)
         case "not_node":
+            blamed = sorted({f"{f.signature} on {f.node}" for f in fails
+                             if counts_against_node(f.failure_class, f.signature)})
             q = [e.node for e in facts if isinstance(e, NodeQuarantined)]
-            return _ok(kind, not q, len(q), 0, "nodes",
-                       f"nodes quarantined: {', '.join(q)}" if q else
-                       "no node was quarantined: the fault was not blamed on a node")
+            return _ok(kind, not blamed and not q, len(blamed) + len(q), 0, "failures",
+                       f"counted against a node: {', '.join(blamed + q)}" if blamed or q else
+                       "no failure was counted against a node")
         case "no_partial_commit":
             cut = [c for c in commits if c.step == plan.at_step and c.generation == 1]
             return _ok(kind, not cut, len(cut), 0, "commits",
@@ -308,3 +312,9 @@ def judge(plan: Planned, shape: Shape, facts: Sequence[Event], reports: Sequence
 
 def skipped_judgement(reason: str) -> Judged:
     return Judged(SKIP, reason, None, None, ())
+
+
+def blamed_nodes(facts: Sequence[Event]) -> tuple[str, ...]:
+    """The nodes the drill run's failures were counted against (its injected faults)."""
+    return tuple(sorted({f.node for f in facts if isinstance(f, FailureClassified)
+                         and f.node and counts_against_node(f.failure_class, f.signature)}))

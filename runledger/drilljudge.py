@@ -27,7 +27,7 @@ row, by these rules:
    one started, that is no stale shard written under the checkpoint root (a
    worker that honours its fence stops before writing; skipped when the old
    worker never reported after the new generation started: nothing woke);
-11. ``straggler_alert``: a ``straggler_rank`` alert was raised;
+11. ``straggler_alert``: a ``straggler_rank`` alert names the slowed rank;
 12. ``checkpoint_committed``: a checkpoint was committed despite the fault;
 13. ``shrunk``: a later generation runs fewer replicas than the first;
 14. ``completed``: the run finished ``succeeded``;
@@ -188,9 +188,10 @@ def _outcome(kind: str, plan: Planned, facts: Sequence[Event], reports: Sequence
         case "straggler_alert":
             a = [e.subject for e in facts if isinstance(e, AlertRaised)
                  and e.alert == "straggler_rank"]
-            return _ok(kind, bool(a), len(a), 1, "alerts",
-                       f"straggler alerts on {', '.join(a)}" if a else
-                       f"no straggler_rank alert although r{plan.rank} was slowed")
+            slowed = f"r{plan.rank}"
+            return _ok(kind, slowed in a, len(a), 1, "alerts",
+                       f"straggler_rank alerts on {', '.join(a) or 'no rank'}; {slowed} was"
+                       " the one slowed")
         case "checkpoint_committed":
             return _ok(kind, bool(commits), len(commits), 1, "checkpoints",
                        f"{len(commits)} checkpoint(s) committed under the fault")

@@ -319,9 +319,16 @@ def test_a_straggler_needs_its_alert_and_a_finished_run() -> None:
     s.steps(1, 1, 20, p.interval)
     s.finish()
     assert drilljudge.judge(p, FIXED, s.facts, s.reports, TERMINAL).verdict == FAIL
-    s.facts.insert(3, AlertRaised(header=h(1, s.tick(), "alert"), alert="straggler_rank",
-                                  severity="warning", owner="o", runbook="r", detail="d",
-                                  subject="r1"))
+    def alert(subject: str) -> AlertRaised:
+        return AlertRaised(header=h(1, s.tick(), f"alert-{subject}"), alert="straggler_rank",
+                           severity="warning", owner="o", runbook="r", detail="d",
+                           subject=subject)
+
+    # An alert on another rank than the slowed one is no detection of it.
+    s.facts.insert(3, alert("r0"))
+    j = drilljudge.judge(p, FIXED, s.facts, s.reports, TERMINAL)
+    assert j.verdict == FAIL and "r1 was the one slowed" in j.reason
+    s.facts.insert(3, alert(f"r{p.rank}"))
     assert drilljudge.judge(p, FIXED, s.facts, s.reports, TERMINAL).verdict == PASS
 
 

@@ -82,7 +82,9 @@ RESERVED_ENV = frozenset(
 RESERVED_ENV_PREFIX = "RUNLEDGER_"
 # The worker's fault-injection hooks (worker/faults.py: ENV, DELAY_ENV), which no
 # agent sets: a pilot or drill spec names its fault here, so it reaches only its own run.
-FAULT_HOOKS = frozenset({"RUNLEDGER_FAULT", "RUNLEDGER_STORAGE_DELAY_S"})
+# The drill's two switches (worker/faults.py NO_SIGTERM_ENV, IGNORE_FENCE_ENV) likewise.
+FAULT_HOOKS = frozenset({"RUNLEDGER_FAULT", "RUNLEDGER_STORAGE_DELAY_S",
+                         "RUNLEDGER_FAULT_NO_SIGTERM", "RUNLEDGER_IGNORE_FENCE"})
 
 
 def _env_name(key: str) -> str:

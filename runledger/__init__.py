@@ -16,6 +16,9 @@
 - ``preflight``: the rules of ``preflight`` (observations to rows and a verdict,
   pure); ``preflightio``: what it observes (nodes, storage probes, dataset
   objects, topics);
+- ``drillplan``: the faults of ``drill`` and which a spec can show; ``drilljudge``:
+  what a drill run showed (both pure); ``drillrun``: one fault on the live stack;
+  ``drillview``: the drill's matrix as a table, JSON or HTML;
 - ``interrupt``: Ctrl-C that always ends a command following the log;
 - ``metricsserver``: the HTTP server of ``controller|project --metrics``;
 - ``stack``: a local Apache Kafka (KRaft) cluster;

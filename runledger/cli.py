@@ -21,6 +21,7 @@ from runledger.commands import (
     controller,
     dataset,
     demo,
+    drill,
     events,
     interval,
     keys,
@@ -62,7 +63,8 @@ app = typer.Typer(
 )
 # Registration order is the order `runledger --help` lists the commands in.
 for command in (stack, security, keys, audit, events, checkpoint, project, query, report,
-                dataset, runs, preflight, pilot, logs, nodes, agent, controller, interval, demo):
+                dataset, runs, preflight, pilot, drill, logs, nodes, agent, controller, interval,
+                demo):
     command.register(app)
 
 

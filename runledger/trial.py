@@ -91,13 +91,20 @@ class RunWatch:
     def __init__(self, address: str, run_id: str) -> None:
         self.run_id = run_id
         self.events: list[Event] = []
+        # The same events by the topic they came from (a StepCommitted is both a
+        # worker's report and, once accepted, a fact): the drill judges them apart.
+        self.facts: list[Event] = []
+        self.reports: list[Event] = []
         self._reader = LogReader(address, [RUNS, REPORTS], key=run_id, key_partition=True,
                                  retry_s=config.retry_s(), name="runledger-trial")
 
     def poll(self, timeout_s: float = POLL_S) -> list[Event]:
         """What arrived since the last poll (waiting up to ``timeout_s`` for something)."""
-        new = [r.event for r in self._reader.read_records(500, timeout_s)
-               if r.event.run_id == self.run_id]
+        mine = [r for r in self._reader.read_records(500, timeout_s)
+                if r.event.run_id == self.run_id]
+        for r in mine:
+            (self.facts if r.topic == RUNS else self.reports).append(r.event)
+        new = [r.event for r in mine]
         self.events.extend(new)
         return new
 

@@ -61,5 +61,16 @@ class CheckpointRejected(WorkerError):
         super().__init__(f"checkpoint at step {step} rejected: {reason} ({detail})")
 
 
+class Fenced(WorkerError):
+    """The log fenced this generation (a newer one, a restart, a cancellation, the run's
+    end): it stops before it steps or writes again."""
+
+    exit_code = EXIT_FENCED
+
+    def __init__(self, generation: int, reason: str, detail: str) -> None:
+        self.reason = reason
+        super().__init__(f"generation {generation} is fenced ({reason}: {detail}); stopping")
+
+
 class BacklogFull(WorkerError):
     """The async backlog is full and the policy is ``error``-free skip; used internally."""

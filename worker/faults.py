@@ -10,6 +10,20 @@ shard file is half written), ``after_shards`` (every shard is written and
 checksummed, no manifest), ``after_manifest`` (the manifest is written, not
 proposed), ``after_commit`` (the controller committed it), and ``step`` (a
 crash after an optimizer step, outside any checkpoint).
+
+Points that are not a crash, for ``runledger drill``: ``truncate`` (right
+after checkpoint ``step`` committed, cut this rank's first shard file to half
+its size, then SIGKILL: a committed checkpoint that no longer verifies),
+``hang`` (at ``step``, stop stepping for good while the reporter keeps
+heartbeating), ``slow`` (from ``step`` on, sleep ``ms=<milliseconds>`` in
+every step: a straggler).
+
+Two switches, honoured only for tests and drills: ``RUNLEDGER_FAULT_NO_SIGTERM=1``
+ignores SIGTERM (a worker partitioned from its agent, which the agent's stop
+never reaches; only SIGKILL ends it), and ``RUNLEDGER_IGNORE_FENCE=1`` turns off
+the worker's own fence check (``worker.session``: a fenced generation stops
+before its next step or checkpoint), the "broken build" the stale-worker drill
+must catch.
 """
 
 from __future__ import annotations
@@ -25,7 +39,10 @@ from worker.errors import WorkerError
 ENV = "RUNLEDGER_FAULT"
 # Seconds every checkpoint write sleeps before its shards: slow storage, on demand.
 DELAY_ENV = "RUNLEDGER_STORAGE_DELAY_S"
-POINTS = ("staging", "mid_shard", "after_shards", "after_manifest", "after_commit", "step")
+NO_SIGTERM_ENV = "RUNLEDGER_FAULT_NO_SIGTERM"
+IGNORE_FENCE_ENV = "RUNLEDGER_IGNORE_FENCE"
+POINTS = ("staging", "mid_shard", "after_shards", "after_manifest", "after_commit", "step",
+          "truncate", "hang", "slow")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,16 +52,19 @@ class Fault:
     rank: int | None = None
     generation: int | None = None
     run: str | None = None
+    ms: int = 0  # ``slow``: the sleep per step
 
 
 class Faults:
     def __init__(self, fault: Fault | None, rank: int, generation: int,
-                 run_id: str = "", storage_delay_s: float = 0.0) -> None:
+                 run_id: str = "", storage_delay_s: float = 0.0,
+                 ignore_fence: bool = False) -> None:
         self.fault = fault
         self.rank = rank
         self.generation = generation
         self.run_id = run_id
         self.storage_delay_s = storage_delay_s
+        self.ignore_fence = ignore_fence
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], rank: int, generation: int,
@@ -54,15 +74,19 @@ class Faults:
             delay = float(raw)
         except ValueError:
             raise WorkerError(f"{DELAY_ENV}={raw!r} is not a number of seconds") from None
-        return cls(parse(env.get(ENV, "")), rank, generation, run_id, max(0.0, delay))
+        if env.get(NO_SIGTERM_ENV) == "1":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        return cls(parse(env.get(ENV, "")), rank, generation, run_id, max(0.0, delay),
+                   ignore_fence=env.get(IGNORE_FENCE_ENV) == "1")
 
     def slow_storage(self) -> None:
         if self.storage_delay_s:
             time.sleep(self.storage_delay_s)
 
-    def armed(self, point: str, step: int) -> bool:
+    def armed(self, point: str, step: int, *, onwards: bool = False) -> bool:
         f = self.fault
-        return (f is not None and f.point == point and f.step == step
+        return (f is not None and f.point == point
+                and (f.step == step or (onwards and step > f.step))
                 and (f.rank is None or f.rank == self.rank)
                 and (f.generation is None or f.generation == self.generation)
                 and (f.run is None or self.run_id.startswith(f.run)))
@@ -71,6 +95,27 @@ class Faults:
         if self.armed(point, step):
             os.kill(os.getpid(), signal.SIGKILL)
 
+    def stepped(self, step: int) -> None:
+        """The step path's points: ``step`` (crash), ``hang`` (stop stepping, forever:
+        the reporter thread goes on heartbeating), ``slow`` (this and every later step)."""
+        self.hit("step", step)
+        if self.armed("hang", step):
+            while True:
+                time.sleep(3600)
+        if self.fault is not None and self.armed("slow", step, onwards=True):
+            time.sleep(self.fault.ms / 1000.0)
+
+    def truncate(self, step: int, shard: str) -> None:
+        """``truncate``: cut the committed ``shard`` (an fsspec URL) to half, then crash."""
+        if not self.armed("truncate", step):
+            return
+        import fsspec  # only a drill pays for it
+
+        fs, path = fsspec.core.url_to_fs(shard)
+        data = fs.cat_file(path)
+        fs.pipe_file(path, data[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+
 
 def parse(text: str) -> Fault | None:
     if not text:
@@ -78,14 +123,17 @@ def parse(text: str) -> Fault | None:
     head, *opts = text.split(":")
     point, sep, step = head.partition("@")
     if not sep or point not in POINTS or not _decimal(step):
-        raise WorkerError(f"{ENV}={text!r}: expected <point>@<step>[:rank=R][:gen=G] with a"
-                          f" point in {', '.join(POINTS)}")
+        raise WorkerError(f"{ENV}={text!r}: expected <point>@<step>[:rank=R][:gen=G][:run=P]"
+                          f"[:ms=M] with a point in {', '.join(POINTS)}")
     rank = gen = None
     run = None
+    ms = 0
     for opt in opts:
         key, _, value = opt.partition("=")
         if key == "run" and value:
             run = value
+        elif key == "ms" and point == "slow" and _decimal(value):
+            ms = int(value)
         elif key in ("rank", "gen") and _decimal(value):
             if key == "rank":
                 rank = int(value)
@@ -93,7 +141,7 @@ def parse(text: str) -> Fault | None:
                 gen = int(value)
         else:
             raise WorkerError(f"{ENV}={text!r}: unknown option {opt!r}")
-    return Fault(point, int(step), rank, gen, run)
+    return Fault(point, int(step), rank, gen, run, ms)
 
 
 def _decimal(text: str) -> bool:

@@ -49,7 +49,7 @@ from worker import restore as restoring
 from worker import rng
 from worker.comm import Comm
 from worker.commit import ManifestFields, write_checkpoint
-from worker.errors import CheckpointRejected, StorageFault, VerificationFailed, WorkerError
+from worker.errors import CheckpointRejected, Fenced, StorageFault, VerificationFailed, WorkerError
 from worker.faults import Faults
 from worker.layout import CheckpointDir
 from worker.manifest import FileEntry
@@ -161,6 +161,7 @@ class Session:
     def step(self, step: int, *, loss: float | None, tokens: int, loss_tokens: int,
              step_time_s: float, input_wait_s: float, cursor: Cursor | None = None) -> None:
         """Report a finished optimizer step (never blocks on Kafka) and checkpoint when due."""
+        self._check_fence()
         self._apply_commits()
         for background in (self._persister, self._replicator):
             if background is not None:
@@ -178,9 +179,16 @@ class Session:
         due = step - self.last_checkpoint_step >= self.interval_steps
         if due or len(self._times) >= STEP_TIMES_BATCH:
             self._report_times()
-        self.faults.hit("step", step)
+        self.faults.stepped(step)
         if due:
             self.checkpoint(step, cursor)
+
+    def _check_fence(self) -> None:
+        """A fenced generation stops before it steps or writes shards again: the controller
+        refuses its facts anyway, but its writes would land in storage (drills test it)."""
+        fence = self.watcher.fence
+        if not fence.accepted and not self.faults.ignore_fence:
+            raise Fenced(self.env.generation, fence.reason, fence.detail)
 
     def _report_times(self) -> None:
         times, self._times = self._times, []
@@ -190,6 +198,7 @@ class Session:
 
     def checkpoint(self, step: int, cursor: Cursor | None = None) -> None:
         """Collective: take checkpoint ``step`` (sync: committed when this returns)."""
+        self._check_fence()
         start = time.monotonic()
         waited = 0.0
         if self._persister is not None:
@@ -270,6 +279,8 @@ class Session:
         self.durable_step = step
         self._commits.append((step, cursor))
         self.faults.hit("after_commit", step)
+        if shards:
+            self.faults.truncate(step, ckdir.file(shards[0].path))
         if self._replicator is not None:
             self._replicator.submit(written, time.monotonic())
         if self.coordinator:

@@ -10,6 +10,7 @@ no module imports another command module.
 - ``preflight``: ``preflight``
 - ``pilot``: ``pilot``
 - ``logs``: ``logs``
+- ``preflight``: ``preflight``; ``drill``: ``drill``
 - ``nodes``: ``nodes``, ``node cordon|uncordon|drain``
 - ``events``: ``events dump|tail``
 - ``dataset``: ``dataset synth|build|show|alias|resolve|list``

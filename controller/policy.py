@@ -34,13 +34,16 @@ An exit is judged in this order (the first that applies decides):
 
 Quarantine counts only what the evidence attributes to the node
 (:func:`counts_against_node`): a failure of the job's code or data, or a
-plain non-zero exit of its process, says nothing about the machine.
+plain non-zero exit of its process, says nothing about the machine. Nor does
+a failure of a run that injects faults into itself (its spec sets a fault
+hook, as ``runledger pilot`` and ``drill`` do): :func:`injected` marks its
+signature, so a rehearsal never quarantines the node it rehearsed on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from controller.exits import ExitNote
 from controller.spec_parts import RetryPolicy
@@ -78,8 +81,22 @@ class Failure:
     stderr_tail: str = ""
 
 
+INJECTED = ":injected"
+
+
+def injected(failure: Failure) -> Failure:
+    """The same failure, marked as one its run asked for (the spec's fault hooks)."""
+    if failure.signature.endswith(INJECTED):
+        return failure
+    return replace(failure, signature=failure.signature + INJECTED,
+                   detail=f"{failure.detail} (the run injects faults: not counted"
+                          " against the node)")
+
+
 def counts_against_node(failure_class: str, signature: str) -> bool:
     """Whether a failure is evidence against its node (quarantine counts only these)."""
+    if signature.endswith(INJECTED):
+        return False
     if failure_class == "worker_crash":
         return signature.startswith("worker_crash:signal=")
     return failure_class in NODE_FAULT_CLASSES

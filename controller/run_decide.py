@@ -33,7 +33,8 @@ Rules for a run that has not ended, in this order (the first that applies decide
    failure is classified with the retry policy's verdict (``Classify``), the
    generation stopped (``Stop``), the failure's node quarantined at its
    ``NODE_QUARANTINE_AFTER``-th failure that the evidence attributes to it
-   (``policy.counts_against_node``; ``Quarantine``), and the run failed if
+   (``policy.counts_against_node``; ``Quarantine``; never for a run whose
+   spec injects faults, ``policy.injected``), and the run failed if
    the policy escalates (``Finish``); otherwise, once every member has joined
    (a heartbeat or an exit), it is Running (``Confirm``), and once every member
    has exited 0 it has succeeded (``Finish``).
@@ -255,7 +256,8 @@ def _watch(run: Tracked, plan: RunPlan, world: World) -> tuple[Action, ...]:
     state = run.state
     failure = _failure(run, plan, world)
     if failure is not None:
-        return _failed(state, plan, failure, world)
+        return _failed(state, plan, policy.injected(failure) if plan.injects_faults else failure,
+                       world)
     exits = state.exits
     lids = [m.logical_id for m in state.members]
     joined = all(lid in state.heartbeats or lid in exits for lid in lids)

@@ -18,7 +18,7 @@ from controller.checkpoints import AutoInterval
 from controller.elastic import Elastic
 from controller.errors import SpecError
 from controller.policy import RETRY_CLASSES
-from controller.spec import RunSpec, parse_spec_json
+from controller.spec import FAULT_HOOKS, RunSpec, parse_spec_json
 from controller.spec_parts import AutoCheckpoint, ElasticMembership, RetryPolicy
 from dataplane.documents import canonical_json
 from events.model import RunSubmitted
@@ -55,6 +55,11 @@ class RunPlan:
     gates: tuple[str, ...] = ()
     # Non-empty when the submitted spec could not be read: the run fails at once.
     invalid: str = ""
+
+    @property
+    def injects_faults(self) -> bool:
+        """The spec sets a worker fault hook: a pilot's or drill's rehearsal."""
+        return any(k in FAULT_HOOKS for k in self.env)
 
     def retry_for(self, failure_class: str) -> RetryPolicy:
         return self.retry.get(failure_class, DEFAULT_RETRY)

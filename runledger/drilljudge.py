@@ -315,7 +315,3 @@ def skipped_judgement(reason: str) -> Judged:
     return Judged(SKIP, reason, None, None, ())
 
 
-def blamed_nodes(facts: Sequence[Event]) -> tuple[str, ...]:
-    """The nodes the drill run's failures were counted against (its injected faults)."""
-    return tuple(sorted({f.node for f in facts if isinstance(f, FailureClassified)
-                         and f.node and counts_against_node(f.failure_class, f.signature)}))

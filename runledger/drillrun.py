@@ -19,10 +19,10 @@ The shell under the pure :mod:`runledger.drillplan` (what to inject) and
    terminal transition (``runledger.terminalcheck`` on the run's facts,
    reports and the listing of its checkpoint directory, plus a row for worker
    processes still alive on this machine);
-4. clears the failures the injected fault counted against its nodes (an
-   ``uncordon`` per node blamed, which clears that node's whole count and lifts
-   a cordon), so the next fault does not find them quarantined;
-5. judges the fault (``runledger.drilljudge``).
+4. judges the fault (``runledger.drilljudge``). The drill's own failures are
+   never counted against a node: its spec sets a fault hook, so the controller
+   marks them injected (``controller.policy.injected``) and a one-node stack is
+   not quarantined by its own rehearsal.
 
 Tested in tests/e2e/test_drill.py.
 """
@@ -34,7 +34,6 @@ import json
 import os
 import signal
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -43,12 +42,11 @@ from controller.spec import RunSpec
 from controller.spec_parts import ElasticMembership
 from dataplane.catalog import Catalog
 from dataplane.manifest import DatasetManifest
-from events.model import Event, Header, NodeOperationRequested, PreflightCheck, node_key
+from events.model import Event, PreflightCheck
 from events.signing import SigningKey
 from runledger import drilljudge, drillplan, terminalcheck, trial, trialplan
 from runledger.drilljudge import FAIL, PASS, Judged
 from runledger.drillplan import HIDE_OBJECT, PAUSE, Planned
-from runledger.signer import send_request
 from runledger.trialplan import Trial
 from worker.faults import IGNORE_FENCE_ENV
 
@@ -121,23 +119,9 @@ def run_fault(ctx: Context, planned: Planned, shape: drillplan.Shape) -> tuple[s
             failed = PreflightCheck("completed", "drill run", FAIL, None, None, "", str(exc))
             return run_id, Judged(FAIL, f"completed: {exc}", None, None, (failed,))
         _settle(watch, run_id, EXIT_WAIT_S)  # a worker still running fails a terminal row
-        _forgive(ctx, planned, drilljudge.blamed_nodes(watch.facts))
         rows = terminal_rows(watch.facts, watch.reports, _listing(spec, run_id), run_id,
                              RESIDUE.get(planned.fault, 0), trial.worker_pids(run_id))
         return run_id, drilljudge.judge(planned, shape, watch.facts, watch.reports, rows)
-
-
-def _forgive(ctx: Context, planned: Planned, nodes: Sequence[str]) -> None:
-    """Clear what the injected fault counted against its nodes (an uncordon, which clears
-    the node's whole failure count), or the next faults of the drill would find them
-    quarantined: a drill's failures are not the machine's."""
-    for node in nodes:
-        nkey = node_key(node)
-        send_request(ctx.address, NodeOperationRequested(
-            header=Header(f"{nkey}/uncordon/{uuid.uuid4().hex[:12]}", nkey, 0,
-                          trial.now_ms(), f"cli/{ctx.who}"),
-            node=node, operation="uncordon", principal=ctx.who,
-            reason=f"drill {planned.fault}: an injected failure, not the node's"), ctx.key)
 
 
 def _pause_until_replaced(watch: trial.RunWatch, timeout_s: float) -> None:

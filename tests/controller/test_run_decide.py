@@ -116,6 +116,25 @@ def test_4_the_nth_failure_on_a_node_quarantines_it_once() -> None:
                 if isinstance(a, Quarantine)]
 
 
+def test_4_a_run_that_injects_faults_never_counts_them_against_its_node() -> None:
+    """A pilot's or drill's own kills (the spec sets a fault hook) rehearse recovery;
+    they are restarted as usual but quarantine nothing, live or on replay."""
+    rehearsal = replace(PLAN, env={"RUNLEDGER_FAULT": "step@3"})
+    crashed = Tracked(live(exits={"r0": -9}), rehearsal)
+    before = NODE_QUARANTINE_AFTER - 1
+    actions = decide(crashed, world(failures=before))
+    assert not [a for a in actions if isinstance(a, Quarantine)]
+    (classify,) = [a for a in actions if isinstance(a, Classify)]
+    assert classify.decision.action == "restart"
+    assert classify.failure.signature == "worker_crash:signal=9" + policy.INJECTED
+    assert "not counted against the node" in classify.failure.detail
+    assert not policy.counts_against_node("worker_crash", classify.failure.signature)
+    assert policy.counts_against_node("worker_crash", "worker_crash:signal=9")
+    slowed = replace(PLAN, env={"RUNLEDGER_STORAGE_DELAY_S": "3"})
+    (hang, _stop) = decide(Tracked(live(last_progress_at=NOW - 30_001), slowed), world())
+    assert isinstance(hang, Classify) and hang.failure.signature == "hang:no_progress:injected"
+
+
 def test_4_silence_and_no_progress_are_hangs_counted_from_when_the_controller_listens() -> None:
     silent = live(heartbeats={"r0": NOW - 1_000, "r1": NOW - 10_001})
     (classify, _stop) = decide(Tracked(silent, PLAN), world())

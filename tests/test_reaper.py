@@ -68,6 +68,13 @@ def test_processes_of_another_test_run_are_left_alone() -> None:
     other = subprocess.Popen(["sleep", "600"], start_new_session=True,
                              env={**os.environ, reaper.MARK: "another-run"})
     try:
+        # Until the child has exec'd, /proc shows the environment it forked with
+        # (this run's mark): wait for its own before asking anything of it.
+        deadline = time.monotonic() + 30
+        while (reaper.marked("another-run", exclude=os.getpid()) != [other.pid]
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+        assert reaper.marked("another-run", exclude=os.getpid()) == [other.pid]
         assert reaper.reap("not-that-run", exclude=os.getpid()) == []
         assert _alive(other.pid)
         assert reaper.marked("another-run", exclude=os.getpid()) == [other.pid]

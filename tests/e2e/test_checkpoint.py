@@ -352,7 +352,11 @@ def test_the_auto_policy_sets_youngs_interval_and_every_rank_follows_it(
             assert e.step - last in allowed, (e.step, last, allowed)
             gaps.append(e.step - last)
             last = e.step
-    assert gaps[:2] == [3, 3] and any(g != 3 for g in gaps[2:]), gaps
+    # The ranks moved to a set interval, unless the one set (from the stall measured
+    # on this machine: longer under load) reaches past the run's 30 steps.
+    final = changes[-1].interval_steps  # type: ignore[attr-defined]
+    assert gaps[:2] == [3, 3], gaps
+    assert any(g != 3 for g in gaps[2:]) or (final != 3 and last + final > 30), (gaps, final)
 
 
 def test_a_storage_error_mid_write_is_a_storage_fault_for_the_policy(cluster: Cluster) -> None:

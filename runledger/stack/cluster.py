@@ -345,7 +345,9 @@ class Stack:
     def _died(self, node_ids: list[int]) -> Callable[[], str | None]:
         def check() -> str | None:
             for node_id in node_ids:
-                if proc.live_pid(self.data_dir, node_id) is None:
+                pid = proc.read_pid(self.data_dir, node_id)
+                # started(), not live_pid(): a JVM not yet exec'd is not an exit
+                if pid is None or not proc.started(pid):
                     return f"kafka node {node_id} exited during start-up"
             return None
 

@@ -132,6 +132,22 @@ def is_ours(pid: int, data_dir: Path, node_id: int) -> bool:
     return bool(argv) and Path(argv[0].decode(errors="replace")).name == "java" and props in argv
 
 
+def started(pid: int) -> bool:
+    """True while ``pid`` (a node this process just launched) has not exited.
+
+    Not :func:`is_ours`: between fork and exec the child's /proc shows this
+    Python's command line, not the JVM's, and on a loaded machine that lasts
+    long enough to pass for an exit, which made ``up`` launch a second JVM on
+    the same data directory.
+    """
+    _reap(pid)
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
 def live_pid(data_dir: Path, node_id: int) -> int | None:
     pid = read_pid(data_dir, node_id)
     return pid if pid is not None and is_ours(pid, data_dir, node_id) else None

@@ -285,3 +285,21 @@ def test_session_bootstrap_answers(bootstrap: str, topic_name: str, run_id: str)
     assert {t.name for t in describe_topics(bootstrap)} >= set(ALL)
     assert topic_name.startswith("test.test_session_bootstrap_answers-")
     assert run_id.startswith("run-") and run_id[4:] == topic_name[5:]
+
+
+def test_a_launched_node_not_yet_a_jvm_counts_as_started_until_it_exits(
+        tmp_path: Path) -> None:
+    """``up`` judges start-up death by the process, not by its command line: a child
+    that is not (yet) the broker JVM is not ours by ``is_ours`` but has not exited."""
+    from runledger.stack import proc
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert proc.started(child.pid)
+        assert not proc.is_ours(child.pid, tmp_path, 1)
+        child.kill()
+        child.wait(10)
+        assert not proc.started(child.pid)
+    finally:
+        if child.poll() is None:
+            child.kill()

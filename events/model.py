@@ -3,7 +3,8 @@
 The classes live by concern: ``events.base`` (``Header``, ``Member``, the
 ``Event`` base), ``events.requests`` (operators), ``events.facts`` (the
 controller, ``runledger.runs``), ``events.reports`` (agents and workers),
-``events.commands`` (the controller to agents), ``events.principals`` (admins'
+``events.commands`` (the controller to agents), ``events.sdc`` (silent data
+corruption: suspicion, replay, verdict), ``events.principals`` (admins'
 key records, ``runledger.keys``). This module gathers them:
 import any of them from here. Each class has a schema file
 ``schemas/<Name>.v<N>.avsc``; the codec checks at load time that the newest
@@ -82,6 +83,13 @@ from events.requests import (
     ResumeRequested,
     RunSubmitted,
 )
+from events.sdc import (
+    SDC_DETECTORS,
+    SDC_VERDICTS,
+    CorruptionClassified,
+    CorruptionSuspected,
+    StepReplayed,
+)
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
@@ -132,6 +140,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunPaused,
         RunResumed,
         ResumeRequested,
+        CorruptionSuspected,
+        StepReplayed,
+        CorruptionClassified,
     )
 }
 
@@ -145,6 +156,8 @@ __all__ = [
     "OUTCOMES",
     "PREFLIGHT_VERDICTS",
     "PRINCIPAL_ROLES",
+    "SDC_DETECTORS",
+    "SDC_VERDICTS",
     "SEVERITIES",
     "VERIFY_REASONS",
     "AgentHeartbeatRecorded",
@@ -160,6 +173,8 @@ __all__ = [
     "CheckpointStaged",
     "CheckpointVerificationFailed",
     "CheckpointWriteFailed",
+    "CorruptionClassified",
+    "CorruptionSuspected",
     "CursorAdvanced",
     "DrillCompleted",
     "Event",
@@ -194,6 +209,7 @@ __all__ = [
     "RunSubmitted",
     "ShardWritten",
     "StepCommitted",
+    "StepReplayed",
     "StepTimesRecorded",
     "WorkerExited",
     "WriteRejected",

@@ -27,7 +27,7 @@ An exit is judged in this order (the first that applies decides):
 | 74 (EX_IOERR) | storage | yes |
 | 75 (EX_TEMPFAIL), 125 (the agent refused the launch) | infrastructure | yes |
 | 86 (loss or gradients not finite) | non_finite | no |
-| 87 (a cross-replica check disagreed) | silent_corruption | yes |
+| 87 (an SDC suspicion: every rank exits) | silent_corruption | no (a replay verdict) |
 | killed by a signal (OOM killer, SIGSEGV, SIGBUS) | worker_crash | yes |
 | any other non-zero exit | worker_crash | no |
 | no heartbeat, agent silent | hang, infrastructure | yes |
@@ -56,8 +56,9 @@ RETRY_CLASSES = tuple(c for c in FAILURE_CLASSES if c != JOB)
 # Usage errors: argparse and bash (2), EX_USAGE (64), a shell that cannot run a program.
 JOB_EXIT_CODES = frozenset({2, 64, 126, 127})
 # Classes whose evidence points at the node (its disks, network, memory, chips).
-NODE_FAULT_CLASSES = frozenset({"hang", "straggler", "storage", "silent_corruption",
-                                "infrastructure"})
+# Not silent_corruption: after a suspicion every rank exits 87, healthy nodes too; the
+# replay's CorruptionClassified names the node, if any, and quarantines it at once.
+NODE_FAULT_CLASSES = frozenset({"hang", "straggler", "storage", "infrastructure"})
 JOB_FIX = "the job's own error, not retried: fix it and submit again"
 
 EXIT_CLASSES = {

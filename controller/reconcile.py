@@ -91,7 +91,7 @@ def handle(model: Model, event: Event, now: int, plan_of: PlanOf,
         return model, []
     if rule.kind != inputs.Kind.INVENTORY and not owns(event.run_id):
         return model, []
-    em = Emitter(model, now, plan_of)
+    em = Emitter(model, now, plan_of, owns)
     inputs.take(em, event, rule)
     if rule.alerts:
         judge_alerts(em, event.run_id)

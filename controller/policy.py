@@ -37,7 +37,9 @@ Quarantine counts only what the evidence attributes to the node
 plain non-zero exit of its process, says nothing about the machine. Nor does
 a failure of a run that injects faults into itself (its spec sets a fault
 hook, as ``runledger pilot`` and ``drill`` do): :func:`injected` marks its
-signature, so a rehearsal never quarantines the node it rehearsed on.
+signature, so a rehearsal never quarantines the node it rehearsed on. Nor
+does an exit 87 while a silent-data-corruption suspicion is open
+(:func:`suspected`): the replay's verdict judges the node instead.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class Failure:
 
 
 INJECTED = ":injected"
+SUSPECTED = ":suspected"
 
 
 def injected(failure: Failure) -> Failure:
@@ -93,9 +96,23 @@ def injected(failure: Failure) -> Failure:
                           " against the node)")
 
 
+def suspected(failure: Failure) -> Failure:
+    """The same failure, marked as one that follows a silent-data-corruption suspicion.
+
+    Every rank exits 87 after a suspicion, so the member whose exit is classified
+    says nothing about which node corrupted the state: the replay's verdict does
+    (``controller.sdc_verdict``), and a ``node_fault`` quarantines that node.
+    """
+    if SUSPECTED in failure.signature:
+        return failure
+    return replace(failure, signature=failure.signature + SUSPECTED,
+                   detail=f"{failure.detail} (a corruption suspicion is open: its replay, "
+                          "not this exit, judges the node)")
+
+
 def counts_against_node(failure_class: str, signature: str) -> bool:
     """Whether a failure is evidence against its node (quarantine counts only these)."""
-    if signature.endswith(INJECTED):
+    if signature.endswith(INJECTED) or SUSPECTED in signature:
         return False
     if failure_class == "worker_crash":
         return signature.startswith("worker_crash:signal=")

@@ -34,7 +34,8 @@ Rules for a run that has not ended, in this order (the first that applies decide
    generation stopped (``Stop``), the failure's node quarantined at its
    ``NODE_QUARANTINE_AFTER``-th failure that the evidence attributes to it
    (``policy.counts_against_node``; ``Quarantine``; never for a run whose
-   spec injects faults, ``policy.injected``), and the run failed if
+   spec injects faults, ``policy.injected``, nor for an exit 87 while a
+   corruption suspicion is open, ``policy.suspected``), and the run failed if
    the policy escalates (``Finish``); otherwise, once every member has joined
    (a heartbeat or an exit), it is Running (``Confirm``), and once every member
    has exited 0 it has succeeded (``Finish``).
@@ -256,6 +257,8 @@ def _watch(run: Tracked, plan: RunPlan, world: World) -> tuple[Action, ...]:
     state = run.state
     failure = _failure(run, plan, world)
     if failure is not None:
+        if state.suspicion is not None and failure.failure_class == "silent_corruption":
+            failure = policy.suspected(failure)
         return _failed(state, plan, policy.injected(failure) if plan.injects_faults else failure,
                        world)
     exits = state.exits

@@ -11,6 +11,7 @@ from events.model import (
     CheckpointRevoked,
     CorruptionClassified,
     Event,
+    FailureClassified,
     GroupStartCommanded,
     NodeQuarantined,
     WriteRejected,
@@ -98,6 +99,11 @@ def test_the_restart_resumes_before_the_suspicion_and_replays_it() -> None:
     suspect(sim, 4)
     start = restart(sim)
     assert start.resume_step == 2 and sim.state.generation == 2
+    # Every rank exits 87: the member classified first says nothing about a node.
+    [failure] = [e for _, e in sim.log if isinstance(e, FailureClassified)]
+    assert failure.signature == "silent_corruption:exit=87:suspected"
+    assert "its replay, not this exit, judges the node" in failure.detail
+    assert dict(sim.model.node_failures) == {}
     replay = SdcReplay.from_environ(start.env)
     assert replay == SdcReplay(step=4, generation=1, fingerprints=("x", "y"), ranks=(1,))
     assert json.loads(start.env[SDC_REPLAY])["step"] == 4

@@ -23,7 +23,9 @@ Rules for a run that has not ended, in this order (the first that applies decide
 3. Recovering and awaiting its next generation: nothing until the backoff is
    over; then back to the queue if a node of its placement is no longer live
    or is quarantined or drained (a plain cordon keeps the runs placed there),
-   else the next generation starts on the same members (``Start``);
+   else the next generation starts on the same members (``Start``), except
+   that a fixed data-parallel run replaying a corruption suspicion swaps a
+   suspect rank's node with another rank's (``sdc_verdict.replay_members``);
 4. a live generation: on a failure (a member exited non-zero or by a signal,
    judged with its evidence by ``controller.policy``, except that a non-zero
    exit before the generation's first step waits up to ``START_EXIT_WAIT_MS``
@@ -60,7 +62,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from controller import admission, elastic, gates, policy
+from controller import admission, elastic, gates, policy, sdc_verdict
 from controller.exits import Evidence
 from controller.gates import EMPTY as NO_GATES
 from controller.gates import GateBook
@@ -235,7 +237,21 @@ def _restart(state: RunState, plan: RunPlan, world: World,
         if plan.elastic is not None:
             why += f", and not even membership.min {plan.elastic.min} replicas fit"
         return _queued(state, f"{why}; {note}" if note else why)
+    moved = _replay_members(state, plan)
+    if moved is not None:
+        # Members changed nodes: their node-local checkpoint copies stay behind.
+        return (Start(moved, state.generation + 1, "restart", "host"),)
     return (Start(state.members, state.generation + 1, "restart"),)
+
+
+def _replay_members(state: RunState, plan: RunPlan) -> tuple[Member, ...] | None:
+    """A fixed data-parallel run's replay placement, when its checkpoints outlive a
+    host (the moved ranks restore from a tier every node reaches)."""
+    ckpt = plan.checkpoint
+    if state.suspicion is None or plan.ranks_per_replica != 1 or (
+            ckpt is not None and not any(t.survives("host") for t in ckpt.storage_tiers())):
+        return None
+    return sdc_verdict.replay_members(state.members, state.suspicion)
 
 
 def _grow(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ...]:

@@ -27,10 +27,14 @@ first that applies decides:
    the fault follows the rank (its data or code), not a machine;
 7. anything else (nothing reproduces): ``nondeterministic``.
 
-A replay on the same placement cannot tell two replicas' nodes apart (rule 4);
-the controller places a replay so that a deviating rank swaps nodes with a
-reference rank when it can (``controller.reconcile``), which makes rules 5 and
-6 decisive.
+A replay on the same placement cannot tell two replicas' nodes apart (rule 4).
+So the restart that replays a suspicion (``controller.run_decide``, rule 3)
+places it with :func:`replay_members`: the first deviating rank still on the
+node where it deviated swaps places with a rank on another node (one outside
+the deviating set when there is one), so the suspect node recomputes another
+rank's step and the suspect rank recomputes its own elsewhere, and rules 5 and
+6 can tell a machine from a rank. Only for pure data parallelism (one rank per
+replica), where every rank holds the same state.
 
 Tested in tests/controller/test_sdc_verdict.py.
 """
@@ -40,6 +44,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from events.model import Member
 from events.sdc import StepReplayed
 from events.state import Suspicion
 
@@ -114,6 +119,24 @@ def _disagreed(s: Suspicion, r: StepReplayed, where: str) -> Verdict:
                        f"{evidence}")
     return Verdict(NONDETERMINISTIC, ranks, (), f"{where}: nothing reproduces: "
                    f"{evidence}")  # rule 7
+
+
+def replay_members(members: tuple[Member, ...], s: Suspicion) -> tuple[Member, ...] | None:
+    """The placement that replays ``s`` with a suspect rank and its node apart, or None
+    when no deviating rank can move (none named, or every rank on one node)."""
+    for i in s.ranks:
+        if i >= len(members) or i >= len(s.nodes) or members[i].node != s.nodes[i]:
+            continue  # not this group's rank, or it has moved already
+        others = [j for j in range(len(members)) if members[j].node != members[i].node]
+        if not others:
+            continue
+        j = next((k for k in others if k not in s.ranks), others[0])
+        a, b = members[i], members[j]
+        out = list(members)
+        out[i] = Member(a.logical_id, b.node, b.slot, b.domain)
+        out[j] = Member(b.logical_id, a.node, a.slot, a.domain)
+        return tuple(out)
+    return None
 
 
 def _short(fingerprint: str) -> str:

@@ -19,14 +19,15 @@ from events.model import (
 )
 from events.sdcenv import SDC_REPLAY, SdcReplay
 from events.state import Status
+from events.workerenv import CheckpointEnv, TierEnv
 from tests.controller.test_reconcile import PLAN, Sim, types
 
 NODES = ("n1", "n2")
 
 
-def two_nodes() -> Sim:
+def two_nodes(checkpoint: CheckpointEnv | None = None) -> Sim:
     """A run of two ranks, r0 on n1 and r1 on n2, Running, with checkpoints at 2 and 4."""
-    sim = Sim(plan=replace(PLAN, slots_per_node=1))
+    sim = Sim(plan=replace(PLAN, slots_per_node=1, checkpoint=checkpoint))
     for node in NODES:
         sim.agent(node, 1)
     sim.submit()
@@ -104,11 +105,14 @@ def test_the_restart_resumes_before_the_suspicion_and_replays_it() -> None:
     assert failure.signature == "silent_corruption:exit=87:suspected"
     assert "its replay, not this exit, judges the node" in failure.detail
     assert dict(sim.model.node_failures) == {}
+    # The replay swaps the suspect rank's node with the other rank's.
+    assert [(m.logical_id, m.node) for m in sim.state.members] == [("r0", "n2"), ("r1", "n1")]
+    assert start.node == "n1" and [m.logical_id for m in start.members] == ["r1"]
     replay = SdcReplay.from_environ(start.env)
     assert replay == SdcReplay(step=4, generation=1, fingerprints=("x", "y"), ranks=(1,))
     assert json.loads(start.env[SDC_REPLAY])["step"] == 4
     # A transient flip: the replay agrees with rank 0; the verdict closes the suspicion.
-    out = sim.send(sim.ev.replayed(2, 4, 1, fingerprints=("x", "x"), nodes=NODES))
+    out = sim.send(sim.ev.replayed(2, 4, 1, fingerprints=("x", "x"), nodes=("n2", "n1")))
     assert types(out) == ["StepReplayed", "CorruptionClassified"]
     verdict = out[1][1]
     assert isinstance(verdict, CorruptionClassified)
@@ -128,6 +132,7 @@ def test_a_deviation_again_on_the_same_node_quarantines_it_with_the_evidence() -
     sim = two_nodes()
     suspect(sim, 4)
     restart(sim)
+    assert [m.node for m in sim.state.members] == ["n2", "n1"]
     # The replay swapped the ranks' nodes: n2 is wrong whichever rank runs there.
     out = sim.send(sim.ev.replayed(2, 4, 1, fingerprints=("z", "x"), nodes=("n2", "n1")))
     assert types(out) == ["StepReplayed", "CorruptionClassified", "NodeQuarantined"]
@@ -140,6 +145,20 @@ def test_a_deviation_again_on_the_same_node_quarantines_it_with_the_evidence() -
     # A replay of the same step again settles nothing more: the suspicion is closed.
     assert types(sim.send(sim.ev.replayed(2, 4, 1, fingerprints=("z", "x"),
                                           nodes=("n2", "n1")))) == ["StepReplayed"]
+
+
+def test_checkpoints_only_on_the_nodes_keep_the_replay_in_place() -> None:
+    tier = TierEnv("local", "/nvme/ckpt", "process")
+    sim = two_nodes(CheckpointEnv(root="/nvme/ckpt", tiers=(tier,)))
+    suspect(sim, 4)
+    start = restart(sim)
+    assert [m.node for m in sim.state.members] == list(NODES)  # a move would lose its shards
+    assert CheckpointEnv.from_environ(start.env).failure_domain == "process"
+    shared = two_nodes(CheckpointEnv(root="/shared/ckpt"))
+    suspect(shared, 4)
+    start = restart(shared)
+    assert [m.node for m in shared.state.members] == ["n2", "n1"]
+    assert CheckpointEnv.from_environ(start.env).failure_domain == "host"
 
 
 def test_a_node_another_controller_owns_is_quarantined_under_the_runs_key() -> None:

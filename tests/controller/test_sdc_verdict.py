@@ -12,7 +12,9 @@ from controller.sdc_verdict import (
     TRANSIENT,
     Verdict,
     classify,
+    replay_members,
 )
+from events.model import Member
 from events.sdc import StepReplayed
 from events.state import Suspicion
 from tests.events.builders import Ev
@@ -120,3 +122,27 @@ def test_every_pair_gets_one_consistent_verdict(
         assert len(set(again)) == 1 and v.ranks and set(v.ranks) <= (ranks or set(range(len(held))))
     if v.verdict != NODE_FAULT:
         assert v.verdict in (REPRODUCED, TRANSIENT) or v.nodes == ()
+
+
+def placed(*nodes: str) -> tuple[Member, ...]:
+    return tuple(Member(f"r{i}", f"node-{n}", 0, f"d-{n}") for i, n in enumerate(nodes))
+
+
+def test_a_replay_swaps_a_suspect_rank_with_a_reference_rank_on_another_node() -> None:
+    moved = replay_members(placed("a", "b", "c"), suspicion("xyx", "abc", ranks=(1,)))
+    assert moved == (Member("r0", "node-b", 0, "d-b"), Member("r1", "node-a", 0, "d-a"),
+                     Member("r2", "node-c", 0, "d-c"))
+    # Two replicas, both listed: the first one moves.
+    assert [m.node for m in replay_members(placed("a", "b"),  # type: ignore[union-attr]
+                                           suspicion("xy", ranks=(0, 1)))] == \
+        ["node-b", "node-a"]
+    # A reference rank is preferred to another suspect one.
+    moved = replay_members(placed("a", "b", "c"), suspicion("xyy", "abc", ranks=(1, 2)))
+    assert moved is not None and [m.node for m in moved] == ["node-b", "node-a", "node-c"]
+
+
+def test_no_move_without_a_suspect_rank_another_node_or_when_it_moved_already() -> None:
+    assert replay_members(placed("a", "b"), suspicion("xx", detector="nonfinite")) is None
+    assert replay_members(placed("a", "a"), suspicion("xy", "aa", ranks=(1,))) is None
+    assert replay_members(placed("b", "a"), suspicion("xy", "ab", ranks=(0, 1))) is None
+    assert replay_members(placed("a"), suspicion("xy", "ab", ranks=(1,))) is None

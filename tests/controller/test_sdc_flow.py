@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from controller.emitter import Emitter
 from controller.inputs import rule_for, take
+from events.codec import default_codec
 from events.model import (
     CheckpointRevoked,
     CorruptionClassified,
@@ -23,6 +24,7 @@ from events.workerenv import CheckpointEnv, TierEnv
 from tests.controller.test_reconcile import PLAN, Sim, types
 
 NODES = ("n1", "n2")
+CODEC = default_codec()
 
 
 def two_nodes(checkpoint: CheckpointEnv | None = None) -> Sim:
@@ -142,6 +144,8 @@ def test_a_deviation_again_on_the_same_node_quarantines_it_with_the_evidence() -
     assert "silent data corruption in run run-1" in quarantine.reason
     assert "rank 1 on n2 held y" in quarantine.reason
     assert sim.model.inventory.nodes["n2"].quarantined
+    for _, e in sim.log:  # every record the controller appended fits its schema
+        CODEC.encode(e)
     # A replay of the same step again settles nothing more: the suspicion is closed.
     assert types(sim.send(sim.ev.replayed(2, 4, 1, fingerprints=("z", "x"),
                                           nodes=("n2", "n1")))) == ["StepReplayed"]

@@ -6,6 +6,7 @@ import json
 
 from controller.runplan import plan_from_submission
 from controller.spec_sdc import SdcPolicy, sdc_env
+from events.codec import default_codec
 from events.sdcenv import SDC, SdcEnv
 from tests.controller.test_reconcile import Sim, types
 from tests.controller.test_spec import MINIMAL, problems_of, spec_of, with_
@@ -62,3 +63,4 @@ def test_every_start_command_carries_the_runs_settings() -> None:
     for start in starts:
         assert SdcEnv.from_environ(start.env) == plan.sdc  # type: ignore[attr-defined]
         assert json.loads(start.env[SDC])["agreement_every"] == 2  # type: ignore[attr-defined]
+        default_codec().encode(start)

@@ -29,7 +29,9 @@ Rules for a run that has not ended, in this order (the first that applies decide
 4. a live generation: on a failure (a member exited non-zero or by a signal,
    judged with its evidence by ``controller.policy``, except that a non-zero
    exit before the generation's first step waits up to ``START_EXIT_WAIT_MS``
-   for the other members, to tell a failure on every rank from one rank's;
+   for the other members, to tell a failure on every rank from one rank's, and
+   an exit 87 waits as long for the generation's corruption suspicion, which
+   the coordinator reports before every rank exits;
    a member silent past its heartbeat timeout, or its start timeout before
    its first heartbeat; Running with no step past the stall timeout), the
    failure is classified with the retry policy's verdict (``Classify``), the
@@ -318,6 +320,8 @@ def _exit_failure(state: RunState, evidence: Evidence, member: Member,
     signal = -code if code is not None and code < 0 else None
     failure = policy.from_exit(member.logical_id, member.node, None if signal else code, signal,
                                evidence.exits.get(member.logical_id))
+    if failure.failure_class == "silent_corruption" and _awaits_suspicion(state, evidence, world):
+        return None
     if failure.failure_class != "worker_crash" or signal is not None or evidence.stepped:
         return failure
     notes = [evidence.exits[m.logical_id] for m in state.members
@@ -331,6 +335,20 @@ def _exit_failure(state: RunState, evidence: Evidence, member: Member,
         if world.now - first_at < START_EXIT_WAIT_MS:
             return None  # the others may be failing the same way right now
     return failure
+
+
+def _awaits_suspicion(state: RunState, evidence: Evidence, world: World) -> bool:
+    """An exit 87 before its generation's ``CorruptionSuspected``: every rank exits once
+    the coordinator has flushed it, so wait for every member's exit (or
+    ``START_EXIT_WAIT_MS``), lest the restart decision fence the suspicion out."""
+    s = state.suspicion
+    if s is not None and s.generation == state.generation:
+        return False
+    notes = [evidence.exits[m.logical_id] for m in state.members
+             if m.logical_id in evidence.exits]
+    if not notes or len(notes) >= len(state.members):
+        return False
+    return world.now - min(n.at for n in notes) < START_EXIT_WAIT_MS
 
 
 def _failed(state: RunState, plan: RunPlan, failure: policy.Failure,

@@ -165,6 +165,25 @@ def test_checkpoints_only_on_the_nodes_keep_the_replay_in_place() -> None:
     assert CheckpointEnv.from_environ(start.env).failure_domain == "host"
 
 
+def test_an_exit_87_waits_for_the_suspicion_its_coordinator_reports() -> None:
+    sim = two_nodes()
+    # Rank 1 exits first; its coordinator's suspicion is still on its way.
+    sim.send(sim.ev.exited(1, "r1", exit_code=87, node="n2"))
+    assert "FailureClassified" not in types(sim.tick(1_000))
+    assert suspect(sim, 4) == ["CorruptionSuspected", "CheckpointRevoked"]
+    sim.send(sim.ev.exited(1, "r0", exit_code=87, node="n1"))
+    out = sim.tick()
+    [failure] = [e for _, e in out if isinstance(e, FailureClassified)]
+    assert failure.signature == "silent_corruption:exit=87:suspected"
+    # A job's own exit 87 without a suspicion is classified once the wait is over.
+    sim = two_nodes()
+    sim.send(sim.ev.exited(1, "r1", exit_code=87, node="n2"))
+    assert "FailureClassified" not in types(sim.tick(1_000))
+    out = sim.tick(10_000)
+    [failure] = [e for _, e in out if isinstance(e, FailureClassified)]
+    assert failure.signature == "silent_corruption:exit=87" and failure.node == "n2"
+
+
 def test_a_node_another_controller_owns_is_quarantined_under_the_runs_key() -> None:
     sim = two_nodes()
     suspect(sim, 4)

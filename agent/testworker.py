@@ -20,7 +20,13 @@ kill     SIGKILL to itself: ended by a signal, as by the OOM killer (a node faul
 fail     raises, so Python exits with code 1 and a traceback in the log
 hang     heartbeats stop and steps stop; the process sleeps until killed
 stall    heartbeats go on, steps stop: alive but making no progress
+corrupt  rank 0 reports ``CorruptionSuspected`` (rank 1 disagrees at step K;
+         every rank on this node) and flushes it; every rank exits 87
 ======== =================================================================
+
+A generation started with ``RUNLEDGER_SDC_REPLAY`` (``events.sdcenv``) has
+rank 0 report ``StepReplayed`` when it reaches the replayed step: every rank
+recomputed what rank 0 held, so a ``corrupt`` of one generation is transient.
 
 ``--fail-generation G`` fails only in generation G, so the restarted generation
 succeeds; ``any`` (the default) fails every time. ``--fail-rank`` likewise
@@ -57,12 +63,21 @@ from dataclasses import dataclass
 from types import FrameType
 
 from events.kafka import EventProducer
-from events.model import Header, HeartbeatRecorded, StepCommitted, StepTimesRecorded
+from events.model import (
+    CorruptionSuspected,
+    Header,
+    HeartbeatRecorded,
+    StepCommitted,
+    StepReplayed,
+    StepTimesRecorded,
+)
+from events.sdcenv import SdcReplay
 from events.topics import REPORTS
 from events.workerenv import WorkerEnv, WorkerEnvError
 
-MODES = ("none", "crash", "kill", "hang", "fail", "stall")
+MODES = ("none", "crash", "kill", "hang", "fail", "stall", "corrupt")
 CRASH_EXIT_CODE = 13
+CORRUPTION_EXIT_CODE = 87  # controller.policy: silent_corruption
 TERM_EXIT_CODE = 143
 TOKENS_PER_STEP = 1024
 LOSS_TOKENS_PER_STEP = 1000
@@ -124,6 +139,7 @@ class Worker:
         self._prefix = f"{env.run_id}/g{env.generation}/{env.logical_id}"
         self._heartbeats_off = threading.Event()
         self._times: list[tuple[int, float, float]] = []  # (step, ms, input wait ms) unsent
+        self.replay = SdcReplay.from_environ(os.environ)
 
     def _header(self, suffix: str) -> Header:
         return Header(f"{self._prefix}/{suffix}", self.env.run_id, self.env.generation,
@@ -144,6 +160,8 @@ class Worker:
     def run(self) -> int:
         threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True).start()
         for step in range(self.step + 1, self.plan.steps + 1):
+            if self.replay is not None and step == self.replay.step and self.env.rank == 0:
+                self._replayed(self.replay)
             if self.plan.fails(self.env, step):
                 self._fail(step)
             started = time.monotonic()
@@ -177,8 +195,30 @@ class Worker:
             input_wait_ms=tuple(t[2] for t in times)))
         self.producer.poll(0)
 
+    def _replayed(self, replay: SdcReplay) -> None:
+        n = self.env.world_size
+        self.producer.send(REPORTS, StepReplayed(
+            header=self._header(f"replayed/{replay.step}"), step=replay.step,
+            suspected_generation=replay.generation, fingerprints=(replay.fingerprints[0],) * n,
+            nodes=(self.env.node,) * n))
+        self.producer.flush(10)
+
+    def _corrupt(self, step: int) -> None:
+        if self.env.rank == 0:
+            n = self.env.world_size
+            self.producer.send(REPORTS, CorruptionSuspected(
+                header=self._header(f"suspected/{step}"), step=step, detector="agreement",
+                ranks=(1,) if n > 1 else (), fingerprints=tuple(f"{r:016x}" for r in range(n)),
+                nodes=(self.env.node,) * n, part="params",
+                detail="testworker: rank 1's parameters disagree"))
+            self.producer.flush(10)
+        os.write(2, f"testworker: corruption suspected at step {step}\n".encode())
+        os._exit(CORRUPTION_EXIT_CODE)
+
     def _fail(self, step: int) -> None:
         mode = self.plan.fail_mode
+        if mode == "corrupt":
+            self._corrupt(step)
         if mode == "crash":
             # The last words an exit report carries (its stderr tail), then no cleanup.
             os.write(2, f"testworker: crash at step {step}\n".encode())

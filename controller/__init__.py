@@ -3,7 +3,8 @@
 The contract is docs/architecture.md §7. Pure core first, then the shell:
 
 - ``spec``, ``spec_parts``: the run spec (pydantic, YAML), validated completely
-  before anything reaches the log; a dataset alias is resolved while parsing.
+  before anything reaches the log; a dataset alias is resolved while parsing;
+  ``spec_sdc``: its ``sdc`` section, the silent-data-corruption detectors.
 - ``runplan``: the parts of a spec the core acts on, as plain values.
 - ``model``: the controller's model and ``Draft.absorb``, the one update path
   for every record (inputs, the controller's own facts, and replay on restart);
@@ -20,6 +21,8 @@ The contract is docs/architecture.md §7. Pure core first, then the shell:
 - ``policy``: failure classification and the retry policy.
 - ``exits``: the current generation's exit evidence (log path, output tail, launch
   error, before or after the first step) the policy judges with.
+- ``sdc_verdict``: the verdict on a corruption suspicion from its replay, and
+  where the replay runs.
 - ``checkpoints``: commit, revocation and the auto interval; ``interval``:
   Young's and Daly's arithmetic behind ``runledger interval``.
 - ``alerts``, ``watch``: the alert rules, their actions (notify, pause,

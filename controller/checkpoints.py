@@ -5,9 +5,13 @@
   reported ``ShardWritten`` for that step; the data cursor it carries is
   committed at the same boundary (``CursorAdvanced`` in the same transaction).
 - Revoke: a committed checkpoint that failed a worker's verification is
-  revoked, so "latest" falls back to the one before it.
+  revoked, so "latest" falls back to the one before it; so is every committed
+  checkpoint at or after a silent-data-corruption suspicion's step (reason
+  ``corruption_suspected``), newest first, so the restart resumes from the
+  newest one before it.
 - Resume: a new generation is told the run's checkpoint settings and its
-  committed checkpoints, newest first, within the rollback window.
+  committed checkpoints, newest first, within the rollback window, and, while
+  a suspicion is open, the step it must replay (``RUNLEDGER_SDC_REPLAY``).
 - Interval: with the auto policy, Young's ``T = sqrt(2CM)`` from the measured
   stall C and the run's own MTBF (the spec's prior until it has failures),
   turned into steps with the observed step time; each change is a fact.
@@ -21,11 +25,13 @@ from dataclasses import dataclass, replace
 
 from controller.spec_bounds import MAX_COST_S, MAX_STEPS
 from controller.spec_parts import young_interval_s
+from events.fold_sdc import CORRUPTION_SUSPECTED
 from events.model import (
     CheckpointIntervalChanged,
     CheckpointRevoked,
     CheckpointStaged,
     CheckpointVerificationFailed,
+    CorruptionSuspected,
     CursorAdvanced,
     Event,
     Header,
@@ -33,6 +39,7 @@ from events.model import (
     ManifestProposed,
     ShardWritten,
 )
+from events.sdcenv import SdcReplay
 from events.state import RunState
 from events.workerenv import CheckpointEnv
 
@@ -101,18 +108,34 @@ def revocation(state: RunState, e: CheckpointVerificationFailed,
                              manifest_digest=e.manifest_digest, reason=e.reason)
 
 
+def suspicion_revocations(state: RunState, e: CorruptionSuspected,
+                          header_for: HeaderFor) -> list[CheckpointRevoked]:
+    """Every committed checkpoint at or after the suspect step, newest first: its state
+    was produced after the detector distrusted it (``state``: after the suspicion)."""
+    cause = e.header.event_id
+    return [CheckpointRevoked(header=header_for(f"{cause}/CheckpointRevoked/{c.step}", cause),
+                              step=c.step, manifest_path=c.manifest_path,
+                              manifest_digest=c.manifest_digest, reason=CORRUPTION_SUSPECTED)
+            for c in reversed(state.checkpoints) if c.step >= e.step]
+
+
 def resume_env(settings: CheckpointEnv | None, state: RunState,
                domain: str = "process") -> dict[str, str]:
     """The checkpoint part of a start command's env for the next generation;
-    ``domain`` is the failure the restore must survive (``Start.domain``)."""
+    ``domain`` is the failure the restore must survive (``Start.domain``). While a
+    suspicion is open it also names the step to replay (``events.sdcenv.SdcReplay``)."""
+    s = state.suspicion
+    replay = {} if s is None else SdcReplay(step=s.step, generation=s.generation,
+                                            fingerprints=s.fingerprints,
+                                            ranks=s.ranks).to_environ()
     if settings is None:
-        return {}
+        return replay
     window = settings.rollback_window
     candidates = tuple((c.step, c.manifest_path, c.manifest_digest)
                        for c in reversed(state.checkpoints[-window:]))
     interval = state.checkpoint_interval_steps or settings.interval_steps
-    return replace(settings, candidates=candidates, interval_steps=interval,
-                   failure_domain=domain).to_environ()
+    return {**replace(settings, candidates=candidates, interval_steps=interval,
+                      failure_domain=domain).to_environ(), **replay}
 
 
 def interval_decision(

@@ -16,6 +16,8 @@ document it digests (``controller.service``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from controller import checkpoints, rejections
 from controller.model import Draft, Model, PlanOf
 from events import runmanifest
@@ -39,11 +41,20 @@ _LONG_MAX = (1 << 63) - 1
 Out = tuple[str, Event]
 
 
+def everything(_key: str) -> bool:
+    """A lone controller owns every run and node key."""
+    return True
+
+
 class Emitter:
-    def __init__(self, model: Model, now: int, plan_of: PlanOf) -> None:
+    def __init__(self, model: Model, now: int, plan_of: PlanOf,
+                 owns: Callable[[str], bool] = everything) -> None:
         self.draft = Draft(model, plan_of)
         self.now = now
         self.out: list[Out] = []
+        # Whether this controller writes the facts of a run or node key
+        # (controller.ownership): a node's facts have one writer, its key's owner.
+        self.owns = owns
 
     def result(self) -> tuple[Model, list[Out]]:
         return self.draft.freeze(), self.out

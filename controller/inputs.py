@@ -10,6 +10,16 @@ Every request and report that reaches the controller is looked up by its type
   refused, it is recorded as a ``WriteRejected``; accepted, it is folded, kept
   as a fact unless ``keep`` is false, and followed by its act, if any.
 
+Silent data corruption: an accepted ``CorruptionSuspected`` (which opens the
+run's suspicion) revokes every committed checkpoint at or after its step
+(``CheckpointRevoked``, reason ``corruption_suspected``, caused by the
+suspicion), so the restart that follows the ranks' exit 87 resumes from the
+newest checkpoint before it and replays the step. An accepted ``StepReplayed``
+of the open suspicion is classified (``controller.sdc_verdict``) into
+``CorruptionClassified``, which closes it; a ``node_fault`` also quarantines
+the node with the evidence (``NodeQuarantined``), whether or not the run
+injects faults: the replay, not a failure count, is the evidence.
+
 ``alerts``: whether the run's alert rules are judged right after the input.
 For the bulk of all reports (heartbeats, step times) and agents' reports the
 tick judges them instead, every tick_s, rather than once per report, which for
@@ -26,7 +36,7 @@ is a ``RunSubmitted``: its fact is the operator's signed bytes, copied
 (``controller.chains``), which a new date would break; a submission's time
 starts no timer.
 
-Tested in tests/controller/test_inputs.py.
+Tested in tests/controller/test_inputs.py and tests/controller/test_sdc_flow.py.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from controller import checkpoints, node_decide
+from controller import checkpoints, node_decide, sdc_verdict
 from controller.emitter import Emitter
 from controller.model import Tracked
 from events.fold import UNKNOWN_RUN, apply
@@ -50,11 +60,14 @@ from events.model import (
     CheckpointStaged,
     CheckpointVerificationFailed,
     CheckpointWriteFailed,
+    CorruptionClassified,
+    CorruptionSuspected,
     Event,
     HeartbeatRecorded,
     ManifestProposed,
     NodeCordoned,
     NodeOperationRequested,
+    NodeQuarantined,
     NodeUncordoned,
     ResumeRequested,
     RunCancelled,
@@ -62,8 +75,10 @@ from events.model import (
     RunSubmitted,
     ShardWritten,
     StepCommitted,
+    StepReplayed,
     StepTimesRecorded,
     WorkerExited,
+    node_key,
 )
 from events.topics import RUNS
 
@@ -225,6 +240,41 @@ def _retune(em: Emitter, event: CheckpointStaged, before: Tracked | None) -> Non
             em.emit(RUNS, change)
 
 
+def _suspect(em: Emitter, event: CorruptionSuspected, before: Tracked | None) -> None:
+    """Revoke every committed checkpoint at or after the suspect step."""
+    run = em.draft.get(event.run_id)
+    assert run is not None
+    for revoked in checkpoints.suspicion_revocations(run.state, event, em.header_for(event)):
+        em.emit(RUNS, revoked)
+
+
+def _replayed(em: Emitter, event: StepReplayed, before: Tracked | None) -> None:
+    """Classify the open suspicion from its replay; quarantine a faulty node."""
+    assert before is not None  # the fold accepted the replay: the run is known
+    s = before.state.suspicion
+    if s is None or (s.step, s.generation) != (event.step, event.suspected_generation):
+        return  # no suspicion, or another one: this replay settles nothing
+    v = sdc_verdict.classify(s, event)
+    cause = event.header.event_id
+    em.emit(RUNS, CorruptionClassified(
+        header=em.header_for(event)(f"{cause}/CorruptionClassified", cause), step=s.step,
+        suspected_generation=s.generation, detector=s.detector, verdict=v.verdict,
+        ranks=v.ranks, nodes=v.nodes, detail=v.detail))
+    if v.verdict != sdc_verdict.NODE_FAULT:
+        return
+    for node in v.nodes:
+        known = em.draft.inventory.nodes.get(node)
+        if known is not None and known.quarantined:
+            continue
+        # A node's facts are its key's owner's to write; another owner writes it under
+        # the run's key, which every controller folds into its inventory all the same.
+        key = node_key(node) if em.owns(node_key(node)) else event.run_id
+        eid = f"{key}/NodeQuarantined/sdc/{event.run_id}/g{s.generation}/s{s.step}"
+        em.emit(RUNS, NodeQuarantined(
+            header=em.header(key, 0, eid, cause), node=node,
+            reason=f"silent data corruption in run {event.run_id}: {v.detail}"))
+
+
 _KEPT = Input(Kind.REPORT)
 _CLOCKED = Input(Kind.REPORT, keep=False, alerts=False)  # judged by the tick, never a fact
 _AGENT = Input(Kind.INVENTORY, alerts=False)
@@ -248,6 +298,8 @@ RULES: Mapping[type[Event], Input] = {
     CheckpointVerificationFailed: Input(Kind.REPORT, _revoke),
     CheckpointRestored: _KEPT,
     CheckpointReplicated: _KEPT,  # the durability facts RPO per failure domain is built on
+    CorruptionSuspected: Input(Kind.REPORT, _suspect),
+    StepReplayed: Input(Kind.REPORT, _replayed),
 }
 _LIVENESS = (HeartbeatRecorded, AgentHeartbeatRecorded, AgentRegistered)
 # Appended as the request's own bytes (the operator's signature covers them).

@@ -27,7 +27,7 @@ An exit is judged in this order (the first that applies decides):
 | 74 (EX_IOERR) | storage | yes |
 | 75 (EX_TEMPFAIL), 125 (the agent refused the launch) | infrastructure | yes |
 | 86 (loss or gradients not finite) | non_finite | no |
-| 87 (an SDC suspicion: every rank exits) | silent_corruption | no (a replay verdict) |
+| 87 (a cross-replica check disagreed) | silent_corruption | yes (not if suspected) |
 | killed by a signal (OOM killer, SIGSEGV, SIGBUS) | worker_crash | yes |
 | any other non-zero exit | worker_crash | no |
 | no heartbeat, agent silent | hang, infrastructure | yes |
@@ -37,7 +37,9 @@ Quarantine counts only what the evidence attributes to the node
 plain non-zero exit of its process, says nothing about the machine. Nor does
 a failure of a run that injects faults into itself (its spec sets a fault
 hook, as ``runledger pilot`` and ``drill`` do): :func:`injected` marks its
-signature, so a rehearsal never quarantines the node it rehearsed on.
+signature, so a rehearsal never quarantines the node it rehearsed on. Nor
+does an exit 87 while a silent-data-corruption suspicion is open
+(:func:`suspected`): the replay's verdict judges the node instead.
 """
 
 from __future__ import annotations
@@ -56,9 +58,8 @@ RETRY_CLASSES = tuple(c for c in FAILURE_CLASSES if c != JOB)
 # Usage errors: argparse and bash (2), EX_USAGE (64), a shell that cannot run a program.
 JOB_EXIT_CODES = frozenset({2, 64, 126, 127})
 # Classes whose evidence points at the node (its disks, network, memory, chips).
-# Not silent_corruption: after a suspicion every rank exits 87, healthy nodes too; the
-# replay's CorruptionClassified names the node, if any, and quarantines it at once.
-NODE_FAULT_CLASSES = frozenset({"hang", "straggler", "storage", "infrastructure"})
+NODE_FAULT_CLASSES = frozenset({"hang", "straggler", "storage", "silent_corruption",
+                                "infrastructure"})
 JOB_FIX = "the job's own error, not retried: fix it and submit again"
 
 EXIT_CLASSES = {
@@ -83,6 +84,7 @@ class Failure:
 
 
 INJECTED = ":injected"
+SUSPECTED = ":suspected"
 
 
 def injected(failure: Failure) -> Failure:
@@ -94,9 +96,23 @@ def injected(failure: Failure) -> Failure:
                           " against the node)")
 
 
+def suspected(failure: Failure) -> Failure:
+    """The same failure, marked as one that follows a silent-data-corruption suspicion.
+
+    Every rank exits 87 after a suspicion, so the member whose exit is classified
+    says nothing about which node corrupted the state: the replay's verdict does
+    (``controller.sdc_verdict``), and a ``node_fault`` quarantines that node.
+    """
+    if SUSPECTED in failure.signature:
+        return failure
+    return replace(failure, signature=failure.signature + SUSPECTED,
+                   detail=f"{failure.detail} (a corruption suspicion is open: its replay, "
+                          "not this exit, judges the node)")
+
+
 def counts_against_node(failure_class: str, signature: str) -> bool:
     """Whether a failure is evidence against its node (quarantine counts only these)."""
-    if signature.endswith(INJECTED):
+    if signature.endswith(INJECTED) or SUSPECTED in signature:
         return False
     if failure_class == "worker_crash":
         return signature.startswith("worker_crash:signal=")

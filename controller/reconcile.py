@@ -91,7 +91,7 @@ def handle(model: Model, event: Event, now: int, plan_of: PlanOf,
         return model, []
     if rule.kind != inputs.Kind.INVENTORY and not owns(event.run_id):
         return model, []
-    em = Emitter(model, now, plan_of)
+    em = Emitter(model, now, plan_of, owns)
     inputs.take(em, event, rule)
     if rule.alerts:
         judge_alerts(em, event.run_id)
@@ -265,6 +265,7 @@ def _start(em: Emitter, run: Tracked, start: Start) -> None:
     # Below the kernel's ephemeral range (32768+), so no outgoing connection can hold it.
     port = 10_000 + int.from_bytes(digest[:4], "big") % 22_000
     env = {**plan.env, **checkpoints.resume_env(plan.checkpoint, state, start.domain),
+           **plan.sdc.to_environ(),
            workerenv.RANKS: workerenv.format_ranks([m.logical_id for m in members]),
            workerenv.HEARTBEAT_INTERVAL_S: str(plan.heartbeat_interval_ms / 1000),
            workerenv.REPLICAS: str(replicas), workerenv.ACCUMULATION: str(accumulation)}

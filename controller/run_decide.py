@@ -23,18 +23,23 @@ Rules for a run that has not ended, in this order (the first that applies decide
 3. Recovering and awaiting its next generation: nothing until the backoff is
    over; then back to the queue if a node of its placement is no longer live
    or is quarantined or drained (a plain cordon keeps the runs placed there),
-   else the next generation starts on the same members (``Start``);
+   else the next generation starts on the same members (``Start``), except
+   that a fixed data-parallel run replaying a corruption suspicion swaps a
+   suspect rank's node with another rank's (``sdc_verdict.replay_members``);
 4. a live generation: on a failure (a member exited non-zero or by a signal,
    judged with its evidence by ``controller.policy``, except that a non-zero
    exit before the generation's first step waits up to ``START_EXIT_WAIT_MS``
-   for the other members, to tell a failure on every rank from one rank's;
+   for the other members, to tell a failure on every rank from one rank's, and
+   an exit 87 waits as long for the generation's corruption suspicion, which
+   the coordinator reports before every rank exits;
    a member silent past its heartbeat timeout, or its start timeout before
    its first heartbeat; Running with no step past the stall timeout), the
    failure is classified with the retry policy's verdict (``Classify``), the
    generation stopped (``Stop``), the failure's node quarantined at its
    ``NODE_QUARANTINE_AFTER``-th failure that the evidence attributes to it
    (``policy.counts_against_node``; ``Quarantine``; never for a run whose
-   spec injects faults, ``policy.injected``), and the run failed if
+   spec injects faults, ``policy.injected``, nor for an exit 87 while a
+   corruption suspicion is open, ``policy.suspected``), and the run failed if
    the policy escalates (``Finish``); otherwise, once every member has joined
    (a heartbeat or an exit), it is Running (``Confirm``), and once every member
    has exited 0 it has succeeded (``Finish``).
@@ -59,7 +64,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from controller import admission, elastic, gates, policy
+from controller import admission, elastic, gates, policy, sdc_verdict
 from controller.exits import Evidence
 from controller.gates import EMPTY as NO_GATES
 from controller.gates import GateBook
@@ -234,7 +239,21 @@ def _restart(state: RunState, plan: RunPlan, world: World,
         if plan.elastic is not None:
             why += f", and not even membership.min {plan.elastic.min} replicas fit"
         return _queued(state, f"{why}; {note}" if note else why)
+    moved = _replay_members(state, plan)
+    if moved is not None:
+        # Members changed nodes: their node-local checkpoint copies stay behind.
+        return (Start(moved, state.generation + 1, "restart", "host"),)
     return (Start(state.members, state.generation + 1, "restart"),)
+
+
+def _replay_members(state: RunState, plan: RunPlan) -> tuple[Member, ...] | None:
+    """A fixed data-parallel run's replay placement, when its checkpoints outlive a
+    host (the moved ranks restore from a tier every node reaches)."""
+    ckpt = plan.checkpoint
+    if state.suspicion is None or plan.ranks_per_replica != 1 or (
+            ckpt is not None and not any(t.survives("host") for t in ckpt.storage_tiers())):
+        return None
+    return sdc_verdict.replay_members(state.members, state.suspicion)
 
 
 def _grow(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ...]:
@@ -256,6 +275,8 @@ def _watch(run: Tracked, plan: RunPlan, world: World) -> tuple[Action, ...]:
     state = run.state
     failure = _failure(run, plan, world)
     if failure is not None:
+        if state.suspicion is not None and failure.failure_class == "silent_corruption":
+            failure = policy.suspected(failure)
         return _failed(state, plan, policy.injected(failure) if plan.injects_faults else failure,
                        world)
     exits = state.exits
@@ -299,6 +320,8 @@ def _exit_failure(state: RunState, evidence: Evidence, member: Member,
     signal = -code if code is not None and code < 0 else None
     failure = policy.from_exit(member.logical_id, member.node, None if signal else code, signal,
                                evidence.exits.get(member.logical_id))
+    if failure.failure_class == "silent_corruption" and _awaits_suspicion(state, evidence, world):
+        return None
     if failure.failure_class != "worker_crash" or signal is not None or evidence.stepped:
         return failure
     notes = [evidence.exits[m.logical_id] for m in state.members
@@ -312,6 +335,20 @@ def _exit_failure(state: RunState, evidence: Evidence, member: Member,
         if world.now - first_at < START_EXIT_WAIT_MS:
             return None  # the others may be failing the same way right now
     return failure
+
+
+def _awaits_suspicion(state: RunState, evidence: Evidence, world: World) -> bool:
+    """An exit 87 before its generation's ``CorruptionSuspected``: every rank exits once
+    the coordinator has flushed it, so wait for every member's exit (or
+    ``START_EXIT_WAIT_MS``), lest the restart decision fence the suspicion out."""
+    s = state.suspicion
+    if s is not None and s.generation == state.generation:
+        return False
+    notes = [evidence.exits[m.logical_id] for m in state.members
+             if m.logical_id in evidence.exits]
+    if not notes or len(notes) >= len(state.members):
+        return False
+    return world.now - min(n.at for n in notes) < START_EXIT_WAIT_MS
 
 
 def _failed(state: RunState, plan: RunPlan, failure: policy.Failure,

@@ -20,8 +20,10 @@ from controller.errors import SpecError
 from controller.policy import RETRY_CLASSES
 from controller.spec import FAULT_HOOKS, RunSpec, parse_spec_json
 from controller.spec_parts import AutoCheckpoint, ElasticMembership, RetryPolicy
+from controller.spec_sdc import sdc_env
 from dataplane.documents import canonical_json
 from events.model import RunSubmitted
+from events.sdcenv import SdcEnv
 from events.workerenv import CheckpointEnv, TierEnv
 
 DEFAULT_RETRY = RetryPolicy()
@@ -50,6 +52,8 @@ class RunPlan:
     # What the worker session needs to checkpoint (passed in the start command's env).
     checkpoint: CheckpointEnv | None = None
     auto_interval: AutoInterval | None = None
+    # The silent-data-corruption detectors (RUNLEDGER_SDC in every start command's env).
+    sdc: SdcEnv = field(default_factory=SdcEnv)
     alerts: AlertConfig = field(default_factory=AlertConfig)
     # The gates that must have passed for the spec's digest before admission (controller.gates).
     gates: tuple[str, ...] = ()
@@ -92,6 +96,7 @@ def plan_from_submission(event: RunSubmitted) -> RunPlan:
         auto_interval=_auto(spec),
         alerts=_alerts(spec, ckpt.interval_steps),
         gates=tuple(spec.gates.require) if spec.gates is not None else (),
+        sdc=sdc_env(spec.sdc),
     )
 
 

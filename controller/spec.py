@@ -49,6 +49,7 @@ from controller.spec_parts import (
     Topology,
     young_interval_s,
 )
+from controller.spec_sdc import SdcPolicy
 from controller.spec_text import (
     MAX_DEPTH,
     TOO_DEEP,
@@ -135,6 +136,7 @@ class RunSpec(Part):
     checkpoint: CheckpointPolicy
     # Evidence required before admission (controller.gates); None: admitted on slots alone.
     gates: Gates | None = None
+    sdc: SdcPolicy | None = None  # silent-data-corruption detectors (controller.spec_sdc)
     # Last, so the heartbeat it reads its default stall warning from is validated first.
     alerts: AlertPolicy = Field(default_factory=AlertPolicy, validate_default=True)
 
@@ -274,8 +276,9 @@ class RunSpec(Part):
         data = self.model_dump(mode="json")
         if data["code"] is None:
             del data["code"]  # so a spec without one keeps the digest it always had
-        if data["gates"] is None:
-            del data["gates"]  # likewise for specs before gates
+        for key in ("gates", "sdc"):  # likewise for specs before gates and sdc
+            if data[key] is None:
+                del data[key]
         for key, unset in (("actions", {}), ("escalate_to", None)):  # and before alert actions
             if data["alerts"].get(key) == unset:
                 del data["alerts"][key]

@@ -46,6 +46,8 @@ MAX_ROLLBACK = 64  # the fold keeps the newest 64 committed checkpoints (events.
 MAX_GPU_HOURS = 1e9
 MAX_PRICE = 1e6  # per GPU hour, in whatever currency the report shows
 MAX_RATIO = 1000.0
+MAX_SIGMA = 1000.0  # a spike threshold in robust standard deviations
+MAX_SPIKE_WINDOW = 4096  # losses and gradient norms each rank keeps for the baseline
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +101,10 @@ PRICE = Range(0.0, MAX_PRICE, above=True)
 RATIO = Range(1.0, MAX_RATIO, above=True)
 SHARE = Range(0.0, 1.0, above=True, below=True)
 WINDOW = Range(alerts.MIN_SAMPLES, watch.MAX_WINDOW)
+STEPS_OR_OFF = Range(0, MAX_STEPS)  # 0: never
+SIGMA_OR_OFF = Range(0.0, MAX_SIGMA)  # 0: no spike detection
+# A median and a MAD of fewer than 4 samples say nothing about a spike.
+SPIKE_WINDOW = Range(4, MAX_SPIKE_WINDOW)
 
 # The documented table: every numeric field of a run spec and its range. A test
 # holds it equal to the README's and to the models' fields.
@@ -129,4 +135,8 @@ FIELDS: tuple[tuple[str, Range], ...] = (
     ("alerts.input_wait_share, alerts.mixture_drift", SHARE),
     ("alerts.checkpoint_lag_steps", STEPS),
     ("alerts.repeated_failure", REPEATS),
+    ("sdc.agreement.every", STEPS),
+    ("sdc.agreement.full_every, sdc.invariants.warmup", STEPS_OR_OFF),
+    ("sdc.invariants.spike_sigma", SIGMA_OR_OFF),
+    ("sdc.invariants.window", SPIKE_WINDOW),
 )

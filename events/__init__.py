@@ -6,7 +6,8 @@
   ``principals`` (key records, ``runledger.keys``).
 - ``state``, ``fold``: run state and the pure fold ``apply(state, event)`` with
   verdicts (docs/architecture.md §5), with the informational records' rules in
-  ``fold_info`` and pause and resume in ``fold_pause``; ``fence``: the fold's answer to a follower
+  ``fold_info``, pause and resume in ``fold_pause`` and the open corruption
+  suspicion in ``fold_sdc``; ``fence``: the fold's answer to a follower
   without state, whether a generation may still publish (§6).
 - ``registry``, ``fingerprint``, ``convert``, ``codec``: the schema files, CRC-64-AVRO,
   Avro single-object encoding, schema resolution and upcasters; ``intrange``: the

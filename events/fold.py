@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from events import fold_info, fold_pause
+from events import fold_info, fold_pause, fold_sdc
+from events.fold_sdc import CORRUPTION_SUSPECTED
 from events.model import (
     CancelRequested,
     CheckpointIntervalChanged,
@@ -259,7 +260,13 @@ def _check(state: RunState, e: Event) -> Verdict:
             if verdict.accepted and e.step <= latest:
                 return reject(STEP_NOT_FORWARD,
                               f"checkpoint step {e.step} is not after committed {latest}")
-            return verdict
+            why = fold_sdc.commit_problem(state, e.step) if verdict.accepted else None
+            return verdict if why is None else reject(CORRUPTION_SUSPECTED, why)
+        case _ if isinstance(e, fold_sdc.REPORTS):  # silent data corruption: events.fold_sdc
+            return _fenced(state, e)
+        case _ if isinstance(e, fold_sdc.VERDICTS):
+            why = fold_sdc.verdict_problem(state, e)
+            return ACCEPTED if why is None else reject(ILLEGAL_TRANSITION, why)
         case CursorAdvanced():
             verdict = _fenced(state, e)
             if not verdict.accepted:
@@ -384,6 +391,8 @@ def _advance(state: RunState, e: Event) -> RunState:
             return replace(state, cancel_requested=True)
         case _ if isinstance(e, fold_pause.PAUSE_EVENTS):
             return fold_pause.advance(state, e)
+        case _ if isinstance(e, fold_sdc.SDC_EVENTS):
+            return fold_sdc.advance(state, e)
         case _ if isinstance(e, _INFORMATIONAL):
             return fold_info.advance(state, e)
     # ShardWritten, ManifestProposed, commands: accepted, recorded by projections.

@@ -1,7 +1,8 @@
 """Run state: the value the fold produces. Immutable; every change is a copy (``copy_with``
 is the fast one for the hottest events).
 
-Tested in tests/events/test_fold.py and tests/events/test_fold_properties.py.
+Tested in tests/events/test_fold.py, tests/events/test_fold_properties.py and
+tests/events/test_fold_sdc.py.
 """
 
 from __future__ import annotations
@@ -63,6 +64,20 @@ class Cursor:
 
 
 @dataclass(frozen=True, slots=True)
+class Suspicion:
+    """The open silent-data-corruption suspicion (``events.fold_sdc``): the state at
+    ``step`` of ``generation`` is distrusted until a replay classifies it."""
+
+    step: int
+    generation: int
+    detector: str
+    ranks: tuple[int, ...]  # the deviating ranks; empty: every rank
+    fingerprints: tuple[str, ...]  # what each rank held at step, rank order
+    nodes: tuple[str, ...]  # where each rank ran, rank order
+    part: str
+
+
+@dataclass(frozen=True, slots=True)
 class RunState:
     run_id: str
     status: Status
@@ -106,6 +121,8 @@ class RunState:
     # An alert's pause action holds the run queued until an operator resumes it.
     paused: bool = False
     outcome_reason: str = ""
+    # No checkpoint at or after its step commits while it is open (events.fold_sdc).
+    suspicion: Suspicion | None = None
 
 
 _FIELDS = tuple(f.name for f in fields(RunState))

@@ -12,7 +12,8 @@ from controller.checkpoints import (
     resume_env,
 )
 from events.model import CheckpointStaged, Header
-from events.state import Checkpoint, RunState, Status
+from events.sdcenv import SdcReplay
+from events.state import Checkpoint, RunState, Status, Suspicion
 from events.workerenv import CheckpointEnv
 from tests.events.builders import Ev, members
 
@@ -86,3 +87,14 @@ def test_resume_env_lists_committed_checkpoints_newest_first_within_the_window()
     # After a host loss the restore must survive it (worker.tiers skips that host's tier).
     lost = resume_env(CheckpointEnv(), state(checkpoints=ckpts), "host")
     assert CheckpointEnv.from_environ(lost).failure_domain == "host"
+
+
+def test_resume_env_names_the_step_to_replay_while_a_suspicion_is_open() -> None:
+    open_ = Suspicion(step=12, generation=3, detector="agreement", ranks=(1,),
+                      fingerprints=("aa", "bb"), nodes=("n1", "n2"), part="params")
+    for settings in (CheckpointEnv(), None):
+        env = resume_env(settings, state(suspicion=open_))
+        assert SdcReplay.from_environ(env) == SdcReplay(step=12, generation=3,
+                                                        fingerprints=("aa", "bb"), ranks=(1,))
+        assert SdcReplay.from_environ(resume_env(settings, state())) is None
+    assert CheckpointEnv.from_environ(resume_env(CheckpointEnv(), state(suspicion=open_)))

@@ -46,6 +46,8 @@ from events.model import (
     CheckpointStaged,
     CheckpointVerificationFailed,
     CheckpointWriteFailed,
+    CorruptionClassified,
+    CorruptionSuspected,
     CursorAdvanced,
     DrillCompleted,
     Event,
@@ -80,6 +82,7 @@ from events.model import (
     RunSubmitted,
     ShardWritten,
     StepCommitted,
+    StepReplayed,
     StepTimesRecorded,
     WorkerExited,
     WriteRejected,
@@ -317,6 +320,29 @@ class Ev:
         return self.event(CheckpointIntervalChanged, gen, dict(
             interval_steps=steps, interval_s=steps * 0.5, cost_s=10.0,
             mtbf_s=None if source == "fixed" else 36_000.0, mtbf_source=source), kw)
+
+    # -- silent data corruption -----------------------------------------------------
+
+    def suspected(self, gen: int, step: int, ranks: tuple[int, ...] = (1,),
+                  fingerprints: tuple[str, ...] = ("aa", "bb"),
+                  nodes: tuple[str, ...] = ("node-a", "node-b"), detector: str = "agreement",
+                  **kw: Any) -> CorruptionSuspected:
+        return self.event(CorruptionSuspected, gen, dict(
+            step=step, detector=detector, ranks=ranks, fingerprints=fingerprints, nodes=nodes,
+            part="params", detail="replicas disagree"), kw)
+
+    def replayed(self, gen: int, step: int, suspected_generation: int,
+                 fingerprints: tuple[str, ...] = ("aa", "aa"),
+                 nodes: tuple[str, ...] = ("node-a", "node-b"), **kw: Any) -> StepReplayed:
+        return self.event(StepReplayed, gen, dict(
+            step=step, suspected_generation=suspected_generation, fingerprints=fingerprints,
+            nodes=nodes), kw)
+
+    def classified(self, gen: int, step: int, suspected_generation: int,
+                   verdict: str = "transient", **kw: Any) -> CorruptionClassified:
+        return self.event(CorruptionClassified, gen, dict(
+            step=step, suspected_generation=suspected_generation, detector="agreement",
+            verdict=verdict, ranks=(1,), nodes=("node-b",), detail="one-off"), kw)
 
     # -- commands to agents ---------------------------------------------------------
 

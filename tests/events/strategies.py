@@ -64,6 +64,7 @@ from events.model import (
     WriteRejected,
 )
 from events.registry import SchemaRegistry
+from events.sdc import SDC_DETECTORS, SDC_VERDICTS
 from events.state import Checkpoint, RunState, Status
 from tests.events.builders import MEMBERS, Ev
 
@@ -237,7 +238,24 @@ _CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("DrillCompleted", "principal"): nonempty_texts,
     ("DrillCompleted", "fault"): nonempty_texts,
     ("DrillCompleted", "verdict"): st.sampled_from(PREFLIGHT_VERDICTS),
+    ("CorruptionSuspected", "detector"): st.sampled_from(SDC_DETECTORS),
+    ("CorruptionClassified", "detector"): st.sampled_from(SDC_DETECTORS),
+    ("CorruptionClassified", "verdict"): st.sampled_from(SDC_VERDICTS),
+    ("CorruptionClassified", "ranks"): st.lists(st.integers(0, 2**31 - 1), max_size=4).map(tuple),
 }
+
+
+def _per_rank(n: int, ranks: bool) -> dict[str, st.SearchStrategy[Any]]:
+    """One fingerprint and one node per rank of a group of ``n``; ``ranks`` among them."""
+    out = {"fingerprints": st.lists(texts, min_size=n, max_size=n).map(tuple),
+           "nodes": st.lists(texts, min_size=n, max_size=n).map(tuple)}
+    if ranks:
+        out["ranks"] = st.lists(st.integers(0, n - 1), max_size=n).map(tuple)
+    return out
+
+
+# Types whose per-rank fields must agree in length (events.sdc): whether they have ranks.
+_PER_RANK: dict[str, bool] = {"CorruptionSuspected": True, "StepReplayed": False}
 
 # Fields a newer schema version added: also drawn all absent together, as an older
 # writer's record reads (ManifestProposed v2's data cursor).
@@ -260,6 +278,10 @@ def event_of(cls: type[Event]) -> st.SearchStrategy[Event]:
         constrained = _CONSTRAINED.get((cls.__name__, f.name))
         kwargs[f.name] = _for_type(hints[f.name]) if constrained is None else constrained
     kwargs["header"] = headers_of(written_version(cls.__name__))
+    if cls.__name__ in _PER_RANK:
+        ranked = _PER_RANK[cls.__name__]
+        return st.integers(1, 4).flatmap(
+            lambda n: st.builds(cls, **{**kwargs, **_per_rank(n, ranked)}))
     full = st.builds(cls, **kwargs)
     added = _ADDED_IN_LATER_VERSIONS.get(cls.__name__)
     if not added:

@@ -10,6 +10,7 @@ import pytest
 
 from events import fold as fold_module
 from events.fold import (
+    CORRUPTION_SUSPECTED,
     CURSOR_WITHOUT_CHECKPOINT,
     DUPLICATE_SUBMISSION,
     GENERATION_NOT_FORWARD,
@@ -299,6 +300,10 @@ def _scenarios() -> dict[str, Callable[[], tuple[RunState | None, Event]]]:
         ev = Ev()  # w0 runs on node-a; node-b's agent may not report its exit
         return running(ev), ev.exited(1, "w0", node="node-b")
 
+    def corruption_suspected() -> tuple[RunState | None, Event]:
+        ev = Ev()  # at step 10, a suspicion at step 12: no checkpoint at 12 or later commits
+        return run_from(running(ev), [ev.suspected(1, 12)]), ev.committed(1, 13)
+
     return {
         STALE_GENERATION: stale,
         UNKNOWN_RUN: unknown,
@@ -316,6 +321,7 @@ def _scenarios() -> dict[str, Callable[[], tuple[RunState | None, Event]]]:
         UNKNOWN_CHECKPOINT: unknown_checkpoint,
         STEP_JUMP: step_jump,
         NOT_ON_NODE: not_on_node,
+        CORRUPTION_SUSPECTED: corruption_suspected,
     }
 
 
@@ -518,6 +524,7 @@ def test_cancel_revokes_and_everything_after_is_refused() -> None:
         ev.key_registered(run_id="r1"), ev.key_revoked(run_id="r1"),
         ev.preflight(run_id="r1"), ev.pilot(run_id="r1"), ev.drill(run_id="r1"),
         ev.paused(1), ev.resumed(1), ev.resume_requested(1),
+        ev.suspected(1, 11), ev.replayed(1, 11, 1), ev.classified(1, 11, 1),
     ]
     informational = {t.__name__ for t in INFORMATIONAL_TYPES}
     assert informational == {"WriteRejected", "AlertRaised", "AlertResolved",
@@ -671,6 +678,10 @@ COLUMNS: dict[str, Callable[[Ev, RunState], Event]] = {
     # None of the table's states is paused: a resume is legal only after a pause.
     "RunResumed": lambda ev, s: ev.resumed(s.generation),
     "ResumeRequested": lambda ev, s: ev.resume_requested(s.generation),
+    "CorruptionSuspected": lambda ev, s: ev.suspected(s.generation, s.step + 1),
+    "StepReplayed": lambda ev, s: ev.replayed(s.generation, s.step + 1, s.generation),
+    # None of the table's states has a suspicion open: a verdict names none.
+    "CorruptionClassified": lambda ev, s: ev.classified(s.generation, s.step + 1, s.generation),
 }
 
 SUB, QUE, ADM, STA, RUN, REC = (Status.SUBMITTED, Status.QUEUED, Status.ADMITTED,
@@ -733,6 +744,9 @@ LEGAL: dict[str, set[Status]] = {
     "RunPaused": ACTIVE,
     "RunResumed": set(),
     "ResumeRequested": set(),
+    "CorruptionSuspected": ACTIVE,
+    "StepReplayed": ACTIVE,
+    "CorruptionClassified": set(),
 }
 
 _FENCED_COLUMNS = {"MembershipConfirmed", "ManifestCommitted", "CursorAdvanced",
@@ -740,7 +754,8 @@ _FENCED_COLUMNS = {"MembershipConfirmed", "ManifestCommitted", "CursorAdvanced",
                    "WorkerExited", "GroupStartCommanded", "ManifestProposed(v2)",
                    "CheckpointStaged", "CheckpointSkipped", "CheckpointWriteFailed",
                    "CheckpointVerificationFailed", "CheckpointRestored", "CheckpointRevoked",
-                   "StepTimesRecorded", "CheckpointReplicated"}
+                   "StepTimesRecorded", "CheckpointReplicated", "CorruptionSuspected",
+                   "StepReplayed"}
 
 
 def _expected_reason(column: str, status: Status) -> str:

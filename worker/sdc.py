@@ -32,7 +32,8 @@ from typing import Any
 
 import torch
 
-from events.sdcenv import SDC, SdcEnv, SdcReplay
+from events.sdcenv import SDC, SdcEnv, SdcEnvError, SdcReplay
+from worker.errors import WorkerError
 
 Part = tuple[str, torch.Tensor]
 Gather = Callable[[Any], list[Any]]
@@ -265,5 +266,9 @@ def from_environ(environ: Mapping[str, str], *, rank: int, world_size: int, node
     whose spec has no ``sdc`` section pays nothing)."""
     if not environ.get(SDC):
         return None
-    return Detectors(SdcEnv.from_environ(environ), SdcReplay.from_environ(environ), rank=rank,
-                     world_size=world_size, node=node, gather=gather)
+    try:
+        env, replay = SdcEnv.from_environ(environ), SdcReplay.from_environ(environ)
+    except SdcEnvError as exc:
+        raise WorkerError(f"{exc}; the controller writes these variables from the spec's "
+                          "sdc section: check it, or unset them") from None
+    return Detectors(env, replay, rank=rank, world_size=world_size, node=node, gather=gather)

@@ -13,6 +13,8 @@ corruption"), after the optimizer step and before the step is reported or checkp
   above the running median + ``spike_sigma`` * 1.4826 * MAD of the last
   ``spike_window`` values, once ``spike_warmup`` values were seen.
 
+On GPUs (NCCL training) the sums run on the device and only the vector of int64s comes
+to the host; the gather runs on the session's gloo control group, never the training one.
 Every rank gets the same :class:`Finding` (it is decided from the gathered rows), so all
 ranks stop together. Cost: one pass over the state per agreement step, one all-gather of
 a few hundred bytes per step, one sha256 pass per full digest (bench/sdc_overhead.py).

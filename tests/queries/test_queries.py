@@ -143,6 +143,94 @@ def test_an_incident_counts_from_the_step_the_restore_loaded_and_names_its_tier(
     assert inc["rpo_s"] == pytest.approx(15 * 0.1 + 2 * 0.05)
 
 
+def sdc_run(tl: Timeline, verdict: str | None = "node_fault") -> None:
+    """Checkpoints at 10, 15 and 20, then 20 revoked for a bad shard; agreement fails at
+    step 22 (never committed); generation 2 resumes from 15 and the replay classifies
+    the suspicion (unless ``verdict`` is None)."""
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    for s in range(1, 22):
+        tl.step(1, s)
+        if s in (10, 15, 20):
+            tl.checkpoint(1, s)
+    tl.add(tl.ev.revoked(1, 20, reason="shard_checksum"))
+    tl.advance(100)
+    tl.suspect(1, 22)
+    tl.advance(10)
+    tl.sdc_exit(1)
+    tl.start(2, resume=15)
+    tl.step(2, 16)
+    if verdict is not None:
+        tl.classify(2, 1, 22, verdict)
+
+
+def test_a_suspicion_is_an_incident_with_its_verdict_and_rollback(con) -> None:
+    tl = Timeline()
+    sdc_run(tl)
+    project(con, tl)
+    (inc,) = run_query(con, "incidents", tl.run_id).records()
+    assert (inc["generation"], inc["failure_class"], inc["sdc_detector"]) == (
+        1, "silent_corruption", "agreement")
+    assert (inc["sdc_step"], json.loads(inc["sdc_ranks"]), json.loads(inc["sdc_nodes"])) == (
+        22, [1], ["node-a"])
+    assert (inc["verdict"], inc["verdict_detail"]) == ("node_fault", "node_fault by replay")
+    # 20 was committed but revoked before the suspicion: 15 is the newest one kept.
+    assert (inc["rollback_step"], inc["rollback_manifest"]) == (15, "sha256:g1s15")
+    assert (inc["steps_lost"], inc["revoked_checkpoints"]) == (7, 0)
+    # The fault is the suspicion, 10 ms before the exits: detection counts from it.
+    assert inc["detection_s"] == pytest.approx(0.010)
+    assert (inc["last_step"], inc["resumed_from"], inc["rpo_steps"]) == (21, 15, 6)
+
+
+def test_an_open_suspicion_is_an_incident_and_later_checkpoints_count_as_revoked(
+        con) -> None:
+    tl = Timeline()
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    for s in range(1, 9):
+        tl.step(1, s)
+        if s in (4, 8):
+            tl.checkpoint(1, s)  # 8: an async commit that raced the detector
+    tl.suspect(1, 8, ranks=(), detector="nonfinite")
+    tl.add(tl.ev.revoked(1, 8, reason="corruption_suspected"))
+    project(con, tl)
+    (inc,) = run_query(con, "incidents", tl.run_id).records()
+    # Not classified yet, no failure: the open suspicion is an incident of its own.
+    assert (inc["failure_class"], inc["action"], inc["verdict"]) == (
+        "silent_corruption", None, None)
+    assert inc["detail"] == "nonfinite at step 8" and inc["fault_at"] is not None
+    assert json.loads(inc["sdc_nodes"]) == ["node-a", "node-a"]
+    assert (inc["rollback_step"], inc["revoked_checkpoints"], inc["steps_lost"]) == (4, 1, 4)
+
+
+def test_a_suspicion_without_an_earlier_checkpoint_rolls_back_to_the_start(con) -> None:
+    tl = Timeline()
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    for s in range(1, 4):
+        tl.step(1, s)
+    tl.suspect(1, 3, detector="spike")
+    tl.sdc_exit(1)
+    tl.start(2)
+    tl.classify(2, 1, 3, "transient")
+    project(con, tl)
+    (inc,) = run_query(con, "incidents", tl.run_id).records()
+    assert (inc["rollback_step"], inc["rollback_manifest"], inc["steps_lost"]) == (0, None, 3)
+    assert (inc["sdc_detector"], inc["verdict"]) == ("spike", "transient")
+
+
+def test_an_ordinary_failure_has_no_sdc_columns(con) -> None:
+    tl = Timeline()
+    crash_and_recover(tl)
+    project(con, tl)
+    (inc,) = run_query(con, "incidents", tl.run_id).records()
+    assert all(inc[k] is None for k in ("sdc_detector", "sdc_step", "verdict",
+                                        "rollback_step", "steps_lost"))
+
+
 def test_provenance_follows_the_lineage_through_the_restart(con) -> None:
     tl = Timeline()
     crash_and_recover(tl)

@@ -16,6 +16,8 @@ import duckdb
 from events.kafka import Record
 from events.model import (
     CheckpointRestored,
+    CorruptionClassified,
+    CorruptionSuspected,
     Event,
     HeartbeatRecorded,
     StepTimesRecorded,
@@ -109,6 +111,30 @@ class Timeline:
         ckpt = Checkpoint(step, f"ck/s{step}/manifest.json", f"sha256:s{step}", gen - 1, 0)
         for lid in lids:
             self.add(self.ev.restored(gen, ckpt, lid, tier=tier))
+
+    def suspect(self, gen: int, step: int, ranks: tuple[int, ...] = (1,),
+                detector: str = "agreement") -> None:
+        """A detector distrusts ``step``: ``ranks`` deviate (r0 and r1 on node-a)."""
+        self.add(self.ev.event(CorruptionSuspected, gen, dict(
+            step=step, detector=detector, ranks=ranks, fingerprints=("aa" * 8, "ab" * 8),
+            nodes=("node-a", "node-a"), part="param:w", detail=f"{detector} at step {step}"),
+            {}))
+
+    def sdc_exit(self, gen: int) -> None:
+        """Every rank exits 87 after a suspicion; the controller classifies it."""
+        for m in MEMBERS:
+            self.add(self.ev.exited(gen, m.logical_id, exit_code=87, signal=None,
+                                    node="node-a"))
+        self.add(self.ev.failure(gen, "restart", "silent_corruption:exit=87",
+                                 failure_class="silent_corruption", logical_id="r0",
+                                 node="node-a", detail="exit 87"))
+
+    def classify(self, gen: int, suspected: int, step: int, verdict: str,
+                 ranks: tuple[int, ...] = (1,), detector: str = "agreement") -> None:
+        self.add(self.ev.event(CorruptionClassified, gen, dict(
+            step=step, suspected_generation=suspected, detector=detector, verdict=verdict,
+            ranks=ranks, nodes=tuple("node-a" for _ in ranks), detail=f"{verdict} by replay"),
+            {}))
 
     def finish(self, gen: int, outcome: str = "succeeded") -> None:
         self.add(self.ev.finished(gen, outcome))

@@ -279,7 +279,8 @@ def _suspicion(e: CorruptionSuspected, p: Pos) -> list[Row]:
     # Which nodes are suspect is worked out once here, so no query indexes JSON lists.
     suspect = [e.nodes[r] for r in e.ranks] if e.ranks else list(e.nodes)
     return [SuspicionRow(*p, run_id=e.run_id, generation=e.generation, step=e.step,
-                         detector=e.detector, ranks=_json_list(e.ranks), suspect_nodes=_json_list(suspect),
+                         detector=e.detector, ranks=_json_list(e.ranks),
+                         suspect_nodes=_json_list(suspect),
                          fingerprints=_json_list(e.fingerprints), nodes=_json_list(e.nodes),
                          state_part=e.part, detail=e.detail, occurred_at=e.header.occurred_at)]
 

@@ -13,7 +13,7 @@ from events import runmanifest
 from events.topics import RUNS
 from queries.errors import QueryError
 from queries.runner import names, run_query
-from tests.queries.timeline import Timeline, crash_and_recover, project
+from tests.queries.timeline import Timeline, crash_and_recover, project, sdc_run
 
 
 @pytest.fixture
@@ -141,28 +141,6 @@ def test_an_incident_counts_from_the_step_the_restore_loaded_and_names_its_tier(
     assert inc["restored_tier"] == "remote"
     # RPO in time from when step 10 was trained: 15 steps of 100 ms, two 50 ms checkpoints
     assert inc["rpo_s"] == pytest.approx(15 * 0.1 + 2 * 0.05)
-
-
-def sdc_run(tl: Timeline, verdict: str | None = "node_fault") -> None:
-    """Checkpoints at 10, 15 and 20, then 20 revoked for a bad shard; agreement fails at
-    step 22 (never committed); generation 2 resumes from 15 and the replay classifies
-    the suspicion (unless ``verdict`` is None)."""
-    tl.submit()
-    tl.admit()
-    tl.start(1)
-    for s in range(1, 22):
-        tl.step(1, s)
-        if s in (10, 15, 20):
-            tl.checkpoint(1, s)
-    tl.add(tl.ev.revoked(1, 20, reason="shard_checksum"))
-    tl.advance(100)
-    tl.suspect(1, 22)
-    tl.advance(10)
-    tl.sdc_exit(1)
-    tl.start(2, resume=15)
-    tl.step(2, 16)
-    if verdict is not None:
-        tl.classify(2, 1, 22, verdict)
 
 
 def test_a_suspicion_is_an_incident_with_its_verdict_and_rollback(con) -> None:

@@ -194,3 +194,25 @@ def crash_and_recover(tl: Timeline) -> dict[str, int]:
     return {"productive": 30 * 90, "input_stall": 30 * 10, "lost_work": 5 * 100,
             "checkpoint": 3 * 50, "detection": 30, "recovery": 500, "idle": 1100,
             "other": 20}
+
+
+def sdc_run(tl: Timeline, verdict: str | None = "node_fault") -> None:
+    """Checkpoints at 10, 15 and 20, then 20 revoked for a bad shard; agreement fails at
+    step 22 (never committed); generation 2 resumes from 15 and the replay classifies
+    the suspicion (unless ``verdict`` is None)."""
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    for s in range(1, 22):
+        tl.step(1, s)
+        if s in (10, 15, 20):
+            tl.checkpoint(1, s)
+    tl.add(tl.ev.revoked(1, 20, reason="shard_checksum"))
+    tl.advance(100)
+    tl.suspect(1, 22)
+    tl.advance(10)
+    tl.sdc_exit(1)
+    tl.start(2, resume=15)
+    tl.step(2, 16)
+    if verdict is not None:
+        tl.classify(2, 1, 22, verdict)

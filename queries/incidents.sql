@@ -22,9 +22,9 @@
 --                suspect ranks' nodes, JSON);
 --   verdict      the CorruptionClassified of that (generation, step), NULL while
 --                the suspicion is open, with verdict_detail;
---   rollback_step the newest checkpoint committed before the suspicion at a step
---                below it, not revoked by then (0 and no manifest: from the start),
---                rollback_manifest its digest;
+--   rollback_step the newest checkpoint at a step below it committed, and not
+--                revoked, before the next generation started (what a restart resumes
+--                from; 0 and no manifest: from the start), rollback_manifest its digest;
 --   revoked_checkpoints the checkpoints at or after the suspect step committed
 --                before the suspicion: state it may have corrupted;
 --   steps_lost   sdc_step - rollback_step: steps trained again, the suspect one too.
@@ -47,17 +47,29 @@ f AS (
            (SELECT min(generation) FROM gens g WHERE g.generation > f.generation) AS next_gen
     FROM failures f WHERE f.run_id = getvariable('run_id')
 ),
-sus AS (
-    SELECT * FROM sdc_suspicions WHERE run_id = getvariable('run_id')
-    QUALIFY row_number() OVER (PARTITION BY generation ORDER BY ofs) = 1
+sus AS (  -- restart_ofs: where the next generation starts in the run's partition
+    SELECT x.*, coalesce((SELECT min(g.ofs) FROM generations g WHERE g.run_id = x.run_id
+                            AND g.topic = x.topic AND g.part = x.part AND g.ofs > x.ofs),
+                         9223372036854775807) AS restart_ofs
+    FROM sdc_suspicions x WHERE x.run_id = getvariable('run_id')
+    QUALIFY row_number() OVER (PARTITION BY x.generation ORDER BY x.ofs) = 1
 ),
-kept AS (  -- per suspicion, the checkpoints committed before it and not revoked by then
-    SELECT s.ofs AS sus_ofs, s.step AS sus_step, c.step, c.manifest_digest
+held AS (
+    -- Per suspicion, the checkpoints in force: below the suspect step, those committed
+    -- and not revoked before the restart (what it resumes from; an async commit may
+    -- land after the suspicion); at or after it, those committed and not revoked
+    -- before the suspicion (what it revokes). One run's facts share a partition, so
+    -- offsets are its log order.
+    SELECT s.ofs AS sus_ofs, s.step AS sus_step, c.step, c.manifest_digest, c.topic, c.part,
+           c.ofs, CASE WHEN c.step < s.step THEN s.restart_ofs ELSE s.ofs END AS until_ofs
     FROM sus s JOIN checkpoints c ON c.run_id = s.run_id AND c.topic = s.topic
-      AND c.part = s.part AND c.ofs < s.ofs
-    WHERE NOT EXISTS (SELECT 1 FROM revocations r WHERE r.run_id = c.run_id
-                        AND r.manifest_digest = c.manifest_digest AND r.topic = s.topic
-                        AND r.part = s.part AND r.ofs < s.ofs)
+      AND c.part = s.part
+),
+kept AS (
+    SELECT * FROM held h WHERE h.ofs < h.until_ofs AND NOT EXISTS (
+        SELECT 1 FROM revocations r WHERE r.run_id = getvariable('run_id')
+          AND r.manifest_digest = h.manifest_digest AND r.topic = h.topic
+          AND r.part = h.part AND r.ofs < h.until_ofs)
 ),
 sdc AS (
     SELECT s.generation AS sdc_generation, s.occurred_at AS suspected_at,

@@ -8,6 +8,8 @@ from typing import Any
 
 import duckdb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from events import runmanifest
 from events.topics import RUNS
@@ -198,6 +200,54 @@ def test_a_suspicion_without_an_earlier_checkpoint_rolls_back_to_the_start(con) 
     (inc,) = run_query(con, "incidents", tl.run_id).records()
     assert (inc["rollback_step"], inc["rollback_manifest"], inc["steps_lost"]) == (0, None, 3)
     assert (inc["sdc_detector"], inc["verdict"]) == ("spike", "transient")
+
+
+@st.composite
+def _histories(draw: st.DrawFn) -> tuple[int, set[int], set[int], set[int], set[int], bool]:
+    """(suspect step, commits before it, revoked before it, commits landing after it
+    (below the step), revoked after it, restarted)."""
+    step = draw(st.integers(1, 12))
+    early = draw(st.sets(st.integers(1, 12)))
+    revoked = draw(st.sets(st.sampled_from(sorted(early)))) if early else set()
+    late = draw(st.sets(st.integers(1, step - 1))) - early if step > 1 else set()
+    later = draw(st.sets(st.sampled_from(sorted(early)))) if early else set()
+    return step, early, revoked, late, later, draw(st.booleans())
+
+
+@settings(max_examples=40, deadline=None)
+@given(_histories())
+def test_the_rollback_is_the_newest_checkpoint_a_restart_may_resume_from(
+        history: tuple[int, set[int], set[int], set[int], set[int], bool]) -> None:
+    """Oracle: below the suspect step, commits and revocations up to the restart count;
+    at or after it, commits before the suspicion not revoked by then are revoked by it;
+    nothing after the restart changes either."""
+    step, early, revoked, late, later, restarted = history
+    tl = Timeline()
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    for s in sorted(early):
+        tl.add(tl.ev.committed(1, s, manifest_digest=f"sha256:g1s{s}"))
+    for s in sorted(revoked):
+        tl.add(tl.ev.revoked(1, s))
+    tl.suspect(1, step)
+    for s in sorted(late):
+        tl.add(tl.ev.committed(1, s, manifest_digest=f"sha256:g1s{s}"))
+    for s in sorted(later):
+        tl.add(tl.ev.revoked(1, s))
+    if restarted:
+        tl.start(2, resume=0)
+        for s in sorted(early | late):  # after the restart: too late to matter
+            tl.add(tl.ev.revoked(1, s))
+    con = duckdb.connect()
+    project(con, tl)
+    (inc,) = run_query(con, "incidents", tl.run_id).records()
+    usable = [s for s in (early | late) - revoked - later if s < step]
+    expected = max(usable, default=0)
+    assert inc["rollback_step"] == expected
+    assert inc["rollback_manifest"] == (f"sha256:g1s{expected}" if usable else None)
+    assert inc["steps_lost"] == step - expected
+    assert inc["revoked_checkpoints"] == len({s for s in early - revoked if s >= step})
 
 
 def test_an_ordinary_failure_has_no_sdc_columns(con) -> None:

@@ -131,3 +131,21 @@ def test_log_strings_in_the_section_are_escaped() -> None:
     assert "&lt;b&gt;n&lt;/b&gt;" in page
     assert "ranks all (nodes <b>n</b>)" in text_section(None, rows)
     assert "rolled back to the start" in text_section(None, rows)
+
+
+def test_a_suspicion_not_yet_a_failure_is_on_the_page_as_an_incident_too() -> None:
+    tl = SdcTimeline()
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    tl.step(1, 1)
+    tl.suspect(1, 2, ranks=(0,), detector="digest")
+    con = duckdb.connect()
+    project(con, tl)
+    doc = parse(report(con, "run-a"))
+    (inc,) = doc.by_id("incidents-table").find("tr", data_generation="1")
+    assert inc.cell("failure_class") == "silent_corruption"
+    assert inc.cell("detail") == "digest at step 2"
+    (row,) = doc.by_id("sdc-table").find("tr", data_step="2")
+    assert (row.cell("verdict"), row.cell("rollback"), row.cell("steps_lost")) == (
+        "open", "the start", "2")

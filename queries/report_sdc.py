@@ -41,14 +41,43 @@ def coverage(sdc_json: str | None) -> tuple[list[Coverage], str | None]:
     if sdc_json is None:
         return _rows(SdcEnv()), None
     try:
-        doc = json.loads(sdc_json)
-        if doc is None:  # `sdc:` with nothing under it
-            return _rows(SdcEnv()), None
-        # A wrong type (a list, a string where a number goes) fails in SdcEnv's checks.
-        return _rows(SdcEnv(**doc)), None
+        return _rows(spec_env(json.loads(sdc_json))), None
     except (ValueError, TypeError, InvalidEvent) as exc:
         return _rows(SdcEnv()), (f"the spec's sdc section {sdc_json} could not be read"
                                  f" ({exc}); shown: the defaults")
+
+
+_AGREEMENT = {"every", "full_every", "grads", "optimizer"}
+_INVARIANTS = {"nonfinite", "spike_sigma", "window", "warmup"}
+
+
+def spec_env(doc: Any) -> SdcEnv:
+    """What ``controller.spec_sdc.sdc_env`` makes of a spec's ``sdc`` section (the
+    queries may not import the controller): ``agreement`` absent is off, present its
+    ``every`` defaults to 1; ``invariants`` absent are the defaults. TypeError or
+    InvalidEvent for a section that is not one."""
+    if doc is None:  # `sdc:` with nothing under it
+        return SdcEnv()
+    _check(doc, "sdc", {"agreement", "invariants"})
+    agreement, invariants = doc.get("agreement"), doc.get("invariants") or {}
+    _check(invariants, "sdc.invariants", _INVARIANTS)
+    if agreement is not None:
+        _check(agreement, "sdc.agreement", _AGREEMENT)
+    a, i, d = agreement or {}, invariants, SdcEnv()
+    return SdcEnv(agreement_every=0 if agreement is None else a.get("every", 1),
+                  full_every=a.get("full_every", 0), grads=a.get("grads", True),
+                  optimizer=a.get("optimizer", True), nonfinite=i.get("nonfinite", True),
+                  spike_sigma=i.get("spike_sigma", 0.0),
+                  spike_window=i.get("window", d.spike_window),
+                  spike_warmup=i.get("warmup", d.spike_warmup))
+
+
+def _check(doc: Any, where: str, known: set[str]) -> None:
+    if not isinstance(doc, dict):
+        raise TypeError(f"{where} must be a mapping, got {doc!r}")
+    unknown = sorted(set(doc) - known)
+    if unknown:
+        raise TypeError(f"{where}: unknown keys {unknown}; known: {sorted(known)}")
 
 
 def _rows(env: SdcEnv) -> list[Coverage]:

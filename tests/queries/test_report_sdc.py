@@ -38,7 +38,10 @@ def projected(sdc: dict[str, object] | None, verdict: str | None = "node_fault"
     return con
 
 
-ON = {"agreement_every": 1, "full_every": 50, "spike_sigma": 6.0, "optimizer": False}
+# The spec's form (controller/spec_sdc.py): agreement every step with the digest every
+# 50, gradients but not the optimizer state; spikes over 6 robust sigmas.
+ON = {"agreement": {"every": 1, "full_every": 50, "optimizer": False},
+      "invariants": {"spike_sigma": 6.0}}
 
 
 def test_without_an_sdc_section_agreement_is_off_and_nonfinite_on() -> None:
@@ -59,7 +62,21 @@ def test_the_spec_section_sets_each_detector() -> None:
     assert "median + 6 x 1.4826 x MAD of the last 32 steps, after 8" in how["spike"]
 
 
-@pytest.mark.parametrize("bad", ['{"agreement_every": -1}', '{"every": 3}', '[1]', "{"])
+def test_the_section_reads_as_the_controller_hands_it_to_the_workers() -> None:
+    from events.sdcenv import SdcEnv
+    from queries.report_sdc import spec_env
+
+    assert spec_env(ON) == SdcEnv(agreement_every=1, full_every=50, optimizer=False,
+                                  spike_sigma=6.0)
+    assert spec_env({"agreement": {}}) == SdcEnv(agreement_every=1)
+    assert spec_env({"invariants": {"nonfinite": False, "window": 64, "warmup": 0}}) == (
+        SdcEnv(nonfinite=False, spike_window=64, spike_warmup=0))
+    assert spec_env({}) == spec_env(None) == SdcEnv()
+
+
+@pytest.mark.parametrize("bad", ['{"agreement": {"every": -1}}', '{"every": 3}', '[1]', "{",
+                                 '{"agreement": 3}', '{"invariants": {"sigma": 2}}',
+                                 '{"invariants": {"spike_sigma": "high"}}'])
 def test_an_unreadable_section_says_so_and_shows_the_defaults(bad: str) -> None:
     cover, problem = coverage(bad)
     assert problem is not None and bad in problem and "shown: the defaults" in problem

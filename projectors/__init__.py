@@ -7,7 +7,8 @@
   and per-table content digests for comparing a replay with the live tables.
 - ``snapshot``: the read-only copy a running projector publishes for readers
   (checkpoint, copy, fsync, atomic rename), with the positions and log ends it reflects.
-- ``metrics``: the Prometheus collector (throughput, quarantine, lag, ETTR).
+- ``metrics``: the Prometheus collector (throughput, quarantine, lag, ETTR,
+  silent-data-corruption suspicions and verdicts per run).
 - ``errors``: ``ProjectorError``, the package's root (a projection file another
   version made: ``ProjectionLayoutError``).
 """

@@ -1,4 +1,5 @@
-"""Prometheus ``/metrics`` for the projector: throughput, quarantine, lag, snapshot age, ETTR.
+"""Prometheus ``/metrics`` for the projector: throughput, quarantine, lag, snapshot age, ETTR,
+and per run the silent-data-corruption suspicions by detector and verdicts by verdict.
 
 ``families`` is a pure function of a ``Snapshot`` (``lags``, shared with the
 readers' snapshots, lives in ``projectors.snapshot``);
@@ -31,7 +32,7 @@ from events.reader import Watermarks
 from projectors.projector import TOPICS, Projector
 from projectors.snapshot import lags
 
-__all__ = ["EndOffsets", "ProjectorCollector", "Snapshot", "families", "lags"]
+__all__ = ["EndOffsets", "ProjectorCollector", "Snapshot", "families", "lags", "sdc_counts"]
 
 log = logging.getLogger("runledger.projector.metrics")
 
@@ -41,6 +42,22 @@ BROKER_TIMEOUT_S = 2.0
 # Run id -> ETTR ratio, computed on the scrape thread's own DuckDB cursor.
 EttrOf = Callable[[duckdb.DuckDBPyConnection], dict[str, float]]
 Partition = tuple[str, int]
+# (run, detector) or (run, verdict) -> how many the projection holds.
+Tally = dict[tuple[str, str], int]
+
+# From the projection's own tables, not the fold: the counts survive a controller
+# restart and need nothing the controller's model may not know yet.
+_SDC_COUNTS = {
+    "suspicions": "SELECT run_id, detector, count(*) FROM sdc_suspicions GROUP BY ALL",
+    "verdicts": "SELECT run_id, verdict, count(*) FROM sdc_verdicts GROUP BY ALL",
+}
+
+
+def sdc_counts(con: duckdb.DuckDBPyConnection) -> tuple[Tally, Tally]:
+    """Suspicions per (run, detector) and verdicts per (run, verdict) in a projection."""
+    suspicions, verdicts = ({(run, key): n for run, key, n in con.execute(sql).fetchall()}
+                            for sql in _SDC_COUNTS.values())
+    return suspicions, verdicts
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +74,8 @@ class Snapshot:
     # Seconds since the projector last published its read-only snapshot; None: none yet.
     snapshot_age_s: float | None = None
     snapshot_s: float = 0.0
+    suspicions: Tally = field(default_factory=dict)
+    verdicts: Tally = field(default_factory=dict)
 
 
 def families(snap: Snapshot) -> list[Metric]:
@@ -82,6 +101,11 @@ def families(snap: Snapshot) -> list[Metric]:
                           "Wall time to decode and commit the last batch.",
                           value=snap.last_batch_s),
         lag,
+        _tally("runledger_run_sdc_suspicions", "Silent-data-corruption suspicions the "
+               "controller kept, by the detector that raised them.", "detector",
+               snap.suspicions),
+        _tally("runledger_run_sdc_verdicts", "Suspicions classified by replay, by verdict.",
+               "verdict", snap.verdicts),
     ]
     if snap.snapshot_age_s is not None:
         out.append(GaugeMetricFamily(
@@ -100,6 +124,13 @@ def families(snap: Snapshot) -> list[Metric]:
             ettr.add_metric([run], ratio)
         out.append(ettr)
     return out
+
+
+def _tally(name: str, doc: str, label: str, counts: Tally) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, doc, labels=["run", label])
+    for (run, key), n in sorted(counts.items()):
+        family.add_metric([run, key], n)
+    return family
 
 
 class EndOffsets:
@@ -154,10 +185,12 @@ class ProjectorCollector(Collector):
             ends = self._ends.get()
             lag = {} if ends is None else lags(ends, self._stored(), p.reached)
             ettr = self._ettr()
+            suspicions, verdicts = sdc_counts(self._cursor)
         published = p.published_at
         return Snapshot(applied=p.applied, quarantined=p.quarantined, batches=p.batches,
                         last_batch=p.last_batch, last_batch_s=p.last_batch_s, lag=lag,
-                        ettr=ettr, snapshot_s=p.snapshot_s,
+                        ettr=ettr, snapshot_s=p.snapshot_s, suspicions=suspicions,
+                        verdicts=verdicts,
                         snapshot_age_s=None if published is None
                         else max(0.0, time.time() - published))
 

@@ -346,9 +346,46 @@ class ExitRow(NamedTuple):
     occurred_at: Bigint
 
 
+class SuspicionRow(NamedTuple):
+    """A kept ``CorruptionSuspected``; the lists are JSON, per rank in rank order."""
+
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    step: Bigint
+    detector: Varchar
+    ranks: Json  # the deviating ranks; [] means every rank
+    suspect_nodes: Json  # those ranks' nodes (every node for [])
+    fingerprints: Json
+    nodes: Json
+    state_part: Varchar  # the event's ``part``: which state diverged ("part" is taken)
+    detail: Varchar
+    occurred_at: Bigint
+
+
+class VerdictRow(NamedTuple):
+    """A ``CorruptionClassified``: closes the suspicion (suspected_generation, step)."""
+
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    step: Bigint
+    suspected_generation: Bigint
+    detector: Varchar
+    verdict: Varchar
+    ranks: Json
+    nodes: Json
+    detail: Varchar
+    occurred_at: Bigint
+
+
 Row = (
     OffsetRow | EventRow | QuarantineRow | RunRow | GenerationRow | MemberRow | StepRow
     | HeartbeatRow | CheckpointRow | RevocationRow | ShardRow | CursorRow | SourceCountRow
     | StagingRow | RestoreRow | RejectionRow | FailureRow | EndingRow | AlertRow
-    | AlertResolutionRow | RankStepRow | ExitRow
+    | AlertResolutionRow | RankStepRow | ExitRow | SuspicionRow | VerdictRow
 )

@@ -32,6 +32,8 @@ from events.model import (
     CheckpointRestored,
     CheckpointRevoked,
     CheckpointStaged,
+    CorruptionClassified,
+    CorruptionSuspected,
     CursorAdvanced,
     Event,
     FailureClassified,
@@ -73,6 +75,8 @@ from projectors.rows import (
     SqlType,
     StagingRow,
     StepRow,
+    SuspicionRow,
+    VerdictRow,
 )
 
 
@@ -135,6 +139,8 @@ TABLES: tuple[Table, ...] = (
     _table("rank_steps", RankStepRow),
     _table("exits", ExitRow),
     _table("quarantine", QuarantineRow),
+    _table("sdc_suspicions", SuspicionRow),
+    _table("sdc_verdicts", VerdictRow),
 )
 TABLE_OF: dict[type[Row], Table] = {t.row: t for t in TABLES}
 DDL: dict[str, str] = {t.name: t.ddl for t in TABLES}
@@ -264,6 +270,28 @@ def _restore(e: CheckpointRestored, p: Pos) -> list[Row]:
                        tier=e.tier)]
 
 
+def _json_list(values: Sequence[int] | Sequence[str]) -> str:
+    """A per-rank tuple as a compact JSON list: a ``JSON`` column's value."""
+    return json.dumps(list(values), separators=(",", ":"))
+
+
+def _suspicion(e: CorruptionSuspected, p: Pos) -> list[Row]:
+    # Which nodes are suspect is worked out once here, so no query indexes JSON lists.
+    suspect = [e.nodes[r] for r in e.ranks] if e.ranks else list(e.nodes)
+    return [SuspicionRow(*p, run_id=e.run_id, generation=e.generation, step=e.step,
+                         detector=e.detector, ranks=_json_list(e.ranks),
+                         suspect_nodes=_json_list(suspect),
+                         fingerprints=_json_list(e.fingerprints), nodes=_json_list(e.nodes),
+                         state_part=e.part, detail=e.detail, occurred_at=e.header.occurred_at)]
+
+
+def _verdict(e: CorruptionClassified, p: Pos) -> list[Row]:
+    return [VerdictRow(*p, run_id=e.run_id, generation=e.generation, step=e.step,
+                       suspected_generation=e.suspected_generation, detector=e.detector,
+                       verdict=e.verdict, ranks=_json_list(e.ranks), nodes=_json_list(e.nodes),
+                       detail=e.detail, occurred_at=e.header.occurred_at)]
+
+
 _FACTS: dict[type[Event], _Map] = {
     RunSubmitted: _run,
     GenerationStarted: _generation,
@@ -280,6 +308,10 @@ _FACTS: dict[type[Event], _Map] = {
     AlertResolved: _resolution,
     WorkerExited: _exit,
     CheckpointStaged: _staging,
+    # A suspicion is a fact once the controller keeps it (the fold holds it open
+    # until the verdict); one it refused never reaches the runs topic.
+    CorruptionSuspected: _suspicion,
+    CorruptionClassified: _verdict,
 }
 # Observations that stay reports (the controller does not copy them as facts).
 _REPORTS: dict[type[Event], _Map] = {

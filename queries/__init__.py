@@ -12,7 +12,8 @@
   folded through ``events.recovery`` (what ``runledger query recovery`` shows).
 - ``lineage``: provenance as W3C PROV-JSON and as an OpenLineage run event.
 - ``render``: results as aligned text for a terminal.
-- ``report`` (with ``report_sections``, ``report_html``, ``report_svg`` and
-  ``timeline.sql``): the self-contained HTML postmortem of a run.
+- ``report`` (with ``report_sections``, ``report_html``, ``report_svg``,
+  ``report_sdc`` and ``timeline.sql``): the self-contained HTML postmortem of a
+  run, and its text form.
 - ``errors``: ``QueryError``, the package's root exception.
 """

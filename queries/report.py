@@ -4,7 +4,8 @@
 queries (``timeline``, ``ettr``, ``goodput``, ``stragglers``, ``mixture``,
 ``incidents``, ``alerts``, ``audit``, ``provenance``, ``recovery``) plus one small lookup for
 the header; :func:`render` turns that into the page, a pure function of the
-data, so the same projection always gives the same bytes. The data
+data, so the same projection always gives the same bytes; :func:`render_text`
+into the text form (the header and the silent-data-corruption section). The data
 (``ReportData``) and the sections live in ``report_sections``, their building
 blocks in ``report_html`` (tables, formats, CSS) and ``report_svg`` (the
 charts). The page loads nothing: inline CSS and
@@ -19,6 +20,7 @@ from queries import report_sections as sections
 from queries.ettr import ettr
 from queries.recovery import recovery
 from queries.report_html import CSS, esc
+from queries.report_sdc import text_section
 from queries.report_sections import ReportData, Rows
 from queries.runner import check_run, run_query
 
@@ -31,6 +33,8 @@ SELECT r.dataset_id, r.world_size, r.principal, r.submitted_at,
        (SELECT json_extract_string(json_extract_string(payload, '$.spec_json'),
                                    '$.code_version')
           FROM events WHERE topic = r.topic AND part = r.part AND ofs = r.ofs) AS code_version,
+       (SELECT json_extract(json_extract_string(payload, '$.spec_json'), '$.sdc')::VARCHAR
+          FROM events WHERE topic = r.topic AND part = r.part AND ofs = r.ofs) AS sdc_spec,
        (SELECT outcome FROM endings WHERE run_id = r.run_id
           ORDER BY occurred_at DESC LIMIT 1) AS outcome,
        (SELECT reason FROM endings WHERE run_id = r.run_id
@@ -68,6 +72,21 @@ def report(con: duckdb.DuckDBPyConnection, run_id: str, *, max_audit_rows: int =
     return render(gather(con, run_id), max_audit_rows=max_audit_rows, freshness=freshness)
 
 
+def text(con: duckdb.DuckDBPyConnection, run_id: str, *, freshness: str | None = None) -> str:
+    """The report's text form for a terminal (``runledger report RUN --text``)."""
+    return render_text(gather(con, run_id), freshness=freshness)
+
+
+def render_text(data: ReportData, *, freshness: str | None = None) -> str:
+    """So far the header and the silent-data-corruption section; the page has the rest."""
+    s = data.summary
+    head = (f"Run {data.run_id}: {s.get('outcome') or 'live'}"
+            f"{f' ({r})' if (r := s.get('reason')) else ''}; {s.get('generations') or 0}"
+            f" generation(s), final step {s.get('final_step') or 0}\n")
+    lag = f"{freshness}\n" if freshness else ""
+    return f"{head}{lag}\n{text_section(s.get('sdc_spec'), data.incidents)}"
+
+
 def render(data: ReportData, *, max_audit_rows: int = 2000,
            freshness: str | None = None) -> str:
     """The page for gathered data; the audit table keeps both ends of a longer trail."""
@@ -87,7 +106,8 @@ def render(data: ReportData, *, max_audit_rows: int = 2000,
         + "\n".join(body) +
         '\n<p class="note">Every number on this page comes from the projection of the event'
         " log: <code>runledger query NAME RUN</code> reproduces each section (timeline, ettr,"
-        " goodput, stragglers, mixture, incidents, recovery, alerts, audit, provenance).</p>"
+        " goodput, stragglers, mixture, incidents, recovery, alerts, audit, provenance); the"
+        " silent-data-corruption section is <code>incidents</code> plus the spec.</p>"
         "\n</main></body></html>\n")
 
 

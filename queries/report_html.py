@@ -201,6 +201,8 @@ tr.flagged td:first-child { box-shadow:inset 4px 0 var(--warn); }
 .badge.succeeded, .badge.ok { background:var(--good); }
 .badge.failed, .badge.critical, .badge.page { background:var(--bad); }
 .badge.cancelled, .badge.warning, .badge.straggler { background:var(--warn); }
+.badge.node_fault { background:var(--bad); } .badge.transient { background:var(--good); }
+.badge.open, .badge.nondeterministic, .badge.reproduced { background:var(--warn); }
 .swatch { display:inline-block; width:11px; height:11px; border-radius:2px;
           margin-right:6px; vertical-align:-1px; box-shadow:inset 0 0 0 1px rgba(0,0,0,.15); }
 .empty { color:var(--muted); font-style:italic; margin:4px 0; }

@@ -1,10 +1,11 @@
 """The sections of the run report (``queries.report``), each from its query's rows.
 
 Every section is a ``<section>`` with a stable id (summary, timeline, ettr,
-incidents, recovery, goodput, mixture, stragglers, alerts, provenance, audit), and says
-what is missing ("no failures", "no alerts") rather than disappearing. Tables
-carry ``data-*`` attributes (``data-part``, ``data-member``, ``data-col``...) so
-tests and scripts can read the values a person sees.
+incidents, sdc (``report_sdc``), recovery, goodput, mixture, stragglers, alerts,
+provenance, audit), and says what is missing ("no failures", "no alerts")
+rather than disappearing. Tables carry ``data-*`` attributes (``data-part``,
+``data-member``, ``data-col``...) so tests and scripts can read the values a
+person sees.
 
 Tested in tests/queries/test_report.py.
 """
@@ -33,6 +34,7 @@ from queries.report_html import (
     table,
     utc,
 )
+from queries.report_sdc import html_section as sdc_section
 from queries.report_svg import stacked_bar, timeline
 
 Rows = list[dict[str, Any]]
@@ -65,7 +67,9 @@ class ReportData:
 
 def body(data: ReportData, max_audit_rows: int) -> list[str]:
     """The sections in reading order: what happened, what it cost, then the evidence."""
-    return [_summary(data), _timeline(data), _ettr(data), _incidents(data), _recovery(data),
+    return [_summary(data), _timeline(data), _ettr(data), _incidents(data),
+            sdc_section(data.summary.get("sdc_spec"), data.incidents, data.origin_ms),
+            _recovery(data),
             f'<div class="cols">{_goodput(data)}{_mixture(data)}</div>',
             _stragglers(data), _alerts(data), _provenance(data),
             _audit(data, max_audit_rows)]

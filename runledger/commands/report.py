@@ -1,4 +1,5 @@
-"""``runledger report RUN --html FILE``: one run as a self-contained HTML postmortem.
+"""``runledger report RUN --html FILE``: one run as a self-contained HTML postmortem;
+``--text`` prints its text form (the header and the silent-data-corruption section).
 
 The page itself is built by :mod:`queries.report` from the DuckDB projection
 (``runledger project``); this module only finds the projection (the live file, or
@@ -17,30 +18,41 @@ from typing import Annotated
 import typer
 
 from queries.report import report as build_report
+from queries.report import text as build_text
 from queries.source import open_projection
 from runledger import config
 from runledger.config import Db, ProjectedRun
 from runledger.errors import RunledgerError
 
-Html = Annotated[Path, typer.Option("--html", help="Write the page to this file.",
-                                    dir_okay=False)]
+Html = Annotated[Path | None, typer.Option("--html", help="Write the page to this file.",
+                                           dir_okay=False)]
+Text = Annotated[bool, typer.Option("--text", help="Print the text form on stdout: the "
+                                    "header and the silent-data-corruption section.")]
 
 
 def register(app: typer.Typer) -> None:
     app.command()(report)
 
 
-def report(run: ProjectedRun, html: Html, db: Db = None) -> None:
+def report(run: ProjectedRun, html: Html = None, text: Text = False, db: Db = None) -> None:
     """Write a run's postmortem as one HTML file: timeline, ETTR, incidents, provenance.
 
     The page needs no network and no script: open it in any browser, or attach it
-    to the incident ticket.
+    to the incident ticket. ``--text`` prints the text form instead (or as well).
     """
+    if html is None and not text:
+        raise RunledgerError("runledger report needs --html FILE (the page) or --text"
+                             " (the text form on stdout), or both")
     con, fresh = open_projection(db or config.default_db())
     try:
-        page = build_report(con, run, freshness=fresh.line())
+        page = None if html is None else build_report(con, run, freshness=fresh.line())
+        plain = build_text(con, run, freshness=fresh.line()) if text else None
     finally:
         con.close()
+    if plain is not None:
+        typer.echo(plain, nl=False)
+    if html is None or page is None:
+        return
     try:
         html.write_text(page, encoding="utf-8")
     except OSError as exc:

@@ -18,11 +18,19 @@ from confluent_kafka import Producer
 from events.connection import client_config
 from events.kafka import EventProducer
 from events.topics import REPORTS, RUNS
-from projectors.metrics import EndOffsets, ProjectorCollector, Snapshot, families, lags
+from projectors.metrics import (
+    EndOffsets,
+    ProjectorCollector,
+    Snapshot,
+    families,
+    lags,
+    sdc_counts,
+)
 from projectors.projector import Projector
 from runledger.metricsserver import serve
 from tests.events.builders import Ev, members
 from tests.promtext import Samples, named, render, scrape, until
+from tests.queries.timeline import Timeline, project, sdc_run
 
 # -- pure --------------------------------------------------------------------
 
@@ -70,6 +78,29 @@ def test_without_an_ettr_callable_there_is_no_ettr_series() -> None:
     # No snapshot published yet (or none asked for): no age rather than a made-up one.
     assert ("runledger_projector_snapshot_age_seconds", ()) not in got
     assert got[("runledger_projector_records_applied_total", ())] == 0
+
+
+def test_sdc_suspicions_and_verdicts_are_counted_per_run_from_the_projection() -> None:
+    con = duckdb.connect()
+    one, two, quiet = Timeline(run_id="run-a"), Timeline(run_id="run-b"), Timeline("run-c")
+    sdc_run(one, "node_fault")
+    sdc_run(two, None)  # open: suspected, not classified yet
+    two.suspect(2, 30, detector="spike")
+    quiet.submit()
+    project(con, one, two, quiet)
+    suspicions, verdicts = sdc_counts(con)
+    assert suspicions == {("run-a", "agreement"): 1, ("run-b", "agreement"): 1,
+                          ("run-b", "spike"): 1}
+    assert verdicts == {("run-a", "node_fault"): 1}
+    got = render(families(Snapshot(suspicions=suspicions, verdicts=verdicts)))
+    assert named(got, "runledger_run_sdc_suspicions_total") == {
+        (("detector", "agreement"), ("run", "run-a")): 1,
+        (("detector", "agreement"), ("run", "run-b")): 1,
+        (("detector", "spike"), ("run", "run-b")): 1}
+    assert named(got, "runledger_run_sdc_verdicts_total") == {
+        (("run", "run-a"), ("verdict", "node_fault")): 1}
+    # Nothing suspected anywhere: the families are there, without series.
+    assert not named(render(families(Snapshot())), "runledger_run_sdc_suspicions_total")
 
 
 # -- against the broker --------------------------------------------------------

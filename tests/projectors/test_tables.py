@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from events.kafka import Record
 from events.model import (
+    CorruptionClassified,
+    CorruptionSuspected,
     CursorAdvanced,
     Event,
     GenerationStarted,
@@ -36,6 +38,8 @@ from projectors.rows import (
     Row,
     SourceCountRow,
     SqlType,
+    SuspicionRow,
+    VerdictRow,
 )
 from projectors.tables import DDL, TABLE_OF, TABLES, Table, rows_for
 from tests.events.sample_events import one_of_each, variants
@@ -57,6 +61,7 @@ FEEDS: dict[str, dict[str, set[str]]] = {
         "RunCancelled": {"endings"}, "AlertRaised": {"alerts"},
         "AlertResolved": {"alert_resolutions"}, "WorkerExited": {"exits"},
         "CheckpointStaged": {"staging"},
+        "CorruptionSuspected": {"sdc_suspicions"}, "CorruptionClassified": {"sdc_verdicts"},
     },
     REPORTS: {
         "HeartbeatRecorded": {"heartbeats"}, "StepTimesRecorded": {"rank_steps"},
@@ -109,7 +114,7 @@ def test_the_tables_are_pinned() -> None:
     table's name, columns, order or types is deliberate, and updates this pin."""
     text = "\n".join(f"{name}: {ddl}" for name, ddl in DDL.items())
     assert hashlib.sha256(text.encode()).hexdigest() == (
-        "78ecef91b85b1e03e4945bc93d634540527a3281e71023fab028ee05b52223b3"), text
+        "54067b212d1dcb26bc3d54622a9dd344ce84b512921031e2c6e10232c42c1fee"), text
 
 
 def test_every_row_type_has_one_table_and_names_are_unique() -> None:
@@ -208,6 +213,25 @@ def test_mapped_values() -> None:
                                              ("r1", "node-b", 1, None)]
     assert {r[:3] for r in (ending, cursor, *counts, generation, *members)} == {(RUNS, 3, 11)}
     assert {r[:3] for r in ranks} == {(REPORTS, 3, 11)}
+
+
+def test_a_suspicion_names_its_suspect_nodes_and_a_verdict_its_suspicion() -> None:
+    (suspected,) = [e for e in SAMPLES if isinstance(e, CorruptionSuspected)]
+    (row,) = rows_for(record(suspected))[1:]
+    assert isinstance(row, SuspicionRow)
+    assert (row.step, row.detector, row.state_part) == (12, "agreement",
+                                                         "grad:block.linear1.weight")
+    assert (json.loads(row.ranks), json.loads(row.suspect_nodes)) == ([1], ["node-b"])
+    assert json.loads(row.nodes) == ["node-a", "node-b"]
+    # No deviating minority (every rank suspect): every rank's node is suspect.
+    everyone = dataclasses.replace(suspected, ranks=(), nodes=("node-c", "node-a"))
+    (row,) = rows_for(record(everyone))[1:]
+    assert isinstance(row, SuspicionRow) and json.loads(row.suspect_nodes) == ["node-c", "node-a"]
+    (classified,) = [e for e in SAMPLES if isinstance(e, CorruptionClassified)]
+    (verdict,) = rows_for(record(classified))[1:]
+    assert isinstance(verdict, VerdictRow)
+    assert (verdict.suspected_generation, verdict.step, verdict.verdict) == (1, 12, "transient")
+    assert json.loads(verdict.nodes) == ["node-b"]
 
 
 def test_rows_go_through_duckdb_unchanged() -> None:

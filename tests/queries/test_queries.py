@@ -8,12 +8,14 @@ from typing import Any
 
 import duckdb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from events import runmanifest
 from events.topics import RUNS
 from queries.errors import QueryError
 from queries.runner import names, run_query
-from tests.queries.timeline import Timeline, crash_and_recover, project
+from tests.queries.timeline import Timeline, crash_and_recover, project, sdc_run
 
 
 @pytest.fixture
@@ -141,6 +143,120 @@ def test_an_incident_counts_from_the_step_the_restore_loaded_and_names_its_tier(
     assert inc["restored_tier"] == "remote"
     # RPO in time from when step 10 was trained: 15 steps of 100 ms, two 50 ms checkpoints
     assert inc["rpo_s"] == pytest.approx(15 * 0.1 + 2 * 0.05)
+
+
+def test_a_suspicion_is_an_incident_with_its_verdict_and_rollback(con) -> None:
+    tl = Timeline()
+    sdc_run(tl)
+    project(con, tl)
+    (inc,) = run_query(con, "incidents", tl.run_id).records()
+    assert (inc["generation"], inc["failure_class"], inc["sdc_detector"]) == (
+        1, "silent_corruption", "agreement")
+    assert (inc["sdc_step"], json.loads(inc["sdc_ranks"]), json.loads(inc["sdc_nodes"])) == (
+        22, [1], ["node-a"])
+    assert (inc["verdict"], inc["verdict_detail"]) == ("node_fault", "node_fault by replay")
+    # 20 was committed but revoked before the suspicion: 15 is the newest one kept.
+    assert (inc["rollback_step"], inc["rollback_manifest"]) == (15, "sha256:g1s15")
+    assert (inc["steps_lost"], inc["revoked_checkpoints"]) == (7, 0)
+    # The fault is the suspicion, 10 ms before the exits: detection counts from it.
+    assert inc["detection_s"] == pytest.approx(0.010)
+    assert (inc["last_step"], inc["resumed_from"], inc["rpo_steps"]) == (21, 15, 6)
+
+
+def test_an_open_suspicion_is_an_incident_and_later_checkpoints_count_as_revoked(
+        con) -> None:
+    tl = Timeline()
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    for s in range(1, 9):
+        tl.step(1, s)
+        if s in (4, 8):
+            tl.checkpoint(1, s)  # 8: an async commit that raced the detector
+    tl.suspect(1, 8, ranks=(), detector="nonfinite")
+    tl.add(tl.ev.revoked(1, 8, reason="corruption_suspected"))
+    project(con, tl)
+    (inc,) = run_query(con, "incidents", tl.run_id).records()
+    # Not classified yet, no failure: the open suspicion is an incident of its own.
+    assert (inc["failure_class"], inc["action"], inc["verdict"]) == (
+        "silent_corruption", None, None)
+    assert inc["detail"] == "nonfinite at step 8" and inc["fault_at"] is not None
+    assert json.loads(inc["sdc_nodes"]) == ["node-a", "node-a"]
+    assert (inc["rollback_step"], inc["revoked_checkpoints"], inc["steps_lost"]) == (4, 1, 4)
+
+
+def test_a_suspicion_without_an_earlier_checkpoint_rolls_back_to_the_start(con) -> None:
+    tl = Timeline()
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    for s in range(1, 4):
+        tl.step(1, s)
+    tl.suspect(1, 3, detector="spike")
+    tl.sdc_exit(1)
+    tl.start(2)
+    tl.classify(2, 1, 3, "transient")
+    project(con, tl)
+    (inc,) = run_query(con, "incidents", tl.run_id).records()
+    assert (inc["rollback_step"], inc["rollback_manifest"], inc["steps_lost"]) == (0, None, 3)
+    assert (inc["sdc_detector"], inc["verdict"]) == ("spike", "transient")
+
+
+@st.composite
+def _histories(draw: st.DrawFn) -> tuple[int, set[int], set[int], set[int], set[int], bool]:
+    """(suspect step, commits before it, revoked before it, commits landing after it
+    (below the step), revoked after it, restarted)."""
+    step = draw(st.integers(1, 12))
+    early = draw(st.sets(st.integers(1, 12)))
+    revoked = draw(st.sets(st.sampled_from(sorted(early)))) if early else set()
+    late = draw(st.sets(st.integers(1, step - 1))) - early if step > 1 else set()
+    later = draw(st.sets(st.sampled_from(sorted(early)))) if early else set()
+    return step, early, revoked, late, later, draw(st.booleans())
+
+
+@settings(max_examples=40, deadline=None)
+@given(_histories())
+def test_the_rollback_is_the_newest_checkpoint_a_restart_may_resume_from(
+        history: tuple[int, set[int], set[int], set[int], set[int], bool]) -> None:
+    """Oracle: below the suspect step, commits and revocations up to the restart count;
+    at or after it, commits before the suspicion not revoked by then are revoked by it;
+    nothing after the restart changes either."""
+    step, early, revoked, late, later, restarted = history
+    tl = Timeline()
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    for s in sorted(early):
+        tl.add(tl.ev.committed(1, s, manifest_digest=f"sha256:g1s{s}"))
+    for s in sorted(revoked):
+        tl.add(tl.ev.revoked(1, s))
+    tl.suspect(1, step)
+    for s in sorted(late):
+        tl.add(tl.ev.committed(1, s, manifest_digest=f"sha256:g1s{s}"))
+    for s in sorted(later):
+        tl.add(tl.ev.revoked(1, s))
+    if restarted:
+        tl.start(2, resume=0)
+        for s in sorted(early | late):  # after the restart: too late to matter
+            tl.add(tl.ev.revoked(1, s))
+    con = duckdb.connect()
+    project(con, tl)
+    (inc,) = run_query(con, "incidents", tl.run_id).records()
+    usable = [s for s in (early | late) - revoked - later if s < step]
+    expected = max(usable, default=0)
+    assert inc["rollback_step"] == expected
+    assert inc["rollback_manifest"] == (f"sha256:g1s{expected}" if usable else None)
+    assert inc["steps_lost"] == step - expected
+    assert inc["revoked_checkpoints"] == len({s for s in early - revoked if s >= step})
+
+
+def test_an_ordinary_failure_has_no_sdc_columns(con) -> None:
+    tl = Timeline()
+    crash_and_recover(tl)
+    project(con, tl)
+    (inc,) = run_query(con, "incidents", tl.run_id).records()
+    assert all(inc[k] is None for k in ("sdc_detector", "sdc_step", "verdict",
+                                        "rollback_step", "steps_lost"))
 
 
 def test_provenance_follows_the_lineage_through_the_restart(con) -> None:

@@ -277,6 +277,8 @@ def test_chromium_renders_what_a_person_reads(written: Path, tmp_path: Path) -> 
     assert rendered == {*PARTS, "allocated"}
     incidents = dom.by_id("incidents").text()
     assert "worker_crash" in incidents and "0.530" in incidents
+    assert "no suspicions" in dom.by_id("sdc").text()
+    assert dom.by_id("sdc-coverage").find("tr", data_detector="nonfinite")
     assert dom.by_id("timeline-svg").find("polyline")
 
 

@@ -16,6 +16,8 @@ import duckdb
 from events.kafka import Record
 from events.model import (
     CheckpointRestored,
+    CorruptionClassified,
+    CorruptionSuspected,
     Event,
     HeartbeatRecorded,
     StepTimesRecorded,
@@ -110,6 +112,30 @@ class Timeline:
         for lid in lids:
             self.add(self.ev.restored(gen, ckpt, lid, tier=tier))
 
+    def suspect(self, gen: int, step: int, ranks: tuple[int, ...] = (1,),
+                detector: str = "agreement") -> None:
+        """A detector distrusts ``step``: ``ranks`` deviate (r0 and r1 on node-a)."""
+        self.add(self.ev.event(CorruptionSuspected, gen, dict(
+            step=step, detector=detector, ranks=ranks, fingerprints=("aa" * 8, "ab" * 8),
+            nodes=("node-a", "node-a"), part="param:w", detail=f"{detector} at step {step}"),
+            {}))
+
+    def sdc_exit(self, gen: int) -> None:
+        """Every rank exits 87 after a suspicion; the controller classifies it."""
+        for m in MEMBERS:
+            self.add(self.ev.exited(gen, m.logical_id, exit_code=87, signal=None,
+                                    node="node-a"))
+        self.add(self.ev.failure(gen, "restart", "silent_corruption:exit=87",
+                                 failure_class="silent_corruption", logical_id="r0",
+                                 node="node-a", detail="exit 87"))
+
+    def classify(self, gen: int, suspected: int, step: int, verdict: str,
+                 ranks: tuple[int, ...] = (1,), detector: str = "agreement") -> None:
+        self.add(self.ev.event(CorruptionClassified, gen, dict(
+            step=step, suspected_generation=suspected, detector=detector, verdict=verdict,
+            ranks=ranks, nodes=tuple("node-a" for _ in ranks), detail=f"{verdict} by replay"),
+            {}))
+
     def finish(self, gen: int, outcome: str = "succeeded") -> None:
         self.add(self.ev.finished(gen, outcome))
 
@@ -168,3 +194,25 @@ def crash_and_recover(tl: Timeline) -> dict[str, int]:
     return {"productive": 30 * 90, "input_stall": 30 * 10, "lost_work": 5 * 100,
             "checkpoint": 3 * 50, "detection": 30, "recovery": 500, "idle": 1100,
             "other": 20}
+
+
+def sdc_run(tl: Timeline, verdict: str | None = "node_fault") -> None:
+    """Checkpoints at 10, 15 and 20, then 20 revoked for a bad shard; agreement fails at
+    step 22 (never committed); generation 2 resumes from 15 and the replay classifies
+    the suspicion (unless ``verdict`` is None)."""
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    for s in range(1, 22):
+        tl.step(1, s)
+        if s in (10, 15, 20):
+            tl.checkpoint(1, s)
+    tl.add(tl.ev.revoked(1, 20, reason="shard_checksum"))
+    tl.advance(100)
+    tl.suspect(1, 22)
+    tl.advance(10)
+    tl.sdc_exit(1)
+    tl.start(2, resume=15)
+    tl.step(2, 16)
+    if verdict is not None:
+        tl.classify(2, 1, 22, verdict)

@@ -38,3 +38,20 @@ def test_cli_writes_the_page_and_explains_what_is_missing(
     res = runner.invoke(app, ["report", "run-a", "--html", str(out), "--db", str(missing)])
     assert res.exit_code == 1
     assert f"no projection at {missing}" in res.output and "p.duckdb" in res.output
+
+
+def test_cli_prints_the_text_form_and_needs_one_form(
+        projection: tuple[Path, dict[str, int]], tmp_path: Path) -> None:
+    db = projection[0]
+    runner = CliRunner()
+    res = runner.invoke(app, ["report", "run-a", "--text", "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines[0] == "Run run-a: succeeded (done); 2 generation(s), final step 30"
+    assert "Silent data corruption" in lines
+    assert "suspicions: 0 (none); verdicts: none" in lines
+    out = tmp_path / "both.html"
+    res = runner.invoke(app, ["report", "run-a", "--text", "--html", str(out), "--db", str(db)])
+    assert res.exit_code == 0 and out.is_file() and res.stdout.startswith("Run run-a:")
+    res = runner.invoke(app, ["report", "run-a", "--db", str(db)])
+    assert res.exit_code == 1 and "--html FILE" in res.output and "--text" in res.output

@@ -265,7 +265,7 @@ def _start(em: Emitter, run: Tracked, start: Start) -> None:
     # Below the kernel's ephemeral range (32768+), so no outgoing connection can hold it.
     port = 10_000 + int.from_bytes(digest[:4], "big") % 22_000
     env = {**plan.env, **checkpoints.resume_env(plan.checkpoint, state, start.domain),
-           **plan.sdc.to_environ(),
+           **(plan.sdc.to_environ() if plan.sdc is not None else {}),
            workerenv.RANKS: workerenv.format_ranks([m.logical_id for m in members]),
            workerenv.HEARTBEAT_INTERVAL_S: str(plan.heartbeat_interval_ms / 1000),
            workerenv.REPLICAS: str(replicas), workerenv.ACCUMULATION: str(accumulation)}

@@ -53,7 +53,7 @@ class RunPlan:
     checkpoint: CheckpointEnv | None = None
     auto_interval: AutoInterval | None = None
     # The silent-data-corruption detectors (RUNLEDGER_SDC in every start command's env).
-    sdc: SdcEnv = field(default_factory=SdcEnv)
+    sdc: SdcEnv | None = None  # None: the spec has no sdc section, no detector runs
     alerts: AlertConfig = field(default_factory=AlertConfig)
     # The gates that must have passed for the spec's digest before admission (controller.gates).
     gates: tuple[str, ...] = ()

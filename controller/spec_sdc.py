@@ -15,9 +15,10 @@ sdc:
   above the running median + ``spike_sigma`` robust standard deviations of the
   last ``window`` steps after ``warmup`` steps (``spike_sigma`` 0: off).
 
-A spec without the section gets ``events.sdcenv.SdcEnv``'s defaults (no
-agreement, non-finite checks on) and keeps the digest it had. :func:`sdc_env`
-turns the section into the ``RUNLEDGER_SDC`` value every start command carries.
+A spec without the section runs no detector and pays nothing: its start
+commands carry no ``RUNLEDGER_SDC`` (and it keeps the digest it had). With the
+section, :func:`sdc_env` turns it into the ``RUNLEDGER_SDC`` value every start
+command carries; ``invariants`` then defaults to the non-finite check alone.
 
 Tested in tests/controller/test_spec_sdc.py.
 """
@@ -55,10 +56,10 @@ class SdcPolicy(Part):
     invariants: SdcInvariants = SdcInvariants()
 
 
-def sdc_env(policy: SdcPolicy | None) -> SdcEnv:
-    """What the worker session is told (``RUNLEDGER_SDC``); None: the defaults."""
+def sdc_env(policy: SdcPolicy | None) -> SdcEnv | None:
+    """What the worker session is told (``RUNLEDGER_SDC``); None: no section, no detector."""
     if policy is None:
-        return _DEFAULT
+        return None
     a, i = policy.agreement, policy.invariants
     return SdcEnv(agreement_every=a.every if a else 0, full_every=a.full_every if a else 0,
                   grads=a.grads if a else True, optimizer=a.optimizer if a else True,

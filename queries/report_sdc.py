@@ -2,7 +2,7 @@
 
 Detector coverage comes from the run spec's ``sdc`` section (the one the
 controller hands the workers as ``RUNLEDGER_SDC``, read here through the same
-``events.sdcenv.SdcEnv``; no section: agreement off, the non-finite check on);
+``events.sdcenv.SdcEnv``; no section: no detector at all);
 suspicions, verdicts and rollbacks from the ``incidents`` rows that carry an
 ``sdc_detector``. Both forms are pure functions of the gathered data.
 
@@ -39,7 +39,7 @@ def coverage(sdc_json: str | None) -> tuple[list[Coverage], str | None]:
     (the controller checks the spec at submission, so only a foreign log has one);
     the coverage shown is then the defaults'."""
     if sdc_json is None:
-        return _rows(SdcEnv()), None
+        return _rows(OFF), None
     try:
         return _rows(spec_env(json.loads(sdc_json))), None
     except (ValueError, TypeError, InvalidEvent) as exc:
@@ -47,6 +47,8 @@ def coverage(sdc_json: str | None) -> tuple[list[Coverage], str | None]:
                                  f" ({exc}); shown: the defaults")
 
 
+# What a spec without the section (or with ``sdc:`` and nothing under it) runs: nothing.
+OFF = SdcEnv(nonfinite=False)
 _AGREEMENT = {"every", "full_every", "grads", "optimizer"}
 _INVARIANTS = {"nonfinite", "spike_sigma", "window", "warmup"}
 
@@ -56,8 +58,8 @@ def spec_env(doc: Any) -> SdcEnv:
     queries may not import the controller): ``agreement`` absent is off, present its
     ``every`` defaults to 1; ``invariants`` absent are the defaults. TypeError or
     InvalidEvent for a section that is not one."""
-    if doc is None:  # `sdc:` with nothing under it
-        return SdcEnv()
+    if doc is None:  # `sdc:` with nothing under it: the spec parses it as no section
+        return OFF
     _check(doc, "sdc", {"agreement", "invariants"})
     agreement, invariants = doc.get("agreement"), doc.get("invariants") or {}
     _check(invariants, "sdc.invariants", _INVARIANTS)

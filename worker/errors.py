@@ -14,6 +14,7 @@ EXIT_DATA = 65
 EXIT_STORAGE = 74
 EXIT_TEMPFAIL = 75
 EXIT_FENCED = 3
+EXIT_NON_FINITE = 86
 EXIT_CORRUPTION = 87  # the controller's ``silent_corruption`` class
 
 
@@ -90,3 +91,16 @@ class CorruptionDetected(WorkerError):
         who = f"ranks {list(ranks)}" if ranks else "every rank"
         super().__init__(f"step {step}: {detector} detector distrusts {who} ({detail}); "
                          "the controller restarts from the newest checkpoint before it")
+
+
+class NonFiniteState(WorkerError):
+    """The replay of a non-finite suspicion recomputed the same state on every rank: the
+    job's own numerics diverged (not the hardware), so rolling back again cannot help."""
+
+    exit_code = EXIT_NON_FINITE
+
+    def __init__(self, step: int, detail: str) -> None:
+        self.step = step
+        super().__init__(f"step {step}: {detail}, and the replay from the last checkpoint "
+                         "recomputed exactly the same state on every rank: the job's own "
+                         "numerics diverged; lower the learning rate or check the data")

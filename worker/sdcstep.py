@@ -7,6 +7,13 @@ first, whatever the detectors then find. On a finding the coordinator reports
 control group) and raises ``CorruptionDetected`` (exit 87), so nothing of the step is
 reported as committed or checkpointed.
 
+A replay that recomputed exactly what every rank held (the controller's verdict
+``reproduced``) is the job's own numerics, and rolling back again would loop: a
+non-finite finding then stops the run as ``NonFiniteState`` (exit 86, class
+``non_finite``, never the node's), and a spike is the job's real spike, not
+a suspicion. Replicas that disagree the same way twice stay a suspicion: the
+controller's verdict on the next replay says whether a node or the job is at fault.
+
 Tested in tests/worker/test_sdc.py.
 """
 
@@ -19,7 +26,7 @@ import torch
 from events.base import Event, Header
 from events.sdc import CorruptionSuspected, StepReplayed
 from worker.comm import Comm
-from worker.errors import CorruptionDetected
+from worker.errors import CorruptionDetected, NonFiniteState
 from worker.sdc import Detectors, grad_norm, state_parts
 
 
@@ -49,6 +56,11 @@ def detect(detectors: Detectors, model: torch.nn.Module, optimizer: torch.optim.
             nodes=checked.nodes))
     if found is None:
         return
+    if checked.replayed and replay is not None and checked.fingerprints == replay.fingerprints:
+        if found.detector == "nonfinite":
+            raise NonFiniteState(step, found.detail)
+        if found.detector == "spike":
+            return
     if coordinator:
         reporter.report(CorruptionSuspected(
             header=reporter.header(f"sdc/{step}/suspected"), step=step,

@@ -44,11 +44,11 @@ ON = {"agreement": {"every": 1, "full_every": 50, "optimizer": False},
       "invariants": {"spike_sigma": 6.0}}
 
 
-def test_without_an_sdc_section_agreement_is_off_and_nonfinite_on() -> None:
+def test_without_an_sdc_section_no_detector_runs() -> None:
     cover, problem = coverage(None)
     assert problem is None
     assert {c.detector: c.on for c in cover} == {
-        "agreement": False, "digest": False, "nonfinite": True, "spike": False}
+        "agreement": False, "digest": False, "nonfinite": False, "spike": False}
     assert coverage("null") == (cover, None)
 
 
@@ -71,7 +71,8 @@ def test_the_section_reads_as_the_controller_hands_it_to_the_workers() -> None:
     assert spec_env({"agreement": {}}) == SdcEnv(agreement_every=1)
     assert spec_env({"invariants": {"nonfinite": False, "window": 64, "warmup": 0}}) == (
         SdcEnv(nonfinite=False, spike_window=64, spike_warmup=0))
-    assert spec_env({}) == spec_env(None) == SdcEnv()
+    assert spec_env({}) == SdcEnv()
+    assert spec_env(None) == SdcEnv(nonfinite=False)  # `sdc:` alone: no detector
 
 
 @pytest.mark.parametrize("bad", ['{"agreement": {"every": -1}}', '{"every": 3}', '[1]', "{",
@@ -80,7 +81,7 @@ def test_the_section_reads_as_the_controller_hands_it_to_the_workers() -> None:
 def test_an_unreadable_section_says_so_and_shows_the_defaults(bad: str) -> None:
     cover, problem = coverage(bad)
     assert problem is not None and bad in problem and "shown: the defaults" in problem
-    assert cover == coverage(None)[0]
+    assert cover == coverage("{}")[0]  # a section's defaults: the non-finite check
 
 
 @given(st.lists(st.tuples(st.sampled_from(["agreement", "digest", "nonfinite", "spike"]),

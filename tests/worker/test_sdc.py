@@ -20,7 +20,7 @@ from events.sdc import CorruptionSuspected, StepReplayed
 from events.sdcenv import SDC, SdcEnv, SdcReplay
 from worker.bitflip import flip_bit
 from worker.comm import Comm
-from worker.errors import EXIT_CORRUPTION, CorruptionDetected, WorkerError
+from worker.errors import EXIT_CORRUPTION, CorruptionDetected, NonFiniteState, WorkerError
 from worker.sdc import (
     Checked,
     Detectors,
@@ -246,6 +246,29 @@ def test_detect_reports_the_replay_then_the_suspicion_and_stops_with_exit_87() -
     assert replayed.suspected_generation == 1 and len(replayed.fingerprints[0]) == 16
     assert isinstance(suspected, CorruptionSuspected) and suspected.detector == "nonfinite"
     assert suspected.ranks == () and "loss=nan" in suspected.detail and rec.flushed == 1
+
+
+@pytest.mark.parametrize("loss", [float("nan"), 1e9])
+def test_a_replay_that_recomputes_the_same_state_is_the_jobs_own_numerics(loss: float) -> None:
+    model, opt = _trained()
+    env = SdcEnv(spike_sigma=3.0, spike_warmup=2, spike_window=8)
+    parts = state_parts(model, opt, grads=env.grads, optimizer_state=env.optimizer)
+    held = (fingerprint_hex(fingerprints(parts)),)  # what the suspect generation held
+    detectors = Detectors(env, SdcReplay(step=5, generation=1, fingerprints=held), rank=0,
+                          world_size=1, node="n0", gather=Comm.single().all_gather)
+    rec = Recorder()
+    for step in (1, 2, 3, 4):
+        detect(detectors, model, opt, rec, Comm.single(), coordinator=True, step=step,
+               loss=1.0 + step / 100)
+    if loss != loss:  # NaN again, bit for bit: stop as the job's divergence, exit 86
+        with pytest.raises(NonFiniteState) as err:
+            detect(detectors, model, opt, rec, Comm.single(), coordinator=True, step=5,
+                   loss=loss)
+        assert err.value.exit_code == 86 and "numerics diverged" in str(err.value)
+    else:  # the same spike again: the job's real spike, training goes on
+        detect(detectors, model, opt, rec, Comm.single(), coordinator=True, step=5, loss=loss)
+    (replayed,) = rec.events
+    assert isinstance(replayed, StepReplayed) and replayed.fingerprints == held
 
 
 def test_detectors_run_only_when_the_environment_asks() -> None:

@@ -22,9 +22,10 @@ process), the median time inside the detectors alone (the figure that carries
 to other models: it scales with the state's bytes, not the step's FLOPs), and
 1 + that time over the baseline's median step (the same ratio with the noise of
 two separately timed medians taken out; on a shared machine the first ratio
-moves by more than the detectors cost on the tiny model). A detection during the benchmark would be a false alarm on healthy
-replicas: counted and reported. Nothing asserts on a timing. Results go to
-``bench/results/sdc_overhead.json``.
+moves by more than the detectors cost on the tiny model). A detection during
+the benchmark would be a false alarm on healthy replicas: counted and reported.
+A second table times each detector's own work on one process (no collective).
+Nothing asserts on a timing. Results go to ``bench/results/sdc_overhead.json``.
 """
 
 from __future__ import annotations
@@ -51,35 +52,44 @@ import torch.distributed as dist
 from torch import nn
 
 from bench.common import REPO_ROOT, fmt_num, machine_info, print_table, ratio, write_results
-from bench.sdc_parts import CONFIGS, LARGER, TINY, Check, run_model
+from bench.sdc_parts import CONFIGS, LARGER, TINY, Check, component_costs, run_model
 from events.sdcenv import SdcEnv
+from worker.comm import Comm
 
 NAME = "sdc_overhead"
 WORLD = 2
 
 
+_COMM: list[Comm] = []  # the rank's side group, made once (a new group is a collective)
+
+
 def make_check(env: SdcEnv, rank: int, world: int) -> Check:
-    """The worker's detectors for one configuration, called as the session calls them."""
+    """The worker's detectors for one configuration, called as the session calls them:
+    the row goes through ``Comm.all_gather`` on the session's own gloo group."""
     from worker import sdc
 
-    def gather(t: torch.Tensor) -> list[torch.Tensor]:
-        out = [torch.empty_like(t) for _ in range(world)]
-        dist.all_gather(out, t)
-        return out
-
+    if not _COMM:
+        _COMM.append(Comm.new_group())
+    comm = _COMM[0]
     detectors = sdc.Detectors(env, None, rank=rank, world_size=world, node=f"n{rank}",
-                              gather=gather)
+                              gather=comm.all_gather)
 
     def check(step: int, loss: float, model: nn.Module, opt: torch.optim.Optimizer) -> None:
         parts = sdc.state_parts(model, opt, grads=env.grads, optimizer_state=env.optimizer)
-        detectors.check(step, loss, parts)
+        norm = sdc.grad_norm(model) if detectors.wants_grad_norm else None
+        checked = detectors.check(step, loss, parts, norm)
+        if checked.finding is not None:
+            raise Detected(checked.finding.detail)
 
     return check
 
 
+class Detected(Exception):
+    """A finding on healthy replicas: a false alarm, counted by the benchmark."""
+
+
 def is_detection(exc: BaseException) -> bool:
-    from worker.sdc import CorruptionDetected
-    return isinstance(exc, CorruptionDetected)
+    return isinstance(exc, Detected)
 
 
 def rank_main(args: argparse.Namespace) -> None:
@@ -161,6 +171,15 @@ def main(argv: list[str] | None = None) -> None:
     info = machine_info(["torch"])
     results = launch(args)
     report(results)
+    torch.set_num_threads(args.threads)
+    specs = [TINY] if args.quick else [TINY, LARGER]
+    parts = {s.name: component_costs(s, 5 if args.quick else 20) for s in specs}
+    names = list(next(iter(parts.values())))
+    print_table(["one process, no collective (ms, p50)", *parts],
+                [[n, *(fmt_num(parts[m][n], 3) for m in parts)] for n in names],
+                "what the detectors' own work costs")
+    for name, costs in parts.items():
+        results[name]["components_ms"] = costs
     path = write_results(NAME, {"machine": info, "world_size": WORLD, "threads": args.threads,
                                 "rounds": args.rounds, "models": results,
                                 "configs": {c.name: {"what": c.what, "env": (

@@ -174,3 +174,26 @@ def run_model(spec: ModelSpec, rounds: int, rank: int, world: int,
     return {"model": dataclasses.asdict(spec), "parameters": params,
             "state_bytes": params * 4 * 4,  # params, grads, exp_avg, exp_avg_sq (fp32)
             "configs": {name: m.to_json() for name, m in measured.items()}}
+
+
+def component_costs(spec: ModelSpec, repeats: int) -> dict[str, float]:
+    """Median ms of each detector's own work on one process (no collective): what the
+    per-step figures are made of, apart from the all-gather and the wait in it."""
+    from bench.common import time_repeated
+    from worker import sdc
+
+    torch.manual_seed(0)
+    model = spec.build()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    train_step(model, opt, batches(spec, 0, 1, 1)[0])  # grads and optimizer state exist
+    params = sdc.state_parts(model, opt, grads=False, optimizer_state=False)
+    every = sdc.state_parts(model, opt, grads=True, optimizer_state=True)
+    work = {
+        "state_parts (all)": lambda: sdc.state_parts(model, opt, grads=True,
+                                                     optimizer_state=True),
+        "fingerprints (params)": lambda: sdc.fingerprints(params),
+        "fingerprints (all)": lambda: sdc.fingerprints(every),
+        "full_digest (all)": lambda: sdc.full_digest(every),
+        "grad_norm": lambda: sdc.grad_norm(model),
+    }
+    return {name: time_repeated(fn, repeats).median * 1000.0 for name, fn in work.items()}

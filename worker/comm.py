@@ -1,5 +1,6 @@
 """The few collectives the checkpoint protocol needs, on one process group.
 
+``init_distributed`` joins the training group the environment describes.
 The protocol runs its collectives on a group of its own (gloo), never on the
 training group: an async save runs them from a background thread, and two
 threads must never interleave collectives on one group. A single process
@@ -11,10 +12,13 @@ Tested in tests/worker/test_commit.py and tests/e2e/test_checkpoint.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+
+from events.workerenv import WorkerEnv
 
 T = TypeVar("T")
 
@@ -66,3 +70,25 @@ class Comm:
     def barrier(self) -> None:
         if self.distributed:
             dist.barrier(group=self.group)
+
+
+def stage_of(what: str) -> str:
+    """The ``CheckpointWriteFailed.stage`` a storage fault's description names."""
+    if "coverage" in what:
+        return "coverage"
+    if "manifest" in what:
+        return "manifest"
+    return "shards"
+
+
+def init_distributed(env: WorkerEnv) -> None:
+    """Join the training group the agent described (NCCL with GPUs, gloo otherwise)."""
+    if env.world_size == 1 or dist.is_initialized():
+        return
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(env.local_rank)
+    dist.init_process_group(
+        backend="nccl" if cuda else "gloo",
+        init_method=f"tcp://{env.master_addr}:{env.master_port}",
+        rank=env.rank, world_size=env.world_size, timeout=timedelta(minutes=10))

@@ -4,8 +4,8 @@ Exit codes follow the controller's failure classification (README, failure
 policy): a storage fault exits 74 (EX_IOERR), a data fault 65, so the
 controller's policy sees the right class without parsing messages.
 
-Tested in tests/worker/test_storage.py, tests/worker/test_restore.py and
-tests/worker/test_faults.py.
+Tested in tests/worker/test_storage.py, tests/worker/test_restore.py,
+tests/worker/test_faults.py and tests/worker/test_sdc.py.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ EXIT_DATA = 65
 EXIT_STORAGE = 74
 EXIT_TEMPFAIL = 75
 EXIT_FENCED = 3
+EXIT_CORRUPTION = 87  # the controller's ``silent_corruption`` class
 
 
 class WorkerError(Exception):
@@ -74,3 +75,18 @@ class Fenced(WorkerError):
 
 class BacklogFull(WorkerError):
     """The async backlog is full and the policy is ``error``-free skip; used internally."""
+
+
+class CorruptionDetected(WorkerError):
+    """A silent-data-corruption detector distrusts this step's state (``worker.sdc``):
+    every rank stops before the step is reported or checkpointed."""
+
+    exit_code = EXIT_CORRUPTION
+
+    def __init__(self, step: int, detector: str, ranks: tuple[int, ...], detail: str) -> None:
+        self.step = step
+        self.detector = detector
+        self.ranks = ranks
+        who = f"ranks {list(ranks)}" if ranks else "every rank"
+        super().__init__(f"step {step}: {detector} detector distrusts {who} ({detail}); "
+                         "the controller restarts from the newest checkpoint before it")

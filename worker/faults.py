@@ -18,6 +18,14 @@ its size, then SIGKILL: a committed checkpoint that no longer verifies),
 heartbeating), ``slow`` (from ``step`` on, sleep ``ms=<milliseconds>`` in
 every step: a straggler).
 
+``bitflip@<step>[:target=param|grad|optim][:seed=S][:node=N]`` is silent data
+corruption, not a crash (``worker.bitflip``): at ``step`` flip one bit of one
+element of one tensor of that kind (``param`` unless ``target`` says; a gradient
+before ``optimizer.step``, a parameter or optimizer state right after it), chosen
+from a generator seeded by (``seed``, step, rank): every replay of the step flips the
+same bit, so without ``gen`` it is a bad node, with ``gen=1`` a one-off. ``node``
+(any point) arms a fault only on the node of that name.
+
 Two switches, honoured only for tests and drills: ``RUNLEDGER_FAULT_NO_SIGTERM=1``
 ignores SIGTERM (a worker partitioned from its agent, which the agent's stop
 never reaches; only SIGKILL ends it), and ``RUNLEDGER_IGNORE_FENCE=1`` turns off
@@ -42,7 +50,8 @@ DELAY_ENV = "RUNLEDGER_STORAGE_DELAY_S"
 NO_SIGTERM_ENV = "RUNLEDGER_FAULT_NO_SIGTERM"
 IGNORE_FENCE_ENV = "RUNLEDGER_IGNORE_FENCE"
 POINTS = ("staging", "mid_shard", "after_shards", "after_manifest", "after_commit", "step",
-          "truncate", "hang", "slow")
+          "truncate", "hang", "slow", "bitflip")
+TARGETS = ("param", "grad", "optim")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,13 +62,17 @@ class Fault:
     generation: int | None = None
     run: str | None = None
     ms: int = 0  # ``slow``: the sleep per step
+    target: str = "param"  # ``bitflip``: which kind of tensor
+    seed: int = 0  # ``bitflip``: seeds the choice of tensor, element and bit
+    node: str | None = None
 
 
 class Faults:
     def __init__(self, fault: Fault | None, rank: int, generation: int,
                  run_id: str = "", storage_delay_s: float = 0.0,
-                 ignore_fence: bool = False) -> None:
+                 ignore_fence: bool = False, node: str = "") -> None:
         self.fault = fault
+        self.node = node
         self.rank = rank
         self.generation = generation
         self.run_id = run_id
@@ -68,7 +81,7 @@ class Faults:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], rank: int, generation: int,
-                 run_id: str = "") -> Faults:
+                 run_id: str = "", node: str = "") -> Faults:
         raw = env.get(DELAY_ENV, "") or "0"
         try:
             delay = float(raw)
@@ -77,7 +90,7 @@ class Faults:
         if env.get(NO_SIGTERM_ENV) == "1":
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return cls(parse(env.get(ENV, "")), rank, generation, run_id, max(0.0, delay),
-                   ignore_fence=env.get(IGNORE_FENCE_ENV) == "1")
+                   ignore_fence=env.get(IGNORE_FENCE_ENV) == "1", node=node)
 
     def slow_storage(self) -> None:
         if self.storage_delay_s:
@@ -89,7 +102,8 @@ class Faults:
                 and (f.step == step or (onwards and step > f.step))
                 and (f.rank is None or f.rank == self.rank)
                 and (f.generation is None or f.generation == self.generation)
-                and (f.run is None or self.run_id.startswith(f.run)))
+                and (f.run is None or self.run_id.startswith(f.run))
+                and (f.node is None or f.node == self.node))
 
     def hit(self, point: str, step: int) -> None:
         if self.armed(point, step):
@@ -124,24 +138,46 @@ def parse(text: str) -> Fault | None:
     point, sep, step = head.partition("@")
     if not sep or point not in POINTS or not _decimal(step):
         raise WorkerError(f"{ENV}={text!r}: expected <point>@<step>[:rank=R][:gen=G][:run=P]"
-                          f"[:ms=M] with a point in {', '.join(POINTS)}")
-    rank = gen = None
-    run = None
-    ms = 0
+                          f"[:node=N][:ms=M][:target=T][:seed=S] with a point in "
+                          f"{', '.join(POINTS)}")
+    fields: dict[str, str | int] = {}
     for opt in opts:
-        key, _, value = opt.partition("=")
-        if key == "run" and value:
-            run = value
-        elif key == "ms" and point == "slow" and _decimal(value):
-            ms = int(value)
-        elif key in ("rank", "gen") and _decimal(value):
-            if key == "rank":
-                rank = int(value)
-            else:
-                gen = int(value)
-        else:
-            raise WorkerError(f"{ENV}={text!r}: unknown option {opt!r}")
-    return Fault(point, int(step), rank, gen, run, ms)
+        key = opt.partition("=")[0]
+        if key in fields:
+            raise WorkerError(f"{ENV}={text!r}: option {key!r} given twice")
+        fields[key] = _option(text, point, opt)
+    return Fault(point, int(step), rank=_int(fields.get("rank")),
+                 generation=_int(fields.get("gen")), run=_str(fields.get("run")),
+                 ms=_int(fields.get("ms")) or 0,
+                 target=_str(fields.get("target")) or "param", seed=_int(fields.get("seed")) or 0,
+                 node=_str(fields.get("node")))
+
+
+def _option(text: str, point: str, opt: str) -> str | int:
+    """One ``key=value`` option, checked against the point it may go with."""
+    key, _, value = opt.partition("=")
+    if key in ("run", "node") and value:
+        return value
+    if key in ("rank", "gen") and _decimal(value):
+        return int(value)
+    if key == "ms" and point == "slow" and _decimal(value):
+        return int(value)
+    if key == "seed" and point == "bitflip" and _decimal(value):
+        return int(value)
+    if key == "target" and point == "bitflip":
+        if value in TARGETS:
+            return value
+        raise WorkerError(f"{ENV}={text!r}: target={value!r} is not one of "
+                          f"{', '.join(TARGETS)}")
+    raise WorkerError(f"{ENV}={text!r}: unknown option {opt!r}")
+
+
+def _int(value: str | int | None) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _str(value: str | int | None) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _decimal(text: str) -> bool:

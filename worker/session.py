@@ -24,11 +24,9 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.distributed.checkpoint.stateful import Stateful
 
 from dataplane.permute import derive_key
@@ -47,7 +45,8 @@ from events.model import (
 from events.workerenv import CheckpointEnv, WorkerEnv
 from worker import restore as restoring
 from worker import rng
-from worker.comm import Comm
+from worker.bitflip import Injector
+from worker.comm import Comm, init_distributed, stage_of
 from worker.commit import ManifestFields, write_checkpoint
 from worker.errors import CheckpointRejected, Fenced, StorageFault, VerificationFailed, WorkerError
 from worker.faults import Faults
@@ -55,6 +54,9 @@ from worker.layout import CheckpointDir
 from worker.manifest import FileEntry
 from worker.persist import Persister, nbytes, stage
 from worker.reporter import Reporter
+from worker.sdc import Detectors
+from worker.sdc import from_environ as sdc_from_environ
+from worker.sdcstep import detect
 from worker.tiers import Identity, Refusals, Replicator, attempts, gc_thread
 from worker.trainstate import Loader, TrainState, rng_key
 from worker.watcher import Watcher
@@ -68,7 +70,8 @@ STEP_TIMES_BATCH = 8
 
 class Session:
     def __init__(self, env: WorkerEnv, ckpt: CheckpointEnv, *, comm: Comm, reporter: Reporter,
-                 watcher: Watcher, faults: Faults, control: Comm | None = None) -> None:
+                 watcher: Watcher, faults: Faults, control: Comm | None = None,
+                 sdc: Detectors | None = None) -> None:
         self.env = env
         self.ckpt = ckpt
         self.comm = comm
@@ -96,6 +99,9 @@ class Session:
             self.tiers[1:], Identity(env.logical_id, reporter.header), reporter.report,
         ) if len(self.tiers) > 1 and env.rank == 0 else None
         self._times: list[tuple[int, float, float]] = []  # (step, step ms, input wait ms)
+        self.sdc = sdc
+        self._next_step = 1  # what the bitflip hooks flip in: the step reported next
+        self._injector = Injector(faults, lambda: self._next_step)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -104,15 +110,17 @@ class Session:
         environ = os.environ if environ is None else environ
         env = WorkerEnv.from_environ(environ)
         ckpt = CheckpointEnv.from_environ(environ)
-        _init_distributed(env)
+        init_distributed(env)
         comm = Comm.new_group()
         control = Comm.new_group() if ckpt.mode == "async" else comm
         producer = EventProducer(env.bootstrap, client_id=f"worker/{env.run_id}/{env.logical_id}")
         reporter = Reporter(env, producer).start()
         watcher = Watcher(env.bootstrap, env.run_id, env.generation).start()
-        faults = Faults.from_env(environ, env.rank, env.generation, env.run_id)
+        faults = Faults.from_env(environ, env.rank, env.generation, env.run_id, env.node)
+        sdc = sdc_from_environ(environ, rank=env.rank, world_size=env.world_size,
+                               node=env.node, gather=control.all_gather)
         return cls(env, ckpt, comm=comm, reporter=reporter, watcher=watcher, faults=faults,
-                   control=control)
+                   control=control, sdc=sdc)
 
     def __enter__(self) -> Session:
         return self
@@ -155,6 +163,8 @@ class Session:
                loader: Loader | None = None) -> None:
         """What a checkpoint holds besides RNG and counters."""
         self._attached = TrainState(model, optimizer, scheduler, scaler, loader)
+        if self.faults.fault is not None and self.faults.fault.point == "bitflip":
+            self._injector.install(model, optimizer)
 
     # -- the step path -----------------------------------------------------------------
 
@@ -166,6 +176,8 @@ class Session:
         for background in (self._persister, self._replicator):
             if background is not None:
                 background.check()
+        self._detect(step, loss)
+        self._next_step = step + 1
         self.tokens += tokens
         self.loss_tokens += loss_tokens
         self.reporter.step = step
@@ -182,6 +194,11 @@ class Session:
         self.faults.stepped(step)
         if due:
             self.checkpoint(step, cursor)
+
+    def _detect(self, step: int, loss: float | None) -> None:
+        if self.sdc is not None and self._attached is not None:
+            detect(self.sdc, self._attached.model, self._attached.optimizer, self.reporter,
+                   self.control, coordinator=self.coordinator, step=step, loss=loss)
 
     def _check_fence(self) -> None:
         """A fenced generation stops before it steps or writes shards again: the controller
@@ -255,7 +272,7 @@ class Session:
         except StorageFault as exc:
             self.reporter.report(CheckpointWriteFailed(
                 header=self.reporter.header(f"ckpt/{step}/failed"), step=step,
-                logical_id=self.env.logical_id, stage=_stage_of(exc.stage), detail=exc.detail))
+                logical_id=self.env.logical_id, stage=stage_of(exc.stage), detail=exc.detail))
             self.reporter.flush()
             raise
         for entry in shards:
@@ -361,6 +378,7 @@ class Session:
         self.tokens = manifest.counters.get("tokens", 0)
         self.loss_tokens = manifest.counters.get("loss_tokens", 0)
         self.last_checkpoint_step = manifest.step
+        self._next_step = manifest.step + 1
         self.durable_step = manifest.step
         self._parent = chosen.manifest_digest
         self.reporter.step = manifest.step
@@ -379,22 +397,3 @@ class Session:
             raise WorkerError("attach(model=...) before restore() or checkpoint()")
         return self._attached
 
-
-def _stage_of(what: str) -> str:
-    if "coverage" in what:
-        return "coverage"
-    if "manifest" in what:
-        return "manifest"
-    return "shards"
-
-
-def _init_distributed(env: WorkerEnv) -> None:
-    if env.world_size == 1 or dist.is_initialized():
-        return
-    cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.set_device(env.local_rank)
-    dist.init_process_group(
-        backend="nccl" if cuda else "gloo",
-        init_method=f"tcp://{env.master_addr}:{env.master_port}",
-        rank=env.rank, world_size=env.world_size, timeout=timedelta(minutes=10))

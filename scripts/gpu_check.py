@@ -162,9 +162,9 @@ def syncs(device: torch.device) -> dict[str, Any]:
     return out
 
 
-PHASES: tuple[tuple[str, SdcEnv, str | None, str], ...] = tuple(
-    (f"bitflip {t}", SdcEnv(agreement_every=1, grads=True, optimizer=True, nonfinite=False),
-     f"bitflip@{FLIP_STEP}:rank=1:target={t}:seed=3", "agreement") for t in TARGETS) + (
+PHASES: tuple[tuple[str, SdcEnv, str | None, str], ...] = (
+    *((f"bitflip {t}", SdcEnv(agreement_every=1, grads=True, optimizer=True, nonfinite=False),
+       f"bitflip@{FLIP_STEP}:rank=1:target={t}:seed=3", "agreement") for t in TARGETS),
     ("full digest alone, param flip", SdcEnv(full_every=1, nonfinite=False),
      f"bitflip@{FLIP_STEP}:rank=1:target=param", "digest"),
     ("non-finite loss on rank 1", SdcEnv(nonfinite=True), None, "nonfinite"),

@@ -18,7 +18,8 @@ batches). A step is forward, backward (DDP's gradient all-reduce), the
 optimizer step, and the detectors; it is timed on rank 0 from a barrier that
 starts every rank's step together. Reported per configuration: the median step
 time, its ratio to the baseline's median (measured in the same run, same
-process), the median time inside the detectors alone (the figure that carries
+process) and the median over rounds of the per-round ratio, the median time
+inside the detectors alone (the figure that carries
 to other models: it scales with the state's bytes, not the step's FLOPs), and
 1 + that time over the baseline's median step (the same ratio with the noise of
 two separately timed medians taken out; on a shared machine the first ratio
@@ -134,24 +135,39 @@ def _median_ms(values: list[float]) -> float:
     return statistics.median(values) * 1000.0 if values else float("nan")
 
 
-def report(results: dict[str, Any]) -> None:
+def round_ratio(config: list[float], baseline: list[float], rounds: int) -> float:
+    """The median over rounds of (this round's median step / the baseline's in the same
+    round): the two ran minutes apart at most, so a change of the machine's load
+    between rounds moves this least."""
+    per = len(baseline) // rounds
+    if per == 0 or len(config) != len(baseline):
+        return float("nan")
+    return statistics.median(
+        ratio(statistics.median(config[r * per:(r + 1) * per]),
+              statistics.median(baseline[r * per:(r + 1) * per])) for r in range(rounds))
+
+
+def report(results: dict[str, Any], rounds: int) -> None:
     for name, res in results.items():
         cfgs = res["configs"]
-        base = _median_ms(cfgs["baseline"]["step_s"])
+        base_s = cfgs["baseline"]["step_s"]
+        base = _median_ms(base_s)
         rows = []
         for c in CONFIGS:
             m = cfgs[c.name]
             step = _median_ms(m["step_s"])
             check = _median_ms(m["check_s"])
+            by_round = round_ratio(m["step_s"], base_s, rounds)
             rows.append([c.name, fmt_num(step, 2), f"{ratio(step, base):.3f}",
-                         fmt_num(check, 3), f"{1 + ratio(check, base):.3f}",
+                         f"{by_round:.3f}", fmt_num(check, 3), f"{1 + ratio(check, base):.3f}",
                          m["detections"], c.what])
-            m["median_step_ms"], m["ratio"] = step, ratio(step, base)
+            m["median_step_ms"], m["ratio"], m["round_ratio"] = step, ratio(step, base), by_round
             m["median_check_ms"], m["added_ratio"] = check, 1 + ratio(check, base)
         title = (f"{name}: {res['parameters']:,} parameters, {WORLD} gloo ranks, "
-                 f"{len(cfgs['baseline']['step_s'])} steps per configuration")
-        print_table(["configuration", "step ms (p50)", "ratio", "detectors ms (p50)",
-                     "1 + detectors/base", "false alarms", "what"], rows, title)
+                 f"{len(base_s)} steps per configuration in {rounds} rounds")
+        print_table(["configuration", "step ms (p50)", "ratio", "ratio (rounds)",
+                     "detectors ms (p50)", "1 + detectors/base", "false alarms", "what"],
+                    rows, title)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -170,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     info = machine_info(["torch"])
     results = launch(args)
-    report(results)
+    report(results, args.rounds)
     torch.set_num_threads(args.threads)
     specs = [TINY] if args.quick else [TINY, LARGER]
     parts = {s.name: component_costs(s, 5 if args.quick else 20) for s in specs}

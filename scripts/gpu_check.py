@@ -231,10 +231,8 @@ def two_ranks() -> dict[str, Any]:
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         out = Path(tmp) / "rank0.json"
-        cmd = [sys.executable, __file__, "--rank-of-two", "", "--port", str(port),
-               "--json", str(out)]
-        procs = [subprocess.Popen([*cmd[:2], "--rank-of-two", str(r), *cmd[4:]])
-                 for r in range(2)]
+        cmd = [sys.executable, __file__, "--port", str(port), "--json", str(out)]
+        procs = [subprocess.Popen([*cmd, "--rank-of-two", str(r)]) for r in range(2)]
         codes = [p.wait(timeout=900) for p in procs]
         if any(codes):
             return {"error": f"a rank failed: exit codes {codes} (traceback above)"}
@@ -287,18 +285,19 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the two ranks too
     device = torch.device("cuda:0" if cuda else "cpu")
     flips = args.flips if args.flips is not None else (60 if args.quick else 3000)
-    report = {"torch": torch.__version__, "cuda": torch.version.cuda,
-              "device": torch.cuda.get_device_name(0) if cuda else "cpu",
-              "campaign": campaign(device, flips), "syncs": syncs(device),
-              "two_ranks": two_ranks()}
-    report["failures"] = failures(report)
+    report: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda,
+                              "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+                              "campaign": campaign(device, flips), "syncs": syncs(device),
+                              "two_ranks": two_ranks()}
+    bad = failures(report)
+    report["failures"] = bad
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:
         Path(args.json).write_text(text + "\n", "utf-8")
-    for line in report["failures"]:
+    for line in bad:
         print(f"gpu_check: FAILED: {line}", file=sys.stderr)
-    return 1 if report["failures"] else 0
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@
 - ``persist``: async staging and the bounded background writer.
 - ``manifest``, ``layout``, ``storage``: the checkpoint manifest, paths, fsspec I/O.
 - ``gc``: bounded, retryable garbage collection of checkpoints.
-- ``comm``, ``rng``, ``faults``, ``errors``: collectives, RNG streams, fault injection,
-  ``WorkerError`` and its leaves.
+- ``sdc``, ``sdcstep``: the silent-data-corruption detectors ``step`` runs before it
+  reports (fingerprints agreed across replicas, digests, invariants) and their reports.
+- ``comm``, ``rng``, ``faults``, ``bitflip``, ``errors``: collectives, RNG streams, fault
+  injection (a flipped bit among them), ``WorkerError`` and its leaves.
 
 Depends on ``events`` and ``dataplane``; never on ``controller``.
 """

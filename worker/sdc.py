@@ -13,6 +13,8 @@ corruption"), after the optimizer step and before the step is reported or checkp
   above the running median + ``spike_sigma`` * 1.4826 * MAD of the last
   ``spike_window`` values, once ``spike_warmup`` values were seen.
 
+On GPUs (NCCL training) the sums run on the device and only the vector of int64s comes
+to the host; the gather runs on the session's gloo control group, never the training one.
 Every rank gets the same :class:`Finding` (it is decided from the gathered rows), so all
 ranks stop together. Cost: one pass over the state per agreement step, one all-gather of
 a few hundred bytes per step, one sha256 pass per full digest (bench/sdc_overhead.py).
@@ -32,7 +34,8 @@ from typing import Any
 
 import torch
 
-from events.sdcenv import SDC, SdcEnv, SdcReplay
+from events.sdcenv import SDC, SdcEnv, SdcEnvError, SdcReplay
+from worker.errors import WorkerError
 
 Part = tuple[str, torch.Tensor]
 Gather = Callable[[Any], list[Any]]
@@ -265,5 +268,9 @@ def from_environ(environ: Mapping[str, str], *, rank: int, world_size: int, node
     whose spec has no ``sdc`` section pays nothing)."""
     if not environ.get(SDC):
         return None
-    return Detectors(SdcEnv.from_environ(environ), SdcReplay.from_environ(environ), rank=rank,
-                     world_size=world_size, node=node, gather=gather)
+    try:
+        env, replay = SdcEnv.from_environ(environ), SdcReplay.from_environ(environ)
+    except SdcEnvError as exc:
+        raise WorkerError(f"{exc}; the controller writes these variables from the spec's "
+                          "sdc section: check it, or unset them") from None
+    return Detectors(env, replay, rank=rank, world_size=world_size, node=node, gather=gather)

@@ -20,7 +20,7 @@ from events.sdc import CorruptionSuspected, StepReplayed
 from events.sdcenv import SDC, SdcEnv, SdcReplay
 from worker.bitflip import flip_bit
 from worker.comm import Comm
-from worker.errors import EXIT_CORRUPTION, CorruptionDetected
+from worker.errors import EXIT_CORRUPTION, CorruptionDetected, WorkerError
 from worker.sdc import (
     Checked,
     Detectors,
@@ -255,3 +255,5 @@ def test_detectors_run_only_when_the_environment_asks() -> None:
     d = from_environ(env.to_environ(), rank=1, world_size=2, node="n", gather=gather)
     assert d is not None and d.env == env and d.replay is None and d.wants_grad_norm
     assert SDC in env.to_environ()
+    with pytest.raises(WorkerError, match="RUNLEDGER_SDC: unknown keys \\['every'\\]"):
+        from_environ({SDC: '{"every": 1}'}, rank=0, world_size=1, node="n", gather=gather)

@@ -26,7 +26,8 @@ def test_every_state_changing_flip_is_caught_at_its_step_and_the_run_ends_clean(
     assert res["misses"] == [], f"flips that changed state and went unseen: {res['misses']}"
     assert res["share_detected"] == 1.0
     assert res["false_alarms"] == []
-    assert res["rollbacks"] == res["detected"]
+    # gradients are fingerprinted: a gradient flip the update rounded away is caught too
+    assert res["rollbacks"] == res["detected"] + res["unchanged_detected"] == FLIPS
     assert res["checkpoints"] >= plan(cfg)[0] // cfg.every
     assert res["corrupted_checkpoints"] == 0
     assert res["final_equal"], "the run did not end on the reference parameters"

@@ -25,7 +25,9 @@ to other models: it scales with the state's bytes, not the step's FLOPs), and
 two separately timed medians taken out; on a shared machine the first ratio
 moves by more than the detectors cost on the tiny model). A detection during
 the benchmark would be a false alarm on healthy replicas: counted and reported.
-A second table times each detector's own work on one process (no collective).
+A second table times the fixed part alone (the row's all-gather on the control
+group, and a one-int all-reduce for comparison), a third each detector's own
+work on one process (no collective).
 Nothing asserts on a timing. Results go to ``bench/results/sdc_overhead.json``.
 """
 
@@ -39,6 +41,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,12 +103,38 @@ def rank_main(args: argparse.Namespace) -> None:
                             rank=args.rank, world_size=WORLD)
     try:
         specs = [TINY] if args.quick else [TINY, LARGER]
-        out = {s.name: run_model(s, args.rounds, args.rank, WORLD, make_check, is_detection)
-               for s in specs}
+        out: dict[str, Any] = {
+            s.name: run_model(s, args.rounds, args.rank, WORLD, make_check, is_detection)
+            for s in specs}
+        out["gather"] = gather_costs(_COMM[0], 50 if args.quick else 300)
     finally:
         dist.destroy_process_group()
     if args.rank == 0:
         Path(args.out).write_text(json.dumps(out), "utf-8")
+
+
+def gather_costs(comm: Comm, repeats: int) -> dict[str, float]:
+    """Median ms of the step's fixed part alone, on the control group: the all-gather
+    of a row as the detectors send it (80 fingerprints, tiny's parts with all state;
+    320 for a model four times as deep), and for comparison an all-reduce of one
+    int64, all that agreeing on a flag would need."""
+    from worker.sdc import Row
+
+    flag = torch.zeros(1, dtype=torch.int64)
+    rows = {n: Row(tuple(range(-n, 0)), None, "", "", f"n{comm.rank}") for n in (80, 320)}
+    work: dict[str, Callable[[], object]] = {
+        "all_gather row of 80": lambda: comm.all_gather(rows[80]),
+        "all_gather row of 320": lambda: comm.all_gather(rows[320]),
+        "all_reduce one int64": lambda: dist.all_reduce(flag, group=comm.group)}
+    samples: dict[str, list[float]] = {name: [] for name in work}
+    for i in range(repeats + repeats // 5):  # taking turns; the first fifth untimed
+        for name, fn in work.items():
+            comm.barrier()
+            t0 = time.perf_counter()
+            fn()
+            if i >= repeats // 5:
+                samples[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(v) * 1000.0 for name, v in samples.items()}
 
 
 def _free_port() -> int:
@@ -149,6 +179,11 @@ def round_ratio(config: list[float], baseline: list[float], rounds: int) -> floa
 
 def report(results: dict[str, Any], rounds: int) -> None:
     for name, res in results.items():
+        if name == "gather":
+            print_table(["on the gloo control group, 2 ranks", "ms (p50)"],
+                        [[k, fmt_num(v, 3)] for k, v in res.items()],
+                        "the detectors' fixed part per step")
+            continue
         cfgs = res["configs"]
         base_s = cfgs["baseline"]["step_s"]
         base = _median_ms(base_s)

@@ -58,6 +58,21 @@ def test_every_single_bit_flip_changes_the_fingerprint_and_the_digest(
     assert torch.equal(fingerprints([("t", t)]), before)
 
 
+@given(st.integers(0, 7), st.integers(1, 40), st.data())
+def test_a_view_at_any_byte_offset_is_summed_and_every_flip_changes_it(
+        offset: int, n: int, data: st.DataObject) -> None:
+    # A half-precision view that starts off an 8-byte boundary and ends mid-word:
+    # the int64 words are read from a copy, the leftover bytes one by one.
+    base = torch.randn(offset + n).to(torch.float16)
+    view = base[offset:]
+    element = data.draw(st.integers(0, n - 1))
+    bit = data.draw(st.integers(0, 15))
+    before = fingerprints([("v", view)])
+    assert torch.equal(before, fingerprints([("v", view.clone())]))
+    flip_bit(view, element, bit)
+    assert not torch.equal(fingerprints([("v", view)]), before)
+
+
 def test_a_zero_dim_tensor_is_one_element_and_fingerprints_are_int64() -> None:
     step = torch.tensor(3.0)
     vector = fingerprints([("s", step), ("w", torch.ones(2, 2))])

@@ -176,19 +176,6 @@ def run_model(spec: ModelSpec, rounds: int, rank: int, world: int,
             "configs": {name: m.to_json() for name, m in measured.items()}}
 
 
-def word_sums(parts: list[tuple[str, torch.Tensor]]) -> torch.Tensor:
-    """Not what the worker does: the wrapping sum of each tensor's bytes read as int64
-    words (the tail bytes added one by one). Any single-bit flip still changes it, and
-    torch sums int64 natively where ``int32.sum(dtype=int64)`` converts element by
-    element; timed here to size that difference."""
-    sums = []
-    for _, t in parts:
-        raw = t.detach().contiguous().reshape(-1).view(torch.uint8)
-        whole = raw.numel() // 8 * 8
-        sums.append(raw[:whole].view(torch.int64).sum() + raw[whole:].sum(dtype=torch.int64))
-    return torch.stack(sums)
-
-
 def component_costs(spec: ModelSpec, repeats: int) -> dict[str, float]:
     """Median ms of each detector's own work on one process (no collective): what the
     per-step figures are made of, apart from the all-gather and the wait in it."""
@@ -208,6 +195,5 @@ def component_costs(spec: ModelSpec, repeats: int) -> dict[str, float]:
         "fingerprints (all)": lambda: sdc.fingerprints(every),
         "full_digest (all)": lambda: sdc.full_digest(every),
         "grad_norm": lambda: sdc.grad_norm(model),
-        "alternative: fingerprints (all) as int64 words": lambda: word_sums(every),
     }
     return {name: time_repeated(fn, repeats).median * 1000.0 for name, fn in work.items()}

@@ -4,8 +4,8 @@ corruption"), after the optimizer step and before the step is reported or checkp
 - Cross-replica agreement (``agreement``): data-parallel replicas must hold the same
   bits after every optimizer step. Each state tensor (parameters, gradients when
   ``grads``, optimizer state when ``optimizer``) gets a fingerprint: the wrapping int64
-  sum of its raw bit pattern read as integers of the element's width. One flipped bit
-  changes an element by +-2^k (k below the width), so it changes the sum: no single-bit
+  sum of its raw bytes read as int64 words (the bytes left over added one by one). One
+  flipped bit changes one word by +-2^k, so it changes the sum mod 2^64: no single-bit
   flip escapes. Each rank's vector of fingerprints is gathered once per step (with the
   flags below) and a rank's fingerprint string is 16 hex digits of a hash of its vector.
 - Full digest (``digest``): every ``full_every`` steps, sha256 of every part's bytes.

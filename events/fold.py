@@ -154,10 +154,8 @@ def _fenced(state: RunState, e: Event) -> Verdict:
     if not state.status.active:
         return reject(RUN_NOT_ACTIVE, f"{e.event_type} while the run is {state.status.value}")
     if e.generation != state.generation:
-        return reject(
-            STALE_GENERATION,
-            f"{e.event_type} carries generation {e.generation}, current is {state.generation}",
-        )
+        return reject(STALE_GENERATION, f"{e.event_type} carries generation {e.generation},"
+                                        f" current is {state.generation}")
     if state.awaiting_generation:
         # A restart was decided: the failed generation is revoked at once, not
         # only when its successor starts, so its zombies publish nothing.
@@ -263,7 +261,9 @@ def _check(state: RunState, e: Event) -> Verdict:
             why = fold_sdc.commit_problem(state, e.step) if verdict.accepted else None
             return verdict if why is None else reject(CORRUPTION_SUSPECTED, why)
         case _ if isinstance(e, fold_sdc.REPORTS):  # silent data corruption: events.fold_sdc
-            return _fenced(state, e)
+            verdict = _fenced(state, e)
+            why = fold_sdc.report_problem(state, e) if verdict.accepted else None
+            return verdict if why is None else reject(STEP_NOT_FORWARD, why)
         case _ if isinstance(e, fold_sdc.VERDICTS):
             why = fold_sdc.verdict_problem(state, e)
             return ACCEPTED if why is None else reject(ILLEGAL_TRANSITION, why)

@@ -2,7 +2,11 @@
 commit refusal it causes.
 
 - ``CorruptionSuspected`` is a worker report, fenced like any other (current
-  generation, not revoked by a restart decision). It opens ``RunState.suspicion``
+  generation, not revoked by a restart decision), about a step after the
+  checkpoint the generation resumed from (``step_not_forward`` otherwise: a
+  generation can only distrust state it computed, and a suspicion about older
+  steps would revoke history that was committed and verified before it
+  started). It opens ``RunState.suspicion``
   unless one at the same or an earlier step is already open: the earliest
   suspicion is the one that matters, since every checkpoint from its step on
   is distrusted and the rollback goes before it. One at an earlier step
@@ -56,6 +60,21 @@ def commit_problem(state: RunState, step: int) -> str | None:
     return (f"checkpoint step {step} is at or after the open suspicion: {describe(s)}; "
             f"only a checkpoint before step {s.step} commits until a replay classifies it "
             f"(CorruptionClassified)")
+
+
+def report_problem(state: RunState, e: CorruptionSuspected | StepReplayed) -> str | None:
+    """Why a fenced SDC report is refused as ``step_not_forward``, or None."""
+    if not isinstance(e, CorruptionSuspected):
+        return None
+    # The checkpoints of earlier generations: the newest is the one this generation
+    # resumed from (a restart resumes from the newest committed checkpoint).
+    floor = max((c.step for c in state.checkpoints if c.generation < state.generation),
+                default=0)
+    if e.step <= floor:
+        return (f"CorruptionSuspected at step {e.step}, but generation {state.generation} "
+                f"resumed from the checkpoint at step {floor}: it can only distrust steps "
+                "it computed")
+    return None
 
 
 def verdict_problem(state: RunState, e: CorruptionClassified) -> str | None:

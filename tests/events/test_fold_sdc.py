@@ -9,6 +9,7 @@ from events.fold import (
     CORRUPTION_SUSPECTED,
     ILLEGAL_TRANSITION,
     STALE_GENERATION,
+    STEP_NOT_FORWARD,
     apply,
 )
 from events.model import Event, ManifestCommitted, ManifestProposed
@@ -66,6 +67,16 @@ def test_suspicions_and_replays_are_fenced() -> None:
     rejected(s, ev.suspected(1, 12), STALE_GENERATION)
     rejected(s, ev.replayed(1, 12, 1), STALE_GENERATION)
     assert run_from(s, [ev.suspected(2, 12)]).suspicion is not None
+
+
+def test_a_generation_cannot_distrust_the_checkpoint_it_resumed_from_or_older_steps() -> None:
+    ev = Ev()
+    s = run_from(running(ev), [ev.step(1, 11), ev.step(1, 12), ev.committed(1, 12),
+                               ev.failure(1, "restart"), ev.generation_started(2, resume_step=12)])
+    for step in (0, 4, 12):  # would revoke history committed before generation 2 began
+        t = rejected(s, ev.suspected(2, step), STEP_NOT_FORWARD)
+        assert "resumed from the checkpoint at step 12" in t.verdict.detail
+    assert run_from(s, [ev.suspected(2, 13)]).suspicion is not None
 
 
 # --- whatever the interleaving, nothing commits at or after an open suspicion ---------

@@ -130,6 +130,9 @@ class EventProducer:
             "enable.idempotence": True,
             "linger.ms": 5,
             "partitioner": PARTITIONER,
+            # Only failures reach Python: a callback per delivered record was a
+            # third of the send path's cost, and success needs no answer here.
+            "delivery.report.only.error": True,
             **(config or {}),
         })
         # A fatal error (e.g. refused a producer id) is kept by the delivery
@@ -140,6 +143,10 @@ class EventProducer:
         self._failed: list[tuple[KafkaError, str, OnFailure | None]] = []
         self._topics: set[str] = set()  # what this producer was asked to write, for errors
         self._producer = Producer(conf)
+        # One delivery callback for every record sent without its own on_failure,
+        # and the headers of each event type once (librdkafka copies them).
+        self._plain_report = self._report(None)
+        self._headers: dict[str, Headers] = {}
 
     def send(
         self, topic: str, event: Event, on_failure: OnFailure | None = None,
@@ -147,16 +154,18 @@ class EventProducer:
         """Queue ``event``; ``on_failure`` gets the reason if it is never delivered
         (from ``poll`` or ``flush``, on the caller's thread)."""
         data = self.codec.encode(event)
-        # The version the codec wrote (the newest), not the one the event was built with.
-        version = self.codec.registry.latest(event.event_type).version
-        self.send_bytes(topic, event.run_id, data, event_headers(event, version),
-                        on_failure)
+        headers = self._headers.get(event.event_type)
+        if headers is None:
+            # The version the codec wrote (the newest), not the one the event was built with.
+            version = self.codec.registry.latest(event.event_type).version
+            headers = self._headers[event.event_type] = event_headers(event, version)
+        self.send_bytes(topic, event.run_id, data, headers, on_failure)
 
     def send_bytes(
         self, topic: str, key: str | bytes | None, value: bytes,
         headers: Headers | None = None, on_failure: OnFailure | None = None,
     ) -> None:
-        report = self._report(on_failure)
+        report = self._plain_report if on_failure is None else self._report(on_failure)
         self._topics.add(topic)
         while True:
             try:
@@ -338,21 +347,39 @@ def decode_message(codec: Codec, msg: Message, raw: bool = False) -> Record:
     decoded = codec.decode(value)
     writer = ""
     origin: list[tuple[str, str]] = []
-    headers = header_items(msg)
+    # Only the headers read here are converted (the rest only with ``raw``): this
+    # runs once per record of every reader.
+    headers: Any = header_items(msg) if raw else (msg.headers() or ())
+    if isinstance(headers, dict):
+        headers = headers.items()
     for key, data in headers:
-        named = data.decode(errors="replace")
-        if key == "event_type" and named != decoded.event_type:
-            raise DecodeError(
-                "event_type_mismatch", f"header says {named}, bytes are {decoded.event_type}"
-            )
-        if key == WRITER_HEADER:
+        if key not in _READ_HEADERS:
+            continue
+        named = _text(data)
+        if key == "event_type":
+            if named != decoded.event_type:
+                raise DecodeError(
+                    "event_type_mismatch", f"header says {named}, bytes are {decoded.event_type}"
+                )
+        elif key == WRITER_HEADER:
             writer = named
-        elif key in QUARANTINE_HEADERS:
+        else:
             origin.append((key, named))
     _, ts = msg.timestamp()
     return Record(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, ts, decoded.event,
                   decoded.writer_version, writer, tuple(origin),
                   value if raw else b"", tuple(headers) if raw else ())
+
+
+# The headers decode_message reads; every other one is passed over unconverted.
+_READ_HEADERS = frozenset({"event_type", WRITER_HEADER, *QUARANTINE_HEADERS})
+
+
+def _text(data: str | bytes | None) -> str:
+    """A header value as text, as ``header_items`` then a lenient UTF-8 decode gives it."""
+    if isinstance(data, str):
+        return data
+    return data.decode(errors="replace") if data else ""
 
 
 def poll_burst(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:

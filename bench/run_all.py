@@ -18,6 +18,8 @@ key path in the JSON), ratio, and the goal from issue #18's table where one
 applies (:data:`GOALS`). Nothing asserts on a timing; the exit status is 1 when a
 benchmark failed or timed out, so CI still catches a benchmark that no longer
 runs. The table and the rows go to ``bench/results/run_all.json`` too.
+
+Tested in tests/test_run_all.py.
 """
 
 from __future__ import annotations

@@ -63,6 +63,17 @@ U64Array = npt.NDArray[np.uint64]
 I64Array = npt.NDArray[np.int64]
 
 
+class _Scratch:
+    """Reusable uint64 work arrays of one size for the vectorised network and walk."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.x: U64Array = np.empty(size, dtype=np.uint64)
+        self.left: U64Array = np.empty(size, dtype=np.uint64)
+        self.t: U64Array = np.empty(size, dtype=np.uint64)
+        self.tmp: U64Array = np.empty(size, dtype=np.uint64)
+
+
 def derive_key(*parts: str | int) -> int:
     """A 64-bit key from ``parts``, stable across processes, platforms and versions.
 
@@ -216,15 +227,16 @@ class Permutation:
 
     # -- vectorised path: numpy uint64, memory proportional to the input only -------
 
-    def _network_many(self, x: U64Array, out: U64Array, inverse: bool) -> None:
-        """One pass of the network over ``x`` (consumed as scratch), written to ``out``."""
+    def _network_many(self, x: U64Array, out: U64Array, s: _Scratch, inverse: bool) -> None:
+        """One pass of the network over ``x`` (consumed as scratch), written to ``out``.
+
+        ``out`` must not share memory with ``x``; ``s`` holds scratch of at least ``x.size``."""
+        m = x.size
         h = np.uint64(self._h)
         shift = np.uint64(64 - self._h)
-        left = x >> h
-        right = x
-        right &= np.uint64(self._hmask)
-        t = np.empty_like(x)
-        tmp = np.empty_like(x)
+        left = np.right_shift(x, h, out=s.left[:m])
+        right = np.bitwise_and(x, np.uint64(self._hmask), out=x)
+        t, tmp = s.t[:m], s.tmp[:m]
         offsets = reversed(self._u_offsets) if inverse else self._u_offsets
         for off in offsets:
             np.multiply(left if inverse else right, _U_GOLDEN, out=t)
@@ -256,19 +268,35 @@ class Permutation:
             return small
         n = np.uint64(self.n)
         out = result.reshape(-1).view(np.uint64)
+        s = _Scratch(min(_CHUNK, flat.size))
         for start in range(0, flat.size, _CHUNK):
-            chunk = flat[start : start + _CHUNK].astype(np.uint64)
-            self._network_many(chunk, out[start : start + _CHUNK], inverse)
-        # Cycle walking, only over the still-out-of-range subset. It is gathered across
-        # all chunks so the shrinking tail costs few numpy calls.
+            x = s.x[: min(_CHUNK, flat.size - start)]
+            x[...] = flat[start : start + _CHUNK]  # validated non-negative: exact as uint64
+            seg = out[start : start + _CHUNK]
+            self._network_many(x, seg, s, inverse)
+            # The second pass (about 1 - n / 2**(2h) of the chunk) while it is in cache;
+            # paired runs: 1.13-1.17x the previous many() against 1.04-1.07x without it.
+            local = np.flatnonzero(seg >= n)
+            if local.size:
+                res = s.x[: local.size]  # x is consumed: its scratch is free
+                self._network_many(seg[local], res, s, inverse)
+                seg[local] = res
+        # Cycle walking over the still-out-of-range subset, gathered across all chunks so
+        # the shrinking tail costs few numpy calls. Pending values stay compacted: each
+        # is gathered from ``out`` once, and every pass scatters all of its results back
+        # (one call; a value still out of range is simply overwritten by a later pass).
         pending = np.flatnonzero(out >= n)
+        vals = out[pending]
         while pending.size:
+            res = np.empty_like(vals)
             for start in range(0, pending.size, _CHUNK):
-                where = pending[start : start + _CHUNK]
-                vals = out[where]
-                self._network_many(vals.copy(), vals, inverse)
-                out[where] = vals
-            pending = pending[out[pending] >= n]
+                self._network_many(vals[start : start + _CHUNK], res[start : start + _CHUNK],
+                                   s, inverse)
+            out[pending] = res
+            del vals  # consumed; freed before the compressed copies keep the peak down
+            keep = res >= n  # np.compress: a boolean index is ~4x slower on a random mask
+            pending = np.compress(keep, pending)
+            vals = np.compress(keep, res)
         return result
 
     def many(self, idx: npt.ArrayLike) -> I64Array:

@@ -215,10 +215,13 @@ class Projector:
                         detail=item.detail, raw=item.value))
                 else:
                     for row in rows_for(item):
+                        kept = by_table.get(type(row))
+                        if kept is None:
+                            kept = by_table[type(row)] = []
                         # Kept as a plain tuple: CPython's GC stops tracking a tuple of
                         # scalars but never a NamedTuple, and a batch's rows kept tracked
                         # made collections cost about a third more Python time per batch.
-                        by_table.setdefault(type(row), []).append(tuple(row))
+                        kept.append(tuple(row))
                 ends[(topic, part)] = ofs + 1
             for row_type, rows in by_table.items():
                 _insert(con, TABLE_OF[row_type], rows)

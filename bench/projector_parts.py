@@ -78,7 +78,7 @@ from events.model import (
     WriteRejected,
 )
 from events.topics import REPORTS, RUNS
-from projectors.projector import TOPICS
+from projectors.projector import BATCH, TOPICS
 from projectors.tables import rows_for
 from queries.runner import sql_text
 
@@ -519,7 +519,7 @@ PRODUCE_SETTINGS: dict[str, Any] = {"acks": "all", "enable.idempotence": True,
 CONSUMER_SETTINGS: dict[str, Any] = {"enable.auto.commit": False,
                                      "isolation.level": "read_committed",
                                      "enable.partition.eof": True}
-CONSUME_BATCH = 5000  # Projector's default batch
+CONSUME_BATCH = BATCH  # Projector's default batch
 POLL_S = 0.5  # Projector.run's default
 
 

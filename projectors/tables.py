@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 import pyarrow as pa
@@ -166,10 +168,11 @@ def _generation(e: GenerationStarted, p: Pos) -> list[Row]:
 
 
 def _step(e: StepCommitted, p: Pos) -> list[Row]:
-    return [StepRow(*p, run_id=e.run_id, generation=e.generation, step=e.step, tokens=e.tokens,
-                    loss_tokens=e.loss_tokens, step_time_ms=e.step_time_ms,
-                    input_wait_ms=e.input_wait_ms, loss=e.loss,
-                    occurred_at=e.header.occurred_at)]
+    # Positional here and in the other two mappers of most records (heartbeats, per-rank
+    # times): keywords cost a NamedTuple's constructor a third more per row.
+    h = e.header
+    return [StepRow(p[0], p[1], p[2], h.run_id, h.generation, e.step, e.tokens,
+                    e.loss_tokens, e.step_time_ms, e.input_wait_ms, e.loss, h.occurred_at)]
 
 
 def _checkpoint(e: ManifestCommitted, p: Pos) -> list[Row]:
@@ -252,14 +255,17 @@ def _staging(e: CheckpointStaged, p: Pos) -> list[Row]:
 
 
 def _heartbeat(e: HeartbeatRecorded, p: Pos) -> list[Row]:
-    return [HeartbeatRow(*p, run_id=e.run_id, generation=e.generation, logical_id=e.logical_id,
-                         node=e.node, step=e.step, occurred_at=e.header.occurred_at)]
+    h = e.header
+    return [HeartbeatRow(p[0], p[1], p[2], h.run_id, h.generation, e.logical_id, e.node,
+                         e.step, h.occurred_at)]
 
 
 def _rank_steps(e: StepTimesRecorded, p: Pos) -> list[Row]:
-    return [RankStepRow(*p, run_id=e.run_id, generation=e.generation, logical_id=e.logical_id,
-                        node=e.node, step=e.first_step + i, step_time_ms=t, input_wait_ms=w,
-                        occurred_at=e.header.occurred_at)
+    h = e.header
+    topic, part, ofs = p
+    run_id, gen, lid, node, first, at = (h.run_id, h.generation, e.logical_id, e.node,
+                                         e.first_step, h.occurred_at)
+    return [RankStepRow(topic, part, ofs, run_id, gen, lid, node, first + i, t, w, at)
             for i, (t, w) in enumerate(zip(e.step_time_ms, e.input_wait_ms, strict=True))]
 
 
@@ -326,30 +332,41 @@ def rows_for(record: Record) -> list[Row]:
     """The rows one decoded record adds to the tables, its ``events`` row first; pure."""
     e = record.event
     h = e.header
-    p = (record.topic, record.partition, record.offset)
-    out: list[Row] = [EventRow(*p, run_id=h.run_id, generation=h.generation,
-                               event_type=e.event_type, event_id=h.event_id,
-                               occurred_at=h.occurred_at, producer=h.producer,
-                               causation_id=h.causation_id,
-                               writer_version=record.writer_version, payload=_payload(e))]
-    mappers = _FACTS if record.topic == RUNS else _REPORTS if record.topic == REPORTS else _NONE
+    topic = record.topic
+    # Positional: keywords cost a NamedTuple's constructor a third more per row.
+    out: list[Row] = [EventRow(topic, record.partition, record.offset, h.run_id,
+                               h.generation, e.event_type, h.event_id, h.occurred_at,
+                               h.producer, h.causation_id, record.writer_version,
+                               _payload(e))]
+    mappers = _FACTS if topic == RUNS else _REPORTS if topic == REPORTS else _NONE
     mapper = mappers.get(type(e))
     if mapper is not None:
-        out.extend(mapper(e, p))
+        out.extend(mapper(e, (topic, record.partition, record.offset)))
     return out
 
 
 def _payload(e: Event) -> str:
     kind = type(e)
-    names = _PAYLOAD_FIELDS.get(kind)
-    if names is None:
-        names = tuple(f.name for f in dataclasses.fields(kind) if f.name != "header")
-        _PAYLOAD_FIELDS[kind] = names
-    return _JSON.encode({name: getattr(e, name) for name in names})
+    doc = _PAYLOAD_DOC.get(kind)
+    if doc is None:
+        doc = _PAYLOAD_DOC[kind] = _doc_of(kind)
+    return "".join(_ENCODE(doc(e), 0))
+
+
+def _doc_of(kind: type[Event]) -> Callable[[Event], dict[str, Any]]:
+    """How to take an event's payload fields (all but the header) as one dict: its
+    field names looked up once, in sorted order (what the encoder sorts them into)."""
+    names = tuple(sorted(f.name for f in dataclasses.fields(kind) if f.name != "header"))
+    if not names:
+        return lambda _e: {}
+    get = operator.attrgetter(*names)
+    if len(names) == 1:  # one name: attrgetter gives the value, not a tuple of one
+        return lambda e: {names[0]: get(e)}
+    return lambda e: dict(zip(names, get(e), strict=True))
 
 
 # Per event class: ``dataclasses.fields`` per record was a fifth of rows_for's time.
-_PAYLOAD_FIELDS: dict[type[Event], tuple[str, ...]] = {}
+_PAYLOAD_DOC: dict[type[Event], Callable[[Event], dict[str, Any]]] = {}
 
 
 def _plain(value: Any) -> Any:
@@ -365,3 +382,10 @@ def _plain(value: Any) -> Any:
 # What ``json.dumps(doc, sort_keys=True, default=_plain, separators=(",", ":"))``
 # uses, built once instead of per record.
 _JSON = json.JSONEncoder(sort_keys=True, default=_plain, separators=(",", ":"))
+# ``_JSON.encode`` builds a new C encoder per call, two fifths of its time on a
+# heartbeat's payload; this is that C encoder, built once with the same settings.
+# Without the circular-reference markers: a decoded event holds no cycles.
+_ENCODE: Callable[[Any, int], Sequence[str]] = (
+    (lambda doc, _level: (_JSON.encode(doc),)) if c_make_encoder is None
+    else c_make_encoder(None, _plain, encode_basestring_ascii, None, ":", ",", True, False,
+                        True))

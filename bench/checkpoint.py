@@ -302,8 +302,8 @@ def restore_section(ctx: Ctx, mode: Mode, written: Written, raw: Path,
             loaded_ok = same_tensors(ctx.state, template)
         resident.append(cold(files))
         samples["verify"].append(timed(check))
+        restore._held.clear()  # its mappings would pin the page cache against the next drop
         resident.append(cold(files))
-        restore._held.clear()  # load alone: DCP reads the store, as without a verify before
         samples["load"].append(timed(lambda: load(cand, template, COMM)))
         resident.append(cold([raw]))
         samples["raw_read"].append(timed(lambda: raw_read([raw])))

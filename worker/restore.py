@@ -57,14 +57,16 @@ def verify(candidate: Candidate, comm: Comm, *, run_id: str,
     held: dict[str, torch.Tensor] = {}
     try:
         manifest = _verify_manifest(candidate, run_id, dataset_id)
+        # A local shard is mapped (page cache, reclaimable); a remote one is a buffer.
+        local = storage.is_local(candidate.url)
         room = verified.HOLD_MAX
         for i, f in enumerate(manifest.files):
             if _verifier(i, f.path, comm.world_size) == comm.rank:
-                buf = _verify_file(candidate.url, f.path, f.bytes, f.crc32c,
-                                   hold=f.path.endswith(".distcp") and f.bytes <= room)
+                hold = f.path.endswith(".distcp") and (local or f.bytes <= room)
+                buf = _verify_file(candidate.url, f.path, f.bytes, f.crc32c, hold=hold)
                 if buf is not None:
                     held[f.path] = buf
-                    room -= f.bytes
+                    room -= 0 if local else f.bytes
     except VerificationFailed as exc:
         problem = (exc.reason, exc.detail)
         held.clear()
@@ -144,7 +146,12 @@ def load(candidate: Candidate, state: dict[str, Any], comm: Comm) -> None:
         dcp_load(state, storage_reader=reader, process_group=comm.group,
                  no_dist=not comm.distributed)
     finally:
-        _held.clear()  # the buffers are as large as the shards: never keep them past a load
+        # The buffers and mappings are as large as the shards: never keep them past a
+        # load. The reader's class is in a reference cycle, so empty the dict it holds
+        # rather than wait for the cyclic collector (a live mapping pins the page cache).
+        if held:
+            held.clear()
+        _held.clear()
 
 
 def choose(candidates: Sequence[Candidate], comm: Comm, *, run_id: str,

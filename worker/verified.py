@@ -10,9 +10,12 @@ only copy left is into the model's own tensors. The bytes loaded are the bytes
 whose checksum passed; nothing reaches the model before every rank's check has
 (``worker.restore.verify`` agrees on the outcome before ``load`` runs).
 
-A shard is held only while the total stays under :data:`HOLD_MAX` bytes per
-process; beyond it, the shard is checked while streaming and DCP reads it from
-the store again, as before.
+A local shard is mapped (``mmap``): the kernel reads it once into the page
+cache and both the CRC and the load read it there; the mapping outlives the
+file's removal, but not an in-place rewrite, which the write-once layout never
+does. A shard on another store is read into a buffer, held only while the
+buffers stay under :data:`HOLD_MAX` bytes per process; beyond it, the shard is
+checked while streaming and DCP reads it from the store again, as before.
 
 Tested in tests/worker/test_verified.py.
 """
@@ -38,9 +41,9 @@ from torch.futures import Future as TorchFuture
 
 from worker.crcwrite import _executor
 
-# Host memory a restore may hold at once for verified shards (one rank's share
-# of a checkpoint is what it holds; 64 GiB keeps a large node's CPU RAM safe).
-HOLD_MAX = 64 << 30
+# Host memory a restore may hold at once for verified shards read from a non-local
+# store (one rank's share at most; several ranks share a node's RAM, hence 16 GiB).
+HOLD_MAX = 16 << 30
 _CHUNK = 64 << 20
 
 

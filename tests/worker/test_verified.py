@@ -84,10 +84,11 @@ def test_load_uses_the_verified_bytes_not_the_store_again(tmp_path: Path) -> Non
         if f.path.endswith(".distcp"):
             Path(written.ckdir.file(f.path)).unlink()
     target = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()}}
+    held = restore._held[good.url]
     restore.load(good, target, Comm.single())
     for k, v in state["model"].items():
         assert torch.equal(target["model"][k], v), k
-    assert restore._held == {}  # released after the load
+    assert restore._held == {} and held == {}  # released after the load, not left to gc
 
 
 def test_a_refused_checkpoint_holds_nothing(tmp_path: Path) -> None:
@@ -106,3 +107,19 @@ def test_the_writer_rank_of_a_shard_verifies_it() -> None:
     assert restore._verifier(0, "__13_0.distcp", 4) == 1
     assert restore._verifier(5, ".metadata", 4) == 1
     assert storage.is_local("/tmp")
+
+
+def test_a_remote_shard_over_the_budget_is_checked_streaming_and_read_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    model, state = support.small_state()
+    ckdir = CheckpointDir("memory://rl-verified-budget", RUN, 1, 9)
+    written = write(ckdir, state, required=model_keys(model))
+    for room, expect_held in ((0, False), (1 << 30, True)):
+        monkeypatch.setattr(verified, "HOLD_MAX", room)
+        restore.verify(candidate(written), Comm.single(), run_id=RUN, dataset_id=None)
+        assert bool(restore._held[ckdir.url]) == expect_held
+        target = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()}}
+        restore.load(candidate(written), target, Comm.single())
+        for k, v in state["model"].items():
+            assert torch.equal(target["model"][k], v), k
+    storage.remove_tree(ckdir.url)

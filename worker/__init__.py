@@ -5,8 +5,10 @@
   and scaler, a ``Loader``) and the per-rank state dict a checkpoint holds.
 - ``reporter``: reports and heartbeats from a background thread.
 - ``watcher``: follows ``runledger.runs`` for verdicts, interval changes, fencing.
-- ``commit``: writing one checkpoint with torch.distributed.checkpoint, manifest last.
-- ``restore``: verifying committed checkpoints before loading, with fallback.
+- ``commit``: writing one checkpoint with torch.distributed.checkpoint, manifest last;
+  ``crcwrite``: the CRC32C of each file taken as DCP writes it.
+- ``restore``: verifying committed checkpoints before loading, with fallback;
+  ``verified``: each shard read once, checked, and loaded from the checked bytes.
 - ``persist``: async staging and the bounded background writer.
 - ``manifest``, ``layout``, ``storage``: the checkpoint manifest, paths, fsspec I/O.
 - ``gc``: bounded, retryable garbage collection of checkpoints.

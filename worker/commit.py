@@ -1,14 +1,18 @@
 """Writing one checkpoint: shards first, checks, the manifest last (docs/architecture.md §9).
 
 Every rank writes its part with torch.distributed.checkpoint into the
-directory that names run, generation and step, reads each of its files back
-for a byte count and CRC32C (each reported as ``ShardWritten`` by the
-caller's ``on_shard``), and the coordinator then checks coverage: the DCP
+directory that names run, generation and step, checksumming each file as it
+is written (``worker.crcwrite``: a byte count and CRC32C, each reported as
+``ShardWritten`` by the caller's ``on_shard``), and the coordinator then checks coverage: the DCP
 metadata on storage is the one the save planned, every storage reference
 resolves to a reported file long enough to hold it, and every model key is
 present. Only then is ``manifest.json`` written, once. Proposing it and
 waiting for the controller's verdict is the session's business: until the log
 commits it, the directory is staging residue that restore never reads.
+
+With :data:`READBACK` on, every shard is also read back from the store and its
+checksum compared with the one taken while writing (a store that lost or
+changed bytes is then a StorageFault at commit, not a rejection at restore).
 """
 
 from __future__ import annotations
@@ -24,10 +28,17 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from worker import storage
 from worker.comm import Comm
+from worker.crcwrite import Sum, checksummed
 from worker.errors import StorageFault
 from worker.faults import Faults
 from worker.layout import DCP_METADATA, MANIFEST, CheckpointDir
 from worker.manifest import CheckpointManifest, FileEntry, digest
+
+# Off: the write-path CRC is what the manifest records; reading every shard back
+# doubled the bytes a commit moves for a check restore makes anyway (it verifies
+# every CRC before loading). A module constant, not a spec setting: nothing in a
+# run's behaviour depends on it, only how early a lossy store is caught.
+READBACK = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +67,15 @@ class ManifestFields:
 
 def write_checkpoint(ckdir: CheckpointDir, state: dict[str, Any], comm: Comm, *,
                      required_keys: Iterable[str], fields: ManifestFields, faults: Faults,
-                     on_shard: Callable[[FileEntry], None]) -> Written:
-    """Collective over ``comm``: write, check, and (coordinator) write the manifest."""
+                     on_shard: Callable[[FileEntry], None],
+                     readback: bool | None = None) -> Written:
+    """Collective over ``comm``: write, check, and (coordinator) write the manifest.
+
+    ``readback`` (default :data:`READBACK`) also reads every shard back and compares."""
     step = ckdir.step
     faults.slow_storage()
     writer = _writer(ckdir.url, faults, step)
+    sums = checksummed(writer).sums
     try:
         planned = dcp_save(state, storage_writer=writer, process_group=comm.group,
                            no_dist=not comm.distributed)
@@ -69,14 +84,15 @@ def write_checkpoint(ckdir: CheckpointDir, state: dict[str, Any], comm: Comm, *,
     # DCP wraps storage errors in CheckpointException, a BaseException subclass.
     except (Exception, CheckpointException) as exc:
         raise StorageFault("writing shards", f"{ckdir.url}: {exc}") from exc
+    check = READBACK if readback is None else readback
     mine = []
-    prefix = f"__{comm.rank}_"
-    for name in storage.list_names(ckdir.url):
-        if name.startswith(prefix) and name.endswith(".distcp"):
-            size, crc = storage.checksum(ckdir.file(name))
-            entry = FileEntry(path=name, bytes=size, crc32c=crc, rank=comm.rank)
-            mine.append(entry)
-            on_shard(entry)
+    for name in sorted(n for n in sums if n.endswith(".distcp")):
+        if check:
+            _read_back(ckdir, name, sums[name])
+        entry = FileEntry(path=name, bytes=sums[name].bytes, crc32c=sums[name].crc32c,
+                          rank=comm.rank)
+        mine.append(entry)
+        on_shard(entry)
     gathered = [e for part in comm.all_gather(mine) for e in part]
     written: Written | None = None
     fault: tuple[str, str] | None = None
@@ -93,6 +109,14 @@ def write_checkpoint(ckdir: CheckpointDir, state: dict[str, Any], comm: Comm, *,
         raise StorageFault(*fault)
     assert written is not None
     return written
+
+
+def _read_back(ckdir: CheckpointDir, name: str, written: Sum) -> None:
+    size, crc = storage.checksum(ckdir.file(name))
+    if (size, crc) != (written.bytes, written.crc32c):
+        raise StorageFault("reading shards back", f"{ckdir.file(name)} reads back as {size}"
+                           f" bytes, CRC32C {crc:#010x}; {written.bytes} bytes, CRC32C"
+                           f" {written.crc32c:#010x} were written; check the store")
 
 
 def _coordinate(ckdir: CheckpointDir, planned: Any, files: list[FileEntry], required: set[str],

@@ -7,6 +7,11 @@ then checksums its share of the files (file ``i`` goes to rank ``i mod W``);
 the ranks agree on the first failure, so all of them move to the same older
 candidate. Only a candidate that passes is handed to DCP, which reshards
 when the world size changed.
+
+One read (``worker.verified``): a shard is checksummed from a buffer it was read
+into once, and ``load`` hands DCP views of those verified bytes instead of
+reading the store again. A shard ``__R_*`` is verified by rank ``R mod W``,
+which is the rank that loads it when the world size did not change.
 """
 
 from __future__ import annotations
@@ -15,14 +20,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
-from worker import storage
+from worker import storage, verified
 from worker.comm import Comm
 from worker.commit import _reader
 from worker.errors import NoUsableCheckpoint, VerificationFailed
 from worker.layout import dir_of_manifest
 from worker.manifest import CheckpointManifest, digest, parse
+
+# The verified bytes of the last candidate this process verified, by candidate URL
+# then file name, until ``load`` uses them (or another verify replaces them).
+_held: dict[str, dict[str, torch.Tensor]] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,19 +53,38 @@ def verify(candidate: Candidate, comm: Comm, *, run_id: str,
     :class:`VerificationFailed` on every rank."""
     problem: tuple[str, str] | None = None
     manifest: CheckpointManifest | None = None
+    _held.clear()
+    held: dict[str, torch.Tensor] = {}
     try:
         manifest = _verify_manifest(candidate, run_id, dataset_id)
+        # A local shard is mapped (page cache, reclaimable); a remote one is a buffer.
+        local = storage.is_local(candidate.url)
+        room = verified.HOLD_MAX
         for i, f in enumerate(manifest.files):
-            if i % comm.world_size == comm.rank:
-                _verify_file(candidate.url, f.path, f.bytes, f.crc32c)
+            if _verifier(i, f.path, comm.world_size) == comm.rank:
+                hold = f.path.endswith(".distcp") and (local or f.bytes <= room)
+                buf = _verify_file(candidate.url, f.path, f.bytes, f.crc32c, hold=hold)
+                if buf is not None:
+                    held[f.path] = buf
+                    room -= 0 if local else f.bytes
     except VerificationFailed as exc:
         problem = (exc.reason, exc.detail)
+        held.clear()
     problems = comm.all_gather(problem)
     first = next((p for p in problems if p is not None), None)
     if first is not None:
         raise VerificationFailed(*first)
     assert manifest is not None
+    _held[candidate.url] = held
     return manifest
+
+
+def _verifier(index: int, name: str, world_size: int) -> int:
+    """The rank that checks file ``index``: a shard's writer rank mod W, else index mod W."""
+    head = name.split("_")
+    if name.startswith("__") and len(head) > 3 and head[2].isdigit():
+        return int(head[2]) % world_size
+    return index % world_size
 
 
 def _verify_manifest(candidate: Candidate, run_id: str,
@@ -83,7 +112,9 @@ def _verify_manifest(candidate: Candidate, run_id: str,
     return manifest
 
 
-def _verify_file(url: str, name: str, size: int, crc: int) -> None:
+def _verify_file(url: str, name: str, size: int, crc: int, *,
+                 hold: bool = False) -> torch.Tensor | None:
+    """Checks one file; its bytes (read once, checksummed) when ``hold``."""
     where = f"{url}/{name}"
     actual_size = storage.size_of(where)
     if actual_size is None:
@@ -92,18 +123,35 @@ def _verify_file(url: str, name: str, size: int, crc: int) -> None:
         raise VerificationFailed("shard_size", f"{where} has {actual_size} bytes, the manifest"
                                  f" says {size}")
     try:
-        _, actual_crc = storage.checksum(where)
+        read, actual_crc, buf = verified.read_checked(where, size, hold)
     except Exception as exc:
         raise VerificationFailed("shard_missing", f"{where}: {exc}") from exc
+    if read != size:  # changed between the size check and the read
+        raise VerificationFailed("shard_size", f"{where} read as {read} bytes, the manifest"
+                                 f" says {size}")
     if actual_crc != crc:
         raise VerificationFailed("shard_checksum", f"{where} has CRC32C {actual_crc:#010x}, the"
                                  f" manifest says {crc:#010x}")
+    return buf
 
 
 def load(candidate: Candidate, state: dict[str, Any], comm: Comm) -> None:
-    """DCP load in place (collective); ``state`` holds only keys the checkpoint has."""
-    dcp_load(state, storage_reader=_reader(candidate.url), process_group=comm.group,
-             no_dist=not comm.distributed)
+    """DCP load in place (collective); ``state`` holds only keys the checkpoint has.
+
+    Shards this process verified last are loaded from the bytes it checked."""
+    held = _held.pop(candidate.url, None)
+    reader = _reader(candidate.url) if not held else \
+        verified.reader(candidate.url, storage.is_local(candidate.url), held)
+    try:
+        dcp_load(state, storage_reader=reader, process_group=comm.group,
+                 no_dist=not comm.distributed)
+    finally:
+        # The buffers and mappings are as large as the shards: never keep them past a
+        # load. The reader's class is in a reference cycle, so empty the dict it holds
+        # rather than wait for the cyclic collector (a live mapping pins the page cache).
+        if held:
+            held.clear()
+        _held.clear()
 
 
 def choose(candidates: Sequence[Candidate], comm: Comm, *, run_id: str,

@@ -63,12 +63,12 @@ def model_keys(model: nn.Module) -> list[str]:
 def write(ckdir: CheckpointDir, state: dict[str, Any], comm: Comm | None = None, *,
           required: Iterable[str] = (), faults: Faults | None = None,
           on_shard: Callable[[FileEntry], None] | None = None,
-          dataset_id: str | None = DATASET) -> Written:
+          dataset_id: str | None = DATASET, readback: bool | None = None) -> Written:
     comm = comm or Comm.single()
     return write_checkpoint(ckdir, state, comm, required_keys=list(required),
                             fields=fields(ckdir.step, dataset_id),
                             faults=faults or Faults(None, comm.rank, ckdir.generation),
-                            on_shard=on_shard or (lambda _e: None))
+                            on_shard=on_shard or (lambda _e: None), readback=readback)
 
 
 def candidate(written: Written) -> Candidate:

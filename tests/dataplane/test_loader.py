@@ -223,10 +223,10 @@ def test_a_slow_object_shows_backpressure_not_memory_growth(corpus: DatasetManif
     release = threading.Event()
 
     class SlowStore(ObjectStore):
-        def _read(self, span: Span, view: bool) -> Any:
+        def _slice(self, opened: Any, span: Span, k: int, r: int, view: bool) -> Any:
             if span.source == 1:  # every read of source b waits
                 release.wait(10)
-            return super()._read(span, view)
+            return super()._slice(opened, span, k, r, view)
 
     bound = 6
     config = LoaderConfig(seed=5, global_batch_size=2, workers=3, max_items=bound)

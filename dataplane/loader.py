@@ -24,6 +24,7 @@ from dataplane.manifest import DatasetManifest
 from dataplane.order import OrderState, Planner, Sequence_
 from dataplane.permute import ALGORITHM
 from dataplane.pipeline import Bounds, Metrics, OrderedFetcher
+from dataplane.rows import Chunk, Rows, assemble
 from dataplane.state import Cursor, load_cursor
 from dataplane.store import ObjectStore, Verify
 
@@ -61,17 +62,6 @@ class LoaderConfig:
             raise ConfigError("loader config: " + "; ".join(problems))
 
 
-@dataclass(frozen=True, slots=True)
-class Rows:
-    """Consecutive rows of one local batch, assembled together (one fetch item)."""
-
-    tokens: npt.NDArray[np.int64]  # [rows, seq_len]
-    segment_ids: npt.NDArray[np.int32]  # 1.. per record piece, 0 for padding
-    positions: npt.NDArray[np.int32]  # position within the record's kept part
-    loss_mask: npt.NDArray[np.bool_]  # 1 where the next token is the same record's next token
-
-
-_Chunk = tuple[Sequence_, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +108,7 @@ class DataLoader:
         row_bytes = self.seq_len * _BYTES_PER_POSITION
         self._chunk = max(1, min(self._hi - self._lo, config.max_items,
                                  config.max_bytes // row_bytes))
-        self._fetcher: OrderedFetcher[_Chunk, Rows] = OrderedFetcher(
+        self._fetcher: OrderedFetcher[Chunk, Rows] = OrderedFetcher(
             self._assemble, lambda c: len(c) * row_bytes,
             Bounds(config.max_items, config.max_bytes), config.workers, self.metrics,
             units_of=len)
@@ -211,7 +201,7 @@ class DataLoader:
         self._batches: deque[tuple[int, Cursor, list[Sequence_], int]] = deque()
         self._planned = cursor  # the plan frontier
         self._handed = cursor
-        self._queue: deque[_Chunk] = deque()  # planned local chunks not yet submitted
+        self._queue: deque[Chunk] = deque()  # planned local chunks not yet submitted
         self._ended = False
 
     def _fill(self) -> None:
@@ -240,41 +230,5 @@ class DataLoader:
         self._queue.extend(chunks)
         self._planned = cursor
 
-    def _assemble(self, chunk: _Chunk) -> Rows:
-        """The rows of ``chunk``: every span's tokens read once into one flat run,
-        the per-token columns computed over the whole run, then one slice copy
-        per row and column into preallocated arrays."""
-        k, n = len(chunk), self.seq_len
-        spans = [span for plan in chunk for span in plan]
-        pieces = self.store.read_many(spans)
-        tokens = np.full((k, n), self._pad, dtype=np.int64)
-        segments = np.zeros((k, n), dtype=np.int32)
-        positions = np.zeros((k, n), dtype=np.int32)
-        mask = np.zeros((k, n), dtype=np.bool_)
-        if not pieces:
-            return Rows(tokens, segments, positions, mask)
-        per_row = [len(plan) for plan in chunk]
-        sizes = np.fromiter((p.size for p in pieces), dtype=np.int64, count=len(pieces))
-        ends = np.cumsum(sizes)
-        starts = ends - sizes
-        flat = np.concatenate(pieces)
-        # segment = the span's number within its row, from 1
-        first_span = np.repeat(np.cumsum([0, *per_row[:-1]]), per_row)
-        seg = np.arange(1, len(spans) + 1, dtype=np.int64) - first_span
-        first = np.fromiter((s.start - s.origin for s in spans), dtype=np.int64,
-                            count=len(spans))
-        flat_seg = np.repeat(seg, sizes)
-        # position within the record's kept part: a running index restarted per span
-        flat_pos = np.arange(int(ends[-1]), dtype=np.int64) + np.repeat(first - starts, sizes)
-        flat_mask = np.ones(int(ends[-1]), dtype=np.bool_)
-        flat_mask[ends[sizes > 0] - 1] = False  # a span's last token has no target here
-        row_ends = np.concatenate([[0], ends])[np.cumsum(per_row)]
-        used = np.diff(row_ends, prepend=0)
-        lo = 0
-        for r, u in enumerate(used.tolist()):
-            tokens[r, :u] = flat[lo:lo + u]
-            segments[r, :u] = flat_seg[lo:lo + u]
-            positions[r, :u] = flat_pos[lo:lo + u]
-            mask[r, :u] = flat_mask[lo:lo + u]
-            lo += u
-        return Rows(tokens, segments, positions, mask)
+    def _assemble(self, chunk: Chunk) -> Rows:
+        return assemble(self.store, chunk, self.seq_len, self._pad)

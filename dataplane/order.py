@@ -152,6 +152,7 @@ class Planner:
         self._unit_sized = self.unit in ("documents", "samples")
         self._ones = [1] * len(self.names)
         self._without_replacement = not mix.replacement
+        self._expected = mix.mode == "expected"
 
     # -- state -----------------------------------------------------------------
 
@@ -268,9 +269,9 @@ class Planner:
                 return doc
 
     def _pick(self, w: _Work) -> int | None:
-        if not any(w.active):
+        if True not in w.active:
             return None
-        if self.manifest.mixture.mode == "expected":
+        if self._expected:
             u = keyed_uniform(self._mix_key, w.draws_total)
             return expected_pick(u, self._cumulative(w.active))
         # Called once per drawn record: plain loops over short lists, no helpers.
@@ -279,20 +280,21 @@ class Planner:
         if weights is None:
             weights = self._weights_of[active] = integer_weights(
                 [x if on else Fraction(0) for x, on in zip(self.weights, active, strict=True)])
-        counts = [u - b for u, b in zip(w.units, w.base_units, strict=True)]
+        units, base, draws = w.units, w.base_units, w.draws
+        counts = []
         total = 0
-        for c, on in zip(counts, active, strict=True):
-            if on:
-                total += c
-        if self._unit_sized:
-            sizes = self._ones
-        else:
-            sizes = []
-            draws, peek_draw, peek_doc = w.draws, self._peek_draw, self._peek_doc
-            for i, on in enumerate(active):
-                if not on:
+        sized = not self._unit_sized
+        sizes = [] if sized else self._ones
+        peek_draw, peek_doc = self._peek_draw, self._peek_doc
+        for i, on in enumerate(active):
+            c = units[i] - base[i]
+            counts.append(c)
+            if not on:
+                if sized:
                     sizes.append(0)
-                    continue
+                continue
+            total += c
+            if sized:
                 doc = peek_doc[i]
                 if doc is None or peek_draw[i] != draws[i]:
                     doc = peek_doc[i] = self._doc(i, draws[i])
@@ -337,8 +339,17 @@ class Planner:
                                                              and length > value):
                 accepted = False
         doc = _Doc(i, index, epoch, origin, stop, accepted)
-        doc.counted = self._unit_size(doc, counted=True)
-        doc.peek = max(self._unit_size(doc, counted=False), 1)
+        # _unit_size's two readings, inlined: this runs once per drawn record
+        unit = self.unit
+        if unit == "documents":
+            doc.counted = 1
+        elif unit == "samples":
+            doc.counted = 1 if accepted else 0
+        else:
+            size = stop - origin - 1 if unit == "loss_tokens" else stop - origin
+            size = max(size, 0)
+            doc.counted = size if accepted else 0
+            doc.peek = max(size, 1)
         return doc
 
     def _permuted(self, i: int, epoch: int, k: int) -> int:

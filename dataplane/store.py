@@ -213,8 +213,11 @@ class ObjectStore:
         tokens = None
         if "file" in _protocols(fs):
             dtype = np.dtype(DTYPES[header.itemsize]).newbyteorder("<")
+            # A plain ndarray over the mapping (it keeps the mapping alive): slicing
+            # an np.memmap runs Python-level hooks per slice, a dozen slices a row.
             tokens = np.memmap(path, dtype=dtype, mode="r", offset=header.tokens_at,
-                               shape=(header.tokens,)) if header.tokens else np.zeros(0, dtype)
+                               shape=(header.tokens,)).view(np.ndarray) if header.tokens \
+                else np.zeros(0, dtype)
         lengths = np.diff(offsets.astype(np.int64)).astype(np.int64)
         return _Open(header=header, offsets=offsets, lengths=lengths, tokens=tokens)
 

@@ -1,8 +1,8 @@
 """Rows of a batch from planned sequences: one read and one vectorised pass per chunk.
 
-:func:`assemble` is what the loader's fetch threads run, and what its worker
-processes run (:mod:`dataplane.procs`) when ``LoaderConfig.processes`` asks
-for them; a pure function of the chunk and the stored bytes either way.
+:func:`assemble` is what the loader's fetch threads run for one fetch item: a
+pure function of the chunk and the stored bytes, kept apart from the loader
+so that another executor (worker processes) can run it unchanged.
 
 Tested in tests/dataplane/test_loader.py.
 """

@@ -1,6 +1,7 @@
 """Benchmark: the data plane's order, resume, pipeline and mixing, each against a bare baseline.
 
-Usage: ``.venv/bin/python bench/dataplane.py [--quick]``
+Usage: ``.venv/bin/python bench/dataplane.py [--quick] [--only SECTION ...]``
+(sections: permutation, resume, pipeline, mixing; ``--only pipeline`` is the loader alone)
 
 1. Permutation at N = 10^8 (``--quick``: 10^7). ``Permutation(N, key).many`` over
    sequential chunks of 2^20 indices spread over [0, N), and scalar ``p(i)`` at
@@ -69,6 +70,7 @@ from dataplane.permute import ALGORITHM, Permutation, derive_key
 from dataplane.store import ObjectStore
 
 NAME = "dataplane"
+SECTIONS = ("permutation", "resume", "pipeline", "mixing")
 SEED = 7
 BATCH = 16
 SEQ_LEN = 2048
@@ -335,6 +337,8 @@ def pipeline_section(mode: Mode, manifest: DatasetManifest, paths: Sequence[str]
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                        help="run only these sections (default: all)")
     args = parser.parse_args(argv)
     mode = QUICK if args.quick else FULL
     started = time.perf_counter()
@@ -376,16 +380,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                                               SEED)),
         ]
         for name, fn in sections:
+            if name not in args.only:
+                continue
             t0 = time.perf_counter()
             results[name] = fn()
             results[name]["elapsed_s"] = time.perf_counter() - t0
-    rows = summary(results)
-    results["summary"] = [[str(c) for c in row] for row in rows]
-    print_table(["metric", "runledger", "baseline", "ratio"], rows,
-                title="summary (ratio = runledger / baseline; for time, memory and drift lower "
-                "is better)")
+    partial = [n for n in SECTIONS if n in args.only] != list(SECTIONS)
+    if not partial:
+        rows = summary(results)
+        results["summary"] = [[str(c) for c in row] for row in rows]
+        print_table(["metric", "runledger", "baseline", "ratio"], rows,
+                    title="summary (ratio = runledger / baseline; for time, memory and drift "
+                    "lower is better)")
     results["elapsed_s"] = time.perf_counter() - started
-    path = write_results(NAME, results)
+    # a partial run never overwrites the full results file
+    path = write_results("-".join([NAME, *args.only]) if partial else NAME, results)
     print(f"wrote {path} in {results['elapsed_s']:.0f} s")
     return 0
 

@@ -16,6 +16,7 @@
 - ``state``: the strict, versioned loader state and the cursor a checkpoint commits.
 - ``store``: checked physical reads of manifest objects.
 - ``pipeline``: bounded parallel fetch with in-order emission, and its metrics.
+- ``rows``: a chunk of planned sequences assembled into batch rows in one pass.
 - ``loader``: what a training rank iterates; provisional cursors and commit.
 - ``errors``: ``DataPlaneError`` and its leaves (``ManifestError`` is also an
   ``InvalidDocument``).

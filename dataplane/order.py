@@ -61,14 +61,21 @@ class OrderState:
 
 
 class _Doc:
-    """A drawn record: what the transforms keep of it, and whether the filters pass it."""
+    """A drawn record: what the transforms keep of it, and whether the filters pass it.
 
-    __slots__ = ("accepted", "epoch", "index", "origin", "source", "stop")
+    ``counted`` and ``peek`` are its size in the mixture's unit once drawn and
+    while it waits as a source's next item (``Planner._unit_size``), computed
+    once here because the exact mixture asks for them on every pick.
+    """
+
+    __slots__ = ("accepted", "counted", "epoch", "index", "origin", "peek", "source", "stop")
 
     def __init__(self, source: int, index: int, epoch: int, origin: int, stop: int,
                  accepted: bool) -> None:
         self.source, self.index, self.epoch = source, index, epoch
         self.origin, self.stop, self.accepted = origin, stop, accepted
+        self.counted = 0
+        self.peek = 1
 
     @property
     def size(self) -> int:
@@ -135,12 +142,17 @@ class Planner:
                     # Its count could never grow, so EDF would serve it forever.
                     raise ConfigError(f"source {src.name!r} has weight {w} but no tokens, and"
                                       f" the mixture counts {self.unit}")
-        self._peeked: dict[int, tuple[int, _Doc]] = {}
+        # Each source's next record (its draw number and the record), drawn
+        # ahead so the exact mixture can compare sizes; a pure cache.
+        self._peek_draw = [-1] * len(self.names)
+        self._peek_doc: list[_Doc | None] = [None] * len(self.names)
+        self._weights_of: dict[tuple[bool, ...], tuple[list[int], int]] = {}
         self._barren = [0] * len(self.names)
         self._blocks: dict[int, tuple[int, int, list[int]]] = {}
         self._unit_sized = self.unit in ("documents", "samples")
         self._ones = [1] * len(self.names)
         self._without_replacement = not mix.replacement
+        self._expected = mix.mode == "expected"
 
     # -- state -----------------------------------------------------------------
 
@@ -237,10 +249,10 @@ class Planner:
                     w.base_units = list(w.units)
                     continue
                 # "repeat": the next draw opens the source's next epoch.
-            peeked = self._peeked.get(i)
-            doc = peeked[1] if peeked and peeked[0] == w.draws[i] else self._doc(i, w.draws[i])
-            counted = self._unit_size(doc, counted=True)
-            w.units[i] += counted
+            peeked = self._peek_doc[i]
+            doc = (peeked if peeked is not None and self._peek_draw[i] == w.draws[i]
+                   else self._doc(i, w.draws[i]))
+            w.units[i] += doc.counted
             w.draws[i] += 1
             w.draws_total += 1
             # A source whose every record is filtered out or empty would be
@@ -257,39 +269,42 @@ class Planner:
                 return doc
 
     def _pick(self, w: _Work) -> int | None:
-        if not any(w.active):
+        if True not in w.active:
             return None
-        if self.manifest.mixture.mode == "expected":
+        if self._expected:
             u = keyed_uniform(self._mix_key, w.draws_total)
             return expected_pick(u, self._cumulative(w.active))
-        a, big_a = self._integer_weights(w.active)
-        counts = [u - b for u, b in zip(w.units, w.base_units, strict=True)]
+        # Called once per drawn record: plain loops over short lists, no helpers.
+        active = w.active
+        weights = self._weights_of.get(active)
+        if weights is None:
+            weights = self._weights_of[active] = integer_weights(
+                [x if on else Fraction(0) for x, on in zip(self.weights, active, strict=True)])
+        units, base, draws = w.units, w.base_units, w.draws
+        counts = []
         total = 0
-        for c, on in zip(counts, w.active, strict=True):
-            if on:
-                total += c
-        if self._unit_sized:
-            sizes = self._ones
-        else:
-            sizes = [self._peek_size(w, i) if on else 0 for i, on in enumerate(w.active)]
-        return exact_pick(counts, sizes, a, big_a, total, w.active)
-
-    @lru_cache(maxsize=64)  # noqa: B019 - one planner per loader; a handful of masks
-    def _integer_weights(self, active: tuple[bool, ...]) -> tuple[list[int], int]:
-        ws = [w if on else Fraction(0) for w, on in zip(self.weights, active, strict=True)]
-        return integer_weights(ws)
+        sized = not self._unit_sized
+        sizes = [] if sized else self._ones
+        peek_draw, peek_doc = self._peek_draw, self._peek_doc
+        for i, on in enumerate(active):
+            c = units[i] - base[i]
+            counts.append(c)
+            if not on:
+                if sized:
+                    sizes.append(0)
+                continue
+            total += c
+            if sized:
+                doc = peek_doc[i]
+                if doc is None or peek_draw[i] != draws[i]:
+                    doc = peek_doc[i] = self._doc(i, draws[i])
+                    peek_draw[i] = draws[i]
+                sizes.append(doc.peek)
+        return exact_pick(counts, sizes, weights[0], weights[1], total, active)
 
     @lru_cache(maxsize=64)  # noqa: B019 - as above
     def _cumulative(self, active: tuple[bool, ...]) -> list[float]:
         return cumulative(self._probs, active)
-
-    def _peek_size(self, w: _Work, i: int) -> int:
-        draw = w.draws[i]
-        hit = self._peeked.get(i)
-        if hit is None or hit[0] != draw:
-            hit = (draw, self._doc(i, draw))
-            self._peeked[i] = hit
-        return max(self._unit_size(hit[1], counted=False), 1)
 
     def _unit_size(self, doc: _Doc, counted: bool) -> int:
         unit = self.unit
@@ -323,7 +338,19 @@ class Planner:
             if (kind == "min_tokens" and length < value) or (kind == "max_tokens"
                                                              and length > value):
                 accepted = False
-        return _Doc(i, index, epoch, origin, stop, accepted)
+        doc = _Doc(i, index, epoch, origin, stop, accepted)
+        # _unit_size's two readings, inlined: this runs once per drawn record
+        unit = self.unit
+        if unit == "documents":
+            doc.counted = 1
+        elif unit == "samples":
+            doc.counted = 1 if accepted else 0
+        else:
+            size = stop - origin - 1 if unit == "loss_tokens" else stop - origin
+            size = max(size, 0)
+            doc.counted = size if accepted else 0
+            doc.peek = max(size, 1)
+        return doc
 
     def _permuted(self, i: int, epoch: int, k: int) -> int:
         """Position ``k`` of source ``i``'s epoch order, computed a block at a time."""

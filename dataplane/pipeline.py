@@ -1,9 +1,11 @@
 """Bounded parallel fetch with in-order emission, and the metrics it keeps.
 
 Items are numbered in logical order and fetched on a thread pool; results
-wait in a reorder buffer until every earlier item has been taken. The bound
-counts everything submitted and not yet taken (running, done-but-early, and
-the head), in items and in bytes, so a slow object stalls submission
+wait in a reorder buffer until every earlier item has been taken. An item
+may stand for several units (the loader submits a chunk of sequences as one
+item, so a thread hand-off costs once per chunk, not once per row); the bound
+counts the units of everything submitted and not yet taken (running,
+done-but-early, and the head), and their bytes, so a slow object stalls submission
 (backpressure) instead of growing memory. Randomness never depends on which
 thread finishes first: fetches are pure functions of their plan.
 
@@ -52,10 +54,10 @@ class Metrics:
         self.reserved = 0
         self.head_since: float | None = None
 
-    def fetched_in(self, seconds: float) -> None:
+    def fetched_in(self, seconds: float, units: int = 1) -> None:
         with self._lock:
             self._latency.append(seconds)
-            self.fetched += 1
+            self.fetched += units
 
     def quantiles(self) -> dict[str, float]:
         with self._lock:
@@ -83,15 +85,17 @@ class OrderedFetcher(Generic[P, R]):
     """``submit`` plans in logical order; ``take`` returns results in that same order."""
 
     def __init__(self, fetch: Callable[[P], R], size_of: Callable[[P], int], bounds: Bounds,
-                 workers: int, metrics: Metrics | None = None) -> None:
+                 workers: int, metrics: Metrics | None = None,
+                 units_of: Callable[[P], int] | None = None) -> None:
         if workers < 1:
             raise ValueError("workers must be at least 1")
         self._fetch = fetch
         self._size_of = size_of
+        self._units_of = units_of or (lambda _: 1)
         self.bounds = bounds
         self.metrics = metrics or Metrics()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rl-fetch")
-        self._pending: deque[tuple[Future[R], int, float]] = deque()
+        self._pending: deque[tuple[Future[R], int, int, float]] = deque()
         self._closed = False
 
     def room(self, item: P) -> bool:
@@ -99,7 +103,7 @@ class OrderedFetcher(Generic[P, R]):
         if not self._pending:
             return True
         m = self.metrics
-        return (m.depth < self.bounds.items
+        return (m.depth + self._units_of(item) <= self.bounds.items
                 and m.reserved + self._size_of(item) <= self.bounds.bytes)
 
     def submit(self, item: P) -> None:
@@ -108,10 +112,11 @@ class OrderedFetcher(Generic[P, R]):
         if not self.room(item):
             raise RuntimeError("submit past the bound; call room() first")
         size = self._size_of(item)
-        future = self._pool.submit(self._timed, item)
+        units = self._units_of(item)
+        future = self._pool.submit(self._timed, item, units)
         m = self.metrics
-        self._pending.append((future, size, time.monotonic()))
-        m.depth += 1
+        self._pending.append((future, size, units, time.monotonic()))
+        m.depth += units
         m.reserved += size
         m.max_depth = max(m.max_depth, m.depth)
         m.max_bytes = max(m.max_bytes, m.reserved)
@@ -121,7 +126,7 @@ class OrderedFetcher(Generic[P, R]):
 
     def take(self) -> R:
         """The oldest submitted item's result, waiting for it if needed."""
-        future, size, submitted = self._pending[0]
+        future, size, units, submitted = self._pending[0]
         m = self.metrics
         m.head_since = submitted
         if not future.done():
@@ -132,14 +137,14 @@ class OrderedFetcher(Generic[P, R]):
                 m.input_wait_s += time.monotonic() - start
                 m.waits += 1
         self._pending.popleft()
-        m.depth -= 1
+        m.depth -= units
         m.reserved -= size
-        m.head_since = self._pending[0][2] if self._pending else None
+        m.head_since = self._pending[0][3] if self._pending else None
         return future.result()
 
     def drop(self) -> None:
         """Forget everything submitted (a reset); running fetches finish unobserved."""
-        for future, _, _ in self._pending:
+        for future, *_ in self._pending:
             future.cancel()
         self._pending.clear()
         self.metrics.depth = 0
@@ -151,12 +156,12 @@ class OrderedFetcher(Generic[P, R]):
         self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _timed(self, item: P) -> R:
+    def _timed(self, item: P, units: int) -> R:
         start = time.monotonic()
         try:
             out = self._fetch(item)
         except BaseException:
             self.metrics.failed += 1
             raise
-        self.metrics.fetched_in(time.monotonic() - start)
+        self.metrics.fetched_in(time.monotonic() - start, units)
         return out

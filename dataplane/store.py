@@ -107,8 +107,21 @@ class ObjectStore:
         """The tokens of each span, in order (one row's worth). Local objects come
         back as read-only views of their mapping: the caller copies once, when it
         assembles the row, instead of once per span."""
-        out = [self._read(span, view=True) for span in spans]
-        self.counters.add(bytes_read=sum(a.nbytes for a in out), records_read=len(out))
+        out = []
+        hits = 0
+        cache = self._cache
+        for span in spans:
+            # A cached object is read without the lock (a dict lookup is atomic);
+            # a row has a dozen spans, so the lock per span cost more than the copy.
+            k, r = self.locate(span.source, span.index)
+            opened = cache.get((span.source, k))
+            if opened is None:
+                opened = self._open(span.source, k)
+            else:
+                hits += 1
+            out.append(self._slice(opened, span, k, r, view=True))
+        self.counters.add(bytes_read=sum(a.nbytes for a in out), records_read=len(out),
+                          cache_hits=hits)
         return out
 
     def read(self, span: Span) -> Tokens:
@@ -119,7 +132,9 @@ class ObjectStore:
 
     def _read(self, span: Span, view: bool) -> Tokens:
         k, r = self.locate(span.source, span.index)
-        opened = self._open(span.source, k)
+        return self._slice(self._open(span.source, k), span, k, r, view)
+
+    def _slice(self, opened: _Open, span: Span, k: int, r: int, view: bool) -> Tokens:
         base = int(opened.offsets[r])
         end = int(opened.offsets[r + 1])
         if span.stop > end - base:
@@ -198,8 +213,11 @@ class ObjectStore:
         tokens = None
         if "file" in _protocols(fs):
             dtype = np.dtype(DTYPES[header.itemsize]).newbyteorder("<")
+            # A plain ndarray over the mapping (it keeps the mapping alive): slicing
+            # an np.memmap runs Python-level hooks per slice, a dozen slices a row.
             tokens = np.memmap(path, dtype=dtype, mode="r", offset=header.tokens_at,
-                               shape=(header.tokens,)) if header.tokens else np.zeros(0, dtype)
+                               shape=(header.tokens,)).view(np.ndarray) if header.tokens \
+                else np.zeros(0, dtype)
         lengths = np.diff(offsets.astype(np.int64)).astype(np.int64)
         return _Open(header=header, offsets=offsets, lengths=lengths, tokens=tokens)
 

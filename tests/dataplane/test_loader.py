@@ -223,10 +223,10 @@ def test_a_slow_object_shows_backpressure_not_memory_growth(corpus: DatasetManif
     release = threading.Event()
 
     class SlowStore(ObjectStore):
-        def _read(self, span: Span, view: bool) -> Any:
+        def _slice(self, opened: Any, span: Span, k: int, r: int, view: bool) -> Any:
             if span.source == 1:  # every read of source b waits
                 release.wait(10)
-            return super()._read(span, view)
+            return super()._slice(opened, span, k, r, view)
 
     bound = 6
     config = LoaderConfig(seed=5, global_batch_size=2, workers=3, max_items=bound)
@@ -315,3 +315,41 @@ def test_bad_loader_configs_are_refused_before_reading(corpus: DatasetManifest) 
         DataLoader(corpus, LoaderConfig(seed=0, global_batch_size=2), replicas=3)
     with pytest.raises(ConfigError, match="replica must"):
         DataLoader(corpus, LoaderConfig(seed=0, global_batch_size=2), replica=2, replicas=2)
+
+
+def expected_columns(batch: Batch, seq_len: int, pad: int) -> list[np.ndarray[Any, Any]]:
+    """Each row's segment ids, positions, loss mask and padding, spelled out span by span."""
+    k = len(batch.samples)
+    segments = np.zeros((k, seq_len), np.int32)
+    positions = np.zeros((k, seq_len), np.int32)
+    mask = np.zeros((k, seq_len), np.bool_)
+    tokens = np.full((k, seq_len), pad, np.int64)
+    for r, plan in enumerate(batch.samples):
+        at = 0
+        for j, span in enumerate(plan):
+            segments[r, at:at + span.size] = j + 1
+            positions[r, at:at + span.size] = range(span.start - span.origin,
+                                                    span.stop - span.origin)
+            mask[r, at:at + span.size - 1] = True
+            tokens[r, at:at + span.size] = batch.tokens[r, at:at + span.size]
+            at += span.size
+    return [segments, positions, mask, tokens]
+
+
+def test_rows_assembled_in_chunks_match_rows_assembled_alone(corpus: DatasetManifest) -> None:
+    # replica 1 of 2 holds 4 rows of 7; max_items bounds the chunk: 1 row, 3 + 1 rows, all 4
+    runs = []
+    for items in (1, 3, 64):
+        config = LoaderConfig(seed=5, global_batch_size=7, workers=2, max_items=items)
+        with DataLoader(corpus, config, replica=1, replicas=2) as dl:
+            got = []
+            for _ in range(12):
+                b = next(dl)
+                want = expected_columns(b, corpus.packing.seq_len, corpus.packing.pad_id)
+                for have, ref in zip((b.segment_ids, b.positions, b.loss_mask, b.tokens), want,
+                                     strict=True):
+                    assert have.dtype == ref.dtype and (have == ref).all()
+                check_tokens(b)
+                got.append((key(b), b.segment_ids.tobytes(), b.loss_mask.tobytes()))
+            runs.append(got)
+    assert runs[0] == runs[1] == runs[2]

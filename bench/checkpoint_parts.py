@@ -201,15 +201,16 @@ def report_writes(w: dict[str, Any], state_bytes: int) -> dict[str, dict[str, An
              "ratios": {f"{a}_vs_{b}": ratio(med[a], med[b]) for a in ("sync", "async_stage")
                         for b in ("torch_save", "bare_dcp")}}
     rows = [[k, f"{med[k]:.3f}", " / ".join(f"{x:.2f}" for x in w["samples_s"][k]),
-             mib(sizes.get(k if k != "async_stage" else "sync")),
+             mib(sizes.get(k if not k.startswith("async_stage") else "sync")),
              f"{ratio(med[k], med['torch_save']):.2f}", f"{ratio(med[k], med['bare_dcp']):.2f}"]
-            for k in ("sync", "async_stage", "async_write", "torch_save", "bare_dcp",
-                      "reuse_copy")]
+            for k in ("sync", "async_stage", "async_stage_first", "async_write", "torch_save",
+                      "bare_dcp", "reuse_copy")]
     print_table(["contender", "median s", "samples s", "MiB on disk", "/ torch.save",
                  "/ bare DCP"], rows,
                 title=f"1. blocking stall, state {mib(state_bytes)} MiB; sync excludes the "
-                "Kafka proposal/verdict round trip; async_write runs in the background; "
-                "reuse_copy = stage's copy into buffers touched beforehand (reference)")
+                "Kafka proposal/verdict round trip; async_stage reuses the previous checkpoint's "
+                "buffers, async_stage_first allocates them; async_write runs in the "
+                "background; reuse_copy = stage's copy into buffers touched beforehand (reference)")
 
     parts_med = {k: statistics.median(v) for k, v in w["parts_s"].items()}
     readback = parts_med.pop("opt_in_readback")  # off by default: not part of the commit
@@ -250,7 +251,8 @@ def report_writes(w: dict[str, Any], state_bytes: int) -> dict[str, dict[str, An
     last = w["memory"][-1]
     rss = last["rss_bytes"]
     growth = {k: None if rss[k] is None or rss["before"] is None else rss[k] - rss["before"]
-              for k in ("after_stage", "after_drain", "after_close", "after_trim")}
+              for k in ("after_stage", "after_drain", "after_second", "after_close",
+                        "after_trim")}
     memory = {"rounds": w["memory"], "growth_bytes": growth, "state_bytes": state_bytes,
               "staged_copy_alive": last["staged_copy_alive"]}
     rows = [[k.replace("_", " "), mib(g), "-" if g is None else f"{ratio(g, state_bytes):.2f}",
@@ -281,6 +283,8 @@ def summary(res: dict[str, Any]) -> list[list[object]]:
         row("async background write s vs bare DCP", med["async_write"], med["bare_dcp"]),
         row("stall s, async stage() vs copy into reused buffers", med["async_stage"],
             med["reuse_copy"]),
+        row("stall s, async first stage() (fresh buffers) vs bare DCP",
+            med["async_stage_first"], med["bare_dcp"]),
         row("commit: write_checkpoint s vs bare DCP s", med["sync"], med["bare_dcp"]),
         row("commit: bare DCP + measured parts s vs bare DCP s",
             med["bare_dcp"] + c["parts_sum_s"], med["bare_dcp"]),
@@ -300,7 +304,9 @@ def summary(res: dict[str, Any]) -> list[list[object]]:
     rows.append(row("restore MB/s warm, verify + load vs raw read", r["warm_mb_s"]["verify_load"],
                     r["warm_mb_s"]["raw_read"], mbs))
     state = res["state"]["bytes"]
-    for key, label in (("after_stage", "after stage()"), ("after_drain", "after the write"),
+    for key, label in (("after_stage", "after stage()"),
+                       ("after_drain", "after the write (kept for reuse)"),
+                       ("after_second", "after a second checkpoint"),
                        ("after_close", "after Persister.close"),
                        ("after_trim", "after malloc_trim")):
         grow = m["growth_bytes"][key]

@@ -2,10 +2,18 @@
 
 ``stage`` copies every tensor of the state to fresh CPU memory (and every
 other value deeply), so later optimizer steps can never leak into what is
-persisted. The copy goes into a bounded backlog that one background thread
-drains in order, running the whole commit protocol per item; host memory is
-bounded by ``backlog`` staged copies. A failure in the background is kept and
-raised on the training thread at its next call, never swallowed.
+persisted. ``StagingPool`` does the same into host buffers kept from an
+earlier checkpoint whose write has finished: allocating and first-touching a
+fresh copy of the whole state was most of the training stall (README,
+Performance), and a buffer is never handed out while a write still reads it.
+On CUDA the buffers are pinned and the copies are asynchronous, synchronised
+once. The copy goes into a bounded backlog that one background thread drains
+in order, running the whole commit protocol per item; host memory is bounded
+by ``backlog`` staged copies, which the pool keeps for reuse. A failure in the
+background is kept and raised on the training thread at its next call, never
+swallowed.
+
+Tested in tests/worker/test_persist.py.
 """
 
 from __future__ import annotations
@@ -13,7 +21,8 @@ from __future__ import annotations
 import copy
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -32,6 +41,111 @@ def stage(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+Signature = tuple[tuple[tuple[int, ...], torch.dtype, bool], ...]
+
+
+def _poolable(t: torch.Tensor) -> bool:
+    """Plain dense tensors only; anything else (sparse, subclasses) is copied afresh."""
+    return type(t) in (torch.Tensor, torch.nn.Parameter) and t.layout == torch.strided
+
+
+def _leaves(value: Any) -> Iterator[torch.Tensor]:
+    """The poolable tensors of a nested state, in the order ``_rebuild`` consumes them."""
+    if isinstance(value, torch.Tensor):
+        if _poolable(value):
+            yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _leaves(v)
+
+
+def _rebuild(value: Any, buffers: Iterator[torch.Tensor]) -> Any:
+    """``stage`` with each poolable tensor replaced by the next (already filled) buffer."""
+    if isinstance(value, torch.Tensor):
+        return next(buffers) if _poolable(value) else stage(value)
+    if isinstance(value, dict):
+        return {k: _rebuild(v, buffers) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rebuild(v, buffers) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_rebuild(v, buffers) for v in value)
+    return copy.deepcopy(value)
+
+
+@dataclass(eq=False)
+class _Slot:
+    signature: Signature
+    buffers: list[torch.Tensor]
+
+
+@dataclass(eq=False)
+class Staged:
+    """A staged copy; ``value`` is immutable until it goes back to its pool."""
+
+    value: Any
+    slot: _Slot | None = field(default=None, repr=False)
+
+
+class StagingPool:
+    """Host buffers for staged copies, reused once the write that read them is done.
+
+    A slot matches a state with the same tensors (shape, dtype, on CUDA or not,
+    in order); a state of another shape gets fresh buffers and the old slot is
+    dropped. At most ``keep`` free slots are held.
+    """
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._free: list[_Slot] = []
+        self._lock = threading.Lock()
+
+    def stage(self, value: Any) -> Staged:
+        leaves = list(_leaves(value))
+        signature: Signature = tuple((tuple(t.shape), t.dtype, t.is_cuda) for t in leaves)
+        slot = self._take(signature)
+        if slot is None:
+            slot = _Slot(signature, [torch.empty(shape, dtype=dtype, pin_memory=cuda)
+                                     for shape, dtype, cuda in signature])
+        on_cuda = False
+        with torch.no_grad():
+            for buf, t in zip(slot.buffers, leaves, strict=True):
+                buf.copy_(t.detach(), non_blocking=t.is_cuda)
+                on_cuda |= t.is_cuda
+        if on_cuda:
+            torch.cuda.synchronize()  # the copies were queued; the step must not race them
+        return Staged(_rebuild(value, iter(slot.buffers)), slot)
+
+    def release(self, staged: Staged) -> None:
+        """The write of ``staged`` is over (done or abandoned): its buffers may be reused."""
+        slot, staged.slot, staged.value = staged.slot, None, None
+        if slot is None:
+            return
+        with self._lock:
+            if len(self._free) < self.keep:
+                self._free.append(slot)
+
+    def clear(self) -> None:
+        """Let the free buffers go (the pool's owner is closing)."""
+        with self._lock:
+            self._free.clear()
+
+    @property
+    def free(self) -> int:
+        with self._lock:
+            return len(self._free)
+
+    def _take(self, signature: Signature) -> _Slot | None:
+        with self._lock:
+            for i, slot in enumerate(self._free):
+                if slot.signature == signature:
+                    return self._free.pop(i)
+            self._free.clear()  # another shape: the old buffers will not fit again
+            return None
+
+
 def nbytes(value: Any) -> int:
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size()
@@ -47,7 +161,8 @@ class Persister:
 
     def __init__(self, backlog: int) -> None:
         self.backlog = backlog
-        self._jobs: deque[Callable[[], None]] = deque()
+        self.staging = StagingPool(keep=backlog)
+        self._jobs: deque[tuple[Callable[[], None], Staged | None]] = deque()
         self._cond = threading.Condition()
         self._busy = False
         self._error: BaseException | None = None
@@ -61,10 +176,11 @@ class Persister:
         with self._cond:
             return len(self._jobs) + (1 if self._busy else 0)
 
-    def submit(self, job: Callable[[], None]) -> None:
+    def submit(self, job: Callable[[], None], staged: Staged | None = None) -> None:
+        """Queue ``job``; ``staged`` (what it writes) goes back to the pool once it has run."""
         self.check()
         with self._cond:
-            self._jobs.append(job)
+            self._jobs.append((job, staged))
             self._cond.notify_all()
 
     def wait_for_room(self) -> None:
@@ -94,6 +210,7 @@ class Persister:
             self._stop = True
             self._cond.notify_all()
         self._thread.join(30)
+        self.staging.clear()
 
     def _run(self) -> None:
         while True:
@@ -102,18 +219,25 @@ class Persister:
                     self._cond.wait()
                 if not self._jobs:
                     return
-                job = self._jobs.popleft()
+                job, staged = self._jobs.popleft()
                 self._busy = True
             try:
                 job()
             except BaseException as exc:  # kept for the training thread
                 with self._cond:
                     self._error = exc
+                    dropped = list(self._jobs)
                     self._jobs.clear()  # later saves would build on a broken chain
+                for _, other in dropped:
+                    if other is not None:
+                        self.staging.release(other)
             finally:
-                # Drop the job (and the staged copy it holds) before going idle,
-                # or a full host copy would outlive its write.
+                # Drop the job (and the references to the staged copy it holds)
+                # before the buffers go back, or a full host copy would outlive
+                # its write outside the pool.
                 del job
+                if staged is not None:
+                    self.staging.release(staged)
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()

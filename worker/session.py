@@ -52,7 +52,7 @@ from worker.errors import CheckpointRejected, Fenced, StorageFault, Verification
 from worker.faults import Faults
 from worker.layout import CheckpointDir
 from worker.manifest import FileEntry
-from worker.persist import Persister, nbytes, stage
+from worker.persist import Persister, nbytes
 from worker.reporter import Reporter
 from worker.sdc import Detectors
 from worker.sdc import from_environ as sdc_from_environ
@@ -231,8 +231,8 @@ class Session:
                 self._persister.wait_for_room()
                 waited = time.monotonic() - start
         state = self._train_state().state_dict(self.rank)
-        if self._persister is not None:
-            state = stage(state)
+        staged = self._persister.staging.stage(state) if self._persister is not None else None
+        state = staged.value if staged is not None else state  # reused host buffers if async
         self.faults.hit("staging", step)
         self.last_checkpoint_step = step
         fields = ManifestFields(
@@ -246,7 +246,7 @@ class Session:
             self._staged(step, "sync", time.monotonic() - start, waited, state)
             return
         self._staged(step, "async", time.monotonic() - start, waited, state)
-        self._persister.submit(lambda: self._commit(step, state, fields, cursor))
+        self._persister.submit(lambda: self._commit(step, state, fields, cursor), staged)
 
     def _staged(self, step: int, mode: str, stall_s: float, waited_s: float,
                 state: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ from worker import storage
 from worker.comm import Comm
 from worker.layout import CheckpointDir, run_dir
 from worker.manifest import digest
-from worker.persist import Persister, nbytes, stage
+from worker.persist import Persister, Staged, StagingPool, nbytes, stage
 from worker.restore import Candidate, load, verify
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
@@ -119,6 +119,121 @@ def test_stage_copies_nested_containers_and_plain_values_deeply() -> None:
     assert staged["plain"] == {"x": [1, 2], "y": None, "z": 1.5}
     assert staged["box"] is not box and staged["box"].items == [1, 2]
     assert len(staged["a"]) == 2
+
+
+# -- StagingPool -------------------------------------------------------------------------
+
+def _ptrs(staged: Staged) -> list[int]:
+    return [t.untyped_storage().data_ptr() for t in (staged.value["w"], staged.value["b"][0])]
+
+
+def test_pool_reuses_released_buffers_and_copies_the_new_values() -> None:
+    pool = StagingPool(keep=2)
+    w, b = torch.arange(12.0).reshape(3, 4), torch.ones(5, dtype=torch.float64)
+    first = pool.stage({"w": w, "b": [b, "meta"], "step": 7})
+    ptrs = _ptrs(first)
+    assert torch.equal(first.value["w"], w) and first.value["step"] == 7
+    pool.release(first)
+    assert first.value is None and pool.free == 1  # the caller's handle is spent
+
+    w.mul_(-1)
+    b.add_(2)
+    second = pool.stage({"w": w, "b": [b, "meta"], "step": 8})
+    assert _ptrs(second) == ptrs  # same host memory, no fresh allocation
+    assert torch.equal(second.value["w"], w) and torch.equal(second.value["b"][0], b)
+    assert second.value["b"][1] == "meta" and second.value["step"] == 8
+    w.zero_()  # training moves on: the staged copy does not
+    assert torch.equal(second.value["w"], -torch.arange(12.0).reshape(3, 4))
+
+
+def test_pool_never_hands_out_a_copy_still_being_written() -> None:
+    pool = StagingPool(keep=2)
+    state = {"w": torch.zeros(3, 4), "b": [torch.zeros(5)]}
+    busy = pool.stage(state)
+    state["w"].fill_(1.0)
+    other = pool.stage(state)  # the first is not released: its write is still running
+    assert set(_ptrs(busy)).isdisjoint(_ptrs(other))
+    assert torch.equal(busy.value["w"], torch.zeros(3, 4))
+    assert torch.equal(other.value["w"], torch.ones(3, 4))
+    held = [_ptrs(busy), _ptrs(other)]
+    pool.release(busy)
+    pool.release(other)
+    third = pool.stage({"w": torch.zeros(3, 4), "b": [torch.zeros(5)], "extra": 1})
+    assert _ptrs(third) in held  # a released slot, not a new allocation
+    assert pool.free == 1  # keep=2: one was taken, one is still free
+
+
+def test_pool_gives_fresh_buffers_to_a_state_of_another_shape() -> None:
+    pool = StagingPool(keep=1)
+    first = pool.stage({"w": torch.zeros(3, 4), "b": [torch.zeros(5)]})
+    ptrs = _ptrs(first)
+    pool.release(first)
+    wider = {"w": torch.ones(3, 8), "b": [torch.ones(5)]}
+    second = pool.stage(wider)
+    assert second.value["w"].shape == (3, 8) and torch.equal(second.value["w"], wider["w"])
+    assert pool.free == 0  # the old slot no longer fits and is dropped
+    pool.release(second)
+    half = pool.stage({"w": torch.zeros(3, 8, dtype=torch.float16), "b": [torch.zeros(5)]})
+    assert half.value["w"].dtype == torch.float16  # dtype is part of the match
+    assert set(_ptrs(half)).isdisjoint(ptrs)
+
+
+def test_pool_keeps_the_stage_contract_for_nested_and_odd_values() -> None:
+    """What ``stage`` promises (deep copies, detached, no shared storage) holds pooled."""
+    t2 = nn.Parameter(torch.ones(4))
+    view = torch.arange(20.0)[5:9]
+    sparse = torch.eye(3).to_sparse()
+    value: dict[str, Any] = {"a": [t2, {"b": (view, 3, [7, 8])}], "sparse": sparse,
+                             "box": _Box([1])}
+    pool = StagingPool(keep=1)
+    for _ in range(2):  # fresh, then reused buffers
+        staged = pool.stage(value)
+        s2, sv = staged.value["a"][0], staged.value["a"][1]["b"][0]
+        assert not s2.requires_grad and torch.equal(s2, t2.detach())
+        assert sv.untyped_storage().nbytes() == 16 and torch.equal(sv, view)
+        assert torch.equal(staged.value["sparse"].to_dense(), torch.eye(3))
+        value["box"].items.append(2)
+        value["a"][1]["b"][2].append(9)
+        assert staged.value["box"].items == [1] and staged.value["a"][1]["b"][2] == [7, 8]
+        value["box"].items, value["a"][1]["b"] = [1], (view, 3, [7, 8])
+        pool.release(staged)
+
+
+def test_persister_returns_a_written_copy_to_its_pool_and_reuses_it(
+        persister: Callable[[int], Persister]) -> None:
+    p = persister(1)
+    state = {"w": torch.arange(1000.0), "b": [torch.zeros(2)]}
+    seen: list[float] = []
+    first = p.staging.stage(state)
+    ptrs = _ptrs(first)
+    p.submit(lambda s=first.value: seen.append(float(s["w"].sum())), first)
+    p.drain()
+    assert p.staging.free == 1
+    state["w"].add_(1)
+    second = p.staging.stage(state)
+    assert _ptrs(second) == ptrs
+    p.submit(lambda s=second.value: seen.append(float(s["w"].sum())), second)
+    p.drain()
+    assert seen == [499500.0, 500500.0]
+
+
+def test_jobs_dropped_after_a_failure_give_their_buffers_back(
+        persister: Callable[[int], Persister]) -> None:
+    p = persister(3)
+    gate = threading.Event()
+
+    def failing() -> None:
+        gate.wait(10)
+        raise OSError("disk full")
+
+    a = p.staging.stage({"w": torch.zeros(4)})
+    b = p.staging.stage({"w": torch.zeros(4)})
+    p.submit(failing, a)
+    p.submit(lambda: None, b)  # queued behind the failure: never runs
+    gate.set()
+    with pytest.raises(OSError, match="disk full"):
+        p.drain()
+    assert p.staging.free == 2 and a.value is None and b.value is None
 
 
 # -- Persister ---------------------------------------------------------------------------
@@ -278,7 +393,9 @@ def test_host_memory_stays_bounded_over_50_async_saves(
         with torch.no_grad():
             model.weight.add_(0.001)  # training moves on
         p.wait_for_room()
-        p.submit(job(step, stage({"model": model.state_dict()})))
+        staged = p.staging.stage({"model": model.state_dict()})  # as the session stages
+        p.submit(job(step, staged.value), staged)
+        del staged
         assert p.pending <= 2
         if step in (10, 50):
             p.drain()

@@ -199,11 +199,7 @@ class ControllerService:
                writer: TransactionalWriter) -> None:
         """One turn of the loop: inputs, the tail, ownership, decisions, one transaction."""
         assert self.model is not None and self.ownership is not None
-        records = consumer.poll(self.tick_s)
-        early = self._committed_at + self.txn_gap_s - time.monotonic()
-        if records and early > 0:  # what arrives meanwhile joins this transaction
-            time.sleep(early)
-            records += consumer.poll(0)
+        records = self._inputs(consumer)
         started = time.monotonic()
         now = self.clock()
         own = self._reassigned(consumer, follower, self.ownership)
@@ -257,6 +253,16 @@ class ControllerService:
         self.model = model
         manifests.write_published(model, (o.event for o in out if o.topic == RUNS))
         self._count(len(records), out, time.monotonic() - started)
+
+    def _inputs(self, consumer: EventConsumer) -> list[Record]:
+        """Wait up to a tick for inputs; none goes into a transaction sooner than
+        ``txn_gap_s`` after the last commit (``TXN_GAP_S`` says why)."""
+        records = consumer.poll(self.tick_s)
+        early = self._committed_at + self.txn_gap_s - time.monotonic()
+        if records and early > 0:  # what arrives meanwhile joins this transaction
+            time.sleep(early)
+            records += consumer.poll(0)
+        return records
 
     def _commit(self, out: list[Outgoing], consumer: EventConsumer, follower: Follower,
                 writer: TransactionalWriter, now: int) -> bool:

@@ -2,7 +2,8 @@
 # python3.11, java 17+ and mvn on PATH: it builds .venv, fetches the Kafka jars
 # into ~/.cache/runledger (outside the clone), starts a throwaway broker, runs
 # pytest against it and always stops it again. It installs Debian's chromium
-# (scripts/chromium.sh) for the report's browser test when it is missing.
+# (scripts/chromium.sh) for the report's browser test and Debian's spin
+# (scripts/spin.sh) for the protocol model's check when they are missing.
 
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
@@ -19,7 +20,7 @@ STACK_ARGS ?=
 # e.g. make demo DEMO_ARGS='--work-dir /tmp/rl-demo --keep-stack'
 DEMO_ARGS ?=
 
-.PHONY: venv jars chromium test lint bench-smoke stack-up stack-down demo
+.PHONY: venv jars chromium spin proof test lint bench-smoke stack-up stack-down demo
 
 venv: $(STAMP)
 
@@ -37,7 +38,15 @@ jars: $(STAMP)
 chromium:
 	scripts/chromium.sh
 
-test: jars chromium
+# Debian's spin and gcc, for the protocol model's check (installed once, as root).
+spin:
+	scripts/spin.sh
+
+# The protocol model under SPIN: every property, the liveness claim, each mutant.
+proof: $(STAMP) spin
+	$(PY) -m proof.spin
+
+test: jars chromium spin
 	scripts/test.sh $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 # Every benchmark's --quick form against a throwaway broker: they still run

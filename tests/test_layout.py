@@ -31,6 +31,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "queries": frozenset({"projectors", "events"}),
     "runledger": frozenset({"events", "schemas", "dataplane", "agent", "worker", "controller",
                             "projectors", "queries"}),
+    "proof": frozenset(),
 }
 PACKAGES = tuple(ALLOWED)
 

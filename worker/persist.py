@@ -27,20 +27,6 @@ from typing import Any
 
 import torch
 
-
-def stage(value: Any) -> Any:
-    """A deep, CPU-resident, independent copy of a (nested) state dict."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {k: stage(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [stage(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(stage(v) for v in value)
-    return copy.deepcopy(value)
-
-
 Signature = tuple[tuple[tuple[int, ...], torch.dtype, bool], ...]
 
 
@@ -62,10 +48,15 @@ def _leaves(value: Any) -> Iterator[torch.Tensor]:
             yield from _leaves(v)
 
 
+def _fresh(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to("cpu", copy=True)
+
+
 def _rebuild(value: Any, buffers: Iterator[torch.Tensor]) -> Any:
-    """``stage`` with each poolable tensor replaced by the next (already filled) buffer."""
+    """A deep copy of ``value`` with each poolable tensor replaced by the next of
+    ``buffers`` (already holding its values) and every other tensor copied afresh."""
     if isinstance(value, torch.Tensor):
-        return next(buffers) if _poolable(value) else stage(value)
+        return next(buffers) if _poolable(value) else _fresh(value)
     if isinstance(value, dict):
         return {k: _rebuild(v, buffers) for k, v in value.items()}
     if isinstance(value, list):
@@ -73,6 +64,11 @@ def _rebuild(value: Any, buffers: Iterator[torch.Tensor]) -> Any:
     if isinstance(value, tuple):
         return tuple(_rebuild(v, buffers) for v in value)
     return copy.deepcopy(value)
+
+
+def stage(value: Any) -> Any:
+    """A deep, CPU-resident, independent copy of a (nested) state dict."""
+    return _rebuild(value, (_fresh(t) for t in _leaves(value)))
 
 
 @dataclass(eq=False)

@@ -42,9 +42,12 @@ chromium:
 spin:
 	scripts/spin.sh
 
-# The protocol model under SPIN: every property, the liveness claim, each mutant.
+# The protocol model under SPIN (every property, the liveness claim, each mutant),
+# its traces replayed against the real core, and the real core under simulation.
 proof: $(STAMP) spin
 	$(PY) -m proof.spin
+	$(PY) -m proof.traces --seeds 1000
+	$(PY) -m proof.sim --seeds 10000
 
 test: jars chromium spin
 	scripts/test.sh $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)

@@ -1,13 +1,33 @@
-"""The commit and fencing protocol, model-checked (docs/architecture.md, "The
-protocol, model-checked").
+"""The commit and fencing protocol, checked three ways (docs/architecture.md §17).
+
+The model, model-checked:
 
 - ``protocol.pml``: the Promela model of one run: the controller's fold and
   decisions, two generations of two members, storage that tears or fails
   writes, restore with verification and revocation; properties P1-P6 as
-  assertions on ghost variables, liveness as an ltl claim, and one ``-D``
-  mutant per rule.
+  assertions on ghost variables, liveness as an ltl claim, one ``-D`` mutant
+  per rule, and a ``printf`` line per decision for the trace replay;
 - ``spin``: runs SPIN over it (``python -m proof.spin``) and reads pan's
-  verdict, state counts and the property a failed assertion checks.
+  verdict, state counts, the property a failed assertion checks and the
+  counterexample's trace lines.
 
-Tested in tests/proof/test_spin.py.
+The model tied to the code:
+
+- ``traces``: SPIN's random simulations (``python -m proof.traces``) and the
+  mutants' trails replayed against the real controller core, verdict by
+  verdict.
+
+The real core under deterministic simulation (``python -m proof.sim``):
+
+- ``sim``: the driver: one seeded random source picks every step and fault;
+  the real ``handle``, ``tick``, ``replay`` and ``agent.decide`` decide;
+- ``world``: the modelled log, storage, workers and agents, as plain data;
+- ``actors``: what a worker or an agent does in one step;
+- ``props``: P1-P6, ETTR closure step by step, replay equals live;
+- ``ettr``: ETTR closure by the real query over a seed's projected log;
+- ``plant``: known bugs to plant in the real core, which the simulator must find;
+- ``errors``: ``ProofError``, the package's one root exception.
+
+Tested in tests/proof/test_spin.py, tests/proof/test_traces.py and
+tests/proof/test_sim.py.
 """

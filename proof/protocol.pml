@@ -33,6 +33,12 @@
  * each one breaks its property: NO_GEN_CHECK (P1), NO_SHARD_CHECK (P2),
  * NO_CURSOR_RESET (P3), NO_VERIFY (P4), NO_STEP_CHECK and LATEST_STAYS (P5),
  * STOP_FIRST (P6).
+ *
+ * Every controller decision prints one "@..." line (proof/traces.py reads them and
+ * replays them against the real controller core); pan ignores printf, so the
+ * state space is the same with or without them. NOCANCEL and LOSS_AFTER only
+ * steer SPIN's random simulations for those traces: each removes choices, so
+ * their traces are traces of the full model.
  */
 
 #ifndef G
@@ -59,6 +65,14 @@
 #define FAULT false
 #else
 #define FAULT (faults < MAXF)
+#endif
+
+/* Trace generation only (proof.traces): a node is lost only once a step is committed.
+   A guard added to one transition keeps every trace a trace of the full model. */
+#ifdef LOSS_AFTER
+#define LOSS_GUARD (latest >= LOSS_AFTER)
+#else
+#define LOSS_GUARD true
 #endif
 
 mtype = { SHARD, PROPOSE, VFAIL };
@@ -120,6 +134,7 @@ inline newest(out) {
 }
 
 inline invariants() {
+    printf("@= %d %d\n", latest, cursor);   /* the state after each decision */
     newest(expect);
     assert(latest == expect);                                  /* P5 */
     assert(cursor == 0 || (committed[cursor] && cursor <= latest));   /* P3 */
@@ -225,21 +240,26 @@ end:
             if
             :: k == SHARD && fenced(g) ->
                 assert(!revoked[g]);                           /* P1 */
-                reported[IX(g, s)] = reported[IX(g, s)] | (1 << m)
+                reported[IX(g, s)] = reported[IX(g, s)] | (1 << m);
+                printf("@%e %d %d %d 1\n", k, g, s, m)
             :: k == PROPOSE && fenced(g) && forward(s) && complete(g, s) ->
-                accept_commit(g, s)
+                accept_commit(g, s);
+                printf("@%e %d %d %d 1\n", k, g, s, m)
             :: k == VFAIL && fenced(g) && committed[s] ->
                 assert(!revoked[g]);                           /* P1 */
+                printf("@%e %d %d %d 1\n", k, g, s, cgen[s]);
                 revoke(s)
-            :: else -> skip                                    /* refused: WriteRejected */
+            :: else ->                                         /* refused: WriteRejected */
+                printf("@%e %d %d %d 0\n", k, g, s, (k == VFAIL -> cgen[s] : m))
             fi;
             invariants()
         }
     :: atomic {                                                /* a node is lost */
-        FAULT && gen < G && !awaiting && !cancelled ->
+        FAULT && gen < G && !awaiting && !cancelled && LOSS_GUARD ->
         faults++;
         awaiting = true;
         revoked[gen] = true;
+        printf("@LOST %d\n", gen);
         stops!gen;
         invariants()
        }
@@ -247,10 +267,12 @@ end:
         awaiting && !cancelled && gen < G ->
         gen++;
         awaiting = false;
+        printf("@GEN %d %d\n", gen, latest);
         run Member(gen, 0, latest);
         run Member(gen, 1, latest);
         invariants()
        }
+#ifndef NOCANCEL    /* for trace generation (proof.traces): runs that go on */
 #ifdef STOP_FIRST
     :: atomic { FAULT && !cancelled -> faults++ };
         stops!gen;
@@ -261,9 +283,11 @@ end:
         faults++;
         cancelled = true;                                      /* RunCancelled first */
         revoked[gen] = true;
+        printf("@CANCEL %d\n", gen);
         stops!gen;                                             /* then the stops */
         invariants()
        }
+#endif
 #endif
     od
 }

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from proof.errors import ProofError
+
 MODEL = Path(__file__).with_name("protocol.pml")
 
 # Each mutant removes one rule of the protocol (a -D flag of the model) and must
@@ -42,10 +44,6 @@ SAFETY_CC = ("-DSAFETY", "-DNOCLAIM", "-DCOLLAPSE", f"-DMEMLIM={MEMLIM_MB}")
 LIVENESS_CC = ("-DCOLLAPSE", "-DNFAIR=3", f"-DMEMLIM={MEMLIM_MB}")
 
 
-class ProofError(Exception):
-    """SPIN could not run, or its run ended without a verdict."""
-
-
 @dataclass(frozen=True, slots=True)
 class Result:
     """One pan run: the state space it explored and what it found."""
@@ -60,6 +58,8 @@ class Result:
     seconds: float
     violated: str | None = None  # the property (P1..P6) whose assertion failed
     line: int | None = None  # its line in the model
+    # The counterexample's transitions (proof.traces' lines), when there is one.
+    trail: tuple[str, ...] = ()
 
 
 def _stat(pattern: str, text: str) -> int:
@@ -108,10 +108,10 @@ def verify(name: str, defines: Sequence[str] = (), *, liveness: str | None = Non
         if "errors:" not in out:
             raise ProofError(f"pan ended without a verdict:\n{out[-2000:]}")
         errors = _stat(r"errors: (\d+)", out)
-        line = None
+        line, trace = None, ""
         if errors:
-            trail = _run(["spin", "-t", *flags, MODEL.name], work)
-            m = re.search(r"protocol\.pml:(\d+), Error: assertion violated", trail)
+            trace = _run(["spin", "-t", "-T", *flags, MODEL.name], work)
+            m = re.search(r"protocol\.pml:(\d+), Error: assertion violated", trace)
             line = int(m.group(1)) if m else None
     incomplete = "reached -DMEMLIM bound" in out or "max search depth too small" in out
     return Result(name=name, defines=tuple(defines),
@@ -119,7 +119,8 @@ def verify(name: str, defines: Sequence[str] = (), *, liveness: str | None = Non
                   transitions=_stat(r"([\d.e+]+) transitions", out),
                   depth=_stat(r"depth reached (\d+)", out), errors=errors,
                   complete=not incomplete, seconds=seconds,
-                  violated=_property_at(line) if line else None, line=line)
+                  violated=_property_at(line) if line else None, line=line,
+                  trail=tuple(x.strip() for x in trace.splitlines() if x.strip().startswith("@")))
 
 
 def full() -> Result:

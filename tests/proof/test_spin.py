@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from proof import spin
+from proof import spin, traces
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,6 +37,16 @@ def test_each_mutant_breaks_its_property(name: str) -> None:
     assert r.errors > 0, f"{name} removes a rule, yet no property failed"
     assert r.violated == spin.MUTANTS[name], (
         f"{name} broke {r.violated} (protocol.pml:{r.line}), not {spin.MUTANTS[name]}")
+    # The counterexample replayed against the real controller core (proof.traces): where
+    # the mutant removed a controller rule, the code judges the breaking step otherwise.
+    assert r.trail, "the trail printed no transitions"
+    agreement = traces.replay(r.trail)
+    if name in traces.CONTROLLER_RULES:
+        assert agreement.disagreement is not None, f"the real code agrees with {name}"
+        assert f"line {len(r.trail)} " in agreement.disagreement or \
+            f"line {len(r.trail) - 1} " in agreement.disagreement, agreement.disagreement
+    else:
+        assert agreement.agrees, agreement.disagreement
 
 
 def test_every_property_and_mutant_is_named_in_the_model() -> None:

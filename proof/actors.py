@@ -1,0 +1,236 @@
+"""What the simulated workers and agents do, one step at a time (the world is ``proof.world``).
+
+Each function performs one step of one actor and returns a line for the
+trace. Workers report through the world's in-flight list; agents decide with
+the real ``agent.decide`` and perform its actions here, as ``agent.service``
+does: a ``Launch`` becomes a :class:`~proof.world.Worker` with the checkpoint
+candidates the start command carries (parsed by ``events.workerenv``), a
+``Terminate`` ends one and reports its exit, a ``Reject`` reports exit 125.
+
+Known limits of the real agent are modelled as they are: a worker outlives
+its agent's crash and its exit is then never reported, and an agent that
+crashes after acting on a command but before committing its offset acts on
+it again when it restarts.
+
+Tested in tests/proof/test_sim.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from agent.decide import (
+    REJECTED_EXIT_CODE,
+    AgentState,
+    Defer,
+    Launch,
+    Reject,
+    Terminate,
+    decide,
+    lookahead,
+    worker_exited,
+)
+from events.model import (
+    AgentHeartbeatRecorded,
+    AgentRegistered,
+    CheckpointRestored,
+    CheckpointVerificationFailed,
+    CheckpointWriteFailed,
+    HeartbeatRecorded,
+    ManifestProposed,
+    ShardWritten,
+    StepCommitted,
+    WorkerExited,
+    node_key,
+)
+from events.workerenv import RANKS, CheckpointEnv, parse_ranks
+from proof.world import (
+    INTERVAL,
+    OK,
+    STEPS,
+    TORN,
+    Agent,
+    Worker,
+    World,
+    manifest_digest,
+    manifest_path,
+    shard_path,
+)
+
+# Called with a digest and the storage's verdict on it just before a coordinator
+# loads a checkpoint: the simulator checks P4 there (proof.props.restored).
+OnRestore = Callable[[str, str | None], None]
+
+
+def work(world: World, w: Worker, on_restore: OnRestore) -> str:
+    """One step of a worker: restore, write a shard, propose, train a step, or exit; and its
+    heartbeat, when one is due (a thread of its own in the real session)."""
+    if world.now - w.beat_at >= 500:
+        w.beat_at = world.now
+        world.send(HeartbeatRecorded(header=world.header(w.gen, str(w.key)), logical_id=w.lid,
+                                     node=w.node, step=w.step), w.node)
+    if w.phase == "restoring":
+        return _restore(world, w, on_restore)
+    peers = [world.peer(w.gen, lid) for lid in w.group]
+    if any(p is not None and p.phase == "exited" and not p.clean for p in peers):
+        return exit_worker(world, w, 1, None, "a peer is gone: the collective failed")
+    ready = [p for p in peers if p is not None]
+    if len(ready) < len(peers):
+        return f"{w.key} waits for its peers to join"
+    if w.step % INTERVAL == 0 and w.step > w.written:
+        return _write(world, w)
+    if w.rank == 0 and w.written == w.step > w.proposed:
+        if all(p.written >= w.step for p in ready):
+            return _propose(world, w)
+        return f"{w.key} waits for the shards of step {w.step}"
+    if w.step >= STEPS:
+        return exit_worker(world, w, 0, None, "done")
+    if any(p.step < w.step or p.phase == "restoring" for p in ready):
+        return f"{w.key} waits for its peers at step {w.step}"
+    return _step(world, w)
+
+
+def _restore(world: World, w: Worker, on_restore: OnRestore) -> str:
+    if w.rank != 0:
+        start = world.resumed.get(w.gen)
+        if start is None:
+            return f"{w.key} waits for the coordinator's restore"
+        return _resume(w, start, "follows the coordinator")
+    if w.tried < len(w.candidates):
+        step, path, digest = w.candidates[w.tried]
+        problem = world.storage.problem(path)
+        if problem is not None:
+            world.send(CheckpointVerificationFailed(
+                header=world.header(w.gen, str(w.key)), step=step, manifest_path=path,
+                manifest_digest=digest, logical_id=w.lid, reason=problem,
+                detail="verified before loading"), w.node)
+            w.tried += 1
+            return f"{w.key} finds {digest} fails: {problem}"
+        on_restore(digest, problem)
+        world.send(CheckpointRestored(
+            header=world.header(w.gen, str(w.key)), step=step, manifest_path=path,
+            manifest_digest=digest, logical_id=w.lid, verify_ms=1.0, load_ms=1.0,
+            fell_back=w.tried), w.node)
+        world.resumed[w.gen] = step
+        return _resume(w, step, f"loads {digest}")
+    if w.candidates:
+        return exit_worker(world, w, 1, None, "no usable checkpoint")
+    world.resumed[w.gen] = 0
+    return _resume(w, 0, "starts from scratch")
+
+
+def _resume(w: Worker, step: int, how: str) -> str:
+    w.phase, w.step, w.written, w.proposed = "training", step, step, step
+    return f"{w.key} {how} at step {step}"
+
+
+def _write(world: World, w: Worker) -> str:
+    path = shard_path(w.gen, w.step, w.lid)
+    if world.faults.pop("fail", 0):
+        world.send(CheckpointWriteFailed(header=world.header(w.gen, str(w.key)), step=w.step,
+                                         logical_id=w.lid, stage="shards",
+                                         detail="OSError: simulated"), w.node)
+        return exit_worker(world, w, 1, None, f"the write of {path} failed")
+    torn, lost = bool(world.faults.pop("tear", 0)), bool(world.faults.pop("lose", 0))
+    if not lost:
+        world.storage.shards[path] = TORN if torn else OK
+    world.storage.acked.add(path)
+    w.written = w.step
+    world.send(ShardWritten(header=world.header(w.gen, str(w.key)), step=w.step,
+                            logical_id=w.lid, path=path, bytes=1 << 20, crc32c=w.step),
+               w.node)
+    return f"{w.key} writes {path}{' (torn)' if torn else ' (lost)' if lost else ''}"
+
+
+def _propose(world: World, w: Worker) -> str:
+    path = manifest_path(w.gen, w.step)
+    world.storage.manifests[path] = tuple(shard_path(w.gen, w.step, lid) for lid in w.group)
+    w.proposed = w.step
+    world.send(ManifestProposed(
+        header=world.header(w.gen, str(w.key)), step=w.step, manifest_path=path,
+        manifest_digest=manifest_digest(w.gen, w.step), dataset_id="ds", epoch=0,
+        position=w.step * 64, source_counts={"web": w.step * 40, "code": w.step * 24}),
+        w.node)
+    return f"{w.key} proposes {path}"
+
+
+def _step(world: World, w: Worker) -> str:
+    w.step += 1
+    took = max(1, min(100, world.now - w.stepped_at))
+    w.stepped_at = world.now
+    if w.rank == 0:
+        world.send(StepCommitted(header=world.header(w.gen, str(w.key)), step=w.step,
+                                 tokens=64, loss_tokens=60, step_time_ms=float(took),
+                                 input_wait_ms=float(took // 10), loss=2.0), w.node)
+    return f"{w.key} trains step {w.step}"
+
+
+def exit_worker(world: World, w: Worker, code: int | None, sig: int | None, why: str) -> str:
+    """A worker ends; its agent reports the exit if it is the incarnation that launched it."""
+    w.phase, w.clean = "exited", code == 0
+    a = world.agents[w.node]
+    if a.up and a.epoch == w.epoch:
+        a.state = worker_exited(a.state, w.key)
+        world.send(WorkerExited(header=world.header(w.gen, f"agent/{a.node}"), logical_id=w.lid,
+                                node=w.node, exit_code=code, signal=sig), a.node)
+    return f"{w.key} exits {code if sig is None else -sig}: {why}"
+
+
+def agent_step(world: World, a: Agent) -> str:
+    """The agent decides the next command it has not read, and performs the decision."""
+    cmd = world.commands[a.read]
+    d = decide(a.config, a.state, cmd, world.now)
+    if any(isinstance(x, Defer) for x in d.actions):
+        a.state = d.state
+        return f"agent {a.node} defers {cmd.header.event_id}"
+    a.state, a.read = d.state, a.read + 1
+    done = []
+    for act in d.actions:
+        match act:
+            case Launch(key=key):
+                env = CheckpointEnv.from_environ(act.command_env)
+                world.workers.append(Worker(
+                    key, a.node, act.worker_env.rank, parse_ranks(act.command_env[RANKS]),
+                    env.candidates, epoch=a.epoch, beat_at=world.now, stepped_at=world.now))
+                done.append(f"launch {key}")
+            case Terminate(key=key):
+                for w in world.live():
+                    if w.key == key and w.node == a.node and w.epoch == a.epoch:
+                        done.append(exit_worker(world, w, None, 15, act.reason))
+                a.state = worker_exited(a.state, key)
+            case Reject(key=key):
+                world.send(WorkerExited(header=world.header(key.generation, f"agent/{a.node}"),
+                                        logical_id=key.logical_id, node=a.node,
+                                        exit_code=REJECTED_EXIT_CODE), a.node)
+                done.append(f"reject {key}")
+    return f"agent {a.node} reads {cmd.header.event_id}: {'; '.join(done) or 'nothing to do'}"
+
+
+def agent_beat(world: World, a: Agent, register: bool = False) -> str:
+    h = world.header(0, f"agent/{a.node}", node_key(a.node))
+    busy = len(a.state.running)
+    if register:
+        world.send(AgentRegistered(header=h, node=a.node, slots=1, domain=a.node), a.node)
+    else:
+        world.send(AgentHeartbeatRecorded(header=h, node=a.node, slots=1, domain=a.node,
+                                          busy_slots=busy), a.node)
+    return f"agent {a.node} {'registers' if register else 'beats'}"
+
+
+def agent_restart(world: World, a: Agent, replays_last: bool) -> str:
+    """The agent restarts from its committed offset, its workers orphaned (still running)."""
+    a.epoch += 1
+    a.state = AgentState()
+    a.read = max(0, a.read - 1) if replays_last else a.read
+    a.state = lookahead(a.config, a.state, world.commands[a.read:])
+    a.up = True
+    return agent_beat(world, a, register=True) + f" again, from command {a.read}"
+
+
+def lose_node(world: World, a: Agent) -> str:
+    """The node is gone: its agent and its workers, with no word to anyone."""
+    a.up = False
+    for w in world.live():
+        if w.node == a.node:
+            w.phase = "exited"
+    return f"node {a.node} is lost"

@@ -1,0 +1,377 @@
+"""Deterministic simulation of the real core: one seed decides every fault and every ordering.
+
+A :class:`Simulation` runs the controller's pure core (``controller.reconcile``
+``handle`` and ``tick`` over ``controller.model``, which judge with
+``events.fold``) and the agents' (``agent.decide``) against the modelled log,
+storage and workers of ``proof.world`` (``proof.actors``). One
+``random.Random(seed)`` picks every step: which report the controller reads
+next, when it ticks, which worker or agent moves, and the faults, up to a
+budget the seed also picks: controller crashes (the transaction in progress is
+lost and the model is rebuilt from the log), agent crashes (workers orphaned,
+the last command read again), worker crashes, pauses and wake-ups (zombies),
+duplicated and delayed reports, torn, lost and failed writes, partitioned and lost
+nodes, and a cancel. After every step ``proof.props`` checks P1-P6 and ETTR
+closure, and at every controller restart and at the end, that a replay of the
+log equals the live model.
+
+Nothing else varies: no wall clock, no set or hash order, so a seed's run is
+the same run everywhere. The trace digest (SHA-256 of every step's line and
+the ids of the records it appended) says so; ``--seed N --trace`` prints it.
+
+``python -m proof.sim --seeds 10000`` runs seeds 0..9999 and prints a summary;
+``--plant NAME`` first plants a known bug in the real core (``proof.plant``).
+
+Tested in tests/proof/test_sim.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from functools import partial
+
+from controller.emitter import Out
+from controller.model import Model, replay
+from controller.reconcile import handle, tick
+from controller.runplan import RunPlan
+from events.model import (
+    CancelRequested,
+    CheckpointRevoked,
+    Event,
+    ManifestCommitted,
+    RunSubmitted,
+    WriteRejected,
+)
+from events.topics import COMMANDS, RUNS
+from proof import actors, props
+from proof.ettr import closes
+from proof.plant import PLANTS
+from proof.world import RUN, Agent, Worker, World, plan
+
+MAX_STEPS = 2_000
+MAX_FAULTS = 8
+# The real ETTR query costs ~0.15 s a seed, seven times a whole simulated run: it closes
+# every 50th seed's log (200 of 10,000), while the step-by-step check runs on every one.
+ETTR_EVERY = 50
+FAULTS = ("controller_crash", "agent_crash", "worker_crash", "pause", "duplicate", "delay",
+          "tear", "lose_write", "fail_write", "partition", "lose_node", "cancel")
+Choice = tuple[float, Callable[[], str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    seed: int
+    steps: int
+    digest: str  # SHA-256 of the trace: equal digests, equal runs
+    status: str  # the run's status at the end
+    faults: int
+    commits: int
+    revocations: int
+    stale: int  # reports refused as stale_generation
+    generations: int
+    prop: str | None = None  # the property a violation broke
+    detail: str = ""
+    trace: tuple[str, ...] = ()
+    ettr: bool = False  # ETTR closure was checked by the real query
+
+    @property
+    def line(self) -> str:
+        verdict = "ok" if self.prop is None else f"{self.prop} broken: {self.detail}"
+        return (f"seed {self.seed}: {verdict} after {self.steps} steps, digest "
+                f"{self.digest[:16]}")
+
+
+class Simulation:
+    def __init__(self, seed: int, *, keep_trace: bool = False) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.world = World()
+        self.plan = plan()
+        self.model = Model(since=self.world.now)
+        self.facts: list[Event] = []
+        self.ghost = props.Ghost()
+        self.budget = self.rng.randint(0, MAX_FAULTS)
+        self.faults = 0
+        self.keep_trace = keep_trace
+        self.trace: list[str] = []
+        self._hash = hashlib.sha256()
+        self._outs: list[Out] = []  # what the step's transaction appended
+
+    def plan_of(self, _: RunSubmitted) -> RunPlan:
+        return self.plan
+
+    def run(self, *, ettr: bool = False) -> Outcome:
+        """Run the seed to its end; with ``ettr``, then check ETTR closure by the real query."""
+        w = self.world
+        prop, detail, steps = None, "", 0
+        try:
+            for a in w.agents.values():
+                self._note(actors.agent_beat(w, a, register=True), [])
+            w.send(RunSubmitted(header=w.header(0, "operator/alice"), spec_digest="sha256:sim",
+                                spec_json="{}", principal="alice", world_size=2,
+                                dataset_id="ds"), "")
+            while steps < MAX_STEPS and not self._over():
+                steps += 1
+                w.now += self.rng.randint(1, 120)
+                line = self._step()
+                self._note(line, self._outs)
+                self._outs = []
+                self._holds()
+            props.replayed(self.model, self.facts, w.now, self.plan_of, RUN)
+            if ettr:
+                ratio = closes(self.facts, RUN).ratio
+                self._note(f"ETTR {ratio} closes", [])
+        except props.Violation as v:
+            prop, detail = v.prop, v.detail
+            self._note(f"VIOLATION {v}", [])
+        state = self.model.runs.get(RUN)
+        return Outcome(
+            self.seed, steps, self._hash.hexdigest(), state.status.value if state else "none",
+            self.faults, sum(isinstance(e, ManifestCommitted) for e in self.facts),
+            sum(isinstance(e, CheckpointRevoked) for e in self.facts),
+            sum(isinstance(e, WriteRejected) and e.reason == "stale_generation"
+                for e in self.facts),
+            self.ghost.gen, prop, detail, tuple(self.trace), ettr)
+
+    # -- the shell around the real core ------------------------------------------------
+
+    def _note(self, line: str, outs: list[Out]) -> None:
+        text = f"{self.world.now} {line} -> {' '.join(e.header.event_id for _, e in outs)}"
+        self._hash.update(text.encode() + b"\n")
+        if self.keep_trace:
+            self.trace.append(text)
+
+    def _holds(self) -> None:
+        state = self.model.runs.get(RUN)
+        if state is not None:
+            props.state_holds(self.ghost, state, self.world.storage)
+
+    def _over(self) -> bool:
+        state = self.model.runs.get(RUN)
+        return (state is not None and state.status.terminal and not self.world.live()
+                and not self.world.flight)
+
+    def _commit(self, model: Model, outs: list[Out]) -> None:
+        """The transaction commits: its records are appended, the model moves on."""
+        props.appended(self.ghost, outs, self.world.now)
+        self.model = model
+        for topic, e in outs:
+            if topic == RUNS:
+                self.facts.append(e)
+            elif topic == COMMANDS:
+                self.world.commands.append(e)
+        self._outs = outs
+
+    def _restart_controller(self) -> str:
+        """A crash loses the transaction in progress; the new controller reads the log."""
+        props.replayed(self.model, self.facts, self.world.now, self.plan_of, RUN)
+        self.model = replay(self.facts, self.world.now, self.plan_of)
+        return "the controller crashes mid-transaction and rebuilds its model from the log"
+
+    def _deliver(self, crash: bool = False) -> str:
+        w = self.world
+        idx = w.deliverable()[0]
+        flight = w.flight.pop(idx)
+        event = flight.event
+        model, outs = handle(self.model, event, w.now, self.plan_of)
+        if crash:  # the read is not committed: the report is read again
+            w.flight.insert(idx, flight)
+            return self._restart_controller()
+        self._commit(model, outs)
+        return f"controller reads {event.event_type} {event.header.event_id}"
+
+    def _tick(self, crash: bool = False) -> str:
+        model, outs = tick(self.model, self.world.now, self.plan_of)
+        if crash:
+            return self._restart_controller()
+        self._commit(model, outs)
+        return "controller ticks"
+
+    # -- choosing the next step ----------------------------------------------------------
+
+    def _step(self) -> str:
+        choices = self._choices()
+        if self.budget > 0:
+            for name in FAULTS:
+                fault = self._fault(name)
+                if fault is not None:
+                    choices.append((0.02 if name == "cancel" else 0.12, fault))
+        pick = self.rng.choices(range(len(choices)), [c[0] for c in choices])[0]
+        return choices[pick][1]()
+
+    def _choices(self) -> list[Choice]:
+        w = self.world
+        out: list[Choice] = [(2.0, self._tick)]
+        if w.deliverable():
+            out.append((8.0, self._deliver))
+        for worker in w.live():
+            if worker.paused:
+                out.append((0.6, partial(_wake, worker)))
+            else:
+                out.append((3.0, partial(actors.work, w, worker, self._restoring)))
+        for a in w.agents.values():
+            if not a.up:
+                out.append((0.3, partial(actors.agent_restart, w, a, False)))
+            elif a.partitioned:
+                out.append((0.6, partial(_heal, a)))
+            else:
+                out.append((0.8, partial(actors.agent_beat, w, a)))
+                if a.read < len(w.commands):
+                    out.append((3.0, partial(actors.agent_step, w, a)))
+        return out
+
+    def _restoring(self, digest: str, problem: str | None) -> None:
+        props.restored(self.ghost, digest, problem)
+
+    def _fault(self, name: str) -> Callable[[], str] | None:
+        """The fault ``name`` as a step, if it can happen now; it spends the budget."""
+        w, rng = self.world, self.rng
+        running = [x for x in w.live() if not x.paused]
+        up = [a for a in w.agents.values() if a.up and not a.partitioned]
+        act: Callable[[], str] | None = None
+        match name:
+            case "controller_crash":
+                act = (lambda: self._deliver(crash=True)) if w.deliverable() else (
+                    lambda: self._tick(crash=True))
+            case "agent_crash" if up:
+                a = rng.choice(up)
+                act = lambda: actors.agent_restart(w, a, rng.random() < 0.5)  # noqa: E731
+            case "worker_crash" if running:
+                x = rng.choice(running)
+                act = lambda: actors.exit_worker(w, x, None, 9, "killed")  # noqa: E731
+            case "pause" if running:
+                act = lambda: _pause(rng.choice(running))  # noqa: E731
+            case "duplicate" | "delay" if w.deliverable():
+                act = lambda: _reorder(w, rng, name == "duplicate")  # noqa: E731
+            case "tear" | "lose_write" | "fail_write":
+                act = lambda: _arm(w, name.removesuffix("_write"))  # noqa: E731
+            case "partition" if up:
+                act = lambda: _partition(rng.choice(up))  # noqa: E731
+            case "lose_node" if up:
+                act = lambda: actors.lose_node(w, rng.choice(up))  # noqa: E731
+            case "cancel":
+                act = lambda: _cancel(w)  # noqa: E731
+        if act is None:
+            return None
+        chosen = act
+
+        def spend() -> str:
+            self.budget -= 1
+            self.faults += 1
+            return f"FAULT {name}: {chosen()}"
+        return spend
+
+
+def _wake(x: Worker) -> str:
+    x.paused = False
+    return f"{x.key} wakes"
+
+
+def _pause(x: Worker) -> str:
+    x.paused = True
+    return f"{x.key} pauses"
+
+
+def _heal(a: Agent) -> str:
+    a.partitioned = False
+    return f"node {a.node} rejoins the network"
+
+
+def _partition(a: Agent) -> str:
+    a.partitioned = True
+    return f"node {a.node} is cut off from the broker"
+
+
+def _arm(w: World, fault: str) -> str:
+    w.faults[fault] = 1
+    return f"the next shard write will be {dict(tear='torn', lose='lost', fail='refused')[fault]}"
+
+
+def _reorder(w: World, rng: random.Random, keep: bool) -> str:
+    """Delay the next report behind later ones; a duplicate also delivers it now."""
+    idx = w.deliverable()[0]
+    flight = w.flight[idx] if keep else w.flight.pop(idx)
+    at = rng.randint(idx + 1, len(w.flight)) if len(w.flight) > idx else idx
+    w.flight.insert(at, flight)
+    how = "duplicated" if keep else "delayed"
+    return f"{flight.event.event_type} {flight.event.header.event_id} {how} to place {at}"
+
+
+def _cancel(w: World) -> str:
+    w.send(CancelRequested(header=w.header(0, "operator/oncall"), principal="oncall",
+                           reason="simulated cancel"), "")
+    return "an operator asks to cancel"
+
+
+def run_seeds(seeds: range, *, plant: str | None = None, stop_at_first: bool = False,
+              ettr_every: int = ETTR_EVERY) -> list[Outcome]:
+    """Every seed's outcome, in seed order (up to the first violation, if asked),
+    with the bug ``plant`` planted (``proof.plant``) if one is named; every
+    ``ettr_every``-th seed also checks ETTR closure by the real query (0: none)."""
+    out = []
+    with PLANTS[plant]() if plant else nullcontext():
+        for seed in seeds:
+            check = ettr_every > 0 and seed % ettr_every == 0
+            out.append(Simulation(seed).run(ettr=check))
+            if stop_at_first and out[-1].prop is not None:
+                break
+    return out
+
+
+def summary(outcomes: list[Outcome], seconds: float) -> list[tuple[str, str]]:
+    """The rows ``python -m proof.sim`` prints."""
+    n = len(outcomes)
+    status = Counter(o.status for o in outcomes)
+    return [
+        ("seeds", f"{n} ({outcomes[0].seed}..{outcomes[-1].seed})" if n else "0"),
+        ("steps", f"{sum(o.steps for o in outcomes):,} ({seconds:.1f} s)"),
+        ("faults injected", f"{sum(o.faults for o in outcomes):,}"),
+        ("runs ended", ", ".join(f"{k} {v}" for k, v in sorted(status.items()))),
+        ("seeds that committed a checkpoint", str(sum(o.commits > 0 for o in outcomes))),
+        ("seeds that revoked one", str(sum(o.revocations > 0 for o in outcomes))),
+        ("seeds that refused a stale report", str(sum(o.stale > 0 for o in outcomes))),
+        ("seeds that restarted", str(sum(o.generations > 1 for o in outcomes))),
+        ("ETTR closed by the query", str(sum(o.ettr and o.prop is None for o in outcomes))),
+        ("violations", str(sum(o.prop is not None for o in outcomes))),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m proof.sim", description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", type=int, default=10_000, help="how many seeds (default 10000)")
+    p.add_argument("--first", type=int, default=0, help="the first seed (default 0)")
+    p.add_argument("--seed", type=int, help="run this one seed (a failing seed to replay)")
+    p.add_argument("--trace", action="store_true", help="with --seed: print every step")
+    p.add_argument("--plant", choices=sorted(PLANTS), help="plant a known bug first")
+    p.add_argument("--stop-at-first", action="store_true", help="stop at the first violation")
+    p.add_argument("--ettr-every", type=int, default=ETTR_EVERY, metavar="N",
+                   help=f"check ETTR closure by the real query every N-th seed "
+                        f"(default {ETTR_EVERY}; 0: never)")
+    args = p.parse_args(argv)
+    if args.seed is not None:
+        with PLANTS[args.plant]() if args.plant else nullcontext():
+            one = Simulation(args.seed, keep_trace=args.trace).run(
+                ettr=args.ettr_every > 0 and args.seed % args.ettr_every == 0)
+        print("\n".join(one.trace) if args.trace else "", one.line, sep="\n" if args.trace else "")
+        return 1 if one.prop else 0
+    began = time.perf_counter()
+    outcomes = run_seeds(range(args.first, args.first + args.seeds), plant=args.plant,
+                         stop_at_first=args.stop_at_first, ettr_every=args.ettr_every)
+    rows = summary(outcomes, time.perf_counter() - began)
+    width = max(len(k) for k, _ in rows)
+    print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
+    plant = f" --plant {args.plant}" if args.plant else ""
+    for o in (o for o in outcomes if o.prop is not None):
+        print(f"{o.line}\n  replay: python -m proof.sim --seed {o.seed}{plant} --trace")
+    return 1 if any(o.prop for o in outcomes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

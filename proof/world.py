@@ -1,0 +1,174 @@
+"""The world the simulator (``proof.sim``) runs the real core in: storage, workers, agents.
+
+Everything here is a model and plain data: the shell's parts that the real
+system has as Kafka, files and OS processes. The decisions stay the real
+code's: a worker is launched only because ``agent.decide`` said so, with the
+checkpoint candidates the controller's start command carries, parsed by
+``events.workerenv``; what a worker reports is judged by the controller
+(``controller.reconcile``) and its fold (``events.fold``).
+
+- :class:`Storage`: shard files and manifests, by path. A write can be torn
+  (acknowledged, its bytes wrong), lost (acknowledged, then gone): only a
+  restore's verification finds either; or fail (nothing written, the worker
+  reports ``CheckpointWriteFailed``).
+- :class:`Worker`: one member of one generation. The coordinator (rank 0)
+  restores: the committed candidates newest first, each verified against the
+  storage before it loads, as ``worker.restore.choose`` does; the other ranks
+  resume where it did. Ranks step in lockstep (a collective) and write a shard
+  every ``INTERVAL`` steps; once every rank's write is over the coordinator
+  writes the manifest and proposes it with the data cursor. A paused worker is
+  a zombie in waiting: woken, it goes on as if nothing happened and never
+  checks its fence.
+- :class:`Agent`: one node's agent: its memory (``agent.decide.AgentState``)
+  and how far it has read the commands. A partitioned node's agent reads
+  nothing and its workers' reports wait until the partition heals.
+- :class:`Flight`: a report on its way to the controller.
+- :class:`World`: all of it, the commands the controller appended, the
+  simulated clock, and the ids every report gets.
+
+Tested in tests/proof/test_sim.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agent.decide import AgentConfig, AgentState, WorkerKey
+from controller.policy import RETRY_CLASSES
+from controller.runplan import RunPlan
+from controller.spec_parts import RetryPolicy
+from events.model import Event, Header
+from events.workerenv import CheckpointEnv
+
+RUN = "sim-run"
+NODES = ("n1", "n2", "n3")
+STEPS = 12  # the run's last step
+INTERVAL = 3  # a checkpoint every INTERVAL steps
+ROOT = "sim://ckpt"
+OK, TORN = "ok", "torn"
+
+
+def plan() -> RunPlan:
+    """The simulated run's plan: two ranks, one per node, retries for every class."""
+    retry = {c: RetryPolicy(attempts=5, backoff_base_s=0.5, backoff_cap_s=1.0,
+                            escalate_after=5) for c in RETRY_CLASSES}
+    return RunPlan(world_size=2, argv=("train",), slots_per_node=1, heartbeat_timeout_ms=4_000,
+                   stall_timeout_ms=30_000, start_timeout_ms=8_000,
+                   cancel_authority=frozenset({"oncall"}), retry=retry,
+                   checkpoint=CheckpointEnv(root=ROOT, interval_steps=INTERVAL,
+                                            rollback_window=3, dataset_id="ds"))
+
+
+def agent_config(node: str) -> AgentConfig:
+    return AgentConfig(node=node, slots=1, bootstrap="sim:9092", allowed_roots=(ROOT,))
+
+
+def shard_path(gen: int, step: int, logical_id: str) -> str:
+    return f"{ROOT}/g{gen}/s{step}/{logical_id}.distcp"
+
+
+def manifest_path(gen: int, step: int) -> str:
+    return f"{ROOT}/g{gen}/s{step}/manifest.json"
+
+
+def manifest_digest(gen: int, step: int) -> str:
+    return f"sha256:g{gen}s{step}"
+
+
+@dataclass
+class Storage:
+    shards: dict[str, str] = field(default_factory=dict)  # path -> OK or TORN
+    manifests: dict[str, tuple[str, ...]] = field(default_factory=dict)  # -> its shards
+    acked: set[str] = field(default_factory=set)  # shard writes the store acknowledged
+
+    def problem(self, manifest: str) -> str | None:
+        """Why a checkpoint does not verify (a reason of ``VERIFY_REASONS``), or None."""
+        files = self.manifests.get(manifest)
+        if files is None:
+            return "manifest_missing"
+        for path in files:
+            if path not in self.shards:
+                return "shard_missing"
+            if self.shards[path] != OK:
+                return "shard_checksum"
+        return None
+
+
+@dataclass
+class Worker:
+    key: WorkerKey
+    node: str
+    rank: int
+    group: tuple[str, ...]  # every member's logical id, rank order
+    candidates: tuple[tuple[int, str, str], ...]  # newest first: (step, manifest, digest)
+    phase: str = "restoring"  # restoring, training, exited
+    step: int = 0
+    tried: int = 0  # candidates the coordinator has tried
+    written: int = 0  # the last step whose shard this worker's write is over
+    proposed: int = 0  # the coordinator's last proposed step
+    paused: bool = False
+    clean: bool = False  # exited 0: done, not gone
+    epoch: int = 0  # the incarnation of its agent that launched it
+    beat_at: int = 0  # its last heartbeat
+    stepped_at: int = 0  # when its last step ended
+
+    @property
+    def gen(self) -> int:
+        return self.key.generation
+
+    @property
+    def lid(self) -> str:
+        return self.key.logical_id
+
+
+@dataclass
+class Agent:
+    node: str
+    config: AgentConfig
+    state: AgentState = field(default_factory=AgentState)
+    read: int = 0  # commands read and committed (an index into the commands log)
+    up: bool = True  # False: the node is lost (its agent and workers are gone)
+    partitioned: bool = False  # cut off from the broker until it heals
+    epoch: int = 0  # incarnations so far: a restart forgets the workers it launched
+
+
+@dataclass(frozen=True)
+class Flight:
+    event: Event
+    node: str  # where it was sent from ("" for an operator's request)
+
+
+@dataclass
+class World:
+    storage: Storage = field(default_factory=Storage)
+    workers: list[Worker] = field(default_factory=list)  # every one launched, in order
+    agents: dict[str, Agent] = field(
+        default_factory=lambda: {n: Agent(n, agent_config(n)) for n in NODES})
+    flight: list[Flight] = field(default_factory=list)
+    commands: list[Event] = field(default_factory=list)
+    resumed: dict[int, int] = field(default_factory=dict)  # generation -> restored step
+    now: int = 1_000_000
+    faults: dict[str, int] = field(default_factory=dict)  # armed storage faults: tear, fail
+    _ids: int = 0
+
+    def header(self, gen: int, producer: str, run_id: str = RUN) -> Header:
+        self._ids += 1
+        return Header(f"{producer}/{self._ids}", run_id, gen, self.now, producer)
+
+    def send(self, event: Event, node: str) -> None:
+        self.flight.append(Flight(event, node))
+
+    def deliverable(self) -> list[int]:
+        """Indexes of the reports the broker has: a partitioned node's wait."""
+        cut = {a.node for a in self.agents.values() if a.partitioned}
+        return [i for i, f in enumerate(self.flight) if f.node not in cut]
+
+    def live(self) -> list[Worker]:
+        """Running workers, in launch order."""
+        return [w for w in self.workers if w.phase != "exited"]
+
+    def peer(self, gen: int, logical_id: str) -> Worker | None:
+        """The newest incarnation of a member (an agent restarted before it committed a
+        start launches that start again, beside the orphan of the first launch)."""
+        found = [w for w in self.workers if w.gen == gen and w.lid == logical_id]
+        return found[-1] if found else None

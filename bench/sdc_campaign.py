@@ -200,6 +200,7 @@ def rank_main(rank: int, port: int, cfg: Config, out: str) -> None:
         result.update(reference_final=final, steps=steps, reference_s=reference_s,
                       campaign_s=time.perf_counter() - started - reference_s)
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.barrier()  # leave gloo together (bench/sdc_overhead.py says why)
         dist.destroy_process_group()
     except BaseException:
         Path(out, f"error.rank{rank}.txt").write_text(traceback.format_exc())

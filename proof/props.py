@@ -19,7 +19,9 @@ compare it, the controller's model and the storage:
   (admission to now) and after the one before it in its generation, so the
   parts the ETTR query cuts the allocation into can sum to it exactly;
 - R  a controller rebuilt from the log holds the state the live one holds
-  (:func:`replayed`, at every controller restart and at the end).
+  (:func:`replayed`, at every controller restart and at the end);
+- L  a run that met no fault succeeds in its first generation with its last
+  step committed (:func:`finished`, at the end).
 
 A broken property raises :class:`Violation`, which names it.
 
@@ -52,7 +54,7 @@ from events.model import (
     StepCommitted,
     WorkerExited,
 )
-from events.state import RunState
+from events.state import RunState, Status
 from events.topics import COMMANDS, RUNS
 from proof.errors import ProofError
 from proof.world import Storage
@@ -197,3 +199,13 @@ def replayed(model: Model, facts: list[Event], since: int, plan_of: PlanOf, run:
 def _comparable(state: RunState) -> RunState:
     # Heartbeats never become facts, and the time they move is theirs.
     return replace(state, heartbeats={}, updated_at=0)
+
+
+def finished(state: RunState | None, last_step: int) -> None:
+    """With no fault, the run succeeded in one generation and committed its last step (L)."""
+    got = (None, None, None) if state is None else (
+        state.status, state.generation, state.checkpoint.step if state.checkpoint else None)
+    if got != (Status.SUCCEEDED, 1, last_step):
+        raise Violation("L", f"with no fault the run ended {got[0]} in generation {got[1]} "
+                             f"with step {got[2]} committed, not succeeded in generation 1 "
+                             f"with step {last_step}")

@@ -12,7 +12,8 @@ the last command read again), worker crashes, pauses and wake-ups (zombies),
 duplicated and delayed reports, torn, lost and failed writes, partitioned and lost
 nodes, and a cancel. After every step ``proof.props`` checks P1-P6 and ETTR
 closure, and at every controller restart and at the end, that a replay of the
-log equals the live model.
+log equals the live model; a seed that met no fault must end succeeded with
+its last step committed.
 
 Nothing else varies: no wall clock, no set or hash order, so a seed's run is
 the same run everywhere. The trace digest (SHA-256 of every step's line and
@@ -53,15 +54,13 @@ from events.topics import COMMANDS, RUNS
 from proof import actors, props
 from proof.ettr import closes
 from proof.plant import PLANTS
-from proof.world import RUN, Agent, Worker, World, plan
+from proof.world import RUN, STEPS, Agent, Worker, World, plan
 
 MAX_STEPS = 2_000
 MAX_FAULTS = 8
 # The real ETTR query costs ~0.15 s a seed, seven times a whole simulated run: it closes
 # every 50th seed's log (200 of 10,000), while the step-by-step check runs on every one.
 ETTR_EVERY = 50
-FAULTS = ("controller_crash", "agent_crash", "worker_crash", "pause", "duplicate", "delay",
-          "tear", "lose_write", "fail_write", "partition", "lose_node", "cancel")
 Choice = tuple[float, Callable[[], str]]
 
 
@@ -125,6 +124,8 @@ class Simulation:
                 self._outs = []
                 self._holds()
             props.replayed(self.model, self.facts, w.now, self.plan_of, RUN)
+            if self.faults == 0:
+                props.finished(self.model.runs.get(RUN), STEPS)
             if ettr:
                 ratio = closes(self.facts, RUN).ratio
                 self._note(f"ETTR {ratio} closes", [])
@@ -199,10 +200,9 @@ class Simulation:
     def _step(self) -> str:
         choices = self._choices()
         if self.budget > 0:
-            for name in FAULTS:
-                fault = self._fault(name)
-                if fault is not None:
-                    choices.append((0.02 if name == "cancel" else 0.12, fault))
+            # A cancel ends the run: rarer than the faults a run recovers from.
+            choices += [(0.02 if name == "cancel" else 0.12, self._spend(name, act))
+                        for name, act in self._faults()]
         pick = self.rng.choices(range(len(choices)), [c[0] for c in choices])[0]
         return choices[pick][1]()
 
@@ -213,14 +213,14 @@ class Simulation:
             out.append((8.0, self._deliver))
         for worker in w.live():
             if worker.paused:
-                out.append((0.6, partial(_wake, worker)))
+                out.append((0.6, partial(_paused, worker, False)))
             else:
                 out.append((3.0, partial(actors.work, w, worker, self._restoring)))
         for a in w.agents.values():
             if not a.up:
                 out.append((0.3, partial(actors.agent_restart, w, a, False)))
             elif a.partitioned:
-                out.append((0.6, partial(_heal, a)))
+                out.append((0.6, partial(_cut, a, False)))
             else:
                 out.append((0.8, partial(actors.agent_beat, w, a)))
                 if a.read < len(w.commands):
@@ -230,63 +230,53 @@ class Simulation:
     def _restoring(self, digest: str, problem: str | None) -> None:
         props.restored(self.ghost, digest, problem)
 
-    def _fault(self, name: str) -> Callable[[], str] | None:
-        """The fault ``name`` as a step, if it can happen now; it spends the budget."""
+    def _faults(self) -> list[tuple[str, Callable[[], str]]]:
+        """The faults that can happen now, each as a step; the victim is drawn when it runs."""
         w, rng = self.world, self.rng
         running = [x for x in w.live() if not x.paused]
         up = [a for a in w.agents.values() if a.up and not a.partitioned]
-        act: Callable[[], str] | None = None
-        match name:
-            case "controller_crash":
-                act = (lambda: self._deliver(crash=True)) if w.deliverable() else (
-                    lambda: self._tick(crash=True))
-            case "agent_crash" if up:
-                a = rng.choice(up)
-                act = lambda: actors.agent_restart(w, a, rng.random() < 0.5)  # noqa: E731
-            case "worker_crash" if running:
-                x = rng.choice(running)
-                act = lambda: actors.exit_worker(w, x, None, 9, "killed")  # noqa: E731
-            case "pause" if running:
-                act = lambda: _pause(rng.choice(running))  # noqa: E731
-            case "duplicate" | "delay" if w.deliverable():
-                act = lambda: _reorder(w, rng, name == "duplicate")  # noqa: E731
-            case "tear" | "lose_write" | "fail_write":
-                act = lambda: _arm(w, name.removesuffix("_write"))  # noqa: E731
-            case "partition" if up:
-                act = lambda: _partition(rng.choice(up))  # noqa: E731
-            case "lose_node" if up:
-                act = lambda: actors.lose_node(w, rng.choice(up))  # noqa: E731
-            case "cancel":
-                act = lambda: _cancel(w)  # noqa: E731
-        if act is None:
-            return None
-        chosen = act
+        out: list[tuple[str, Callable[[], str]]] = [
+            ("controller_crash", partial(self._deliver if w.deliverable() else self._tick,
+                                         crash=True)),
+            ("tear", partial(_arm, w, "tear")),
+            ("lose_write", partial(_arm, w, "lose")),
+            ("fail_write", partial(_arm, w, "fail")),
+            ("cancel", partial(_cancel, w)),
+        ]
+        if up:
+            out += [
+                ("agent_crash", lambda: actors.agent_restart(w, rng.choice(up),
+                                                             rng.random() < 0.5)),
+                ("partition", lambda: _cut(rng.choice(up), True)),
+                ("lose_node", lambda: actors.lose_node(w, rng.choice(up))),
+            ]
+        if running:
+            out += [
+                ("worker_crash", lambda: actors.exit_worker(w, rng.choice(running), None, 9,
+                                                            "killed")),
+                ("pause", lambda: _paused(rng.choice(running), True)),
+            ]
+        if w.deliverable():
+            out += [("duplicate", partial(_reorder, w, rng, True)),
+                    ("delay", partial(_reorder, w, rng, False))]
+        return out
 
-        def spend() -> str:
+    def _spend(self, name: str, act: Callable[[], str]) -> Callable[[], str]:
+        def fault() -> str:
             self.budget -= 1
             self.faults += 1
-            return f"FAULT {name}: {chosen()}"
-        return spend
+            return f"FAULT {name}: {act()}"
+        return fault
 
 
-def _wake(x: Worker) -> str:
-    x.paused = False
-    return f"{x.key} wakes"
+def _paused(x: Worker, paused: bool) -> str:
+    x.paused = paused
+    return f"{x.key} {'pauses' if paused else 'wakes'}"
 
 
-def _pause(x: Worker) -> str:
-    x.paused = True
-    return f"{x.key} pauses"
-
-
-def _heal(a: Agent) -> str:
-    a.partitioned = False
-    return f"node {a.node} rejoins the network"
-
-
-def _partition(a: Agent) -> str:
-    a.partitioned = True
-    return f"node {a.node} is cut off from the broker"
+def _cut(a: Agent, cut: bool) -> str:
+    a.partitioned = cut
+    return f"node {a.node} {'is cut off from' if cut else 'rejoins'} the broker"
 
 
 def _arm(w: World, fault: str) -> str:
@@ -338,6 +328,8 @@ def summary(outcomes: list[Outcome], seconds: float) -> list[tuple[str, str]]:
         ("seeds that revoked one", str(sum(o.revocations > 0 for o in outcomes))),
         ("seeds that refused a stale report", str(sum(o.stale > 0 for o in outcomes))),
         ("seeds that restarted", str(sum(o.generations > 1 for o in outcomes))),
+        ("seeds with no fault, all succeeded (L)",
+         str(sum(o.faults == 0 and o.prop is None for o in outcomes))),
         ("ETTR closed by the query", str(sum(o.ettr and o.prop is None for o in outcomes))),
         ("violations", str(sum(o.prop is not None for o in outcomes))),
     ]

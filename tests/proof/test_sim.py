@@ -52,6 +52,7 @@ def test_ten_thousand_seeds_hold_every_property(first: int) -> None:
     assert int(_row(done.stdout, "seeds that refused a stale report")) > CHUNK * 0.1
     assert int(_row(done.stdout, "seeds that revoked one")) > 0
     assert "Cancelled" in _row(done.stdout, "runs ended")
+    assert int(_row(done.stdout, "seeds with no fault, all succeeded (L)")) > CHUNK * 0.05
 
 
 @pytest.mark.parametrize("name", sorted(plant.PLANTS))
@@ -150,6 +151,18 @@ def test_state_checks_catch_a_wrong_latest_a_missing_shard_and_a_runaway_cursor(
         props.restored(ghost, "d9", None)
     with pytest.raises(props.Violation, match=r"P4: restore loads d3: .* shard_checksum"):
         props.restored(ghost, "d3", "shard_checksum")
+
+
+def test_l_a_fault_free_run_must_succeed_with_its_last_step_committed() -> None:
+    ckpt = Checkpoint(12, "m12", "d12", 1, 0)
+    done = RunState(run_id="r", status=Status.SUCCEEDED, spec_digest="", principal="",
+                    world_size=2, dataset_id=None, submitted_at=0, updated_at=0,
+                    generation=1, checkpoint=ckpt, checkpoints=(ckpt,))
+    props.finished(done, 12)
+    with pytest.raises(props.Violation, match=r"L: .* ended Running in generation 1"):
+        props.finished(replace(done, status=Status.RUNNING), 12)
+    with pytest.raises(props.Violation, match=r"L: .* in generation 2 with step 9"):
+        props.finished(replace(done, generation=2, checkpoint=replace(ckpt, step=9)), 12)
 
 
 def test_a_replay_that_differs_from_the_live_model_is_caught() -> None:

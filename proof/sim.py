@@ -66,6 +66,8 @@ Choice = tuple[float, Callable[[], str]]
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
+    """One seed's run: how it ended, what it exercised, and the property it broke, if any."""
+
     seed: int
     steps: int
     digest: str  # SHA-256 of the trace: equal digests, equal runs
@@ -88,6 +90,8 @@ class Outcome:
 
 
 class Simulation:
+    """One seed: the real core, its modelled world, and the properties checked as it runs."""
+
     def __init__(self, seed: int, *, keep_trace: bool = False) -> None:
         self.seed = seed
         self.rng = random.Random(seed)

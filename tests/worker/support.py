@@ -141,6 +141,10 @@ def _rank_main(target: Callable[..., None], rank: int, world: int, port: int,
                                 world_size=world, timeout=timedelta(seconds=60))
         try:
             target(rank, world, port, *args)
+            # Leave gloo together: a rank that tears its group down while a
+            # peer still has a transfer in flight can abort that peer (seen
+            # in bench/sdc_overhead.py, exit -6).
+            dist.barrier()
         finally:
             dist.destroy_process_group()
     except BaseException:

@@ -158,7 +158,28 @@ class Worker:
                 return
 
     def run(self) -> int:
-        threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True).start()
+        beats = threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True)
+        beats.start()
+        try:
+            code = self._steps()
+        except BaseException:
+            # ``fail`` raises out of the loop. The heartbeat thread must be out of the
+            # producer before the interpreter tears the producer down, or librdkafka can
+            # be destroyed under a live poll and the process dies of SIGSEGV instead of
+            # exiting 1 with its traceback (seen once in CI).
+            self._stop_heartbeats(beats)
+            with contextlib.suppress(Exception):
+                self.producer.flush(2)
+            raise
+        self._stop_heartbeats(beats)
+        self.producer.flush(10)
+        return code
+
+    def _stop_heartbeats(self, beats: threading.Thread) -> None:
+        self._heartbeats_off.set()
+        beats.join(5)
+
+    def _steps(self) -> int:
         for step in range(self.step + 1, self.plan.steps + 1):
             if self.replay is not None and step == self.replay.step and self.env.rank == 0:
                 self._replayed(self.replay)
@@ -181,8 +202,6 @@ class Worker:
                 if len(self._times) >= self.plan.step_times_every:
                     self._send_times()
         self._send_times()
-        self._heartbeats_off.set()
-        self.producer.flush(10)
         return 0
 
     def _send_times(self) -> None:

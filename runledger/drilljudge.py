@@ -22,7 +22,8 @@ row, by these rules:
    skipped when no cursor is committed on both sides;
 9. ``fenced``: the controller refused the old generation's writes
    (``WriteRejected stale_generation``) and accepted no fact of it after the new
-   generation started;
+   generation started; a first generation that ended before its first checkpoint
+   (so nothing was paused) fails the row naming its failure;
 10. ``no_stale_writes``: no shard report of the old generation after the new
    one started, that is no stale shard written under the checkpoint root (a
    worker that honours its fence stops before writing; skipped when the old
@@ -257,6 +258,15 @@ def _fenced(facts: Sequence[Event]) -> PreflightCheck:
     if not gens:
         return _row("fenced", FAIL, None, None, "facts", "no second generation started,"
                     " so nothing was fenced")
+    if not any(isinstance(e, ManifestCommitted) and e.generation == 1 for e in facts):
+        # The drill pauses a worker only after generation 1's first checkpoint: without
+        # one nothing stale existed, and "0 refusals" would blame the fence.
+        why = next((f"{f.signature}: {f.detail}" for f in facts
+                    if isinstance(f, FailureClassified) and f.generation == 1), "no failure")
+        return _row("fenced", FAIL, None, None, "facts",
+                    f"generation 1 ended before its first checkpoint ({why}), so no worker"
+                    " was paused and nothing stale could be fenced; run the drill again, and"
+                    " if it recurs look at that failure first")
     after = facts[facts.index(gens[0]) + 1:]
     accepted = [e for e in after if e.generation < gens[0].generation
                 and e.event_type in STALE_FACTS]

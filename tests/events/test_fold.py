@@ -104,6 +104,8 @@ def test_happy_path_through_every_live_status() -> None:
 
     s = evolve(s, ev.confirmed(1))
     assert s is not None and s.status == Status.RUNNING
+    # The stall clock starts when the group formed, not when its processes were spawned.
+    assert s.last_progress_at == ev.now > s.generation_started_at
 
     for step in (1, 2, 3):
         s = evolve(s, ev.step(1, step, tokens=100, loss_tokens=90))

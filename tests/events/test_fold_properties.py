@@ -130,7 +130,7 @@ WRITERS: dict[str, tuple[type[Event], ...]] = {
     "retry_not_before": (FailureClassified,),
     "awaiting_generation": (FailureClassified, RunQueued, GenerationStarted, RunPaused),
     "generation_started_at": (GenerationStarted,),
-    "last_progress_at": (StepCommitted, GenerationStarted),
+    "last_progress_at": (StepCommitted, GenerationStarted, MembershipConfirmed),
     "queue_reason": (RunQueued, RunAdmitted, FailureClassified, RunPaused, RunResumed),
     "paused": (RunPaused, RunResumed),
     "cancel_requested": (CancelRequested,),

@@ -386,6 +386,23 @@ def test_a_stale_fact_accepted_after_the_new_generation_fails_fencing() -> None:
     assert rows(drilljudge.judge(p, FIXED, *_parts(s)))["fenced"].verdict == FAIL
 
 
+def test_a_first_generation_that_failed_before_its_first_checkpoint_is_named_not_the_fence(
+        ) -> None:
+    """Nothing was paused (the drill pauses after generation 1's first checkpoint): the row
+    says why, naming that failure, instead of counting zero refusals against the fence."""
+    p = planned("stale_worker")
+    s = Story()
+    s.start(1)
+    s.fail("hang")  # before any step: a slow start, say
+    s.start(2)
+    s.steps(2, 1, p.steps, p.interval)
+    s.finish()
+    fenced = rows(drilljudge.judge(p, FIXED, *_parts(s)))["fenced"]
+    assert fenced.verdict == FAIL
+    assert "generation 1 ended before its first checkpoint (hang:x: d)" in fenced.reason
+    assert "nothing stale could be fenced" in fenced.reason
+
+
 def test_a_shrink_is_seen_in_the_replicas_of_a_later_generation() -> None:
     p = planned("topology_change", ELASTIC)
     s = Story()

@@ -327,10 +327,8 @@ def _advance(state: RunState, e: Event) -> RunState:
                 last_progress_at=e.header.occurred_at,
             )
         case MembershipConfirmed():
-            # The stall clock starts when the group has formed: before that the start
-            # timeout governs, so a slow spawn (imports on a loaded node) is not a hang.
-            return replace(state, status=Status.RUNNING, last_progress_at=max(
-                state.last_progress_at, e.header.occurred_at))
+            at = max(state.last_progress_at, e.header.occurred_at)  # the stall clock starts
+            return replace(state, status=Status.RUNNING, last_progress_at=at)
         case HeartbeatRecorded():
             last = max(state.heartbeats.get(e.logical_id, 0), e.header.occurred_at)
             return copy_with(state, heartbeats={**state.heartbeats, e.logical_id: last})

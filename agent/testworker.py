@@ -162,22 +162,14 @@ class Worker:
         beats.start()
         try:
             code = self._steps()
-        except BaseException:
-            # ``fail`` raises out of the loop. The heartbeat thread must be out of the
-            # producer before the interpreter tears the producer down, or librdkafka can
-            # be destroyed under a live poll and the process dies of SIGSEGV instead of
-            # exiting 1 with its traceback (seen once in CI).
-            self._stop_heartbeats(beats)
-            with contextlib.suppress(Exception):
-                self.producer.flush(2)
-            raise
-        self._stop_heartbeats(beats)
+        finally:
+            # Out of the producer before anything tears it down: ``fail`` raises out of the
+            # loop, and librdkafka destroyed under a live poll dies of SIGSEGV instead of
+            # exiting 1 with the traceback (seen once in CI).
+            self._heartbeats_off.set()
+            beats.join(5)
         self.producer.flush(10)
         return code
-
-    def _stop_heartbeats(self, beats: threading.Thread) -> None:
-        self._heartbeats_off.set()
-        beats.join(5)
 
     def _steps(self) -> int:
         for step in range(self.step + 1, self.plan.steps + 1):

@@ -308,7 +308,9 @@ def guarded(section: str, fn: Any, *args: Any) -> dict[str, Any]:
     """A section's report, or ``{"error": ...}`` when it raised (a failure, not a crash)."""
     try:
         result: dict[str, Any] = fn(*args)
-    except Exception as exc:
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # DCP's CheckpointException is a BaseException
         import traceback
         traceback.print_exc()
         return {"error": f"{section} raised {type(exc).__name__}: {exc}"}

@@ -60,7 +60,9 @@ def run(fn: Callable[..., None], *args: Any) -> dict[str, Any]:
         status, why = "skipped", str(exc)
     except ImportError as exc:
         status, why = "skipped", f"cannot import: {exc} (a wheel missing?)"
-    except Exception as exc:
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # DCP's CheckpointException is a BaseException
         traceback.print_exc()
         status, why = "failed", f"{type(exc).__name__}: {exc}"
     if status == "passed":

@@ -4,6 +4,8 @@
 some builds ship only the private module behind it (torch 2.11.0+cu130 on the
 GPU machine had no public alias): importing either keeps the worker importable
 on both.
+
+Tested in tests/worker/test_commit.py and tests/test_gpu_check.py.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ An exit is judged in this order (the first that applies decides):
 | 87 (a cross-replica check disagreed) | silent_corruption | yes (not if suspected) |
 | killed by a signal (OOM killer, SIGSEGV, SIGBUS) | worker_crash | yes |
 | any other non-zero exit | worker_crash | no |
-| no heartbeat past the timeout (and, once another member exited, past the grace for its own exit) | hang | yes |
+| no heartbeat past the timeout (and the exit grace, below) | hang | yes |
 
 An exit beats a timeout: a process exit the agent observed is the fact about
 that process, and a silence judges only a process still alive, so once a

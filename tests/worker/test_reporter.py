@@ -5,16 +5,15 @@ session's whole teardown; only a failed delivery fails a flush."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, cast
 
 import pytest
 
 from events.kafka import EventProducer
-from events.model import Event, HeartbeatRecorded, StepTimesRecorded
+from events.model import StepTimesRecorded
 from events.workerenv import CheckpointEnv, WorkerEnv
+from tests.events.slowlog import SlowBroker
 from worker.comm import Comm
 from worker.faults import Faults
 from worker.reporter import Reporter, ReportError
@@ -45,49 +44,6 @@ def test_consecutive_steps_are_batched_and_a_gap_starts_a_new_report() -> None:
         "run-1/g2/r1/steptimes/5", "run-1/g2/r1/steptimes/9"]
     reporter.step_times([])
     assert queued(reporter) == []
-
-
-class SlowBroker:
-    """An ``EventProducer`` stand-in: records every send, and delivers only when told."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.sent: list[Event] = []
-        self.queue: list[Callable[[str], None] | None] = []
-        self.deliver = threading.Event()
-        self.failing = ""  # non-empty: every queued record fails with this reason
-
-    def send(self, topic: str, event: Event,
-             on_failure: Callable[[str], None] | None = None) -> None:
-        with self.lock:
-            self.sent.append(event)
-            self.queue.append(on_failure)
-
-    def poll(self, timeout_s: float = 0.0) -> int:
-        time.sleep(min(timeout_s, 0.01))
-        with self.lock:
-            done, self.queue = (self.queue, []) if self.deliver.is_set() or self.failing \
-                else ([], self.queue)
-        for on_failure in done:
-            if self.failing and on_failure is not None:
-                on_failure(self.failing)
-        return len(done)
-
-    def pending(self) -> int:
-        with self.lock:
-            return len(self.queue)
-
-    def beats(self) -> int:
-        with self.lock:
-            return sum(isinstance(e, HeartbeatRecorded) for e in self.sent)
-
-    def wait_beats(self, n: int, timeout_s: float = 30.0) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while self.beats() < n:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-        return True
 
 
 FAST = replace(ENV, heartbeat_interval_s=0.05)

@@ -10,7 +10,10 @@ Reads its place from the environment (``events.workerenv``), sends
 runs steps ``resume_step + 1 .. N`` (``--steps`` is the run's last step, so a
 resumed generation moves forward instead of starting over), each a
 ``time.sleep(step_time)``. Rank 0 reports ``StepCommitted`` after each step and
-flushes it, so steps before a crash are in the log. Exit 0 after step N.
+flushes it, so steps before a crash are in the log. Exit 0 after step N, once
+its reports are on the log. A flush waits, heartbeating, for as long as
+librdkafka tries to deliver (``events.delivery``: a slow broker is not a
+failure); only a failed delivery fails it (exit 1, naming the reports).
 
 Failure modes, applied when step K is about to run (steps before K commit):
 
@@ -62,9 +65,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 
+from events.delivery import drain, report_producer_config
 from events.kafka import EventProducer
 from events.model import (
     CorruptionSuspected,
+    Event,
     Header,
     HeartbeatRecorded,
     StepCommitted,
@@ -85,6 +90,10 @@ LOSS_TOKENS_PER_STEP = 1000
 
 class InjectedFailure(RuntimeError):
     """The ``fail`` mode's exception: an ordinary Python error in the training loop."""
+
+
+class ReportsUndelivered(RuntimeError):
+    """Reports that librdkafka could not deliver: the one way a flush fails."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +147,8 @@ class Worker:
         self.producer_id = f"worker/{env.run_id}/{env.logical_id}"
         self._prefix = f"{env.run_id}/g{env.generation}/{env.logical_id}"
         self._heartbeats_off = threading.Event()
+        self._beaten = 0  # heartbeats sent, counted after each send (events.delivery.drain)
+        self._undelivered: list[str] = []  # delivery failures, appended by the producer
         self._times: list[tuple[int, float, float]] = []  # (step, ms, input wait ms) unsent
         self.replay = SdcReplay.from_environ(os.environ)
 
@@ -150,9 +161,10 @@ class Worker:
         # The first beat goes out at once: it is how the controller sees the member join.
         while not self._heartbeats_off.is_set():
             beat += 1
-            self.producer.send(REPORTS, HeartbeatRecorded(
+            self._send(HeartbeatRecorded(
                 header=self._header(f"hb/{beat}"), logical_id=self.env.logical_id,
                 node=self.env.node, step=self.step))
+            self._beaten += 1
             self.producer.poll(0)
             if self._heartbeats_off.wait(self.env.heartbeat_interval_s):
                 return
@@ -162,14 +174,27 @@ class Worker:
         beats.start()
         try:
             code = self._steps()
+            self._flush()  # the last reports, heartbeating: a slow flush is not a silence
         finally:
             # Out of the producer before anything tears it down: ``fail`` raises out of the
             # loop, and librdkafka destroyed under a live poll dies of SIGSEGV instead of
             # exiting 1 with the traceback (seen once in CI).
             self._heartbeats_off.set()
             beats.join(5)
-        self.producer.flush(10)
         return code
+
+    def _send(self, event: Event) -> None:
+        self.producer.send(REPORTS, event, on_failure=self._undelivered.append)
+
+    def _flush(self) -> None:
+        """Wait until every report sent so far is delivered (the heartbeats go on);
+        raise if librdkafka failed one or still held one at the bound."""
+        beaten = self._beaten
+        left = drain(self.producer, lambda: self._beaten - beaten)
+        if left or self._undelivered:
+            raise ReportsUndelivered(
+                f"testworker: {left} reports still queued, delivery failures:"
+                f" {self._undelivered[:3] or 'none'}; check the broker at {self.env.bootstrap}")
 
     def _steps(self) -> int:
         for step in range(self.step + 1, self.plan.steps + 1):
@@ -184,11 +209,11 @@ class Worker:
             took_ms = round((time.monotonic() - started) * 1000, 3)
             wait_ms = min(took_ms, self.plan.input_wait_ms)
             if self.env.rank == 0:
-                self.producer.send(REPORTS, StepCommitted(
+                self._send(StepCommitted(
                     header=self._header(f"step/{step}"), step=step, tokens=TOKENS_PER_STEP,
                     loss_tokens=LOSS_TOKENS_PER_STEP, step_time_ms=took_ms,
                     input_wait_ms=wait_ms, loss=self.plan.loss(step)))
-                self.producer.flush(10)
+                self._flush()
             if self.plan.step_times_every:
                 self._times.append((step, took_ms, wait_ms))
                 if len(self._times) >= self.plan.step_times_every:
@@ -200,7 +225,7 @@ class Worker:
         if not self._times:
             return
         times, self._times = self._times, []
-        self.producer.send(REPORTS, StepTimesRecorded(
+        self._send(StepTimesRecorded(
             header=self._header(f"steptimes/{times[0][0]}"), logical_id=self.env.logical_id,
             node=self.env.node, first_step=times[0][0], step_time_ms=tuple(t[1] for t in times),
             input_wait_ms=tuple(t[2] for t in times)))
@@ -208,21 +233,21 @@ class Worker:
 
     def _replayed(self, replay: SdcReplay) -> None:
         n = self.env.world_size
-        self.producer.send(REPORTS, StepReplayed(
+        self._send(StepReplayed(
             header=self._header(f"replayed/{replay.step}"), step=replay.step,
             suspected_generation=replay.generation, fingerprints=(replay.fingerprints[0],) * n,
             nodes=(self.env.node,) * n))
-        self.producer.flush(10)
+        self._flush()
 
     def _corrupt(self, step: int) -> None:
         if self.env.rank == 0:
             n = self.env.world_size
-            self.producer.send(REPORTS, CorruptionSuspected(
+            self._send(CorruptionSuspected(
                 header=self._header(f"suspected/{step}"), step=step, detector="agreement",
                 ranks=(1,) if n > 1 else (), fingerprints=tuple(f"{r:016x}" for r in range(n)),
                 nodes=(self.env.node,) * n, part="params",
                 detail="testworker: rank 1's parameters disagree"))
-            self.producer.flush(10)
+            self._flush()
         os.write(2, f"testworker: corruption suspected at step {step}\n".encode())
         os._exit(CORRUPTION_EXIT_CODE)
 
@@ -306,7 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WorkerEnvError as exc:
         print(f"testworker: {exc}", file=sys.stderr)
         return 2
-    producer = EventProducer(env.bootstrap, client_id=f"worker/{env.run_id}/{env.logical_id}")
+    producer = EventProducer(env.bootstrap, client_id=f"worker/{env.run_id}/{env.logical_id}",
+                             config=report_producer_config())
     worker = Worker(env, plan, producer)
     signal.signal(signal.SIGTERM, signal.SIG_IGN if plan.ignore_sigterm else worker.on_signal)
     signal.signal(signal.SIGINT, worker.on_signal)

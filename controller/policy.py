@@ -30,7 +30,12 @@ An exit is judged in this order (the first that applies decides):
 | 87 (a cross-replica check disagreed) | silent_corruption | yes (not if suspected) |
 | killed by a signal (OOM killer, SIGSEGV, SIGBUS) | worker_crash | yes |
 | any other non-zero exit | worker_crash | no |
-| no heartbeat, agent silent | hang, infrastructure | yes |
+| no heartbeat past the timeout (and the exit grace, below) | hang | yes |
+
+An exit beats a timeout: a process exit the agent observed is the fact about
+that process, and a silence judges only a process still alive, so once a
+member has exited the others get a grace for their own exits before a silent
+one is a hang (``controller.run_decide.EXIT_GRACE_MS``).
 
 Quarantine counts only what the evidence attributes to the node
 (:func:`counts_against_node`): a failure of the job's code or data, or a
@@ -156,9 +161,13 @@ def at_start(notes: Sequence[ExitNote], world_size: int) -> Failure | None:
                    first.logical_id, first.node, first.log_path, first.stderr_tail)
 
 
-def no_heartbeat(logical_id: str, node: str, silent_ms: int) -> Failure:
+def no_heartbeat(logical_id: str, node: str, silent_ms: int, after_exit: str = "") -> Failure:
+    """A member silent past its timeout and, when another member has exited, past the
+    grace for its own exit (``after_exit`` says which exit it was waited for)."""
+    why = f" ({after_exit})" if after_exit else ""
     return Failure("hang", "hang:no_heartbeat",
-                   f"no heartbeat from {logical_id} on {node} for {silent_ms} ms", logical_id, node)
+                   f"no heartbeat from {logical_id} on {node} for {silent_ms} ms{why}",
+                   logical_id, node)
 
 
 def no_progress(step: int, stalled_ms: int) -> Failure:

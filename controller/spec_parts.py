@@ -187,6 +187,8 @@ class RetryPolicy(Part):
 
 
 class HeartbeatPolicy(Part):
+    # The defaults are part of every spec's digest. What each trades and when to raise
+    # it (busy nodes, slow teardowns): README "Liveness"; the exit grace is run_decide's.
     interval_s: Annotated[float, Strict(), AfterValidator(b.HEARTBEAT)] = 1.0
     timeout_s: Timeout = 10.0
     stall_timeout_s: Timeout = 60.0

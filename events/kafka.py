@@ -15,13 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import (
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-)
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from events.codec import Codec, default_codec
@@ -208,6 +202,10 @@ class EventProducer:
             cause = self._fatal if err.code() == KafkaError._PURGE_QUEUE and self._fatal else err
             if on_failure is not None:
                 on_failure(refused(cause.code(), "write", topic) or err.str())
+
+    def pending(self) -> int:
+        """Records not yet delivered or failed (librdkafka's queue, ``len(Producer)``)."""
+        return len(self._producer)
 
     def flush(self, timeout_s: float = 30.0) -> None:
         try:

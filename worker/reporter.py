@@ -6,6 +6,11 @@ reporter's thread, so a slow broker never stalls an optimizer step. ``flush``
 is the one blocking call, used where the protocol needs its reports on the
 log before it goes on (shards before a proposal, everything before exit). A
 delivery failure is kept and raised by the next ``flush``, never dropped.
+
+The thread heartbeats while a flush waits (``events.delivery.drain``), for as
+long as librdkafka keeps trying to deliver (``FLUSH_TIMEOUT_S``): a slow
+broker delays a flush, only a failed delivery fails it. ``close`` stops the
+thread, so the session closes its reporter last: a rank tearing down is alive.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
+from events.delivery import FLUSH_TIMEOUT_S, drain, report_producer_config
 from events.kafka import EventProducer
 from events.model import Event, Header, HeartbeatRecorded, StepTimesRecorded
 from events.topics import REPORTS
@@ -24,8 +31,18 @@ from worker.errors import WorkerError
 _STOP = object()
 
 
+# How much longer the caller of a flush waits than the thread's drain: it always answers.
+ANSWER_MARGIN_S = 10.0
+
+
 class ReportError(WorkerError):
     """A report could not be delivered to the log."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Flush:
+    done: threading.Event
+    timeout_s: float
 
 
 class Reporter:
@@ -41,6 +58,13 @@ class Reporter:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="rl-reporter", daemon=True)
         self._beats = 0
+        self._next_beat = 0.0  # time.monotonic() of the next heartbeat; 0: at once
+
+    @classmethod
+    def connect(cls, env: WorkerEnv) -> Reporter:
+        """A reporter with a producer of its own, as a worker session uses."""
+        return cls(env, EventProducer(env.bootstrap, client_id=f"worker/{env.run_id}/"
+                                      f"{env.logical_id}", config=report_producer_config()))
 
     def start(self) -> Reporter:
         self._thread.start()
@@ -72,48 +96,46 @@ class Reporter:
         """Enqueue; never blocks."""
         self._queue.put(event)
 
-    def flush(self, timeout_s: float = 30.0) -> None:
-        """Wait until everything reported so far is on the log; raise on a failed delivery."""
+    def flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        """Wait until everything reported so far is on the log (heartbeats go on
+        meanwhile); raise on a failed delivery, or if it took over ``timeout_s``."""
         done = threading.Event()
-        self._queue.put(done)
-        if not done.wait(timeout_s):
-            raise ReportError(f"reports were not delivered within {timeout_s}s")
+        self._queue.put(_Flush(done, timeout_s))
+        if not done.wait(timeout_s + ANSWER_MARGIN_S):
+            raise ReportError(f"the reporter thread did not answer a flush within"
+                              f" {timeout_s + ANSWER_MARGIN_S}s: it is stuck in the producer;"
+                              " the worker's reports may be lost, see its log")
         with self._lock:
             if self._failures:
                 failures, self._failures = self._failures, []
-                raise ReportError("report delivery failed: " + "; ".join(failures[:3]))
+                raise ReportError("report delivery failed: " + "; ".join(failures[:3]) +
+                                  " (check the broker and the worker's network to it)")
 
-    def close(self, timeout_s: float = 30.0) -> None:
-        self.flush(timeout_s)
-        self._queue.put(_STOP)
-        self._thread.join(timeout_s)
+    def close(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        """Flush, then stop the thread (and its heartbeats), even when the flush fails."""
+        try:
+            self.flush(timeout_s)
+        finally:
+            self._queue.put(_STOP)
+            self._thread.join(ANSWER_MARGIN_S)
 
     def _undelivered(self, reason: str) -> None:
         with self._lock:
             self._failures.append(reason)
 
     def _run(self) -> None:
-        interval = self.env.heartbeat_interval_s
-        next_beat = time.monotonic()
         while True:
-            now = time.monotonic()
-            if now >= next_beat:
-                self._beat()
-                next_beat = now + interval
+            self._beat_if_due()
+            wait = self._next_beat - time.monotonic()
             try:
-                item = self._queue.get(timeout=max(0.0, min(0.05, next_beat - now)))
+                item = self._queue.get(timeout=max(0.0, min(0.05, wait)))
             except queue.Empty:
                 self.producer.poll(0)
                 continue
             if item is _STOP:
                 return
-            if isinstance(item, threading.Event):
-                try:
-                    self.producer.flush(25.0)
-                except Exception as exc:  # a flush timeout is a delivery failure too
-                    with self._lock:
-                        self._failures.append(str(exc))
-                item.set()
+            if isinstance(item, _Flush):
+                self._drain(item)
                 continue
             assert isinstance(item, Event)
             try:
@@ -122,6 +144,27 @@ class Reporter:
                 with self._lock:
                     self._failures.append(f"{item.event_type}: {exc}")
             self.producer.poll(0)
+
+    def _drain(self, flush: _Flush) -> None:
+        beats = self._beats
+
+        def sent_since() -> int:  # this thread's own beats, sent while it waits
+            self._beat_if_due()
+            return self._beats - beats
+
+        try:
+            left = drain(self.producer, sent_since, flush.timeout_s)
+            if left:
+                self._undelivered(f"{left} reports still queued after {flush.timeout_s}s")
+        except Exception as exc:  # a producer error is a delivery failure too
+            self._undelivered(str(exc))
+        flush.done.set()
+
+    def _beat_if_due(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_beat:
+            self._beat()
+            self._next_beat = now + self.env.heartbeat_interval_s
 
     def _beat(self) -> None:
         self._beats += 1

@@ -31,7 +31,6 @@ from torch.distributed.checkpoint.stateful import Stateful
 
 from dataplane.permute import derive_key
 from dataplane.state import Cursor
-from events.kafka import EventProducer
 from events.model import (
     CheckpointRestored,
     CheckpointSkipped,
@@ -113,8 +112,7 @@ class Session:
         init_distributed(env)
         comm = Comm.new_group()
         control = Comm.new_group() if ckpt.mode == "async" else comm
-        producer = EventProducer(env.bootstrap, client_id=f"worker/{env.run_id}/{env.logical_id}")
-        reporter = Reporter(env, producer).start()
+        reporter = Reporter.connect(env).start()
         watcher = Watcher(env.bootstrap, env.run_id, env.generation).start()
         faults = Faults.from_env(environ, env.rank, env.generation, env.run_id, env.node)
         sdc = sdc_from_environ(environ, rank=env.rank, world_size=env.world_size,
@@ -129,6 +127,8 @@ class Session:
         self.close(drain=exc_type is None)
 
     def close(self, drain: bool = True) -> None:
+        """Drain and stop the background work, the watcher (up to 10 s), and the reporter
+        last: its thread heartbeats, and a rank tearing down is alive, not hung."""
         try:
             if self._persister is not None:
                 if drain:
@@ -142,9 +142,9 @@ class Session:
             if self._gc is not None:
                 self._gc.join(30)
         finally:
+            self.watcher.close()  # never raises: the reporter must stop after it
             self._report_times()
             self.reporter.close()
-            self.watcher.close()
 
     @property
     def rank(self) -> int:

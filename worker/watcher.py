@@ -57,11 +57,15 @@ class Watcher:
         return self
 
     def close(self) -> None:
+        """Stop following the log; never raises (the session stops its reporter after it)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(10)
         if self._reader is not None:
-            self._reader.close()
+            try:
+                self._reader.close()
+            except Exception as exc:  # nothing is lost: the watcher only reads
+                log.warning("closing the watcher of %s: %s", self.run_id, exc)
 
     def wait_verdict(self, proposal_id: str, digest: str, timeout_s: float) -> Verdict:
         """Block until the controller decides on a proposal, or time out."""

@@ -1,4 +1,5 @@
-"""The test worker against a real broker: steps, heartbeats and each failure mode."""
+"""The test worker against a real broker: steps, heartbeats and each failure mode; and
+in process, over a slow log: a slow flush heartbeats on, only a failed delivery fails."""
 
 from __future__ import annotations
 
@@ -7,16 +8,27 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from typing import cast
 
 import pytest
 
-from agent.testworker import CRASH_EXIT_CODE, TERM_EXIT_CODE, loss_at, parse_args
+from agent.testworker import (
+    CRASH_EXIT_CODE,
+    TERM_EXIT_CODE,
+    ReportsUndelivered,
+    Worker,
+    loss_at,
+    parse_args,
+)
+from events.kafka import EventProducer
 from events.model import HeartbeatRecorded, StepCommitted
 from events.workerenv import WorkerEnv
 from tests.agent.tail import Tail
+from tests.events.slowlog import SlowBroker
 
 pytestmark = pytest.mark.kafka
 
@@ -211,3 +223,51 @@ def test_the_modes_for_alert_tests_are_off_by_default() -> None:
     assert p.extra_s(env) == 0.2 and p.extra_s(replace(env, rank=0)) == 0.0
     assert p.loss(4) == loss_at(4) and math.isnan(p.loss(5)) and math.isnan(p.loss(9))
     assert (p.input_wait_ms, p.step_times_every) == (30.0, 4)
+
+
+def _in_process(broker: SlowBroker, steps: int = 2) -> tuple[Worker, list[object]]:
+    """A rank-0 worker run in a thread over ``broker``; the list gets its code or error."""
+    env = WorkerEnv(run_id="run-1", generation=1, logical_id="r0", node="n", world_size=1,
+                    rank=0, local_rank=0, master_addr="127.0.0.1", master_port=1,
+                    bootstrap="slow:9092", heartbeat_interval_s=0.05)
+    worker = Worker(env, parse_args(["--steps", str(steps), "--step-time", "0"]),
+                    cast(EventProducer, broker))
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(worker.run())
+        except Exception as exc:
+            outcome.append(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    return worker, outcome
+
+
+def _settled(outcome: list[object], timeout_s: float = 30.0) -> object:
+    deadline = time.monotonic() + timeout_s
+    while not outcome and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert outcome, "the worker did not finish"
+    return outcome[0]
+
+
+def test_a_slow_flush_heartbeats_on_and_ends_in_exit_0_once_the_log_takes_the_reports() -> None:
+    """A broker slower than any fixed flush bound (a failover, a loaded machine): the
+    worker waits, alive, instead of exiting 1 with every step done."""
+    broker = SlowBroker()
+    _worker, outcome = _in_process(broker)
+    assert broker.wait_beats(5)  # its first step's flush is waiting; the beats go on
+    assert not outcome
+    broker.deliver.set()
+    assert _settled(outcome) == 0
+    assert [e.step for e in broker.sent if isinstance(e, StepCommitted)] == [1, 2]
+
+
+def test_a_failed_delivery_fails_the_worker_with_the_reason() -> None:
+    broker = SlowBroker()
+    broker.failing = "Broker: Topic authorization failed"
+    _worker, outcome = _in_process(broker)
+    failed = _settled(outcome)
+    assert isinstance(failed, ReportsUndelivered)
+    assert "Broker: Topic authorization failed" in str(failed)

@@ -360,3 +360,43 @@ def test_a_member_still_starting_gets_the_start_timeout_not_the_heartbeat_timeou
     out = sim.tick()
     assert isinstance(out[0][1], FailureClassified)
     assert out[0][1].signature == "hang:no_heartbeat"
+
+
+def _teardown_after_a_peer_exit() -> Sim:
+    """r1 exits 0 after the last step; r0, tearing down, is silent past its 10 s timeout."""
+    sim = running()
+    sim.step()
+    sim.beat(1)
+    sim.send(sim.ev.exited(1, "r1", exit_code=0, node="n1"))
+    assert sim.tick() == []
+    sim.now += 11_000
+    sim.agent("n1", 2)
+    assert sim.tick() == []  # past r0's heartbeat timeout: within the exit grace
+    return sim
+
+
+def test_an_exit_beats_a_timeout_a_late_clean_exit_succeeds_live_and_replayed() -> None:
+    sim = _teardown_after_a_peer_exit()
+    facts = [e for topic, e in sim.log if topic == RUNS]
+    rebuilt = replay(facts, since=sim.now, plan_of=plan_of)
+    rebuilt, out = tick(rebuilt, sim.now, plan_of)
+    assert out == []  # a restarted controller waits too
+    late = sim.ev.exited(1, "r0", exit_code=0, node="n1")
+    sim.now += 10_000
+    for model in (sim.model, rebuilt):
+        model, _ = handle(model, late, sim.now, plan_of)
+        model, out = tick(model, sim.now, plan_of)
+        assert types(out) == ["RunFinished", "RunManifestPublished"]
+        assert model.runs[RUN].status == Status.SUCCEEDED and not model.runs[RUN].failures
+
+
+def test_an_exit_beats_a_timeout_a_late_exception_is_a_crash_with_its_evidence() -> None:
+    sim = _teardown_after_a_peer_exit()
+    sim.now += 10_000
+    sim.send(sim.ev.exited(1, "r0", exit_code=1, node="n1", log_path="/w/g1/r0.log",
+                           stderr_tail="NameError: name 'x' is not defined"))
+    out = sim.tick()
+    (failure,) = [e for _, e in out if isinstance(e, FailureClassified)]
+    assert (failure.signature, failure.logical_id) == ("worker_crash:exit=1", "r0")
+    assert (failure.log_path, failure.stderr_tail) == ("/w/g1/r0.log",
+                                                       "NameError: name 'x' is not defined")

@@ -10,6 +10,7 @@ from controller.exits import Evidence, ExitNote
 from controller.inventory import Inventory, Node
 from controller.model import Tracked
 from controller.run_decide import (
+    EXIT_GRACE_MS,
     NODE_QUARANTINE_AFTER,
     START_EXIT_WAIT_MS,
     Admit,
@@ -194,3 +195,84 @@ def test_4_a_launch_failure_fails_fast_at_once() -> None:
     assert isinstance(classify, Classify) and classify.failure.signature == "job:launch"
     assert "code.workdir /c does not exist" in classify.failure.detail
     assert isinstance(finish, Finish) and finish.outcome == "failed"
+
+
+# Exit beats timeout: rank 0 exited at EXITED; rank 1's last heartbeat is older than
+# 10 s timeout, which expired before that exit: r1 is still tearing down (its process
+# group, the interpreter).
+EXITED = NOW - 2_000
+TEARING_DOWN = {"r0": NOW - 14_000, "r1": NOW - 13_000}
+
+
+def at(now: int, since: int = 0) -> World:
+    return World(now, since, world().inventory, {}, dict)
+
+
+def test_4_a_clean_finish_whose_last_exit_comes_after_a_timeout_succeeds() -> None:
+    ending = with_exits(live(heartbeats=TEARING_DOWN), exit_note("r0", 0, at=EXITED))
+    assert decide(ending, world()) == ()  # r1 is silent past its timeout: within the grace
+    finished = with_exits(ending.state, exit_note("r0", 0, at=EXITED),
+                          exit_note("r1", 0, at=NOW + 5_000))
+    assert decide(finished, at(NOW + 5_000)) == (Finish("succeeded", "every member exited 0"),)
+
+
+def test_4_a_late_exception_exit_is_classified_as_the_exit_with_its_evidence() -> None:
+    """The other member's exit came first and clean; the late one raised at step 5: a
+    crash with its traceback and log, not a hang, and not the node's."""
+    ending = with_exits(live(heartbeats=TEARING_DOWN), exit_note("r1", 0, at=EXITED),
+                        stepped=True)
+    assert decide(ending, at(NOW + 20_000)) == ()
+    crashed = with_exits(ending.state, exit_note("r1", 0, at=EXITED),
+                         exit_note("r0", 1, at=NOW + 20_000, stepped=True), stepped=True)
+    actions = decide(crashed, at(NOW + 20_000, since=0))
+    (classify,) = [a for a in actions if isinstance(a, Classify)]
+    assert classify.failure.signature == "worker_crash:exit=1"
+    assert (classify.failure.logical_id, classify.failure.log_path,
+            classify.failure.stderr_tail) == ("r0", "/w/r0.log", "Traceback: boom")
+    assert not policy.counts_against_node(classify.failure.failure_class,
+                                          classify.failure.signature)
+
+
+def test_4_a_member_exiting_while_another_is_silent_at_start_is_judged_by_its_exit() -> None:
+    """A NameError at import on r0 while r1, never heartbeated, passes its start timeout:
+    the exit waits START_EXIT_WAIT_MS for r1's, and then decides, not the silence."""
+    starting = live(Status.STARTING, heartbeats={}, generation_started_at=NOW - 61_000)
+    early = with_exits(starting, exit_note("r0", 1, at=NOW - 1_000))
+    assert decide(early, world()) == ()
+    late = at(NOW - 1_000 + START_EXIT_WAIT_MS + 1)
+    classify, *_ = decide(early, late)
+    assert isinstance(classify, Classify)
+    assert classify.failure.signature == "worker_crash:exit=1"
+    assert classify.failure.log_path == "/w/r0.log"
+
+
+def test_4_a_member_still_silent_after_the_grace_is_a_hang_that_says_what_it_waited_for() -> None:
+    ending = with_exits(live(heartbeats=TEARING_DOWN), exit_note("r0", 0, at=EXITED))
+    assert decide(ending, at(EXITED + EXIT_GRACE_MS)) == ()
+    classify, _stop = decide(ending, at(EXITED + EXIT_GRACE_MS + 1))
+    assert isinstance(classify, Classify)
+    assert (classify.failure.signature, classify.failure.logical_id) == ("hang:no_heartbeat",
+                                                                        "r1")
+    assert f"r0 exited with code 0 {EXIT_GRACE_MS + 1} ms earlier" in classify.failure.detail
+    # An exit long before the silence: the grace runs from the timeout instead.
+    early = with_exits(live(heartbeats={"r1": NOW - 11_000}), exit_note("r0", 0, at=NOW - 50_000))
+    assert decide(early, world()) == ()
+    timed_out = NOW - 1_000  # r1's last heartbeat + its 10 s timeout
+    assert decide(early, at(timed_out + EXIT_GRACE_MS)) == ()
+    classify, _stop = decide(early, at(timed_out + EXIT_GRACE_MS + 1))
+    assert isinstance(classify, Classify) and classify.failure.logical_id == "r1"
+
+
+def test_4_the_grace_reads_only_the_log_and_the_given_clock_so_a_replay_decides_the_same() -> None:
+    """A restarted controller has no heartbeats (they are never facts): a silent member
+    gets its start timeout from when the controller listens, then the grace, however old
+    the exit it read back; the same inputs decide the same at every instant."""
+    on_replay = with_exits(live(heartbeats={}), exit_note("r0", 0, at=EXITED))
+    since = NOW
+    for now in (NOW, NOW + 60_001, NOW + 60_000 + EXIT_GRACE_MS):
+        assert decide(on_replay, at(now, since)) == ()
+    hang = NOW + 60_000 + EXIT_GRACE_MS + 1
+    first = decide(on_replay, at(hang, since))
+    assert first == decide(on_replay, at(hang, since))
+    assert isinstance(first[0], Classify) and first[0].failure.signature == "hang:no_heartbeat"
+    assert EXIT_GRACE_MS >= START_EXIT_WAIT_MS

@@ -1,13 +1,24 @@
 """worker/reporter.py: per-rank step times leave the worker as one report per run of
-consecutive steps."""
+consecutive steps; heartbeats go on while a flush waits for a slow log and through a
+session's whole teardown; only a failed delivery fails a flush."""
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from dataclasses import replace
+from typing import Any, cast
 
+import pytest
+
+from events.kafka import EventProducer
 from events.model import StepTimesRecorded
-from events.workerenv import WorkerEnv
-from worker.reporter import Reporter
+from events.workerenv import CheckpointEnv, WorkerEnv
+from tests.events.slowlog import SlowBroker
+from worker.comm import Comm
+from worker.faults import Faults
+from worker.reporter import Reporter, ReportError
+from worker.session import Session
+from worker.watcher import Watcher
 
 ENV = WorkerEnv(run_id="run-1", generation=2, logical_id="r1", node="n1", world_size=2, rank=1,
                 local_rank=1, master_addr="127.0.0.1", master_port=12345,
@@ -33,3 +44,66 @@ def test_consecutive_steps_are_batched_and_a_gap_starts_a_new_report() -> None:
         "run-1/g2/r1/steptimes/5", "run-1/g2/r1/steptimes/9"]
     reporter.step_times([])
     assert queued(reporter) == []
+
+
+FAST = replace(ENV, heartbeat_interval_s=0.05)
+
+
+def started(broker: SlowBroker) -> Reporter:
+    return Reporter(FAST, producer=cast(EventProducer, broker)).start()
+
+
+def test_a_slow_flush_keeps_heartbeating_and_succeeds_once_delivered() -> None:
+    broker = SlowBroker()
+    reporter = started(broker)
+    reporter.step_times([(1, 10.0, 0.0)])
+    outcome: list[BaseException | None] = []
+
+    def flush() -> None:
+        try:
+            reporter.flush(timeout_s=120.0)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    flushing = threading.Thread(target=flush)
+    flushing.start()
+    before = broker.beats()
+    assert broker.wait_beats(before + 3)  # the log is slow: the worker is still alive
+    assert not outcome  # and the flush still waits
+    broker.deliver.set()
+    flushing.join(30)
+    assert outcome == [None]
+    reporter.close()
+
+
+def test_a_failed_delivery_fails_the_flush_and_close_still_stops_the_heartbeats() -> None:
+    broker = SlowBroker()
+    reporter = started(broker)
+    reporter.step_times([(1, 10.0, 0.0)])
+    broker.failing = "Local: Message timed out"
+    with pytest.raises(ReportError, match="report delivery failed: Local: Message timed out"):
+        reporter.close()
+    assert not reporter._thread.is_alive()
+
+
+class BlockingWatcher:
+    """Its close returns once the session's heartbeats have gone on during it (or gives up)."""
+
+    def __init__(self, broker: SlowBroker) -> None:
+        self.broker = broker
+        self.beat_while_closing: bool | None = None
+
+    def close(self) -> None:
+        self.beat_while_closing = self.broker.wait_beats(self.broker.beats() + 3, 10.0)
+
+
+def test_a_session_heartbeats_through_its_whole_teardown_and_stops_its_reporter_last() -> None:
+    broker = SlowBroker()
+    broker.deliver.set()
+    watcher = BlockingWatcher(broker)
+    session = Session(FAST, CheckpointEnv(), comm=cast(Comm, None), reporter=started(broker),
+                      watcher=cast(Watcher, watcher), faults=Faults(None, FAST.rank, 2))
+    session.close()
+    assert watcher.beat_while_closing is True
+    assert not session.reporter._thread.is_alive()

@@ -20,7 +20,7 @@ STACK_ARGS ?=
 # e.g. make demo DEMO_ARGS='--work-dir /tmp/rl-demo --keep-stack'
 DEMO_ARGS ?=
 
-.PHONY: venv jars chromium spin proof test lint bench-smoke stack-up stack-down demo
+.PHONY: venv jars chromium spin proof test soak lint bench-smoke stack-up stack-down demo
 
 venv: $(STAMP)
 
@@ -51,6 +51,12 @@ proof: $(STAMP) spin
 
 test: jars chromium spin
 	scripts/test.sh $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+
+# The load soak alone, longer than in `make test` (tests/soak: every classifying
+# scenario on a saturated machine); SOAK_ROUNDS=N sets how many rounds.
+SOAK_ROUNDS ?= 5
+soak: jars
+	SOAK=only RUNLEDGER_SOAK_ROUNDS=$(SOAK_ROUNDS) scripts/test.sh $(PYTEST_ARGS)
 
 # Every benchmark's --quick form against a throwaway broker: they still run
 # (figures printed, nothing asserted on time). CI runs it after the tests.

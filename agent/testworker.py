@@ -1,6 +1,6 @@
 """A stand-in training worker (no torch) with deterministic failures, for tests.
 
-``python -m agent.testworker [--steps N] [--step-time S] [--fail-mode M]
+``python -m agent.testworker [--steps N] [--step-time S] [--fail-mode M] [--exit-code N]
 [--fail-at-step K] [--fail-generation G|any] [--fail-rank R|any]
 [--slow-rank R --slow-ms MS] [--input-wait-ms MS] [--nan-from-step K]
 [--step-times-every N]``
@@ -21,6 +21,7 @@ Failure modes, applied when step K is about to run (steps before K commit):
 crash    ``os._exit(13)``: no cleanup, like a segfaulting extension
 kill     SIGKILL to itself: ended by a signal, as by the OOM killer (a node fault)
 fail     raises, so Python exits with code 1 and a traceback in the log
+exit     ``sys.exit(--exit-code)`` from the loop: Python's own orderly exit
 hang     heartbeats stop and steps stop; the process sleeps until killed
 stall    heartbeats go on, steps stop: alive but making no progress
 corrupt  rank 0 reports ``CorruptionSuspected`` (rank 1 disagrees at step K;
@@ -80,7 +81,7 @@ from events.sdcenv import SdcReplay
 from events.topics import REPORTS
 from events.workerenv import WorkerEnv, WorkerEnvError
 
-MODES = ("none", "crash", "kill", "hang", "fail", "stall", "corrupt")
+MODES = ("none", "crash", "kill", "hang", "fail", "exit", "stall", "corrupt")
 CRASH_EXIT_CODE = 13
 CORRUPTION_EXIT_CODE = 87  # controller.policy: silent_corruption
 TERM_EXIT_CODE = 143
@@ -110,6 +111,7 @@ class Plan:
     input_wait_ms: float = 0.0
     nan_from_step: int | None = None
     step_times_every: int = 0  # 0: no StepTimesRecorded
+    exit_code: int = 3  # the ``exit`` mode's code
 
     def extra_s(self, env: WorkerEnv) -> float:
         """This rank's slowdown per step, beyond the step time."""
@@ -265,6 +267,9 @@ class Worker:
         if mode == "fail":
             raise InjectedFailure(f"injected failure at step {step} "
                                   f"(generation {self.env.generation}, rank {self.env.rank})")
+        if mode == "exit":
+            os.write(2, f"testworker: sys.exit({self.plan.exit_code}) at step {step}\n".encode())
+            sys.exit(self.plan.exit_code)
         if mode == "hang":
             self._heartbeats_off.set()
         # hang and stall: the main loop never returns; only a signal ends the process.
@@ -314,14 +319,18 @@ def parse_args(argv: Sequence[str] | None = None) -> Plan:
                    help="rank 0 reports a NaN loss from this step on")
     p.add_argument("--step-times-every", type=int, default=0,
                    help="every rank reports StepTimesRecorded every N steps (default 0: never)")
+    p.add_argument("--exit-code", type=int, default=3,
+                   help="the code the exit mode passes to sys.exit (default 3)")
     a = p.parse_args(argv)
     if a.steps < 0 or a.step_time < 0 or a.fail_at_step < 1:
         p.error("--steps and --step-time must be >= 0, --fail-at-step >= 1")
+    if not 0 <= a.exit_code <= 255:
+        p.error("--exit-code must be in 0..255")
     if a.slow_ms < 0 or a.input_wait_ms < 0 or a.step_times_every < 0:
         p.error("--slow-ms, --input-wait-ms and --step-times-every must be >= 0")
     return Plan(a.steps, a.step_time, a.fail_mode, a.fail_at_step, a.fail_generation,
                 a.fail_rank, a.ignore_sigterm, a.slow_rank, a.slow_ms, a.input_wait_ms,
-                a.nan_from_step, a.step_times_every)
+                a.nan_from_step, a.step_times_every, a.exit_code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,7 +21,10 @@ Rules for ``GroupStartCommanded`` of run R, generation G, id C, in this order:
    outside the agent's allowed roots (``events.names``), or an invalid rank
    contract (``events.workerenv``), or an executable (``argv[0]``, compared as
    written) outside a non-empty ``--allow`` list: every member is rejected
-   (``WorkerExited`` with exit code 125) and nothing is launched;
+   (``WorkerExited`` with exit code 125) and nothing is launched. A path or
+   program the agent may not use is the spec's error, not the node's: its
+   rejection carries a ``launch_error`` that names the field, its value and
+   the fix (``agent.confine``), which the controller classifies as ``job``;
 7. more members than free slots: the command is deferred (``Defer``: the
    shell decides it again shortly) until it is ``slot_wait_ms`` old, then
    every member is rejected with 125; at once if it exceeds the node's slots.
@@ -43,14 +46,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from agent.confine import Options, refusal
 from events.model import Event, GroupStartCommanded, GroupStopCommanded, Member
-from events.names import logical_id_problem, outside_roots, run_id_problem
 from events.workerenv import (
-    CHECKPOINT_ROOT,
     HEARTBEAT_INTERVAL_S,
     RANKS,
-    RESUME_CANDIDATES,
-    CheckpointEnv,
     WorkerEnv,
     WorkerEnvError,
     parse_interval,
@@ -61,7 +61,6 @@ from events.workerlog import worker_log_path
 # The exit code reported for a member the agent refused to launch; 125 is what
 # shells and container runtimes use for "the launcher failed", never the worker.
 REJECTED_EXIT_CODE = 125
-NOT_ALLOWED = "not_allowed"  # a start's executable outside the agent's --allow list
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +127,8 @@ class Reject:
     reason: str
     causation_id: str
     exit_code: int = REJECTED_EXIT_CODE
+    # Set when the spec is at fault (agent.confine): the job's error, never the node's.
+    launch_error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,13 +239,15 @@ def _start(config: AgentConfig, state: AgentState, cmd: GroupStartCommanded,
     new = replace(new, started=new.started | {(run, gen)})
     keys = [WorkerKey(run, gen, m.logical_id) for m in mine]
 
-    def reject_all(reason: str) -> Decision:
-        return Decision(new, tuple(Reject(k, reason, cmd.header.event_id) for k in keys))
+    def reject_all(reason: str, launch_error: str = "") -> Decision:
+        return Decision(new, tuple(Reject(k, reason, cmd.header.event_id,
+                                          launch_error=launch_error) for k in keys))
 
     try:
-        problem = _confined(config, cmd, mine)
-        if problem is not None:
-            return reject_all(f"invalid start command: {problem}")
+        refused = refusal(Options(config.node, config.allowed_roots, config.base_dir,
+                                  config.allowed_executables), cmd, mine)
+        if refused is not None:
+            return reject_all(f"invalid start command: {refused.problem}", refused.launch_error)
         envs = _worker_envs(config, cmd, mine)
     except WorkerEnvError as exc:
         return reject_all(f"invalid start command: {exc}")
@@ -279,37 +282,6 @@ def _stop(config: AgentConfig, state: AgentState, cmd: GroupStopCommanded) -> De
     doomed = sorted((k for k in new.running if k.run_id == run and k.generation <= gen), key=str)
     reason = f"stop g{gen}: {cmd.reason}"
     return Decision(new, tuple(Terminate(k, reason) for k in doomed))
-
-
-def _confined(config: AgentConfig, cmd: GroupStartCommanded,
-              mine: tuple[Member, ...]) -> str | None:
-    """The first name or path of ``cmd`` that breaks a rule of ``events.names``, if any.
-
-    Raises ``WorkerEnvError`` when the checkpoint settings cannot be read at all.
-    """
-    for problem in (run_id_problem(cmd.run_id), *(logical_id_problem(m.logical_id)
-                                                  for m in mine)):
-        if problem is not None:
-            return problem
-    ckpt = CheckpointEnv.from_environ(cmd.env)
-    paths = [(CHECKPOINT_ROOT, ckpt.root), ("resume_manifest", cmd.resume_manifest),
-             *((f"checkpoint tier {t.name}", t.root) for t in ckpt.tiers),
-             *((RESUME_CANDIDATES, manifest) for _, manifest, _ in ckpt.candidates)]
-    program = cmd.argv[0] if cmd.argv else ""
-    if config.allowed_executables and program not in config.allowed_executables:
-        return (f"{NOT_ALLOWED}: the command's executable {program!r} is not one the agent "
-                f"may run (--allow {' '.join(config.allowed_executables)})")
-    roots = (config.base_dir, *config.allowed_roots)
-    # A relative path is the worker's, so it resolves in the worker's directory.
-    base = cmd.workdir or config.base_dir
-    if cmd.workdir and not cmd.workdir.startswith("/"):
-        return f"workdir {cmd.workdir!r} must be an absolute path"
-    for what, path in paths:
-        if path is not None:
-            problem = outside_roots(path, roots, base, what)
-            if problem is not None:
-                return problem
-    return None
 
 
 def _worker_envs(config: AgentConfig, cmd: GroupStartCommanded,

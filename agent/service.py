@@ -330,7 +330,8 @@ class Agent:
             case Reject():
                 log.error("%s: not launched: %s", action.key, action.reason)
                 said = Exit(action.key, action.exit_code, action.causation_id, None,
-                            stderr_tail=f"runledger agent: not launched: {action.reason}")
+                            stderr_tail=f"runledger agent: not launched: {action.reason}",
+                            launch_error=action.launch_error)
                 self._send_exit(action.key, action.causation_id, action.exit_code, None, said)
                 self.state = worker_exited(self.state, action.key)
             case Defer():

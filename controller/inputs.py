@@ -272,7 +272,8 @@ def _replayed(em: Emitter, event: StepReplayed, before: Tracked | None) -> None:
         eid = f"{key}/NodeQuarantined/sdc/{event.run_id}/g{s.generation}/s{s.step}"
         em.emit(RUNS, NodeQuarantined(
             header=em.header(key, 0, eid, cause), node=node,
-            reason=f"silent data corruption in run {event.run_id}: {v.detail}"))
+            reason=f"silent data corruption in run {event.run_id}: {v.detail}",
+            expires_at=em.draft.node_policy.expires_at(em.now)))
 
 
 _KEPT = Input(Kind.REPORT)

@@ -3,7 +3,8 @@ domains, liveness, cordons, drains and quarantines. Pure.
 
 Built by folding the agents' ``AgentRegistered`` and ``AgentHeartbeatRecorded``
 and the node facts: ``NodeQuarantined``, ``NodeCordoned`` (mode cordon or
-drain), ``NodeUncordoned`` and ``NodeQuarantineExpired``. Time comes from the
+drain), ``NodeUncordoned`` and ``NodeQuarantineExpired`` (which puts the node on
+probation until its next quarantine or uncordon). Time comes from the
 events and from the ``now`` the caller passes in. A node is placeable
 (:meth:`Inventory.live`) when it was seen recently and is neither quarantined
 nor cordoned; a run already placed there may restart there
@@ -60,6 +61,12 @@ class Node:
     # Quarantines lifted so far (uncordon or expiry): part of the next one's event id.
     releases: int = 0
     busy_slots: int = 0  # as the agent's last heartbeat said
+    # When the quarantine expires, as its fact says (0: only an uncordon frees it).
+    quarantine_expires_at: int = 0
+    # Since when the node is on probation (its last quarantine expired; 0: not), and
+    # the failures the expiry left counted; a new quarantine or an uncordon ends it.
+    probation_since: int = 0
+    probation_failures: int = 0
 
     def placeable(self) -> bool:
         return not self.quarantined and not self.cordon
@@ -120,17 +127,20 @@ def _fact(node: Node, event: Event) -> Node:
     match event:
         case NodeQuarantined():
             return replace(node, quarantined=True, quarantine_reason=event.reason,
-                           quarantined_at=at)
+                           quarantined_at=at, quarantine_expires_at=event.expires_at,
+                           probation_since=0, probation_failures=0)
         case NodeCordoned():
             return replace(node, cordon=event.mode, cordon_reason=event.reason, cordoned_at=at,
                            cordoned_by=event.principal)
         case NodeUncordoned():
             return replace(node, quarantined=False, quarantine_reason="", quarantined_at=0,
                            cordon="", cordon_reason="", cordoned_at=0, cordoned_by="",
-                           releases=node.releases + node.quarantined)
+                           releases=node.releases + node.quarantined, quarantine_expires_at=0,
+                           probation_since=0, probation_failures=0)
         case NodeQuarantineExpired():
             return replace(node, quarantined=False, quarantine_reason="", quarantined_at=0,
-                           releases=node.releases + node.quarantined)
+                           releases=node.releases + node.quarantined, quarantine_expires_at=0,
+                           probation_since=at, probation_failures=event.failures)
     return node
 
 

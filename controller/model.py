@@ -83,6 +83,10 @@ class NodePolicy:
     expiry_ms: int = 3_600_000
     probation_failures: int = 2
 
+    def expires_at(self, quarantined_at: int) -> int:
+        """When a quarantine that began then expires (``NodeQuarantined.expires_at``); 0: never."""
+        return quarantined_at + self.expiry_ms if self.expiry_ms > 0 else 0
+
 
 @dataclass(frozen=True, slots=True)
 class Model:

@@ -11,7 +11,9 @@ typo burns the budget and says nothing new.
 An exit is judged in this order (the first that applies decides):
 
 1. the agent could not launch the worker (``WorkerExited.launch_error``: a
-   missing workdir, program or script, no permission): ``job:launch``;
+   missing workdir, program or script, no permission; or a path or program
+   the spec chose that the agent may not use, such as a ``checkpoint.root``
+   outside its allowed roots, ``agent.confine``): ``job:launch``;
 2. an exit code sysexits(3) gives a meaning (the table below): that class;
 3. an exit code that means a usage error (2: argparse and bash; 64:
    EX_USAGE; 126/127: the shell could not run a program): ``job:exit=N``;
@@ -22,10 +24,10 @@ An exit is judged in this order (the first that applies decides):
 
 | exit | class | counts against the node |
 |---|---|---|
-| launch failure, 2, 64, 126, 127; the same code on every rank at start | job | no |
+| launch failure (a refused path too), 2, 64, 126, 127; one code on every rank at start | job | no |
 | 65 (EX_DATAERR) | data | no |
 | 74 (EX_IOERR) | storage | yes |
-| 75 (EX_TEMPFAIL), 125 (the agent refused the launch) | infrastructure | yes |
+| 75 (EX_TEMPFAIL), 125 with no launch error (no free slots in time) | infrastructure | yes |
 | 86 (loss or gradients not finite) | non_finite | no |
 | 87 (a cross-replica check disagreed) | silent_corruption | yes (not if suspected) |
 | killed by a signal (OOM killer, SIGSEGV, SIGBUS) | worker_crash | yes |

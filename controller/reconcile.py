@@ -245,7 +245,8 @@ def _quarantine(em: Emitter, node: str, count: int) -> None:
     releases = known.releases if known is not None else 0
     eid = f"{key}/NodeQuarantined/{count}" + (f"/r{releases}" if releases else "")
     em.emit(RUNS, NodeQuarantined(header=em.header(key, 0, eid), node=node,
-                                  reason=f"{count} failures on the node"))
+                                  reason=f"{count} failures on the node",
+                                  expires_at=em.draft.node_policy.expires_at(em.now)))
 
 
 def _start(em: Emitter, run: Tracked, start: Start) -> None:

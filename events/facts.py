@@ -277,10 +277,16 @@ class RunManifestPublished(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeQuarantined(Event):
-    """The controller stopped placing work on a node after repeated failures there."""
+    """The controller stopped placing work on a node after repeated failures there.
+
+    v2 adds ``expires_at``: when the controller's quarantine expiry will free the
+    node (``NodeQuarantineExpired``), in ms; 0 when only an uncordon frees it. v1
+    records read with 0.
+    """
 
     node: str
     reason: str
+    expires_at: int = 0
     TOPIC: ClassVar[str] = "runledger.runs"
 
 

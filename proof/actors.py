@@ -201,7 +201,8 @@ def agent_step(world: World, a: Agent) -> str:
             case Reject(key=key):
                 world.send(WorkerExited(header=world.header(key.generation, f"agent/{a.node}"),
                                         logical_id=key.logical_id, node=a.node,
-                                        exit_code=REJECTED_EXIT_CODE), a.node)
+                                        exit_code=REJECTED_EXIT_CODE,
+                                        launch_error=act.launch_error), a.node)
                 done.append(f"reject {key}")
     return f"agent {a.node} reads {cmd.header.event_id}: {'; '.join(done) or 'nothing to do'}"
 

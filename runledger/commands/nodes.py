@@ -51,8 +51,9 @@ def register(app: typer.Typer) -> None:
 
 
 def nodes(as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
-    """Every node: slots, domain, heartbeat age, state (ready, cordoned, draining,
-    quarantined, lost), why and since when."""
+    """Every node: slots, domain, heartbeat age, failures counted against it, state
+    (ready, cordoned, draining, quarantined, lost), why and since when, when a
+    quarantine expires, and a probation after one."""
     address = config.connect(bootstrap)
     table = nodeview.rows(node_events(address), _now_ms())
     if as_json:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -23,7 +24,7 @@ from agent.decide import (
     worker_exited,
 )
 from events.model import GroupStartCommanded, GroupStopCommanded
-from events.workerenv import CHECKPOINT_ROOT, RESUME_CANDIDATES
+from events.workerenv import CHECKPOINT_ROOT, CHECKPOINT_TIERS, RESUME_CANDIDATES
 from tests.agent.commands import NOW, start_cmd, stop_cmd
 
 CFG = AgentConfig(node="n1", slots=3, bootstrap="kafka:9092", heartbeat_interval_s=1.5)
@@ -185,26 +186,63 @@ def test_a_forged_run_id_or_logical_id_launches_nothing(
     assert not d.state.running
 
 
-@pytest.mark.parametrize(("env", "manifest", "launched"), [
-    ({CHECKPOINT_ROOT: "/data/ckpt"}, None, True),
-    ({CHECKPOINT_ROOT: "s3://bucket/ckpt/team"}, None, True),
-    ({CHECKPOINT_ROOT: "rel/ckpt"}, None, True),  # inside the work dir
-    ({}, "/data/ckpt/run/g000001/step-0000000010/manifest.json", True),
-    ({CHECKPOINT_ROOT: "/data/ckpt/../../etc"}, None, False),
-    ({CHECKPOINT_ROOT: "/etc"}, None, False),
-    ({CHECKPOINT_ROOT: "s3://other/ckpt"}, None, False),
-    ({}, "/home/victim/manifest.json", False),
-    ({RESUME_CANDIDATES: '[[10, "/tmp/x/manifest.json", "sha256:x"]]'}, None, False),
-    ({RESUME_CANDIDATES: "not json"}, None, False),
+LAUNCHED, SPEC_ERROR, UNREADABLE = "launched", "the spec's error", "unreadable"
+
+
+@pytest.mark.parametrize(("env", "manifest", "outcome"), [
+    ({CHECKPOINT_ROOT: "/data/ckpt"}, None, LAUNCHED),
+    ({CHECKPOINT_ROOT: "s3://bucket/ckpt/team"}, None, LAUNCHED),
+    ({CHECKPOINT_ROOT: "rel/ckpt"}, None, LAUNCHED),  # inside the work dir
+    ({}, "/data/ckpt/run/g000001/step-0000000010/manifest.json", LAUNCHED),
+    ({CHECKPOINT_ROOT: "/data/ckpt/../../etc"}, None, SPEC_ERROR),
+    ({CHECKPOINT_ROOT: "/etc"}, None, SPEC_ERROR),
+    ({CHECKPOINT_ROOT: "s3://other/ckpt"}, None, SPEC_ERROR),
+    ({}, "/home/victim/manifest.json", SPEC_ERROR),
+    ({RESUME_CANDIDATES: '[[10, "/tmp/x/manifest.json", "sha256:x"]]'}, None, SPEC_ERROR),
+    ({RESUME_CANDIDATES: "not json"}, None, UNREADABLE),  # the command's fault, not the spec's
 ])
 def test_checkpoint_paths_must_lie_inside_the_allowed_roots(
-    env: dict[str, str], manifest: str | None, launched: bool
+    env: dict[str, str], manifest: str | None, outcome: str
 ) -> None:
     cmd = replace(start_cmd("n1", "run", 1, ("r0",), env=env), resume_manifest=manifest)
     d = decide(ROOTED, AgentState(), cmd, NOW)
-    assert kinds(d) == (["Launch"] if launched else ["Reject"]), reasons(d)
-    if not launched:
+    assert kinds(d) == (["Launch"] if outcome == LAUNCHED else ["Reject"]), reasons(d)
+    if outcome != LAUNCHED:
         assert reasons(d)[0].startswith("invalid start command: ")
+        # A path the spec chose: the job's error (controller.policy: job:launch), not the node's.
+        (reject,) = d.actions
+        assert isinstance(reject, Reject)
+        assert reject.launch_error.startswith("the agent on n1 refused the start: ") \
+            == (outcome == SPEC_ERROR)
+
+
+def test_a_root_outside_the_allowed_roots_names_field_value_roots_and_both_fixes() -> None:
+    cmd = start_cmd("n1", "run", 1, ("r0", "r1"), env={CHECKPOINT_ROOT: "/elsewhere/ckpt"})
+    d = decide(ROOTED, AgentState(), cmd, NOW)
+    assert kinds(d) == ["Reject", "Reject"] and not d.state.running
+    errors = {a.launch_error for a in d.actions if isinstance(a, Reject)}
+    assert errors == {
+        "the agent on n1 refused the start: path_outside_roots: checkpoint.root "
+        "'/elsewhere/ckpt' is outside the allowed roots (/work/n1, /data/ckpt, "
+        "s3://bucket/ckpt); set checkpoint.root under one of them, or start the agent on n1 "
+        "with --allow-root /elsewhere/ckpt"}
+    tiered = start_cmd("n1", "run", 2, ("r0",), env={
+        CHECKPOINT_ROOT: "/data/ckpt", CHECKPOINT_TIERS: json.dumps(
+            [["local", "/data/ckpt", "process", 2], ["far", "/mnt/far", "host", 4]])})
+    (far,) = decide(ROOTED, AgentState(), tiered, NOW).actions
+    assert isinstance(far, Reject)
+    assert "checkpoint.tiers 'far' root '/mnt/far' is outside" in far.launch_error
+    assert far.launch_error.endswith("--allow-root /mnt/far")
+
+
+def test_a_forged_name_a_bad_rank_contract_or_no_slots_stays_a_plain_rejection() -> None:
+    # Not the spec's doing (the controller makes names and ranks from a checked spec),
+    # so no launch error: the controller keeps judging these as exit 125.
+    forged = decide(ROOTED, AgentState(), start_cmd("n1", "../x", 1, ("r0",)), NOW)
+    too_big = decide(ROOTED, AgentState(), start_cmd("n1", "run", 1, ("a", "b", "c", "d")), NOW)
+    for d in (forged, too_big):
+        assert kinds(d) and all(isinstance(a, Reject) and not a.launch_error
+                                for a in d.actions)
 
 
 def test_an_allow_list_confines_what_a_start_may_run() -> None:
@@ -216,6 +254,10 @@ def test_an_allow_list_confines_what_a_start_may_run() -> None:
     assert kinds(d) == ["Reject"]
     assert "not_allowed: the command's executable '/bin/sh' is not one the agent may run" \
         in reasons(d)[0]
+    (refused,) = d.actions
+    assert isinstance(refused, Reject)
+    assert refused.launch_error.endswith("make command[0] one of them, or start the agent on n1"
+                                         " with --allow /bin/sh")
     empty = replace(cmd, argv=())
     assert kinds(decide(allowed, AgentState(), empty, NOW)) == ["Reject"]
     # No list: any executable, as before.

@@ -108,6 +108,10 @@ def test_unknown_node_and_wrong_key_are_refused_and_change_nothing() -> None:
 
 def test_a_quarantine_expires_on_the_clock_into_probation() -> None:
     sim = quarantined_sim()
+    # The fact says when the controller's expiry (default 3600 s) frees the node.
+    (first,) = [e for _, e in sim.log if isinstance(e, NodeQuarantined)]
+    assert first.expires_at == first.header.occurred_at + 3_600_000
+    assert sim.model.inventory.nodes["n1"].quarantine_expires_at == first.expires_at
     sim.model = replace(sim.model, node_policy=NodePolicy(expiry_ms=60_000,
                                                           probation_failures=2))
     sim.agent("n1", 2)
@@ -116,7 +120,10 @@ def test_a_quarantine_expires_on_the_clock_into_probation() -> None:
     expired = [e for _, e in out if isinstance(e, NodeQuarantineExpired)]
     assert len(expired) == 1 and expired[0].failures == 2
     assert sim.model.node_failures["n1"] == 2
-    assert not sim.model.inventory.nodes["n1"].quarantined
+    node = sim.model.inventory.nodes["n1"]
+    assert not node.quarantined and node.quarantine_expires_at == 0
+    assert (node.probation_since, node.probation_failures) == (
+        expired[0].header.occurred_at, 2)
     # Probation: the next node fault quarantines it again at once.
     sim.agent("n1", 2)
     assert "RunAdmitted" in types(sim.tick(1))
@@ -124,12 +131,16 @@ def test_a_quarantine_expires_on_the_clock_into_probation() -> None:
     sim.step()
     sim.send(sim.ev.exited(sim.state.generation, "r0", exit_code=None, signal=9, node="n1"))
     assert "NodeQuarantined" in types(sim.tick())
+    again = [e for _, e in sim.log if isinstance(e, NodeQuarantined)][-1]
+    assert again.expires_at == again.header.occurred_at + 60_000
+    assert sim.model.inventory.nodes["n1"].probation_since == 0  # quarantined, not on probation
 
 
 def test_no_expiry_when_the_policy_says_never() -> None:
     sim = quarantined_sim()
     sim.model = replace(sim.model, node_policy=NodePolicy(expiry_ms=0))
     assert "NodeQuarantineExpired" not in types(sim.tick(10 ** 9))
+    assert NodePolicy(expiry_ms=0).expires_at(10 ** 9) == 0  # what its quarantines record
 
 
 def test_replay_rebuilds_the_same_inventory_and_counts() -> None:

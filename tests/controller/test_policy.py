@@ -46,6 +46,21 @@ def test_a_launch_failure_is_the_jobs_and_carries_its_evidence() -> None:
     assert (f.log_path, f.stderr_tail) == ("/w/r0.log", "tail of r0")
 
 
+def test_a_start_the_agent_refused_for_the_specs_path_is_the_jobs_not_the_nodes() -> None:
+    # agent.confine: a checkpoint.root outside the agent's allowed roots is exit 125 with
+    # a launch error; without one (no free slots in time) 125 stays the node's.
+    why = ("the agent on n1 refused the start: path_outside_roots: checkpoint.root '/elsewhere'"
+           " is outside the allowed roots (/w)")
+    refused = note("r0", 125, launch_error=why)
+    f = policy.from_exit("r0", "n1", 125, None, refused)
+    assert (f.failure_class, f.signature) == ("job", "job:launch")
+    assert "checkpoint.root '/elsewhere'" in f.detail and policy.JOB_FIX in f.detail
+    assert not policy.counts_against_node(f.failure_class, f.signature)
+    slots = policy.from_exit("r0", "n1", 125, None, note("r0", 125))
+    assert (slots.failure_class, slots.signature) == ("infrastructure", "infrastructure:exit=125")
+    assert policy.counts_against_node(slots.failure_class, slots.signature)
+
+
 @given(st.sampled_from(sorted(policy.JOB_EXIT_CODES)))
 def test_usage_exit_codes_are_the_jobs(code: int) -> None:
     f = policy.from_exit("r0", "n1", code, None, note("r0", code))

@@ -4,11 +4,14 @@ One scenario on real processes: a script that raises at import fails fast on
 every rank as the job's own error (no retry, no quarantine); ``status`` shows
 its output tail and log path, ``logs`` prints its output, and the node takes
 the next run, whose running worker ``logs --follow`` follows until it exits.
-A spec whose script is missing is refused at submit.
+A spec whose script is missing is refused at submit. A checkpoint root
+outside the agent's allowed roots is refused by the agent before launch, and
+fails the run as the job's error too, with nothing counted against the node.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -112,3 +115,36 @@ def follow(cluster: Cluster, run: str, go: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_a_checkpoint_root_outside_the_agents_roots_fails_as_the_job_s_error_not_the_node_s(
+        cluster: Cluster) -> None:
+    # The agent allows its work dir and the cluster's dir (harness: --allow-root); this
+    # root lies elsewhere. Only the agent knows its roots, so submit accepts the spec.
+    outside = "/var/tmp/runledger-not-allowed/ckpt"
+    cluster.controller()
+    cluster.agent("n1", 2)
+    run = cluster.submit(spec("outside", ["--steps", "3"], checkpoint={
+        "policy": "fixed", "interval_steps": 100, "root": outside}))
+    facts = cluster.wait_facts(run, finished, timeout=90, what="the refused run's end")
+    (failure,) = of_type(facts, "FailureClassified")
+    assert isinstance(failure, FailureClassified)
+    assert (failure.failure_class, failure.signature, failure.action) == (
+        "job", "job:launch", "escalate")
+    said = (f"path_outside_roots: checkpoint.root {outside!r} is outside the allowed roots "
+            f"({(cluster.work / 'n1').resolve()}, {cluster.work}); set checkpoint.root under "
+            f"one of them, or start the agent on n1 with --allow-root {outside}")
+    assert said in failure.detail and "fix it and submit again" in failure.detail
+    (end,) = of_type(facts, "RunFinished")
+    assert end.outcome == "failed" and end.reason.startswith("job:launch: the job's own error")
+    assert not of_type(facts, "GenerationStarted")[1:], "a job's error is never retried"
+
+    status = cluster.cli("status", run)
+    assert status.returncode == 0, status.stderr
+    assert "job job:launch -> escalate" in status.stdout and outside in status.stdout
+    # Nothing counted against the node, which stays ready for the next run.
+    listed = cluster.cli("nodes", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (n1,) = json.loads(listed.stdout)["nodes"]
+    assert (n1["node"], n1["state"], n1["failures"]) == ("n1", "ready", 0)
+    assert not [e for e in cluster.facts(node_key("n1")) if isinstance(e, NodeQuarantined)]

@@ -9,6 +9,11 @@ says; bash runs in a session of its own, so whatever outlives the block (a
 failed step leaves the controller and agent up) dies with that session, and
 ``stack down`` stops the broker on every exit. The job's spec names its script
 by a relative path; the run must end ``Succeeded``.
+
+The block's script and spec are also run on a private broker (a controller
+and an agent of the e2e harness) with every rank killed right after the
+checkpoint of the last step committed: the restart restores that step, has
+nothing left to train, and must exit 0 (it once died of a ``NameError``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
+
+from events.model import GenerationStarted, RunFinished
+from tests.e2e.ckpt_setup import dataset
+from tests.e2e.harness import PY, Cluster, of_type
 
 pytestmark = [pytest.mark.e2e]
 
@@ -30,6 +40,16 @@ REPO = Path(__file__).resolve().parents[2]
 MARKER = "<!-- own-job -->"
 BLOCK = re.compile(re.escape(MARKER) + r"\n```sh\n(.*?)\n```", re.S)
 LIMIT_S = 420  # generous for a loaded 2-core machine; a quiet one needs about 60 s
+
+
+HEREDOC = r"cat > myjob/{name} <<'EOF'\n(.*?)\nEOF\n"
+
+
+def heredoc(name: str) -> str:
+    """The file the README's block writes to ``myjob/<name>``, as written there."""
+    found = re.findall(HEREDOC.format(name=re.escape(name)), quickstart(), re.S)
+    assert len(found) == 1, f"the {MARKER} block must write myjob/{name} exactly once"
+    return str(found[0]) + "\n"
 
 
 def quickstart() -> str:
@@ -87,3 +107,42 @@ def test_the_readme_quickstart_runs_a_job_with_a_relative_script_path(
 def _logs(clone: Path) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}"
                      for p in sorted(clone.glob("*.log")))
+
+
+@pytest.mark.kafka
+def test_the_readme_job_restarted_after_its_last_step_resumes_there_and_exits_0(
+        cluster: Cluster) -> None:
+    job = cluster.work / "myjob"
+    job.mkdir()
+    (job / "train.py").write_text(heredoc("train.py"))
+    doc = yaml.safe_load(heredoc("job.yaml"))
+    assert doc["checkpoint"]["interval_steps"] == 10, "the last step (20) is checkpointed"
+    # The harness's agent: checkpoints beside its work dir, the dataset in a catalog,
+    # and this interpreter (the README's `python` is the activated venv's).
+    doc.update(
+        command=[PY, "train.py"], dataset=dataset(cluster),
+        checkpoint={**doc["checkpoint"], "root": str(cluster.work / "ckpt")},
+        # Every rank of the first generation dies once step 20's checkpoint committed.
+        env={"RUNLEDGER_FAULT": "after_commit@20:gen=1"})
+    (job / "job.yaml").write_text(yaml.safe_dump(doc))
+    cluster.controller()
+    cluster.agent("n1", 2)
+    submitted = cluster.cli("submit", str(job / "job.yaml"), "--principal", "alice")
+    assert submitted.returncode == 0, submitted.stderr
+    run = submitted.stdout.strip()
+    facts = cluster.wait_facts(run, lambda fs: bool(of_type(fs, "RunFinished")), timeout=240,
+                               what="the restarted run's end")
+    # The kill is one restart; a loaded machine may add one (a slow start), never a job error.
+    failures = [(f.signature, f.action, f.detail) for f in of_type(facts, "FailureClassified")]
+    assert failures and all(action == "restart" for _, action, _ in failures), failures
+    assert failures[0][0] == "worker_crash:signal=9:injected", failures
+    restarts = [g for g in of_type(facts, "GenerationStarted") if g.generation > 1]
+    assert restarts and all(isinstance(g, GenerationStarted) and g.resume_step == 20
+                            for g in restarts), restarts
+    (end,) = of_type(facts, "RunFinished")
+    assert isinstance(end, RunFinished)
+    assert (end.outcome, end.generation) == ("succeeded", restarts[-1].generation), end.reason
+    logs = cluster.cli("logs", run)
+    assert logs.returncode == 0, logs.stderr
+    assert "rank 0: step 20, restored: nothing left to train" in logs.stdout, logs.stdout
+    assert "NameError" not in logs.stdout

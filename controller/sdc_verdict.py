@@ -30,7 +30,12 @@ rule that applies decides:
    (their nodes as the suspicion saw them), a one-off the replay did not repeat
    (on the consumed state: a value corrupted at rest on those ranks);
 3. the replay agrees otherwise (on a value no rank held, or only a deviating
-   one): ``nondeterministic``, the job does not recompute its own state;
+   one): ``nondeterministic``, the job does not recompute its own state; except
+   a ``nonfinite`` suspicion that named ranks (those whose values went
+   non-finite first, their own loss before the all-reduce spread the damage to
+   every replica: ``worker.sdc``), judged on what the ranks held: ``transient``
+   on those ranks, since the replay recomputed one state everywhere and a
+   deterministic job that really diverges there recomputes what it held (rule 1);
 4. the replay disagrees: the right value is the one most observations (the
    suspicion's and the replay's together) hold, when one value holds strictly
    more than any other and at least two; without one, ``nondeterministic``
@@ -65,6 +70,8 @@ from events.state import Suspicion
 
 REPRODUCED, TRANSIENT, NODE_FAULT, NONDETERMINISTIC = (
     "reproduced", "transient", "node_fault", "nondeterministic")
+NONFINITE = "nonfinite"  # the detector whose named ranks are the first non-finite ones
+HELD = "held"  # the stage after the update (what each rank held), as the details say
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +126,7 @@ def _stage(s: Suspicion, r: StepReplayed) -> _Stage:
                       "consumed", "consumed again",
                       f"the state consumed at step {s.step} (before the update) differs: ")
     return _Stage(s.fingerprints, r.fingerprints, frozenset(s.ranks) or everyone,
-                  "held", "recomputed", "")
+                  HELD, "recomputed", "")
 
 
 def _judge(s: Suspicion, r: StepReplayed, st: _Stage, where: str) -> Verdict:
@@ -138,6 +145,12 @@ def _judge(s: Suspicion, r: StepReplayed, st: _Stage, where: str) -> Verdict:
             return Verdict(TRANSIENT, wrong, nodes, f"{head}the replay agreed on "
                            f"{_short(v)}, which ranks {sorted(right)} {st.had}; ranks "
                            f"{list(wrong)} on {', '.join(nodes)} {st.had} something else once")
+        if s.detector == NONFINITE and s.ranks and st.had == HELD:  # rule 3, the exception
+            nodes = tuple(sorted({s.nodes[i] for i in s.ranks}))
+            return Verdict(TRANSIENT, s.ranks, nodes, f"{head}the replay agreed on "
+                           f"{_short(v)}, which no rank held: ranks {list(s.ranks)} on "
+                           f"{', '.join(nodes)} went non-finite first, before the all-reduce "
+                           "spread it to every replica, and the replay did not repeat it")
         return Verdict(NONDETERMINISTIC, (), (), f"{head}the replay agreed on "
                        f"{_short(v)}, which no reference rank {st.had}: the job does not "
                        "recompute its own state")  # rule 3

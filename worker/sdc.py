@@ -279,6 +279,7 @@ class Detectors:
         self.loss_spike = Spike(env.spike_sigma, env.spike_window, env.spike_warmup)
         self.norm_spike = Spike(env.spike_sigma, env.spike_window, env.spike_warmup)
         self._consumed: tuple[int, str] | None = None  # (step, fingerprint) before_update took
+        self.watch: Any = None  # the optimizer hook ``worker.sdcstep.watch_consumed`` installed
 
     @property
     def wants_grad_norm(self) -> bool:

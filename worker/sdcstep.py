@@ -25,7 +25,7 @@ Tested in tests/worker/test_sdc.py and tests/worker/test_sdc_rest.py.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
@@ -46,17 +46,23 @@ class Reports(Protocol):
     def flush(self, timeout_s: float = 30.0) -> None: ...
 
 
-def watch_consumed(detectors: Detectors, model: torch.nn.Module,
-                   optimizer: torch.optim.Optimizer, next_step: Callable[[], int]) -> Any:
+def watch_consumed(detectors: Detectors | None, model: torch.nn.Module,
+                   optimizer: torch.optim.Optimizer | None, next_step: Callable[[], int]) -> None:
     """Hook ``optimizer.step`` to fingerprint the state each fingerprinted step consumes,
-    before the update; returns the hook's handle (``remove()``). ``next_step`` says which
-    step the optimizer is about to take."""
+    before the update (nothing without detectors or an optimizer). ``next_step`` says
+    which step the optimizer is about to take. A second call replaces the first hook;
+    ``detectors.watch.remove()`` removes it."""
+    if detectors is None or optimizer is None:
+        return
+
     def before(*_: object) -> None:
         step = next_step()
         if detectors.fingerprinted(step):
             detectors.before_update(step, consumed_parts(
                 model, optimizer, optimizer_state=detectors.env.optimizer))
-    return optimizer.register_step_pre_hook(before)
+    if detectors.watch is not None:
+        detectors.watch.remove()
+    detectors.watch = optimizer.register_step_pre_hook(before)
 
 
 def detect(detectors: Detectors, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,

@@ -102,7 +102,6 @@ class Session:
         self.sdc = sdc
         self._next_step = 1  # what the bitflip hooks flip in: the step reported next
         self._injector = Injector(faults, lambda: self._next_step)
-        self._watch: Any = None  # the SDC hook on the optimizer, once attached
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -166,8 +165,7 @@ class Session:
         self._attached = TrainState(model, optimizer, scheduler, scaler, loader)
         if self.faults.fault is not None and self.faults.fault.point == "bitflip":
             self._injector.install(model, optimizer)
-        if self.sdc is not None and optimizer is not None and self._watch is None:
-            self._watch = watch_consumed(self.sdc, model, optimizer, lambda: self._next_step)
+        watch_consumed(self.sdc, model, optimizer, lambda: self._next_step)
 
     # -- the step path -----------------------------------------------------------------
 

@@ -21,8 +21,24 @@ Usage: ``.venv/bin/python scripts/gpu_check.py [--device auto|cuda|cpu] [--flips
    must fire at step 4 and not before; then the full digest alone, and a
    non-finite loss on rank 1.
 
-Prints a summary, writes it as JSON with ``--json``, exits 1 when an expectation
-fails (naming it). Tested on the CPU in tests/test_gpu_check.py.
+4. A process group on the device (scripts/gpu_state.py): world size 1, NCCL on
+   cuda:0 (gloo on the CPU), all_reduce, broadcast and all_gather of a tensor, in a
+   child process with a 60 s group timeout (180 s for the whole child).
+5. RNG: ``worker.rng`` capture, draw, restore, draw again (CUDA, torch CPU, NumPy,
+   Python): identical draws.
+6. Checkpoints (scripts/gpu_ckpt.py), through ``TrainState`` and the project's own
+   ``worker.commit.write_checkpoint`` and ``worker.restore.verify``/``load`` to a
+   local directory, no broker: a ``GradScaler`` (scale, growth tracker, an
+   overflowing step skipped after restore); model + AdamW bitwise equal, back on the
+   device, the RNG streams restored from the checkpoint; and the async path,
+   ``worker.persist``'s pinned ``StagingPool`` and ``Persister`` on a ~1 GiB state
+   (``--stage-mib``; 8 on the CPU): first and steady stage times, restored bitwise.
+
+Prints the report and a summary (one line per check: passed, failed or skipped and
+why), writes the report as JSON with ``--json``. Exit 0: every check that ran held
+(on the CPU a check may be skipped, as NCCL is); 1: a check failed, or with
+``--device cuda`` a check was skipped; 2: ``--device cuda`` without a device.
+Tested on the CPU in tests/test_gpu_check.py.
 """
 
 from __future__ import annotations
@@ -42,9 +58,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "scripts"]
 sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT / "scripts"))  # last: the sibling checks, shadowing nothing
 # cuBLAS is deterministic only with a fixed workspace; set before CUDA starts.
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
+import gpu_ckpt  # noqa: E402
+import gpu_state  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -212,7 +231,7 @@ def rank_main(rank: int, port: int, out: str) -> None:
         torch.cuda.set_device(device)
         torch.use_deterministic_algorithms(True, warn_only=True)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=2, timeout=timedelta(seconds=180))
+                            world_size=2, timeout=timedelta(seconds=60))
     try:
         comm = Comm.new_group()  # the session's control group: gloo, host objects
         results = {name: run_phase(env, fault, rank, 2, device, comm)
@@ -233,7 +252,13 @@ def two_ranks() -> dict[str, Any]:
         out = Path(tmp) / "rank0.json"
         cmd = [sys.executable, __file__, "--port", str(port), "--json", str(out)]
         procs = [subprocess.Popen([*cmd, "--rank-of-two", str(r)]) for r in range(2)]
-        codes = [p.wait(timeout=900) for p in procs]
+        try:
+            codes = [p.wait(timeout=300) for p in procs]
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+                p.wait()
+            return {"error": "the two ranks did not finish within 300 s (a hang)"}
         if any(codes):
             return {"error": f"a rank failed: exit codes {codes} (traceback above)"}
         data: dict[str, Any] = json.loads(out.read_text("utf-8"))
@@ -243,7 +268,11 @@ def two_ranks() -> dict[str, Any]:
 def failures(report: dict[str, Any]) -> list[str]:
     """Every expectation that did not hold, each naming what."""
     bad: list[str] = []
+    bad += [f"syncs: {report['syncs']['error']}"] if "error" in report["syncs"] else []
     flips = report["campaign"]
+    if "error" in flips:
+        bad.append(f"campaign: {flips['error']}")
+        flips = {"replicas_equal_before": True, "replicas_equal_after": True, "by_kind": {}}
     if not flips["replicas_equal_before"] or not flips["replicas_equal_after"]:
         bad.append("campaign: the two replicas' fingerprints differ without a flip")
     for kind, seen in flips["by_kind"].items():
@@ -264,17 +293,63 @@ def failures(report: dict[str, Any]) -> list[str]:
     return bad
 
 
+def state_checks(device: torch.device, stage_mib: int) -> dict[str, dict[str, Any]]:
+    """Sections 4 to 6, each a named check (``gpu_state.run``)."""
+    checks = {"process_group": gpu_state.run(gpu_state.process_group, device, __file__),
+              "rng": gpu_state.run(gpu_state.rng_check, device)}
+    with tempfile.TemporaryDirectory(prefix="gpu-check-ckpt-") as root:
+        checks["grad_scaler"] = gpu_state.run(gpu_ckpt.scaler_check, device, root)
+        checks["dcp"] = gpu_state.run(gpu_ckpt.dcp_check, device, root)
+        checks["staging"] = gpu_state.run(gpu_ckpt.staging_check, device, root, stage_mib)
+    return checks
+
+
+def guarded(section: str, fn: Any, *args: Any) -> dict[str, Any]:
+    """A section's report, or ``{"error": ...}`` when it raised (a failure, not a crash)."""
+    try:
+        result: dict[str, Any] = fn(*args)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # DCP's CheckpointException is a BaseException
+        import traceback
+        traceback.print_exc()
+        return {"error": f"{section} raised {type(exc).__name__}: {exc}"}
+    return result
+
+
+def summary(report: dict[str, Any], bad: list[str], cuda: bool) -> list[str]:
+    """One line per check: PASS, FAIL or SKIP, and why."""
+    lines = []
+    for name, prefix in (("sdc_campaign", "campaign"), ("sdc_syncs", "syncs"),
+                         ("sdc_two_ranks", "two ranks")):
+        mine = [b for b in bad if b.startswith(prefix)]
+        lines.append(f"{'FAIL' if mine else 'PASS'} {name}" + (f": {mine[0]}" if mine else ""))
+    for name, check in report["checks"].items():
+        tag = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}[check["status"]]
+        if tag == "SKIP" and cuda:
+            tag = "FAIL"  # on a GPU every check must run
+        lines.append(f"{tag} {name} ({check['seconds']} s)"
+                     + (f": {check['why']}" if check["why"] else ""))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--flips", type=int, default=None)
     parser.add_argument("--quick", action="store_true", help="60 flips instead of 3,000")
+    parser.add_argument("--stage-mib", type=int, default=None,
+                        help="the staged state's size (default 1024 on CUDA, 8 on the CPU)")
     parser.add_argument("--json", default="")
     parser.add_argument("--rank-of-two", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--one-rank", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rank_of_two is not None:
         rank_main(int(args.rank_of_two), args.port, args.json)
+        return 0
+    if args.one_rank is not None:
+        gpu_state.one_rank(args.one_rank, args.port)
         return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_check: --device cuda, but torch sees no CUDA device; run with --device "
@@ -282,19 +357,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cuda = args.device != "cpu" and torch.cuda.is_available()
     if not cuda:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the two ranks too
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # the child processes too
     device = torch.device("cuda:0" if cuda else "cpu")
     flips = args.flips if args.flips is not None else (60 if args.quick else 3000)
+    stage_mib = args.stage_mib if args.stage_mib is not None else (1024 if cuda else 8)
     report: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda,
                               "device": torch.cuda.get_device_name(0) if cuda else "cpu",
-                              "campaign": campaign(device, flips), "syncs": syncs(device),
+                              "campaign": guarded("campaign", campaign, device, flips),
+                              "syncs": guarded("syncs", syncs, device),
                               "two_ranks": two_ranks()}
+    report["checks"] = state_checks(device, stage_mib)
     bad = failures(report)
+    lines = summary(report, bad, cuda)
+    bad += [line[5:] for line in lines if line.startswith("FAIL") and not line[5:].startswith(
+        ("sdc_campaign", "sdc_two_ranks", "sdc_syncs"))]
     report["failures"] = bad
+    report["summary"] = lines
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:
         Path(args.json).write_text(text + "\n", "utf-8")
+    print("gpu_check summary:\n  " + "\n  ".join(lines))
     for line in bad:
         print(f"gpu_check: FAILED: {line}", file=sys.stderr)
     return 1 if bad else 0

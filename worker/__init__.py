@@ -10,7 +10,8 @@
 - ``restore``: verifying committed checkpoints before loading, with fallback;
   ``verified``: each shard read once, checked, and loaded from the checked bytes.
 - ``persist``: async staging and the bounded background writer.
-- ``manifest``, ``layout``, ``storage``: the checkpoint manifest, paths, fsspec I/O.
+- ``manifest``, ``layout``, ``storage``: the checkpoint manifest, paths, fsspec I/O;
+  ``dcpfs``: DCP's fsspec reader and writer under either of torch's module names.
 - ``gc``: bounded, retryable garbage collection of checkpoints.
 - ``sdc``, ``sdcstep``: the silent-data-corruption detectors ``step`` runs before it
   reports (fingerprints agreed across replicas, digests, invariants) and their reports.

@@ -23,12 +23,12 @@ from typing import Any
 
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.fsspec_filesystem import FsspecReader, FsspecWriter
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from worker import storage
 from worker.comm import Comm
 from worker.crcwrite import Sum, checksummed
+from worker.dcpfs import FsspecReader, FsspecWriter
 from worker.errors import StorageFault
 from worker.faults import Faults
 from worker.layout import DCP_METADATA, MANIFEST, CheckpointDir

@@ -103,7 +103,18 @@ def fingerprints(parts: Sequence[Part]) -> torch.Tensor:
     """One int64 per part: the wrapping sum of its raw bits (on the CPU)."""
     if not parts:
         return torch.zeros(0, dtype=torch.int64)
-    return torch.stack([_word_sum(t) for _, t in parts]).cpu()
+    sums = [_word_sum(t) for _, t in parts]
+    devices = {s.device for s in sums}
+    if len(devices) == 1:
+        return torch.stack(sums).cpu()
+    # An optimizer keeps some state on the host beside device parameters (AdamW's
+    # ``step`` is a CPU scalar unless ``capturable``; torch.stack refused the mix on
+    # the H200): one stack and one copy to the host per device, not one per part.
+    out = torch.empty(len(sums), dtype=torch.int64)
+    for device in devices:
+        at = [i for i, s in enumerate(sums) if s.device == device]
+        out[at] = torch.stack([sums[i] for i in at]).cpu()
+    return out
 
 
 def _word_sum(tensor: torch.Tensor) -> torch.Tensor:

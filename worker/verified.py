@@ -22,6 +22,7 @@ Tested in tests/worker/test_verified.py.
 
 from __future__ import annotations
 
+import inspect
 import io
 import mmap
 import warnings
@@ -35,11 +36,11 @@ import torch.serialization as tser
 from torch import _weights_only_unpickler
 from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint.filesystem import FileSystemReader
-from torch.distributed.checkpoint.fsspec_filesystem import FsspecReader
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner
 from torch.futures import Future as TorchFuture
 
 from worker.crcwrite import _executor
+from worker.dcpfs import FsspecReader
 
 # Host memory a restore may hold at once for verified shards read from a non-local
 # store (one rank's share at most; several ranks share a node's RAM, hence 16 GiB).
@@ -140,6 +141,14 @@ class _MemFile(io.RawIOBase):
         return n
 
 
+# torch.load's private ``_load`` takes ``weights_only`` itself in newer releases and
+# passes unknown keywords on to the unpickler in older ones (torch 2.11's refused it:
+# "Unpickler.__init__() got an unexpected keyword argument 'weights_only'").
+_WEIGHTS_ONLY: dict[str, bool] = (
+    {"weights_only": True} if "weights_only" in inspect.signature(tser._load).parameters
+    else {})
+
+
 def tensor_of(segment: torch.Tensor) -> torch.Tensor:
     """The tensor ``torch.save`` wrote into ``segment`` (uint8), as a view of its bytes.
 
@@ -151,7 +160,7 @@ def tensor_of(segment: torch.Tensor) -> torch.Tensor:
     source = cast(IO[bytes], _MemFile(_bytes_of(segment)))
     with tser._open_zipfile_reader(source) as zf:
         tensor = tser._load(  # type: ignore[no-untyped-call]
-            zf, "cpu", _weights_only_unpickler, overall_storage=overall, weights_only=True)
+            zf, "cpu", _weights_only_unpickler, overall_storage=overall, **_WEIGHTS_ONLY)
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"a DCP tensor record holds {type(tensor).__name__}, not a tensor")
     return tensor

@@ -19,7 +19,8 @@ lay at rest since the step before), '' where not taken; empty in v1 records. It 
 the verdict compare each rank against its own recomputation before the all-reduce
 mixed a corrupted rank's gradient into every replica (``controller.sdc_verdict``).
 
-Tested in tests/events/test_codec.py and tests/events/test_compat.py.
+Tested in tests/events/test_codec.py and tests/events/test_compat.py; ``deviating`` in
+tests/worker/test_sdc.py.
 """
 
 from __future__ import annotations

@@ -18,7 +18,13 @@ all-reduced), the state each step fingerprinted and agreed by ``worker.sdc.Detec
 Reported: of the flips whose rank's full digest differed from the reference at the flip
 step, the share detected at that very step, and the misses by kind; findings without a
 flip (false alarms); checkpoints taken whose digest differs from the reference
-(corrupted commits); whether the final parameters equal the reference bitwise.
+(corrupted commits); whether the final parameters equal the reference bitwise; and the
+controller's verdict (``controller.sdc_verdict.classify``) on each detected flip, from
+the suspicion and the replay of its step after the rollback, with the state each step
+consumed fingerprinted as the session does (``worker.sdcstep.watch_consumed``): the
+share of detected flips judged ``transient`` on the flipped rank alone.
+``--rest`` flips parameters and optimizer state at rest instead (``when=rest``: between
+steps, before the step's first forward, from step 2 on, so AdamW has state to flip).
 A gradient flip that the update rounds away changes no state; with gradients
 fingerprinted (the default) it is still caught and costs a rollback (``unchanged_detected``);
 ``--no-grads`` leaves gradients out of the fingerprints. Results go to
@@ -56,14 +62,20 @@ import torch
 import torch.distributed as dist
 
 from bench.common import machine_info, print_table, write_results
+from controller.sdc_verdict import TRANSIENT, classify
+from events.base import Header
+from events.sdc import StepReplayed
 from events.sdcenv import SdcEnv
+from events.state import Suspicion
 from worker.bitflip import Injector
 from worker.comm import Comm
 from worker.faults import TARGETS, Fault, Faults
-from worker.sdc import Detectors, full_digest, grad_norm, state_parts
+from worker.sdc import Checked, Detectors, Finding, full_digest, grad_norm, state_parts
+from worker.sdcstep import watch_consumed
 
 NAME = "sdc_campaign"
 WORLD = 2
+REST_TARGETS = ("param", "optim")  # what lies at rest between steps (a gradient does not)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +88,7 @@ class Config:
     batch: int = 8  # per rank
     lr: float = 1e-2
     grads: bool = True  # gradients among the fingerprinted parts
+    rest: bool = False  # flip at rest between steps (when=rest) instead of within them
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +104,9 @@ def plan(cfg: Config) -> tuple[int, dict[int, Planned]]:
     steps left clean so rollbacks have clean checkpoints to go back to."""
     rng = random.Random(f"campaign/{cfg.seed}")
     steps = cfg.flips + cfg.flips // 4 + cfg.every
-    chosen = sorted(rng.sample(range(1, steps + 1), cfg.flips))
-    return steps, {s: Planned(s, rng.randrange(WORLD), rng.choice(TARGETS), rng.randrange(2**31))
+    targets = REST_TARGETS if cfg.rest else TARGETS
+    chosen = sorted(rng.sample(range(2 if cfg.rest else 1, steps + 1), cfg.flips))
+    return steps, {s: Planned(s, rng.randrange(WORLD), rng.choice(targets), rng.randrange(2**31))
                    for s in chosen}
 
 
@@ -145,6 +159,9 @@ def _campaign(cfg: Config, rank: int, steps: int, flips: dict[int, Planned],
     injector.install(model, opt)
     detectors = Detectors(SdcEnv(agreement_every=1, grads=cfg.grads), None, rank=rank,
                           world_size=WORLD, node=f"node{rank}", gather=Comm.new_group().all_gather)
+    watch_consumed(detectors, model, opt, lambda: current[0])
+    # (step, what was checked there, the flipped rank's record): awaiting its replay
+    suspected: tuple[int, Checked, dict[str, Any] | None] | None = None
     saved = (0, copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()))
     records: list[dict[str, Any]] = []
     alarms: list[dict[str, Any]] = []
@@ -155,14 +172,20 @@ def _campaign(cfg: Config, rank: int, steps: int, flips: dict[int, Planned],
         planned = pending.pop(step, None)
         current[0] = step
         fault = None if planned is None else Fault("bitflip", step, rank=planned.rank,
-                                                   target=planned.target, seed=planned.seed)
+                                                   target=planned.target, seed=planned.seed,
+                                                   when="rest" if cfg.rest else "step")
         injector.faults = Faults(fault, rank, 1)
         before = len(injector.flips)
         loss = _train_step(cfg, model, opt, step, rank)
         executed += 1
         parts = state_parts(model, opt, grads=cfg.grads, optimizer_state=True)
         changed = _digest(model, opt) != ref[step]
-        found = detectors.check(step, loss, parts, grad_norm(model)).finding
+        checked = detectors.check(step, loss, parts, grad_norm(model))
+        found = checked.finding
+        if suspected is not None and step == suspected[0]:  # the replay of a suspect step
+            if suspected[2] is not None:  # this rank's flip: what the verdict says
+                suspected[2].update(_verdict(step, suspected[1], checked))
+            suspected = None
         if planned is not None and planned.rank == rank:
             (flip,) = injector.flips[before:]
             records.append({**dataclasses.asdict(flip), "changed": changed,
@@ -172,6 +195,8 @@ def _campaign(cfg: Config, rank: int, steps: int, flips: dict[int, Planned],
         elif found is not None and planned is None:
             alarms.append({"step": step, "detector": found.detector, "detail": found.detail})
         if found is not None:
+            mine = records[-1] if planned is not None and planned.rank == rank else None
+            suspected = (step, checked, mine)
             model.load_state_dict(saved[1])
             opt.load_state_dict(copy.deepcopy(saved[2]))
             step, rollbacks = saved[0] + 1, rollbacks + 1
@@ -184,6 +209,25 @@ def _campaign(cfg: Config, rank: int, steps: int, flips: dict[int, Planned],
     return {"rank": rank, "records": records, "alarms": alarms, "commits": commits,
             "executed": executed, "rollbacks": rollbacks, "finished": step > steps,
             "final": final}
+
+
+def _verdict(step: int, held: Checked, again: Checked) -> dict[str, Any]:
+    """The controller's verdict on the suspicion ``held`` raised, from the replay of its
+    step (``again``), as ``controller.sdc_verdict`` gives it from the two reports."""
+    f: Finding | None = held.finding
+    assert f is not None
+    s = Suspicion(step=step, generation=1, detector=f.detector, ranks=f.ranks,
+                  fingerprints=f.fingerprints, nodes=f.nodes, part=f.part,
+                  consumed=held.consumed if all(held.consumed) else ())
+    r = StepReplayed(header=Header(event_id="campaign", run_id="campaign", generation=2,
+                                   occurred_at=0, producer="bench"),
+                     step=step, suspected_generation=1, fingerprints=again.fingerprints,
+                     nodes=again.nodes, consumed=again.consumed if all(again.consumed) else ())
+    v = classify(s, r)
+    # The same reports without the consumed state: the verdict before issue #32.
+    blind = classify(dataclasses.replace(s, consumed=()), dataclasses.replace(r, consumed=()))
+    return {"verdict": v.verdict, "blamed": list(v.ranks), "blind_verdict": blind.verdict,
+            "blind_blamed": list(blind.ranks)}
 
 
 def rank_main(rank: int, port: int, cfg: Config, out: str) -> None:
@@ -253,6 +297,19 @@ def summarize(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "misses": misses, "by_kind": by_kind,
         "unchanged_detected": sum(rec["detected"] for rec in records if not rec["changed"]),
         "detectors": dict(Counter(rec["detector"] for rec in records)),
+        "verdicts": dict(Counter(rec.get("verdict") for rec in records if rec["detected"])),
+        "blamed_flipped_rank": sum(rec.get("verdict") == TRANSIENT
+                                   and rec.get("blamed") == [rec["rank"]]
+                                   for rec in records if rec["detected"]),
+        # what the verdict said from the same reports without the consumed state
+        "blind_verdicts": dict(Counter(rec.get("blind_verdict") for rec in records
+                                       if rec["detected"])),
+        "blind_blamed_flipped_rank": sum(rec.get("blind_verdict") == TRANSIENT
+                                         and rec.get("blind_blamed") == [rec["rank"]]
+                                         for rec in records if rec["detected"]),
+        "blind_verdicts_by_kind": {t: dict(Counter(rec.get("blind_verdict") for rec in records
+                                                   if rec["detected"] and rec["target"] == t))
+                                   for t in TARGETS},
         "false_alarms": ranks[0]["alarms"],
         "checkpoints": len(ranks[0]["commits"]),
         "corrupted_checkpoints": sum(not ok for r in ranks for _, ok in r["commits"]),
@@ -272,9 +329,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="100 flips")
     parser.add_argument("--no-grads", action="store_true",
                         help="leave gradients out of the fingerprints")
+    parser.add_argument("--rest", action="store_true",
+                        help="flip parameters and optimizer state at rest, between steps")
     args = parser.parse_args(argv)
     cfg = Config(flips=100 if args.quick else args.flips, seed=args.seed,
-                 grads=not args.no_grads)
+                 grads=not args.no_grads, rest=args.rest)
     machine = machine_info(["torch"])
     print(f"bench/sdc_campaign.py: {cfg.flips} flips, {WORLD} gloo ranks on "
           f"{machine['usable_cores']} cores, load {machine['load_average_1_5_15']}", flush=True)
@@ -292,9 +351,14 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{res['corrupted_checkpoints']}; final parameters equal the reference: "
           f"{res['final_equal']}; {res['rollbacks']} rollbacks, {res['executed']} steps run for "
           f"{res['steps']}")
+    print(f"verdicts on the detected flips {res['verdicts']}; transient on the flipped rank "
+          f"alone: {res['blamed_flipped_rank']} of {sum(res['verdicts'].values())}; without "
+          f"the consumed state {res['blind_verdicts']}, the flipped rank alone "
+          f"{res['blind_blamed_flipped_rank']}")
     results = {"benchmark": NAME, "machine": machine, "config": dataclasses.asdict(cfg), **res,
                "elapsed_s": time.perf_counter() - started}
-    print(f"wrote {write_results(NAME if cfg.grads else NAME + '-nograds', results)} in "
+    name = NAME + ("-rest" if cfg.rest else "") + ("" if cfg.grads else "-nograds")
+    print(f"wrote {write_results(name, results)} in "
           f"{results['elapsed_s']:.0f} s")
     return 0
 

@@ -9,7 +9,9 @@ baseline (no detector) and every detector configuration of
 ``bench/sdc_parts.py`` (``CONFIGS``), each for a number of steps, taking turns
 round by round in a rotating order. The detectors are ``worker.sdc.Detectors``
 called as the worker session calls them: after ``optimizer.step``, with the
-state parts (``worker.sdc.state_parts``) the configuration asks for.
+state parts (``worker.sdc.state_parts``) the configuration asks for, plus the
+fingerprint of what the step consumed that the session takes before it on agreement
+steps (``worker.sdcstep.watch_consumed``; taken in the same call here, same bytes).
 
 Two models: ``tiny`` (examples/train_tiny.py's ``TinyLM`` at its defaults:
 dim 32, 2 heads, one block, vocab 512, seq_len 128, global batch 8) and
@@ -80,6 +82,11 @@ def make_check(env: SdcEnv, rank: int, world: int) -> Check:
                               gather=comm.all_gather)
 
     def check(step: int, loss: float, model: nn.Module, opt: torch.optim.Optimizer) -> None:
+        # What the step consumed, which the session fingerprints in an optimizer pre-hook
+        # (worker.sdcstep.watch_consumed): taken here, after the update, it is the same
+        # read of the same bytes, and stays inside the timed detector call.
+        detectors.before_update(step, sdc.consumed_parts(
+            model, opt, optimizer_state=env.optimizer))
         parts = sdc.state_parts(model, opt, grads=env.grads, optimizer_state=env.optimizer)
         norm = sdc.grad_norm(model) if detectors.wants_grad_norm else None
         checked = detectors.check(step, loss, parts, norm)

@@ -42,7 +42,7 @@ CORRUPTION_SUSPECTED = "corruption_suspected"
 def suspicion_of(e: CorruptionSuspected) -> Suspicion:
     return Suspicion(step=e.step, generation=e.generation, detector=e.detector,
                      ranks=tuple(e.ranks), fingerprints=tuple(e.fingerprints),
-                     nodes=tuple(e.nodes), part=e.part)
+                     nodes=tuple(e.nodes), part=e.part, consumed=tuple(e.consumed))
 
 
 def describe(s: Suspicion) -> str:

@@ -13,12 +13,20 @@ and the controller's verdict (README, "Silent data corruption").
 
 Fingerprints are per rank, in rank order, each a hex string
 (``worker.sdc`` says what it digests); ``nodes`` are the ranks' nodes, same order.
+``consumed`` (v2 of both reports) is per rank too: the fingerprint of the state the
+rank consumed at the step (parameters and optimizer state before the update, as they
+lay at rest since the step before), '' where not taken; empty in v1 records. It lets
+the verdict compare each rank against its own recomputation before the all-reduce
+mixed a corrupted rank's gradient into every replica (``controller.sdc_verdict``).
 
-Tested in tests/events/test_codec.py and tests/events/test_compat.py.
+Tested in tests/events/test_codec.py and tests/events/test_compat.py; ``deviating`` in
+tests/worker/test_sdc.py.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -37,8 +45,24 @@ SDC_DETECTORS = ("agreement", "digest", "nonfinite", "spike")
 SDC_VERDICTS = ("transient", "node_fault", "nondeterministic", "reproduced")
 
 
+def deviating(keys: Sequence[object]) -> tuple[int, ...]:
+    """Ranks whose key differs from the majority's; every rank when no key is a strict
+    majority of one (a 2-way tie lists both). The worker's detectors and the
+    controller's verdict both name suspects so."""
+    counts = Counter(keys).most_common()
+    if len(counts) <= 1:
+        return ()
+    if counts[0][1] == counts[1][1]:
+        return tuple(range(len(keys)))
+    top = counts[0][0]
+    return tuple(r for r, k in enumerate(keys) if k != top)
+
+
 def _per_rank(name: str, fingerprints: tuple[str, ...], nodes: tuple[str, ...],
-              ranks: tuple[int, ...]) -> None:
+              ranks: tuple[int, ...], consumed: tuple[str, ...]) -> None:
+    if consumed and len(consumed) != len(fingerprints):
+        raise InvalidEvent(f"{name}.consumed must be empty or have one entry per "
+                           f"fingerprint ({len(consumed)} for {len(fingerprints)})")
     if not fingerprints:
         raise InvalidEvent(f"{name}.fingerprints must hold one entry per rank")
     if len(nodes) != len(fingerprints):
@@ -61,11 +85,13 @@ class CorruptionSuspected(Event):
     nodes: tuple[str, ...]
     part: str
     detail: str
+    consumed: tuple[str, ...] = ()  # v2: per rank, the state consumed at the step
     TOPIC: ClassVar[str] = "runledger.reports"
 
     def __post_init__(self) -> None:
         one_of(self.detector, SDC_DETECTORS, "CorruptionSuspected.detector")
-        _per_rank("CorruptionSuspected", self.fingerprints, self.nodes, self.ranks)
+        _per_rank("CorruptionSuspected", self.fingerprints, self.nodes, self.ranks,
+                  self.consumed)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,10 +102,11 @@ class StepReplayed(Event):
     suspected_generation: int
     fingerprints: tuple[str, ...]
     nodes: tuple[str, ...]
+    consumed: tuple[str, ...] = ()  # v2: per rank, the state consumed at the step
     TOPIC: ClassVar[str] = "runledger.reports"
 
     def __post_init__(self) -> None:
-        _per_rank("StepReplayed", self.fingerprints, self.nodes, ())
+        _per_rank("StepReplayed", self.fingerprints, self.nodes, (), self.consumed)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -75,6 +75,7 @@ class Suspicion:
     fingerprints: tuple[str, ...]  # what each rank held at step, rank order
     nodes: tuple[str, ...]  # where each rank ran, rank order
     part: str
+    consumed: tuple[str, ...] = ()  # what each rank consumed at step; () when unknown
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,10 @@ tensor, element and bit from a generator seeded by (seed, step, rank), every ele
 the kind equally likely, so a replay of the step flips the same bit again (a bad node
 unless the fault names a generation). The :class:`Injector` hooks the optimizer: a
 gradient flips in a step pre-hook (so the update consumes it), a parameter or optimizer
-state tensor in a post-hook (the state the session's detectors then read).
+state tensor in a post-hook (the state the session's detectors then read). With
+``when=rest`` a parameter or optimizer state tensor flips at rest, in a forward pre-hook
+on the model, once per step, before the step's first forward: the corrupted value is
+what the step consumes (a flip between two steps).
 
 Tested in tests/worker/test_bitflip.py and tests/worker/test_sdc_campaign.py.
 """
@@ -91,13 +94,15 @@ class Injector:
         self._model: torch.nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
         self._handles: list[Any] = []
+        self._rested: set[int] = set()  # the steps flipped at rest already
 
     def install(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
         self._model, self._optimizer = model, optimizer
         if optimizer is None or self._handles:
             return
         self._handles = [optimizer.register_step_pre_hook(lambda *_: self._fire(pre=True)),
-                         optimizer.register_step_post_hook(lambda *_: self._fire(pre=False))]
+                         optimizer.register_step_post_hook(lambda *_: self._fire(pre=False)),
+                         model.register_forward_pre_hook(lambda *_: self._fire_at_rest())]
 
     def remove(self) -> None:
         for handle in self._handles:
@@ -107,12 +112,25 @@ class Injector:
     def _fire(self, *, pre: bool) -> None:
         fault = self.faults.fault
         step = self.next_step()
-        if fault is None or self._model is None or not self.faults.armed("bitflip", step):
+        if fault is None or fault.when != "step" or not self.faults.armed("bitflip", step):
             return
-        if (fault.target == "grad") != pre:
+        if (fault.target == "grad") == pre:
+            self._flip(step, fault.target, fault.seed)
+
+    def _fire_at_rest(self) -> None:
+        fault = self.faults.fault
+        step = self.next_step()
+        if fault is None or fault.when != "rest" or step in self._rested \
+                or not self.faults.armed("bitflip", step):
             return
-        parts = kind_parts(self._model, self._optimizer, fault.target)
-        index, element, bit = choose(parts, fault.seed, step, self.faults.rank)
+        self._rested.add(step)  # one flip per step, however many forwards it runs
+        self._flip(step, fault.target, fault.seed)
+
+    def _flip(self, step: int, target: str, seed: int) -> None:
+        if self._model is None:
+            return
+        parts = kind_parts(self._model, self._optimizer, target)
+        index, element, bit = choose(parts, seed, step, self.faults.rank)
         before, after = flip_bit(parts[index][1], element, bit)
-        self.flips.append(Flip(step, self.faults.rank, fault.target, parts[index][0], element,
+        self.flips.append(Flip(step, self.faults.rank, target, parts[index][0], element,
                                bit, before, after))

@@ -18,13 +18,16 @@ its size, then SIGKILL: a committed checkpoint that no longer verifies),
 heartbeating), ``slow`` (from ``step`` on, sleep ``ms=<milliseconds>`` in
 every step: a straggler).
 
-``bitflip@<step>[:target=param|grad|optim][:seed=S][:node=N]`` is silent data
-corruption, not a crash (``worker.bitflip``): at ``step`` flip one bit of one
+``bitflip@<step>[:target=param|grad|optim][:when=step|rest][:seed=S][:node=N]`` is
+silent data corruption, not a crash (``worker.bitflip``): at ``step`` flip one bit of one
 element of one tensor of that kind (``param`` unless ``target`` says; a gradient
 before ``optimizer.step``, a parameter or optimizer state right after it), chosen
 from a generator seeded by (``seed``, step, rank): every replay of the step flips the
-same bit, so without ``gen`` it is a bad node, with ``gen=1`` a one-off. ``node``
-(any point) arms a fault only on the node of that name.
+same bit, so without ``gen`` it is a bad node, with ``gen=1`` a one-off. ``when=rest``
+flips a parameter or optimizer state at rest instead, between steps: before the first
+forward of ``step``, so the step consumes the corrupted value (its gradient reaches
+every replica through the all-reduce; not with ``target=grad``, which a step computes
+afresh). ``node`` (any point) arms a fault only on the node of that name.
 
 Two switches, honoured only for tests and drills: ``RUNLEDGER_FAULT_NO_SIGTERM=1``
 ignores SIGTERM (a worker partitioned from its agent, which the agent's stop
@@ -52,6 +55,8 @@ IGNORE_FENCE_ENV = "RUNLEDGER_IGNORE_FENCE"
 POINTS = ("staging", "mid_shard", "after_shards", "after_manifest", "after_commit", "step",
           "truncate", "hang", "slow", "bitflip")
 TARGETS = ("param", "grad", "optim")
+# ``bitflip`` timings: within the step (the default), or at rest before it.
+WHEN = ("step", "rest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +70,7 @@ class Fault:
     target: str = "param"  # ``bitflip``: which kind of tensor
     seed: int = 0  # ``bitflip``: seeds the choice of tensor, element and bit
     node: str | None = None
+    when: str = "step"  # ``bitflip``: within the step, or at rest before it
 
 
 class Faults:
@@ -138,7 +144,7 @@ def parse(text: str) -> Fault | None:
     point, sep, step = head.partition("@")
     if not sep or point not in POINTS or not _decimal(step):
         raise WorkerError(f"{ENV}={text!r}: expected <point>@<step>[:rank=R][:gen=G][:run=P]"
-                          f"[:node=N][:ms=M][:target=T][:seed=S] with a point in "
+                          f"[:node=N][:ms=M][:target=T][:when=W][:seed=S] with a point in "
                           f"{', '.join(POINTS)}")
     fields: dict[str, str | int] = {}
     for opt in opts:
@@ -146,11 +152,14 @@ def parse(text: str) -> Fault | None:
         if key in fields:
             raise WorkerError(f"{ENV}={text!r}: option {key!r} given twice")
         fields[key] = _option(text, point, opt)
+    if fields.get("when") == "rest" and fields.get("target") == "grad":
+        raise WorkerError(f"{ENV}={text!r}: when=rest flips state that lies at rest between "
+                          "steps (param or optim); a gradient is computed afresh by each step")
     return Fault(point, int(step), rank=_int(fields.get("rank")),
                  generation=_int(fields.get("gen")), run=_str(fields.get("run")),
                  ms=_int(fields.get("ms")) or 0,
                  target=_str(fields.get("target")) or "param", seed=_int(fields.get("seed")) or 0,
-                 node=_str(fields.get("node")))
+                 node=_str(fields.get("node")), when=_str(fields.get("when")) or "step")
 
 
 def _option(text: str, point: str, opt: str) -> str | int:
@@ -169,6 +178,10 @@ def _option(text: str, point: str, opt: str) -> str | int:
             return value
         raise WorkerError(f"{ENV}={text!r}: target={value!r} is not one of "
                           f"{', '.join(TARGETS)}")
+    if key == "when" and point == "bitflip":
+        if value in WHEN:
+            return value
+        raise WorkerError(f"{ENV}={text!r}: when={value!r} is not one of {', '.join(WHEN)}")
     raise WorkerError(f"{ENV}={text!r}: unknown option {opt!r}")
 
 

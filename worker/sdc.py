@@ -8,10 +8,25 @@ corruption"), after the optimizer step and before the step is reported or checkp
   flipped bit changes one word by +-2^k, so it changes the sum mod 2^64: no single-bit
   flip escapes. Each rank's vector of fingerprints is gathered once per step (with the
   flags below) and a rank's fingerprint string is 16 hex digits of a hash of its vector.
+- Consumed state: on the same steps, each rank also fingerprints the state the step
+  consumed (parameters, and optimizer state when ``optimizer``, before the update:
+  what lay at rest since the step before; ``before_update``, from an optimizer
+  pre-hook). Agreement after the update cannot name a rank whose parameter changed
+  at rest: its gradient was averaged into every replica, so every rank's state then
+  differs from a clean run. The suspicion and its replay carry these fingerprints,
+  and the controller's verdict compares each rank against its own recomputation
+  (``controller.sdc_verdict``).
 - Full digest (``digest``): every ``full_every`` steps, sha256 of every part's bytes.
 - Invariants (``nonfinite``, ``spike``): a non-finite loss or gradient norm; a value
   above the running median + ``spike_sigma`` * 1.4826 * MAD of the last
-  ``spike_window`` values, once ``spike_warmup`` values were seen.
+  ``spike_window`` values, once ``spike_warmup`` values were seen. A non-finite
+  finding names the ranks whose values went non-finite first in the step's dataflow
+  (:data:`NONFINITE_STAGES`): a rank's own loss comes before the all-reduced gradient,
+  which is non-finite on every rank once one rank's gradient was.
+
+What agreement cannot see: a flip in activations, inputs or a rank's local gradients
+before the all-reduce is averaged into every replica alike, so the replicas still agree
+(only ``nonfinite`` or ``spike`` may catch its consequences).
 
 On GPUs (NCCL training) the sums run on the device and only the vector of int64s comes
 to the host; the gather runs on the session's gloo control group, never the training one.
@@ -27,13 +42,14 @@ from __future__ import annotations
 import hashlib
 import math
 import statistics
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from events.sdc import deviating
 from events.sdcenv import SDC, SdcEnv, SdcEnvError, SdcReplay
 from worker.errors import WorkerError
 
@@ -42,6 +58,10 @@ Gather = Callable[[Any], list[Any]]
 # Integer views by element width: the fingerprint sums raw bits, never values.
 _INT_OF_WIDTH = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 MAD_SCALE = 1.4826  # MAD -> standard deviation for normally distributed values
+# Where a value can go non-finite, in the order a step computes them: the rank's own
+# loss, then the gradient norm (after the all-reduce: every rank's, once one rank's
+# local gradient was non-finite).
+NONFINITE_STAGES = ("loss", "grad_norm")
 
 
 def state_parts(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, *,
@@ -58,6 +78,13 @@ def state_parts(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
             parts += [(f"optim:{n}.{key}", value.detach()) for key, value in sorted(state.items())
                       if isinstance(value, torch.Tensor)]
     return parts
+
+
+def consumed_parts(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, *,
+                   optimizer_state: bool) -> list[Part]:
+    """The state a step consumes and the step before left at rest: the parameters, and
+    the optimizer state when it is fingerprinted (gradients are the step's own)."""
+    return state_parts(model, optimizer, grads=False, optimizer_state=optimizer_state)
 
 
 def raw_bits(tensor: torch.Tensor) -> torch.Tensor:
@@ -166,6 +193,8 @@ class Row:
     nonfinite: str  # '' or what is not finite
     spike: str  # '' or what spiked
     node: str
+    consumed: str = ""  # fingerprint (hex) of the state the step consumed; '' not taken
+    nonfinite_at: str = ""  # the first of NONFINITE_STAGES that is not finite
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,18 +217,7 @@ class Checked:
     nodes: tuple[str, ...]
     finding: Finding | None
     replayed: bool = False  # this is the step ``SdcReplay`` asked for
-
-
-def deviating(keys: Sequence[object]) -> tuple[int, ...]:
-    """Ranks whose key differs from the majority's; every rank when no key is a strict
-    majority of one (a 2-way tie lists both)."""
-    counts = Counter(keys).most_common()
-    if len(counts) <= 1:
-        return ()
-    if counts[0][1] == counts[1][1]:
-        return tuple(range(len(keys)))
-    top = counts[0][0]
-    return tuple(r for r, k in enumerate(keys) if k != top)
+    consumed: tuple[str, ...] = ()  # per rank, the state the step consumed ('' not taken)
 
 
 def _hexes(rows: Sequence[Row]) -> tuple[str, ...]:
@@ -210,7 +228,8 @@ def decide(rows: Sequence[Row], names: Sequence[str]) -> Finding | None:
     """The step's finding from every rank's row, first rule that fires:
     1. agreement: the fingerprint vectors differ (part = the first part that differs);
     2. digest: the full digests differ;
-    3. nonfinite: a rank's loss or gradient norm is not finite;
+    3. nonfinite: a rank's loss or gradient norm is not finite (ranks: those
+       non-finite at the earliest of NONFINITE_STAGES any rank is; part: that stage);
     4. spike: a rank's loss or gradient norm spiked."""
     hexes = _hexes(rows)
     nodes = tuple(r.node for r in rows)
@@ -229,14 +248,31 @@ def decide(rows: Sequence[Row], names: Sequence[str]) -> Finding | None:
         short = [d[:16] for d in digests if d]
         return Finding("digest", deviating(digests), hexes, nodes, "",
                        f"full digests differ: {short}")
-    for detector in ("nonfinite", "spike"):
-        flagged = [(r, getattr(row, detector)) for r, row in enumerate(rows)
-                   if getattr(row, detector)]
-        if flagged:
-            ranks = () if len(flagged) == len(rows) else tuple(r for r, _ in flagged)
-            detail = "; ".join(f"rank {r}: {what}" for r, what in flagged)
-            return Finding(detector, ranks, hexes, nodes, "", detail)
+    bad = [(r, row.nonfinite) for r, row in enumerate(rows) if row.nonfinite]
+    if bad:
+        first = min(_stage(rows[r]) for r, _ in bad)
+        named = [r for r, _ in bad if _stage(rows[r]) == first]
+        part = NONFINITE_STAGES[first] if first < len(NONFINITE_STAGES) else ""
+        detail = "; ".join(f"rank {r}: {what}" for r, what in bad)
+        if part and len(named) < len(rows):
+            detail += f"; first non-finite: {part} on ranks {named}"
+        return Finding("nonfinite", _everyone_is_none(named, rows), hexes, nodes, part, detail)
+    spiked = [(r, row.spike) for r, row in enumerate(rows) if row.spike]
+    if spiked:
+        detail = "; ".join(f"rank {r}: {what}" for r, what in spiked)
+        return Finding("spike", _everyone_is_none([r for r, _ in spiked], rows), hexes, nodes,
+                       "", detail)
     return None
+
+
+def _stage(row: Row) -> int:
+    """Where ``row``'s values went non-finite first; after every stage when unsaid."""
+    at = row.nonfinite_at
+    return NONFINITE_STAGES.index(at) if at in NONFINITE_STAGES else len(NONFINITE_STAGES)
+
+
+def _everyone_is_none(ranks: Sequence[int], rows: Sequence[Row]) -> tuple[int, ...]:
+    return () if len(ranks) == len(rows) else tuple(ranks)
 
 
 class Detectors:
@@ -253,6 +289,8 @@ class Detectors:
         self.gather = gather
         self.loss_spike = Spike(env.spike_sigma, env.spike_window, env.spike_warmup)
         self.norm_spike = Spike(env.spike_sigma, env.spike_window, env.spike_warmup)
+        self._consumed: tuple[int, str] | None = None  # (step, fingerprint) before_update took
+        self.watch: Any = None  # the optimizer hook ``worker.sdcstep.watch_consumed`` installed
 
     @property
     def wants_grad_norm(self) -> bool:
@@ -261,19 +299,32 @@ class Detectors:
     def _every(self, every: int, step: int) -> bool:
         return self.world_size > 1 and every > 0 and step % every == 0
 
+    def fingerprinted(self, step: int) -> bool:
+        """Whether ``check`` fingerprints ``step``: agreement is due, or it is the replay."""
+        replayed = self.replay is not None and step == self.replay.step
+        return self._every(self.env.agreement_every, step) or replayed
+
+    def before_update(self, step: int, parts: Sequence[Part]) -> None:
+        """Fingerprint the state ``step`` consumed (``consumed_parts``, before the optimizer
+        updates it) when that step is fingerprinted; ``check`` carries it in the row."""
+        if self.fingerprinted(step):
+            self._consumed = (step, fingerprint_hex(fingerprints(parts)))
+
     def check(self, step: int, loss: float | None, parts: Sequence[Part],
               norm: float | None = None) -> Checked:
         replayed = self.replay is not None and step == self.replay.step
-        agree = self._every(self.env.agreement_every, step) or replayed
+        agree = self.fingerprinted(step)
+        consumed = self._consumed[1] if self._consumed and self._consumed[0] == step else ""
         vector = tuple(fingerprints(parts).tolist()) if agree else None
         digest = full_digest(parts) if self._every(self.env.full_every, step) else None
-        values = [("loss", loss), ("grad_norm", norm)]
-        bad = [f"{n}={v}" for n, v in values
+        values = [("loss", loss), ("grad_norm", norm)]  # in NONFINITE_STAGES order
+        bad = [(n, f"{n}={v}") for n, v in values
                if self.env.nonfinite and v is not None and not math.isfinite(v)]
         spiked = [what for n, v, tracker in (("loss", loss, self.loss_spike),
                                              ("grad_norm", norm, self.norm_spike))
                   if v is not None and (what := tracker.observe(n, v))]
-        row = Row(vector, digest, "; ".join(bad), "; ".join(spiked), self.node)
+        row = Row(vector, digest, "; ".join(w for _, w in bad), "; ".join(spiked), self.node,
+                  consumed, bad[0][0] if bad else "")
         rows: list[Row] = list(self.gather(row))
         names = [name for name, _ in parts]
         finding = decide(rows, names)
@@ -285,7 +336,8 @@ class Detectors:
             finding = Finding(finding.detector, finding.ranks, hexes, finding.nodes,
                               finding.part, finding.detail)
         hexes = finding.fingerprints if finding is not None else _hexes(rows)
-        return Checked(hexes, tuple(r.node for r in rows), finding, replayed)
+        return Checked(hexes, tuple(r.node for r in rows), finding, replayed,
+                       tuple(r.consumed for r in rows))
 
 
 def from_environ(environ: Mapping[str, str], *, rank: int, world_size: int, node: str,

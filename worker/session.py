@@ -55,7 +55,7 @@ from worker.persist import Persister, nbytes
 from worker.reporter import Reporter
 from worker.sdc import Detectors
 from worker.sdc import from_environ as sdc_from_environ
-from worker.sdcstep import detect
+from worker.sdcstep import detect, watch_consumed
 from worker.tiers import Identity, Refusals, Replicator, attempts, gc_thread
 from worker.trainstate import Loader, TrainState, rng_key
 from worker.watcher import Watcher
@@ -165,6 +165,7 @@ class Session:
         self._attached = TrainState(model, optimizer, scheduler, scaler, loader)
         if self.faults.fault is not None and self.faults.fault.point == "bitflip":
             self._injector.install(model, optimizer)
+        watch_consumed(self.sdc, model, optimizer, lambda: self._next_step)
 
     # -- the step path -----------------------------------------------------------------
 

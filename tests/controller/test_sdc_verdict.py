@@ -21,16 +21,17 @@ from tests.events.builders import Ev
 
 
 def suspicion(held: str, nodes: str = "ab", ranks: tuple[int, ...] = (),
-              detector: str = "agreement") -> Suspicion:
-    """``held`` and ``nodes``: one letter per rank (a fingerprint, a node)."""
+              detector: str = "agreement", consumed: str = "") -> Suspicion:
+    """``held``, ``nodes`` and ``consumed``: one letter per rank (a fingerprint, a node,
+    the fingerprint of the state the step consumed; none when empty)."""
     return Suspicion(step=12, generation=1, detector=detector, ranks=ranks,
                      fingerprints=tuple(held), nodes=tuple(f"node-{n}" for n in nodes),
-                     part="params")
+                     part="params", consumed=tuple(consumed))
 
 
-def replay(again: str, nodes: str = "ab") -> StepReplayed:
+def replay(again: str, nodes: str = "ab", consumed: str = "") -> StepReplayed:
     return Ev().replayed(2, 12, 1, fingerprints=tuple(again),
-                         nodes=tuple(f"node-{n}" for n in nodes))
+                         nodes=tuple(f"node-{n}" for n in nodes), consumed=tuple(consumed))
 
 
 def test_rule_1_a_replay_of_what_every_rank_held_is_the_jobs_own_numerics() -> None:
@@ -97,6 +98,67 @@ def test_rule_7_nothing_reproduces() -> None:
                     replay("xxz", "abc")).verdict == NONDETERMINISTIC
 
 
+def test_a_state_corrupted_at_rest_is_transient_on_the_rank_that_consumed_it() -> None:
+    # Rank 1's parameter flipped between steps; the all-reduce carried its gradient into
+    # rank 0, so neither held what the replay recomputes: by what they held, rule 3.
+    held = suspicion("xy", ranks=(0, 1), consumed="cd")
+    v = classify(held, replay("zz", "ba", consumed="cc"))
+    assert (v.verdict, v.ranks, v.nodes) == (TRANSIENT, (1,), ("node-b",))
+    assert "state consumed at step 12 (before the update) differs" in v.detail
+    assert "ranks [1] on node-b consumed something else once" in v.detail
+    assert classify(suspicion("xy", ranks=(0, 1)), replay("zz", "ba")).verdict == \
+        NONDETERMINISTIC  # the same without the consumed state: nobody blamed
+    # Four replicas: the majority of what they consumed names the suspect.
+    v = classify(suspicion("xxyx", "abcd", ranks=(2,), consumed="ccdc"),
+                 replay("zzzz", "abcd", consumed="cccc"))
+    assert (v.verdict, v.ranks, v.nodes) == (TRANSIENT, (2,), ("node-c",))
+
+
+def test_the_consumed_state_follows_the_same_rules_when_it_diverges() -> None:
+    # Rank 1 consumed a corrupted state again on the same node after the swap: node-b.
+    v = classify(suspicion("xy", "ab", ranks=(0, 1), consumed="cd"),
+                 replay("zw", "ba", consumed="ec"))
+    assert (v.verdict, v.ranks, v.nodes) == (NODE_FAULT, (0, 1), ("node-b",))
+    assert "rank 0 on node-b consumed again e" in v.detail
+    # Every rank consumed one state, the replay another: the job does not restore its own.
+    v = classify(suspicion("xx", consumed="cc"), replay("zz", consumed="dd"))
+    assert (v.verdict, v.ranks) == (NONDETERMINISTIC, ())
+    assert "consumed" in v.detail
+
+
+def test_without_a_divergence_at_rest_what_each_rank_held_decides() -> None:
+    # Every rank consumed what the replay consumed: the fault was within the step.
+    v = classify(suspicion("xy", ranks=(0, 1), consumed="cc"), replay("yy", "ba", consumed="cc"))
+    assert (v.verdict, v.ranks) == (TRANSIENT, (0,)) and "consumed" not in v.detail
+    # A rank that took no consumed fingerprint, or a v1 report without any: what each rank
+    # held decides (here rule 3), never a half-known consumed state.
+    def held(consumed: tuple[str, ...]) -> Suspicion:
+        return Suspicion(step=12, generation=1, detector="agreement", ranks=(0, 1),
+                         fingerprints=("x", "y"), nodes=("node-a", "node-b"), part="",
+                         consumed=consumed)
+
+    for took, retook in ((("c", ""), ("c", "c")), ((), ("c", "c")), (("c", "d"), ()),
+                         (("c", "d"), ("c", ""))):
+        again = Ev().replayed(2, 12, 1, fingerprints=("z", "z"), nodes=("node-b", "node-a"),
+                              consumed=retook)
+        v = classify(held(took), again)
+        assert v.verdict == NONDETERMINISTIC and "consumed" not in v.detail
+
+
+def test_a_non_finite_catch_blames_the_ranks_that_went_non_finite_first() -> None:
+    # Rank 1's own loss went non-finite and the all-reduce spread it: the replay agreed
+    # on a state no rank held, and did not repeat it.
+    v = classify(suspicion("xy", ranks=(1,), detector="nonfinite"), replay("zz", "ba"))
+    assert (v.verdict, v.ranks, v.nodes) == (TRANSIENT, (1,), ("node-b",))
+    assert "went non-finite first" in v.detail
+    # Every rank went non-finite at once: nobody to blame.
+    assert classify(suspicion("xx", detector="nonfinite"), replay("zz")).verdict == \
+        NONDETERMINISTIC
+    # The same non-finite state again is the job's own (rule 1), whoever went first.
+    assert classify(suspicion("xx", ranks=(1,), detector="nonfinite"),
+                    replay("xx")).verdict == REPRODUCED
+
+
 _VALUES = st.text("xyz", min_size=1, max_size=1)
 
 
@@ -122,6 +184,31 @@ def test_every_pair_gets_one_consistent_verdict(
         assert len(set(again)) == 1 and v.ranks and set(v.ranks) <= (ranks or set(range(len(held))))
     if v.verdict != NODE_FAULT:
         assert v.verdict in (REPRODUCED, TRANSIENT) or v.nodes == ()
+
+
+@given(st.integers(1, 5).flatmap(lambda n: st.tuples(
+    st.lists(_VALUES, min_size=n, max_size=n), st.lists(_VALUES, min_size=n, max_size=n),
+    st.lists(_VALUES, min_size=n, max_size=n), st.lists(_VALUES, min_size=n, max_size=n),
+    st.lists(st.sampled_from("abcdef"), min_size=n, max_size=n),
+    st.sampled_from(["agreement", "nonfinite"]))))
+def test_a_divergence_at_rest_is_judged_on_the_consumed_state_alone(
+        case: tuple[list[str], list[str], list[str], list[str], list[str], str]) -> None:
+    held, again, took, retook, where, detector = case
+    s = suspicion("".join(held), "".join(where), (), detector, "".join(took))
+    r = replay("".join(again), "".join(where), "".join(retook))
+    v = classify(s, r)
+    if len(set(took) | set(retook)) == 1:  # no divergence at rest: as without it
+        plain = classify(suspicion("".join(held), "".join(where), (), detector),
+                         replay("".join(again), "".join(where)))
+        assert v == plain
+    else:  # what each rank held after the update says nothing more
+        other = classify(suspicion("z" * len(held), "".join(where), (), detector,
+                                   "".join(took)), replay("".join(again), "".join(where),
+                                                          "".join(retook)))
+        assert (v.verdict, v.ranks, v.nodes) == (other.verdict, other.ranks, other.nodes)
+        assert v.verdict != REPRODUCED
+        if v.verdict == TRANSIENT:
+            assert len(set(retook)) == 1 and all(took[i] != retook[0] for i in v.ranks)
 
 
 def placed(*nodes: str) -> tuple[Member, ...]:

@@ -1,7 +1,8 @@
 """Silent data corruption end to end: a bit flipped in one replica's state is caught by
 cross-replica agreement within the step, nothing after it is committed, the run rolls
 back and replays the step; a one-off flip is judged transient and the run finishes, a
-flip that comes back on the same node at every replay quarantines that node.
+flip that comes back on the same node at every replay quarantines that node, and a
+parameter flipped at rest between steps is transient on the rank that consumed it.
 
 Two torch processes (gloo), a real broker, a controller and agents as real processes;
 the flips come from the worker's injector (``RUNLEDGER_FAULT=bitflip@...``).
@@ -61,6 +62,29 @@ def test_a_one_off_flip_is_caught_rolled_back_replayed_and_judged_transient(
     (verdict,) = of_type(facts, "CorruptionClassified")
     assert (verdict.verdict, verdict.ranks, verdict.step) == ("transient", (1,), 5)
     assert [c.step for c in of_type(facts, "ManifestCommitted")] == [2, 4, 6, 8, 10]
+    assert not of_type(cluster.facts(node_key("n1")), "NodeQuarantined")
+
+
+def test_a_parameter_flipped_at_rest_is_judged_transient_on_the_flipped_rank(
+        cluster: Cluster) -> None:
+    ds = dataset(cluster)
+    # one bit of one of rank 1's parameters, at rest between steps 4 and 5, generation 1
+    # only: rank 1's step 5 consumes it and the all-reduce carries it into rank 0
+    cluster.env["RUNLEDGER_FAULT"] = "bitflip@5:rank=1:gen=1:target=param:when=rest:seed=3"
+    cluster.controller()
+    cluster.agent("n1", 2)
+    run = cluster.submit(_spec(cluster, "sdc-at-rest", ds))
+    facts = cluster.wait_facts(run, _has("RunFinished"), timeout=240, what="the run to end")
+    (end,) = of_type(facts, "RunFinished")
+    assert end.outcome == "succeeded", cluster.log_of("agent-n1")[-3000:]
+    (suspect,) = of_type(facts, "CorruptionSuspected")
+    assert (suspect.step, suspect.generation, suspect.detector) == (5, 1, "agreement")
+    # rank 1 consumed other state than rank 0 and than its own recomputation
+    (replayed,) = of_type(facts, "StepReplayed")
+    assert replayed.consumed == (suspect.consumed[0],) * 2 != suspect.consumed
+    (verdict,) = of_type(facts, "CorruptionClassified")
+    assert (verdict.verdict, verdict.ranks, verdict.step) == ("transient", (1,), 5), \
+        verdict.detail
     assert not of_type(cluster.facts(node_key("n1")), "NodeQuarantined")
 
 

@@ -246,9 +246,12 @@ _CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
 
 
 def _per_rank(n: int, ranks: bool) -> dict[str, st.SearchStrategy[Any]]:
-    """One fingerprint and one node per rank of a group of ``n``; ``ranks`` among them."""
+    """One fingerprint and one node per rank of a group of ``n``; ``ranks`` among them;
+    ``consumed`` one per rank too, or none (a v1 record)."""
     out = {"fingerprints": st.lists(texts, min_size=n, max_size=n).map(tuple),
-           "nodes": st.lists(texts, min_size=n, max_size=n).map(tuple)}
+           "nodes": st.lists(texts, min_size=n, max_size=n).map(tuple),
+           "consumed": st.one_of(st.just(()),
+                                 st.lists(texts, min_size=n, max_size=n).map(tuple))}
     if ranks:
         out["ranks"] = st.lists(st.integers(0, n - 1), max_size=n).map(tuple)
     return out

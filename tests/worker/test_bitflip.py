@@ -21,6 +21,8 @@ def test_bitflip_parses_with_its_options() -> None:
     assert parse("bitflip@7:rank=1:gen=2:node=gpu-3:target=optim:seed=42") == Fault(
         "bitflip", 7, rank=1, generation=2, target="optim", seed=42, node="gpu-3")
     assert parse("step@3:node=a") == Fault("step", 3, node="a")  # node arms any point
+    assert parse("bitflip@4:rank=1:when=rest") == Fault("bitflip", 4, rank=1, when="rest")
+    assert parse("bitflip@4:when=step:target=grad") == Fault("bitflip", 4, target="grad")
 
 
 @pytest.mark.parametrize(("text", "words"), [
@@ -31,6 +33,9 @@ def test_bitflip_parses_with_its_options() -> None:
     ("step@7:seed=1", "unknown option 'seed=1'"),
     ("bitflip@7:node=", "unknown option 'node='"),
     ("bitflip@7:rank=1:rank=2", "option 'rank' given twice"),
+    ("bitflip@7:when=idle", "when='idle' is not one of step, rest"),
+    ("step@7:when=rest", "unknown option 'when=rest'"),
+    ("bitflip@7:target=grad:when=rest", "a gradient is computed afresh by each step"),
     ("bitflip@x", "with a point in"),
 ])
 def test_bitflip_parse_errors_name_the_option(text: str, words: str) -> None:
@@ -137,3 +142,26 @@ def test_the_injector_flips_one_bit_of_its_kind_at_its_step(target: str) -> None
         assert int(raw_bits(kind[flip.part])[flip.element]) == flip.after
     injector.remove()
     assert not opt._optimizer_step_pre_hooks
+
+
+@pytest.mark.parametrize("target", ["param", "optim"])
+def test_at_rest_the_injector_flips_before_the_steps_first_forward_once(target: str) -> None:
+    model, opt = _setup()
+    box = [0]
+    injector = Injector(Faults(Fault("bitflip", 3, rank=0, target=target, seed=5,
+                                     when="rest"), 0, 1), lambda: box[0])
+    injector.install(model, opt)
+    _train(model, opt, [1, 2], box)
+    assert injector.flips == []
+    box[0] = 3
+    at_rest = {n: raw_bits(t).clone() for n, t in kind_parts(model, opt, target)}
+    model(torch.ones(1, 4))  # the step's first forward: the flip lands before it runs
+    (flip,) = injector.flips
+    assert (flip.step, flip.target) == (3, target) and flip.part.startswith(f"{target}:")
+    now = dict(kind_parts(model, opt, target))
+    assert [n for n in now if not torch.equal(raw_bits(now[n]), at_rest[n])] == [flip.part]
+    model(torch.ones(1, 4))  # a second forward in the same step (accumulation): no flip
+    _train(model, opt, [3, 4], box)
+    assert len(injector.flips) == 1
+    injector.remove()
+    assert not model._forward_pre_hooks

@@ -26,6 +26,7 @@ from worker.sdc import (
     Detectors,
     Row,
     Spike,
+    consumed_parts,
     decide,
     deviating,
     fingerprint_hex,
@@ -34,7 +35,7 @@ from worker.sdc import (
     full_digest,
     state_parts,
 )
-from worker.sdcstep import detect
+from worker.sdcstep import detect, watch_consumed
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64,
           torch.int32, torch.uint8, torch.bool]
@@ -134,8 +135,8 @@ def test_deviating_ranks_are_the_minority_and_a_tie_lists_every_rank(
 
 
 def _row(vector: tuple[int, ...] | None = (1, 2, 3), digest: str | None = None,
-         nonfinite: str = "", spike: str = "", node: str = "n") -> Row:
-    return Row(vector, digest, nonfinite, spike, node)
+         nonfinite: str = "", spike: str = "", node: str = "n", at: str = "") -> Row:
+    return Row(vector, digest, nonfinite, spike, node, nonfinite_at=at)
 
 
 def test_decide_applies_its_rules_in_order() -> None:
@@ -157,6 +158,55 @@ def test_decide_applies_its_rules_in_order() -> None:
     assert spiked.detail == "rank 1: grad_norm 9 > 2"
     uneven = decide([_row((1, 2, 3)), _row((1, 2))], names)
     assert uneven is not None and uneven.part == "part count [3, 2]"
+
+
+@pytest.mark.parametrize(("stages", "ranks", "part"), [
+    # Rank 1's own loss first; the all-reduced gradient norm is every rank's after it.
+    (["grad_norm", "loss", "grad_norm"], (1,), "loss"),
+    (["loss", "loss", "grad_norm"], (0, 1), "loss"),
+    (["grad_norm", "grad_norm"], (), "grad_norm"),  # no rank went first: every rank
+    (["", "grad_norm", ""], (1,), "grad_norm"),
+    (["loss", "loss"], (), "loss"),
+])
+def test_a_non_finite_finding_names_the_ranks_at_the_earliest_stage(
+        stages: list[str], ranks: tuple[int, ...], part: str) -> None:
+    rows = [_row(nonfinite="loss=nan; grad_norm=nan" if at == "loss" else
+                 f"{at}=inf" if at else "", at=at) for at in stages]
+    found = decide(rows, ["param:a"])
+    assert found is not None and (found.detector, found.ranks, found.part) == (
+        "nonfinite", ranks, part)
+    assert ("first non-finite" in found.detail) == bool(ranks)
+    # A row that says what is not finite but not where counts after every stage.
+    unsaid = decide([_row(nonfinite="x=nan"), _row(nonfinite="loss=nan", at="loss")],
+                    ["param:a"])
+    assert unsaid is not None and (unsaid.ranks, unsaid.part) == ((1,), "loss")
+
+
+def test_the_state_a_step_consumed_travels_in_its_row_on_fingerprinted_steps() -> None:
+    ex = Exchange(2)
+    out: list[list[Checked]] = [[], []]
+    w = torch.ones(4)
+    before = [[("param:w", w)], [("param:w", w.clone())]]
+    flip_bit(before[1][0][1], 2, 7)  # rank 1's parameter changed at rest
+
+    def rank(r: int) -> None:
+        d = Detectors(SdcEnv(agreement_every=2), None, rank=r, world_size=2, node=f"n{r}",
+                      gather=ex.gather(r))
+        for step in (1, 2):
+            assert d.fingerprinted(step) == (step == 2)
+            d.before_update(step, before[r])
+            out[r].append(d.check(step, 1.0, [("param:w", w)], None))
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    (skipped, taken), other = out
+    assert other == out[0] and skipped.consumed == ("", "")
+    assert taken.consumed == (fingerprint_hex(fingerprints(before[0])),
+                              fingerprint_hex(fingerprints(before[1])))
+    assert taken.consumed[0] != taken.consumed[1] and taken.finding is None
 
 
 class Exchange:
@@ -261,6 +311,26 @@ def test_detect_reports_the_replay_then_the_suspicion_and_stops_with_exit_87() -
     assert replayed.suspected_generation == 1 and len(replayed.fingerprints[0]) == 16
     assert isinstance(suspected, CorruptionSuspected) and suspected.detector == "nonfinite"
     assert suspected.ranks == () and "loss=nan" in suspected.detail and rec.flushed == 1
+    assert suspected.part == "loss" and replayed.consumed == suspected.consumed == ()
+
+
+def test_the_optimizer_hook_fingerprints_what_the_step_consumes_and_reports_it() -> None:
+    model, opt = _trained()
+    replay = SdcReplay(step=2, generation=1, fingerprints=("x",))
+    detectors = Detectors(SdcEnv(), replay, rank=0, world_size=1, node="n0",
+                          gather=Comm.single().all_gather)
+    watch_consumed(detectors, model, opt, lambda: 2)
+    watch_consumed(detectors, model, opt, lambda: 2)  # a second attach replaces the hook
+    assert len(opt._optimizer_step_pre_hooks) == 1
+    at_rest = fingerprint_hex(fingerprints(consumed_parts(model, opt, optimizer_state=True)))
+    model(torch.randn(5, 3)).sum().backward()
+    opt.step()  # the hook runs before the update
+    after = fingerprint_hex(fingerprints(consumed_parts(model, opt, optimizer_state=True)))
+    detectors.watch.remove()
+    rec = Recorder()
+    detect(detectors, model, opt, rec, Comm.single(), coordinator=True, step=2, loss=1.0)
+    (replayed,) = rec.events
+    assert isinstance(replayed, StepReplayed) and replayed.consumed == (at_rest,) != (after,)
 
 
 @pytest.mark.parametrize("loss", [float("nan"), 1e9])

@@ -176,6 +176,9 @@ class Worker:
         beats.start()
         try:
             code = self._steps()
+            self._send(HeartbeatRecorded(  # what follows is teardown, judged by the exit
+                header=self._header("hb/closing"), logical_id=self.env.logical_id,
+                node=self.env.node, step=self.step, closing=True))
             self._flush()  # the last reports, heartbeating: a slow flush is not a silence
         finally:
             # Out of the producer before anything tears it down: ``fail`` raises out of the

@@ -20,7 +20,8 @@ The contract is docs/architecture.md §7. Pure core first, then the shell:
 - ``node_decide``: an operator's cordon, uncordon or drain and a quarantine's expiry.
 - ``policy``: failure classification and the retry policy.
 - ``exits``: the current generation's exit evidence (log path, output tail, launch
-  error, before or after the first step) the policy judges with.
+  error, before or after the first step, whose sessions closed) the policy judges
+  with; ``liveness``: which silent member is hung (exit beats timeout).
 - ``sdc_verdict``: the verdict on a corruption suspicion from its replay, and
   where the replay runs.
 - ``checkpoints``: commit, revocation and the auto interval; ``interval``:

@@ -6,7 +6,10 @@ never started, when it ended, and whether the generation had committed a
 step by then (a failure before the first step, the same on every rank, is
 the job's own; ``controller.policy``). :func:`observe` keeps that per run,
 reset by each ``GenerationStarted``; it sees the same facts live and on
-replay, so a restarted controller judges with the same evidence.
+replay, so a restarted controller judges with the same evidence. It also keeps
+which members said their session closed (a heartbeat with ``closing``): a report,
+never on ``runledger.runs``, so a restarted controller starts without it and
+counts their silence from when it began listening.
 
 Tested in tests/controller/test_exits.py.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from events.model import Event, GenerationStarted, StepCommitted, WorkerExited
+from events.model import Event, GenerationStarted, HeartbeatRecorded, StepCommitted, WorkerExited
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,9 @@ class Evidence:
 
     exits: Mapping[str, ExitNote] = field(default_factory=dict)
     stepped: bool = False
+    # Members whose session closed (``HeartbeatRecorded.closing``): their silence
+    # from then on is teardown, judged by their exit within the exit grace.
+    closing: frozenset[str] = frozenset()
 
 
 EMPTY = Evidence()
@@ -48,6 +54,8 @@ def observe(evidence: Evidence, event: Event) -> Evidence:
     match event:
         case GenerationStarted():
             return EMPTY
+        case HeartbeatRecorded(closing=True) if event.logical_id not in evidence.closing:
+            return replace(evidence, closing=evidence.closing | {event.logical_id})
         case StepCommitted():
             return evidence if evidence.stepped else replace(evidence, stepped=True)
         case WorkerExited():

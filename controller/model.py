@@ -265,7 +265,7 @@ class Draft:
 def _noted(before: Tracked, state: RunState, event: Event) -> Tracked:
     """The run after an accepted record: its state, and the bookkeeping the record adds."""
     staged, shards = before.staged, before.shards
-    if type(event) is HeartbeatRecorded:  # most records; no bookkeeping watches them
+    if type(event) is HeartbeatRecorded and not event.closing:  # most records; none watched
         return Tracked(state, before.plan, before.watch, staged, shards, before.status,
                        before.evidence, before.tally)
     match event:

@@ -37,7 +37,7 @@ An exit is judged in this order (the first that applies decides):
 An exit beats a timeout: a process exit the agent observed is the fact about
 that process, and a silence judges only a process still alive, so once a
 member has exited the others get a grace for their own exits before a silent
-one is a hang (``controller.run_decide.EXIT_GRACE_MS``).
+one is a hang (``controller.liveness.EXIT_GRACE_MS``).
 
 Quarantine counts only what the evidence attributes to the node
 (:func:`counts_against_node`): a failure of the job's code or data, or a

@@ -35,9 +35,11 @@ Rules for a run that has not ended, in this order (the first that applies decide
    a member silent past its heartbeat timeout, or its start timeout before
    its first heartbeat, except that once any member of the generation has
    exited (any code) a silent member is a hang only ``EXIT_GRACE_MS`` after
-   the later of its timeout and that first exit: an exit the agent observed
-   is the fact about its process, and the group's other exits decide when
-   they come within the grace; Running with no step past the stall timeout), the
+   the later of its timeout and that first exit, and a member whose session
+   said it closed (``HeartbeatRecorded.closing``: the rest is teardown) only
+   ``EXIT_GRACE_MS`` after its timeout: an exit the agent observed is the
+   fact about its process, and the group's other exits decide when they come
+   within the grace; Running with no step past the stall timeout), the
    failure is classified with the retry policy's verdict (``Classify``), the
    generation stopped (``Stop``), the failure's node quarantined at its
    ``NODE_QUARANTINE_AFTER``-th failure that the evidence attributes to it
@@ -68,11 +70,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from controller import admission, elastic, gates, policy, sdc_verdict
-from controller.exits import Evidence, ExitNote
+from controller import admission, elastic, gates, liveness, policy, sdc_verdict
+from controller.exits import Evidence
 from controller.gates import EMPTY as NO_GATES
 from controller.gates import GateBook
 from controller.inventory import Inventory, blocked_note
+from controller.liveness import EXIT_GRACE_MS  # noqa: F401  (rule 4 names it; tests read it here)
 from controller.model import Tracked
 from controller.runplan import RunPlan
 from events.model import Member
@@ -83,15 +86,6 @@ NODE_TIMEOUT_MS = 15_000
 # How long a member's non-zero exit before the first step waits for the others
 # to exit too (the same code on every rank is the job's own error).
 START_EXIT_WAIT_MS = 10_000
-# Exit beats timeout: once a member of the generation has exited, how long a silent
-# member (past its heartbeat or start timeout) may take to exit too before it is
-# called a hang. A group ends member by member, and a member tearing down (its
-# process group, CUDA, the interpreter) may be silent for a while after its last
-# heartbeat; its agent reports its exit within a poll (0.2 s) of the process ending,
-# so a member still unreported after the grace is a live process that stopped
-# heartbeating (or its agent died with it). At least START_EXIT_WAIT_MS, so an exit
-# waiting for the others at start is never outvoted by a silence.
-EXIT_GRACE_MS = 30_000
 
 
 class World(NamedTuple):  # one per run per tick: a tuple is the cheapest immutable value
@@ -310,39 +304,14 @@ def _failure(run: Tracked, plan: RunPlan, world: World) -> policy.Failure | None
         found = _exit_failure(state, run.evidence, failed[0], world)
         if found is not None:
             return found
-    grace_from = max(state.generation_started_at, world.since)
-    first_exit = _first_exit(run.evidence)
-    for m in state.members:
-        if m.logical_id in state.exits:
-            continue
-        seen = state.heartbeats.get(m.logical_id)
-        last = max(seen or 0, grace_from)
-        limit = plan.heartbeat_timeout_ms if seen is not None else plan.start_timeout_ms
-        if world.now - last <= limit:
-            continue
-        if first_exit is None:
-            return policy.no_heartbeat(m.logical_id, m.node, world.now - last)
-        if world.now - max(last + limit, first_exit.at) > EXIT_GRACE_MS:
-            return policy.no_heartbeat(m.logical_id, m.node, world.now - last,
-                                       _after_exit(first_exit, world.now))
+    hang = liveness.silent(state, run.evidence, plan, world.now, world.since)
+    if hang is not None:
+        return hang
     if state.status == Status.RUNNING and not state.exits:
         last = max(state.last_progress_at, world.since)
         if world.now - last > plan.stall_timeout_ms:
             return policy.no_progress(state.step, world.now - last)
     return None
-
-
-def _first_exit(evidence: Evidence) -> ExitNote | None:
-    """The generation's first exit (the earliest report; a tie goes to the lower id)."""
-    if not evidence.exits:
-        return None
-    return min(evidence.exits.values(), key=lambda n: (n.at, n.logical_id))
-
-
-def _after_exit(first: ExitNote, now: int) -> str:
-    how = f"signal {first.signal}" if first.signal is not None else f"code {first.exit_code}"
-    return (f"{first.logical_id} exited with {how} {now - first.at} ms earlier; its exit"
-            f" was not followed by this member's within the {EXIT_GRACE_MS} ms grace")
 
 
 def _exit_failure(state: RunState, evidence: Evidence, member: Member,

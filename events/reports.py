@@ -17,9 +17,18 @@ from events.errors import InvalidEvent
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HeartbeatRecorded(Event):
+    """A worker is alive at ``step``.
+
+    v2 adds ``closing``: the worker's session has closed, and what follows is the
+    process's teardown (interpreter exit, the process group's destructors), which
+    a loaded node can stretch past the heartbeat timeout; the controller then
+    judges the member by its exit, within its exit grace. v1 records read false.
+    """
+
     logical_id: str
     node: str
     step: int
+    closing: bool = False
     TOPIC: ClassVar[str] = "runledger.reports"
 
 

@@ -59,6 +59,8 @@ class Reporter:
         self._thread = threading.Thread(target=self._run, name="rl-reporter", daemon=True)
         self._beats = 0
         self._next_beat = 0.0  # time.monotonic() of the next heartbeat; 0: at once
+        # Set by close: the beats from then on say the process is on its way out.
+        self.closing = False
 
     @classmethod
     def connect(cls, env: WorkerEnv) -> Reporter:
@@ -112,7 +114,12 @@ class Reporter:
                                   " (check the broker and the worker's network to it)")
 
     def close(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
-        """Flush, then stop the thread (and its heartbeats), even when the flush fails."""
+        """Flush, then stop the thread (and its heartbeats), even when the flush fails.
+
+        A closing heartbeat goes out first (``HeartbeatRecorded.closing``): after the
+        flush the process tears down silent, and the controller judges it by its exit."""
+        self.closing = True
+        self._next_beat = 0.0
         try:
             self.flush(timeout_s)
         finally:
@@ -170,7 +177,8 @@ class Reporter:
         self._beats += 1
         env = self.env
         event = HeartbeatRecorded(header=self.header(f"hb/{self._beats}"),
-                                  logical_id=env.logical_id, node=env.node, step=self.step)
+                                  logical_id=env.logical_id, node=env.node, step=self.step,
+                                  closing=self.closing)
         try:
             self.producer.send(REPORTS, event, on_failure=self._undelivered)
         except Exception as exc:

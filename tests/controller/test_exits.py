@@ -19,3 +19,12 @@ def test_exits_keep_their_evidence_and_whether_a_step_came_first() -> None:
     assert r1.stepped and r1.launch_error == "command[1] x does not exist"
     assert exits.observe(seen, ev.generation_started(2)) == exits.EMPTY
     assert exits.observe(seen, ev.heartbeat(1, "r0")) is seen
+
+
+def test_a_closing_heartbeat_marks_its_member_until_the_next_generation() -> None:
+    ev = Ev("run-1")
+    seen = exits.observe(exits.EMPTY, ev.heartbeat(1, "r0", closing=True))
+    assert seen.closing == {"r0"}
+    assert exits.observe(seen, ev.heartbeat(1, "r0", closing=True)) is seen
+    assert exits.observe(seen, ev.heartbeat(1, "r1")) is seen  # a plain beat marks nothing
+    assert exits.observe(seen, ev.generation_started(2)) == exits.EMPTY

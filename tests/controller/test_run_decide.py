@@ -276,3 +276,26 @@ def test_4_the_grace_reads_only_the_log_and_the_given_clock_so_a_replay_decides_
     assert first == decide(on_replay, at(hang, since))
     assert isinstance(first[0], Classify) and first[0].failure.signature == "hang:no_heartbeat"
     assert EXIT_GRACE_MS >= START_EXIT_WAIT_MS
+
+
+def test_4_members_whose_sessions_closed_are_judged_by_their_exits_within_the_grace() -> None:
+    """Both ranks finished and closed their sessions, then went silent in teardown (the
+    interpreter, gloo's destructors on a loaded node) with neither exit reported yet:
+    no hang until the grace after their timeouts, and their exits then decide."""
+    closing = Evidence(closing=frozenset({"r0", "r1"}))
+    quiet = {"r0": NOW - 12_000, "r1": NOW - 11_000}
+    ending = Tracked(live(heartbeats=quiet), PLAN, evidence=closing)
+    timed_out = NOW - 2_000  # r0's last heartbeat + its 10 s timeout
+    for now in (NOW, timed_out + EXIT_GRACE_MS):
+        assert decide(ending, at(now)) == ()
+    classify, _stop = decide(ending, at(timed_out + EXIT_GRACE_MS + 1))
+    assert isinstance(classify, Classify)
+    assert (classify.failure.signature, classify.failure.logical_id) == ("hang:no_heartbeat",
+                                                                        "r0")
+    assert "its session closed" in classify.failure.detail
+    # Without the closing heartbeats the same silence is a hang at once.
+    silent = Tracked(live(heartbeats=quiet), PLAN)
+    assert isinstance(decide(silent, at(NOW))[0], Classify)
+    # Their exits, within the grace, decide: a clean finish.
+    done = replace(ending, state=replace(ending.state, exits={"r0": 0, "r1": 0}))
+    assert decide(done, at(NOW + 5_000)) == (Finish("succeeded", "every member exited 0"),)

@@ -185,6 +185,8 @@ def _for_type(tp: Any) -> st.SearchStrategy[Any]:
         return preflight_checks
     if tp is str:
         return texts
+    if tp is bool:
+        return st.booleans()
     if tp is int:
         return longs
     if tp is float:

@@ -26,7 +26,7 @@ import pytest
 
 from events.codec import MAGIC, Codec, Upcasters
 from events.errors import SchemaError
-from events.model import EVENT_TYPES, HeartbeatRecorded, RunSubmitted
+from events.model import EVENT_TYPES, AgentHeartbeatRecorded, RunSubmitted
 from events.registry import SchemaRegistry
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
@@ -390,12 +390,13 @@ def test_old_bytes_decode_into_the_newest_shape_with_defaults(tmp_path: Path) ->
 
 
 def test_a_default_added_only_in_the_synthetic_copy_is_filled(tmp_path: Path) -> None:
-    registry, _ = old_registry(tmp_path, "HeartbeatRecorded", "step", default=0)
+    registry, _ = old_registry(tmp_path, "AgentHeartbeatRecorded", "busy_slots", default=0)
     codec = Codec(registry)
-    data = v1_bytes(registry, "HeartbeatRecorded", {"header": HEADER, "logical_id": "w0",
-                                                    "node": "node-a"})
+    data = v1_bytes(registry, "AgentHeartbeatRecorded", {
+        "header": HEADER, "node": "node-a", "slots": 2, "domain": "rack-1",
+        "address": "127.0.0.1"})
     event = codec.decode(data).event
-    assert isinstance(event, HeartbeatRecorded) and event.step == 0
+    assert isinstance(event, AgentHeartbeatRecorded) and event.busy_slots == 0
 
 
 def test_upcasters_apply_to_old_writers_only(tmp_path: Path) -> None:

@@ -63,7 +63,7 @@ def drop_step(fields: list[dict[str, Any]]) -> None:
 ])
 def test_a_schema_that_disagrees_with_its_class_is_refused(
         schema_copy: Path, edit: Callable[[list[dict[str, Any]]], None], named: str) -> None:
-    edit_fields(schema_copy / "HeartbeatRecorded.v1.avsc", edit)
+    edit_fields(schema_copy / "HeartbeatRecorded.v2.avsc", edit)  # the newest
     registry = SchemaRegistry.from_directory(schema_copy)
     with pytest.raises(SchemaError, match="HeartbeatRecorded") as info:
         registry.check_classes()
@@ -73,10 +73,10 @@ def test_a_schema_that_disagrees_with_its_class_is_refused(
 
 
 def test_the_newest_version_is_what_must_match(schema_copy: Path) -> None:
-    v2 = schema_copy / "HeartbeatRecorded.v2.avsc"
-    shutil.copy(schema_copy / "HeartbeatRecorded.v1.avsc", v2)
-    edit_fields(v2, rename_step)
-    with pytest.raises(SchemaError, match=r"HeartbeatRecorded\.v2\.avsc.*steps"):
+    v3 = schema_copy / "HeartbeatRecorded.v3.avsc"
+    shutil.copy(schema_copy / "HeartbeatRecorded.v2.avsc", v3)
+    edit_fields(v3, rename_step)
+    with pytest.raises(SchemaError, match=r"HeartbeatRecorded\.v3\.avsc.*steps"):
         SchemaRegistry.from_directory(schema_copy).check_classes()
 
 

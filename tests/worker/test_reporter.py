@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 
 from events.kafka import EventProducer
-from events.model import StepTimesRecorded
+from events.model import HeartbeatRecorded, StepTimesRecorded
 from events.workerenv import CheckpointEnv, WorkerEnv
 from tests.events.slowlog import SlowBroker
 from worker.comm import Comm
@@ -85,6 +85,19 @@ def test_a_failed_delivery_fails_the_flush_and_close_still_stops_the_heartbeats(
     with pytest.raises(ReportError, match="report delivery failed: Local: Message timed out"):
         reporter.close()
     assert not reporter._thread.is_alive()
+
+
+def test_close_sends_a_closing_heartbeat_before_it_stops_the_thread() -> None:
+    """What follows close is the process's teardown: its last beat says so, and the
+    controller then judges the member by its exit (controller.liveness)."""
+    broker = SlowBroker()
+    broker.deliver.set()
+    reporter = started(broker)
+    assert broker.wait_beats(1)
+    assert not any(e.closing for e in broker.sent if isinstance(e, HeartbeatRecorded))
+    reporter.close()
+    beats = [e for e in broker.sent if isinstance(e, HeartbeatRecorded)]
+    assert beats[-1].closing and beats[-1].logical_id == FAST.logical_id
 
 
 class BlockingWatcher:

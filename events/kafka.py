@@ -176,6 +176,8 @@ class EventProducer:
             except BufferError:
                 # Local queue full: serve delivery reports, which frees space (backpressure).
                 self._producer.poll(0.1)
+            except KafkaException as exc:  # refused before it is sent: too large (events.limits)
+                raise KafkaOperationError(f"write to {topic}: {exc.args[0].str()}") from None
 
     def poll(self, timeout_s: float = 0.0) -> int:
         served = int(self._producer.poll(timeout_s))

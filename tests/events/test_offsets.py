@@ -1,0 +1,81 @@
+"""A reader's start below the log's start is a named gap, never a silent jump: the pure
+rule, then a real broker whose records ``AdminClient.delete_records`` removes (a stored
+offset below the low watermark at the start; a reader that deletion overtakes)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from events.connection import client_config
+from events.kafka import EventProducer, Record
+from events.offsets import BEGINNING, END, LogGap, gap_at_start
+from events.reader import LogReader
+from tests.events.test_reader import SMALL_FETCHES, beat, make_topic
+
+
+def test_only_a_stored_offset_below_the_low_watermark_is_a_gap() -> None:
+    marks = {("t", 0): (5, 9), ("t", 1): (0, 3)}
+    assert gap_at_start(BEGINNING, marks) is None and gap_at_start(END, marks) is None
+    assert gap_at_start({("t", 0): 5, ("t", 1): 0}, marks) is None
+    assert gap_at_start({("t", 1): 2}, marks) is None  # not named: from the beginning
+    gap = gap_at_start({("t", 0): 2}, marks)
+    assert gap is not None and (gap.topic, gap.partition, gap.offset, gap.low, gap.lost) == (
+        "t", 0, 2, 5, 3)
+    assert str(gap) == ("t[0]: the next offset to read, 2, is below the partition's low "
+                        "watermark 5: offsets 2..4 (up to 3 records) were deleted (retention "
+                        "or delete_records) before they were read")
+
+
+def delete_below(bootstrap: str, topic: str, offset: int) -> None:
+    admin = AdminClient(client_config(bootstrap, {}))
+    futures = admin.delete_records([TopicPartition(topic, 0, offset)])
+    for future in futures.values():
+        future.result(30)
+
+
+def fill(bootstrap: str, topic: str, n: int) -> None:
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    producer = EventProducer(bootstrap)
+    for i in range(n):  # one record batch each: a small fetch takes a few
+        producer.send(topic, beat(run, i))
+        producer.flush()
+
+
+@pytest.mark.kafka
+def test_a_stored_offset_below_the_low_watermark_raises_the_gap(bootstrap: str,
+                                                               topic_name: str) -> None:
+    topic = make_topic(bootstrap, topic_name, 1)
+    fill(bootstrap, topic, 10)
+    delete_below(bootstrap, topic, 6)
+    with pytest.raises(LogGap) as raised:
+        LogReader(bootstrap, [topic], start={(topic, 0): 3})
+    assert (raised.value.offset, raised.value.low, raised.value.lost) == (3, 6, 3)
+    # At the low watermark, or from the beginning, nothing is missing: the rest is read.
+    for start in ({(topic, 0): 6}, BEGINNING):
+        with LogReader(bootstrap, [topic], start=start, bounded=True) as reader:
+            assert [r.offset for r in reader.records()] == [6, 7, 8, 9]
+
+
+@pytest.mark.kafka
+def test_a_reader_that_deletion_overtakes_raises_the_gap(bootstrap: str,
+                                                        topic_name: str) -> None:
+    topic = make_topic(bootstrap, topic_name, 1)
+    fill(bootstrap, topic, 60)
+    got: list[Record] = []
+    with LogReader(bootstrap, [topic], config=SMALL_FETCHES) as reader:
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got += reader.read_records(1, 0.5)
+        assert got, "no record within 30 s"
+        delete_below(bootstrap, topic, 50)
+        with pytest.raises(LogGap) as raised:
+            while time.monotonic() < deadline + 30:
+                got += reader.read_records(10, 0.5)
+    # What was fetched before the deletion was handed out; then the gap, never offset 50.
+    assert raised.value.low == 50 and raised.value.offset == got[-1].offset + 1
+    assert all(r.offset < 50 for r in got)

@@ -66,5 +66,5 @@ def too_large(records: Iterable[Outgoing], writer: str, key_id: str | None,
     for record in records:
         why = copy_problem(stored_bytes(record, writer, key_id, version_of), record.topic)
         if why is not None:
-            return f"{record.event.event_type} {why}"
+            return f"{record.event.event_type}: {why}"
     return None

@@ -91,6 +91,6 @@ def copy_problem(size: int, topic: str) -> str | None:
     """Why a record of ``size`` bytes cannot be appended to ``topic``, or None."""
     if size <= RECORD_MAX_BYTES:
         return None
-    return (f"{TOO_LARGE}: its copy on {topic} would be {size} bytes with its headers; the "
+    return (f"its copy on {topic} would be {size} bytes with its headers; the "
             f"limit is {RECORD_MAX_BYTES} bytes (a request may be at most {MAX_REQUEST_BYTES}"
             " bytes: submit it again with a smaller spec)")

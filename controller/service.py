@@ -241,18 +241,8 @@ class ControllerService:
                 out += outgoing(produced, record)
                 log.error("run %s: %s refused: %s", rid, record.event.event_type, refusal[1])
                 continue
-            before = model
-            model, produced, problem = take_input(model, record.event, record.topic, now,
-                                                  self.plan_of, self._encode, own.owns)
-            taken = outgoing(produced, record)
-            big = self._too_large(taken)
-            if big is not None:  # never sent: the producer would abort every transaction
-                model, produced = refuse_input(before, record.event, now, self.plan_of,
-                                               self._encode, TOO_LARGE, big)
-                taken, problem = outgoing(produced, record), (rid, TOO_LARGE, big)
+            model, taken = self._take(model, record, now, own)
             out += taken
-            if problem is not None:
-                _log_problem(problem, record)
         model, produced, problems = take_tick(model, now, self.plan_of, self._encode, own.owns)
         out += outgoing(produced)
         for problem in problems:
@@ -264,6 +254,23 @@ class ControllerService:
         self.model = model
         manifests.write_published(model, (o.event for o in out if o.topic == RUNS))
         self._count(len(records), out, time.monotonic() - started)
+
+    def _take(self, model: Model, record: Record, now: int,
+              own: Ownership) -> tuple[Model, list[Outgoing]]:
+        """One input taken (``take_input``); refused instead when what it appends would
+        not fit one record, which the producer would refuse, aborting every transaction."""
+        rid = record.event.run_id
+        new, produced, problem = take_input(model, record.event, record.topic, now,
+                                            self.plan_of, self._encode, own.owns)
+        taken = outgoing(produced, record)
+        big = self._too_large(taken)
+        if big is not None:
+            new, produced = refuse_input(model, record.event, now, self.plan_of,
+                                         self._encode, TOO_LARGE, big)
+            taken, problem = outgoing(produced, record), (rid, TOO_LARGE, big)
+        if problem is not None:
+            _log_problem(problem, record)
+        return new, taken
 
     def _too_large(self, records: list[Outgoing]) -> str | None:
         """Why one of an input's records would not fit one Kafka record (``controller.fit``)."""

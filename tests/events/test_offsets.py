@@ -1,9 +1,11 @@
 """A reader's start below the log's start is a named gap, never a silent jump: the pure
 rule, then a real broker whose records ``AdminClient.delete_records`` removes (a stored
-offset below the low watermark at the start; a reader that deletion overtakes)."""
+offset below the low watermark at the start; a reader that deletion overtakes; a group
+member whose committed offset is below it, which says so and reads on)."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
@@ -12,6 +14,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from events.connection import client_config
+from events.consume import EventConsumer
 from events.kafka import EventProducer, Record
 from events.offsets import BEGINNING, END, LogGap, gap_at_start
 from events.reader import LogReader
@@ -79,3 +82,33 @@ def test_a_reader_that_deletion_overtakes_raises_the_gap(bootstrap: str,
     # What was fetched before the deletion was handed out; then the gap, never offset 50.
     assert raised.value.low == 50 and raised.value.offset == got[-1].offset + 1
     assert all(r.offset < 50 for r in got)
+
+
+@pytest.mark.kafka
+def test_a_group_member_assigned_below_the_start_says_so_and_reads_on(
+        bootstrap: str, topic_name: str, unique: str, caplog: pytest.LogCaptureFixture) -> None:
+    topic = make_topic(bootstrap, topic_name, 1)
+    fill(bootstrap, topic, 10)
+    group = f"test-{unique}"
+    first = EventConsumer(bootstrap, group, [topic])
+    try:
+        deadline = time.monotonic() + 30
+        while not first.assigned and time.monotonic() < deadline:
+            first.poll(0.5)
+        first.commit([TopicPartition(topic, 0, 3)])
+    finally:
+        first.close()
+    delete_below(bootstrap, topic, 6)
+    caplog.set_level(logging.ERROR, logger="runledger.events.consume")
+    member = EventConsumer(bootstrap, group, [topic])
+    try:
+        got: list[Record] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 4 and time.monotonic() < deadline:
+            got += member.poll(0.5)
+    finally:
+        member.close()
+    assert [r.offset for r in got] == [6, 7, 8, 9]
+    assert f"{topic}[0]: the next offset to read, 3, is below the partition's low watermark 6" \
+        f": offsets 3..5 (up to 3 records) were deleted" in caplog.text
+    assert f"group {group} reads on from offset 6" in caplog.text

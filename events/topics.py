@@ -27,12 +27,12 @@ KEYS = "runledger.keys"
 STATUS = "runledger.status"
 
 ALL = (REQUESTS, REPORTS, RUNS, COMMANDS, QUARANTINE, KEYS, STATUS)
+CO_PARTITIONED = (REQUESTS, REPORTS, RUNS)
 
 # Every topic's largest record batch: the broker's default, declared so that a
 # cluster-wide lower default cannot undercut ``events.limits.RECORD_MAX_BYTES``
 # (one record and its batch framing must fit).
 TOPIC_MAX_MESSAGE_BYTES = 1_048_588
-CO_PARTITIONED = (REQUESTS, REPORTS, RUNS)
 
 
 @dataclass(frozen=True, slots=True)

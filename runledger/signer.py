@@ -24,7 +24,7 @@ from pathlib import Path
 
 from cryptography.exceptions import UnsupportedAlgorithm
 
-from events.codec import Codec
+from events.codec import Codec, default_codec
 from events.errors import KafkaOperationError
 from events.kafka import EventProducer, Headers, event_headers
 from events.limits import record_bytes, request_problem
@@ -101,20 +101,20 @@ def send_request(bootstrap: str, event: Event, key: SigningKey | None,
     """Write one request (signed when there is a key) and wait until the broker has it
     (acks=all), or raise naming the topic and the delivery error."""
     failures: list[str] = []
+    codec = default_codec()
+    if key is None:
+        value = codec.encode(event)
+        headers: Headers = event_headers(event, codec.registry.latest(event.event_type).version)
+    else:
+        value, headers = signed_record(codec, event, key)
+    too_large = request_problem(record_bytes(event.run_id, len(value), headers), topic)
+    if too_large is not None:  # measured before any broker is asked
+        raise RequestTooLarge(f"{event.event_type} of {event.run_id} was not sent: "
+                              f"{too_large}")
     # A delivery timeout below the flush timeout turns a lost write into a
     # delivery error with a reason rather than an unexplained flush timeout.
-    producer = EventProducer(bootstrap, client_id="runledger-cli",
+    producer = EventProducer(bootstrap, client_id="runledger-cli", codec=codec,
                              config={"message.timeout.ms": 15_000})
-    if key is None:
-        value = producer.codec.encode(event)
-        version = producer.codec.registry.latest(event.event_type).version
-        headers = event_headers(event, version)
-    else:
-        value, headers = signed_record(producer.codec, event, key)
-    too_large = request_problem(record_bytes(event.run_id, len(value), headers), topic)
-    if too_large is not None:
-        raise RequestTooLarge(f"{event.event_type} of run {event.run_id} was not sent: "
-                              f"{too_large}")
     producer.send_bytes(topic, event.run_id, value, headers, on_failure=failures.append)
     producer.flush(30.0)
     if failures:

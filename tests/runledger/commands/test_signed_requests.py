@@ -149,5 +149,5 @@ def test_a_request_too_large_to_copy_is_refused_before_any_broker_is_asked() -> 
             send_request("127.0.0.1:1", event, key)
         message = str(refused.value)
         assert "\n" not in message and message.startswith(
-            f"RunSubmitted of run {run} was not sent: too_large: the request is ")
+            f"RunSubmitted of {run} was not sent: too_large: the request is ")
         assert f"the limit is {MAX_REQUEST_BYTES} bytes" in message

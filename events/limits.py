@@ -21,6 +21,11 @@ that again (``controller.spec_text.MAX_SPEC_BYTES``): what the request carries
 besides the spec (digest, principal, ids, signature) is under
 :data:`REQUEST_RESERVE`.
 
+A record refused at the controller's door is copied to the quarantine with
+its origin headers; one too large for that copy keeps its origin and reason
+there without its value, and says so (:func:`quarantine_value`): the record
+itself is still where the origin headers point.
+
 Pure. Tested in tests/events/test_limits.py.
 """
 
@@ -47,6 +52,9 @@ MAX_SPEC_BYTES = MAX_REQUEST_BYTES - REQUEST_RESERVE
 
 # The refusal reason (``WriteRejected.reason``) of a request whose copy would not fit.
 TOO_LARGE = "too_large"
+# What a quarantined copy adds: its origin headers (topic, partition, offset,
+# reason) and a detail of at most 1,000 bytes (``events.kafka.Quarantine``).
+QUARANTINE_RESERVE = 2_048
 
 Header = tuple[str, str | bytes | None]
 
@@ -94,3 +102,14 @@ def copy_problem(size: int, topic: str) -> str | None:
     return (f"its copy on {topic} would be {size} bytes with its headers; the "
             f"limit is {RECORD_MAX_BYTES} bytes (a request may be at most {MAX_REQUEST_BYTES}"
             " bytes: submit it again with a smaller spec)")
+
+
+def quarantine_value(key: str | bytes | None, value: bytes, detail: str,
+                     headers: Iterable[Header]) -> tuple[bytes, str]:
+    """The value a quarantined copy keeps and its detail: without the value, said first in
+    the detail, when the copy with its origin headers would not fit one record."""
+    if record_bytes(key, len(value), headers) + QUARANTINE_RESERVE <= RECORD_MAX_BYTES:
+        return value, detail
+    return b"", (f"value of {len(value)} bytes not kept here: with its origin headers it "
+                 f"would pass the {RECORD_MAX_BYTES}-byte record limit; read it at its "
+                 f"origin. {detail}")

@@ -17,6 +17,7 @@ from events.limits import (
     RECORD_MAX_BYTES,
     TOO_LARGE,
     Header,
+    quarantine_value,
     record_bytes,
     request_problem,
 )
@@ -58,3 +59,10 @@ def test_a_request_over_its_limit_is_named_with_both_figures() -> None:
     assert why is not None and why.startswith(
         f"{TOO_LARGE}: the request is {MAX_REQUEST_BYTES + 1} bytes as a record on "
         f"runledger.requests; the limit is {MAX_REQUEST_BYTES} bytes")
+
+
+def test_a_quarantined_copy_keeps_the_value_while_it_fits_with_its_origin() -> None:
+    small = quarantine_value(b"k", b"v" * 1000, "bad_magic", [])
+    assert small == (b"v" * 1000, "bad_magic")
+    value, detail = quarantine_value(b"k", b"v" * (RECORD_MAX_BYTES - 1000), "bad_magic", [])
+    assert value == b"" and detail.endswith("read it at its origin. bad_magic")

@@ -32,11 +32,20 @@ Start = Literal["beginning", "end"] | Mapping[Partition, int]
 
 
 class LogGap(EventsError):
-    """Records a reader needed were deleted before it read them (names where and how many)."""
+    """Records a reader needed were deleted before it read them (names where and how many);
+    or its offset is past the partition's end (``high``), which a log only shows after it
+    was truncated or its topic recreated."""
 
-    def __init__(self, topic: str, partition: int, offset: int, low: int) -> None:
+    def __init__(self, topic: str, partition: int, offset: int, low: int,
+                 high: int | None = None) -> None:
         self.topic, self.partition, self.offset, self.low = topic, partition, offset, low
         self.lost = max(low - offset, 0)
+        if high is not None and offset > high:
+            super().__init__(
+                f"{topic}[{partition}]: the next offset to read, {offset}, is past the "
+                f"partition's end {high}: the log was truncated or the topic recreated "
+                "since it was read")
+            return
         super().__init__(
             f"{topic}[{partition}]: the next offset to read, {offset}, is below the "
             f"partition's low watermark {low}: offsets {offset}..{low - 1} (up to "
@@ -57,14 +66,13 @@ def first_offset(start: Start, tp: Partition, low: int, high: int) -> int:
 
 
 def gap_at_start(start: Start, marks: Mapping[Partition, tuple[int, int]]) -> LogGap | None:
-    """The first partition whose stored offset lies below its low watermark, or None.
-
-    Only stored offsets can: the beginning and the end are always in range.
+    """The first partition whose stored offset lies below its low watermark (or past its
+    end), or None. Only stored offsets can: the beginning and the end are always in range.
     """
     if isinstance(start, str):
         return None
-    for tp, (low, _high) in sorted(marks.items()):
+    for tp, (low, high) in sorted(marks.items()):
         offset = start.get(tp)
-        if offset is not None and 0 <= offset < low:
-            return LogGap(tp[0], tp[1], offset, low)
+        if offset is not None and (0 <= offset < low or offset > high):
+            return LogGap(tp[0], tp[1], offset, low, high)
     return None

@@ -315,7 +315,7 @@ class LogReader:
 
     def _gap(self, tp: Partition, offset: int | None) -> LogGap:
         at = self._positions.get(tp, offset if offset is not None and offset >= 0 else 0)
-        return LogGap(tp[0], tp[1], at, _watermarks(self._consumer, [tp], 10.0)[tp][0])
+        return LogGap(tp[0], tp[1], at, *_watermarks(self._consumer, [tp], 10.0)[tp])
 
     def _reach(self, tp: Partition) -> None:
         """``tp`` has reached the end it had at the start; a bounded reader stops

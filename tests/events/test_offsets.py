@@ -32,6 +32,11 @@ def test_only_a_stored_offset_below_the_low_watermark_is_a_gap() -> None:
     assert str(gap) == ("t[0]: the next offset to read, 2, is below the partition's low "
                         "watermark 5: offsets 2..4 (up to 3 records) were deleted (retention "
                         "or delete_records) before they were read")
+    past = gap_at_start({("t", 1): 4}, marks)  # the end is 3: the topic was recreated
+    assert past is not None and past.lost == 0 and str(past) == (
+        "t[1]: the next offset to read, 4, is past the partition's end 3: the log was "
+        "truncated or the topic recreated since it was read")
+    assert gap_at_start({("t", 1): 3}, marks) is None  # at the end: nothing new yet
 
 
 def delete_below(bootstrap: str, topic: str, offset: int) -> None:

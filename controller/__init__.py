@@ -29,7 +29,8 @@ The contract is docs/architecture.md §7. Pure core first, then the shell:
 - ``alerts``, ``watch``: the alert rules, their actions (notify, pause,
   escalate) and what they watch per run.
 - ``service``: the process shell (transactions, fencing, the consume loop);
-  ``metrics``: its Prometheus collector.
+  ``metrics``: its Prometheus collector; ``fit``: whether what an input makes it
+  append fits one Kafka record once signed (``too_large`` otherwise).
 - ``changelog``: the status summaries a cycle appends to ``runledger.status`` in its
   transaction; ``narrate``: the log line for each record the controller appends.
 - ``errors``: ``ControllerError`` and its leaves.

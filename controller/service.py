@@ -34,6 +34,7 @@ from controller import manifests, narrate
 from controller.chains import Chains, Outgoing, outgoing
 from controller.changelog import Changelog
 from controller.evidence import EvidenceReader
+from controller.fit import VersionOf, too_large
 from controller.follow import Follower, held, partition_count
 from controller.gates import EMPTY as NO_GATES
 from controller.guard import Encode, Problem, encoded, refuse_input, take_input, take_tick
@@ -41,10 +42,11 @@ from controller.model import Model, NodePolicy, PlanOf
 from controller.ownership import Ownership, assign, catch_up, follow
 from controller.signatures import RequestJudge
 from events.authority import admit_input
-from events.codec import default_codec
+from events.codec import Codec, default_codec
 from events.consume import EventConsumer
 from events.errors import Fenced, KafkaOperationError, ProducerFenced
 from events.kafka import EventProducer, Quarantine, Record
+from events.limits import TOO_LARGE
 from events.model import node_key
 from events.signing import SigningKey
 from events.statuslog import read_status, status_partitions
@@ -128,6 +130,7 @@ class ControllerService:
         self._assignments = 0  # the consumer's assignments count this loop has taken in
         self._misplaced: set[str] = set()
         self._encode: Encode = default_codec().encode  # the writer's codec, once it exists
+        self._version_of = _newest(default_codec())
         self.chains = Chains(signing_key, transactional_id)
         self.require_signatures = require_signatures
         self.requests: RequestJudge | None = None
@@ -147,6 +150,7 @@ class ControllerService:
             log.error("%s", exc)
             return FENCED_EXIT
         self._encode = writer.codec.encode
+        self._version_of = _newest(writer.codec)
         partitions = partition_count(self.bootstrap)
         status_parts = status_partitions(self.bootstrap, f"{self.transactional_id}-status")
         self.changelog = Changelog(status_parts is not None, partitions,
@@ -237,11 +241,8 @@ class ControllerService:
                 out += outgoing(produced, record)
                 log.error("run %s: %s refused: %s", rid, record.event.event_type, refusal[1])
                 continue
-            model, produced, problem = take_input(model, record.event, record.topic, now,
-                                                  self.plan_of, self._encode, own.owns)
-            out += outgoing(produced, record)
-            if problem is not None:
-                _log_problem(problem, record)
+            model, taken = self._take(model, record, now, own)
+            out += taken
         model, produced, problems = take_tick(model, now, self.plan_of, self._encode, own.owns)
         out += outgoing(produced)
         for problem in problems:
@@ -253,6 +254,29 @@ class ControllerService:
         self.model = model
         manifests.write_published(model, (o.event for o in out if o.topic == RUNS))
         self._count(len(records), out, time.monotonic() - started)
+
+    def _take(self, model: Model, record: Record, now: int,
+              own: Ownership) -> tuple[Model, list[Outgoing]]:
+        """One input taken (``take_input``); refused instead when what it appends would
+        not fit one record, which the producer would refuse, aborting every transaction."""
+        rid = record.event.run_id
+        new, produced, problem = take_input(model, record.event, record.topic, now,
+                                            self.plan_of, self._encode, own.owns)
+        taken = outgoing(produced, record)
+        big = self._too_large(taken)
+        if big is not None:
+            new, produced = refuse_input(model, record.event, now, self.plan_of,
+                                         self._encode, TOO_LARGE, big)
+            taken, problem = outgoing(produced, record), (rid, TOO_LARGE, big)
+        if problem is not None:
+            _log_problem(problem, record)
+        return new, taken
+
+    def _too_large(self, records: list[Outgoing]) -> str | None:
+        """Why one of an input's records would not fit one Kafka record (``controller.fit``)."""
+        key = self.chains.key
+        return too_large(records, self.transactional_id, key.key_id if key else None,
+                         self._version_of)
 
     def _inputs(self, consumer: EventConsumer) -> list[Record]:
         """Wait up to a tick for inputs; none goes into a transaction sooner than
@@ -334,6 +358,11 @@ class ControllerService:
         stats.commands += sum(1 for o in out if o.topic == COMMANDS)
         stats.ticks += 1
         stats.last_tick_s = took_s
+
+
+def _newest(codec: Codec) -> VersionOf:
+    """The schema version ``codec`` writes an event type with."""
+    return lambda event_type: codec.registry.latest(event_type).version
 
 
 def _log_problem(problem: Problem, record: Record | None) -> None:

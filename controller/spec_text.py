@@ -1,8 +1,9 @@
 """A run spec's text, read safely: bounded size, bounded nesting, bounded aliases.
 
 The spec is untrusted input to a long-lived controller, so its text is judged
-before any of it is built: at most :data:`MAX_SPEC_BYTES` bytes (which also
-keeps its ``RunSubmitted`` inside Kafka's default 1 MB record), mappings and
+before any of it is built: at most :data:`MAX_SPEC_BYTES` bytes (990,000:
+``events.limits`` derives it so that its ``RunSubmitted``, and the
+controller's signed copy of it on ``runledger.runs``, fit one record), mappings and
 lists nested at most :data:`MAX_DEPTH` deep (PyYAML composes recursively: a
 deeper document would end in ``RecursionError``), at most :data:`MAX_ALIASES`
 aliases and :data:`MAX_NODES` values once every alias is expanded (a YAML
@@ -24,8 +25,9 @@ from typing import Any
 import yaml
 
 from controller.errors import SpecError
+from events import limits
 
-MAX_SPEC_BYTES = 1_000_000
+MAX_SPEC_BYTES = limits.MAX_SPEC_BYTES
 MAX_DEPTH = 32
 MAX_ALIASES = 64
 MAX_NODES = 100_000

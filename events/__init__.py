@@ -24,12 +24,15 @@
   a worker process.
 - ``launch``: where a worker runs and which program it runs, the check ``submit``
   and the agent both make before a launch;
+- ``limits``: the one record size limit (librdkafka's 1,000,000 bytes) and what
+  it leaves a request and a spec once the controller's copy adds its headers.
 - ``kafka``: idempotent producer, the decoded ``Record``, the quarantine for
   undecodable or refused records, and the one decode-or-quarantine step;
   ``transactions``: the controller's ``TransactionalWriter``.
 - ``reader``: ``LogReader``, the one group-less reader (assignment from the
   beginning, the end or stored offsets; positions; end of log; quarantine), and
-  ``Watermarks``.
+  ``Watermarks``; ``offsets``: where it starts, and ``LogGap``, the records
+  deleted below a stored offset or a lagging position, named, never skipped.
 - ``status``, ``statuslog``: a run's status summary (``RunStatusChanged``, a derived
   view on the compacted ``runledger.status``, not a fact) and reading it back;
 - ``consume``: ``EventConsumer``, a consumer-group member with explicit commits,

@@ -76,7 +76,9 @@ INPUT_TOPICS = (REQUESTS, REPORTS)
 EVIDENCE: frozenset[str] = frozenset({"PreflightCompleted", "PilotCompleted", "DrillCompleted"})
 
 # Record size limits per input topic, in bytes of the encoded value. A request
-# carries a whole spec (itself limited to 1 MiB of text); a report is a few
+# carries a whole spec (itself limited to 990,000 bytes, ``events.limits``); this
+# door passes every request a producer can send, and one whose copy would not
+# fit is refused as a fact (``controller.fit``), not quarantined; a report is a few
 # hundred bytes, a checkpoint proposal with a large mixture a few kilobytes.
 MAX_BYTES: Mapping[str, int] = {REQUESTS: 2 * 1024 * 1024, REPORTS: 256 * 1024}
 

@@ -5,11 +5,16 @@
 decode every record with the one step of ``events.kafka``; one that cannot be
 decoded goes to the quarantine and is reported with topic, partition and
 offset, and reading goes on. Nothing crashes on bad bytes and nothing vanishes
-silently.
+silently. Nor do deleted records: a group member whose committed offset lies
+below its partition's start when it is assigned (retention outran a stopped
+controller) logs the gap as an error (``events.offsets.LogGap``) and reads on
+from the start, as ``auto.offset.reset`` makes it: the inputs are gone, and
+stopping would decide nothing for every other run.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -26,7 +31,10 @@ from events.codec import Codec, default_codec
 from events.connection import client_config, refused
 from events.errors import ConsumerFenced, KafkaOperationError, NotAuthorized
 from events.kafka import Admit, Quarantine, Quarantined, Record, decode_or_quarantine, poll_burst
+from events.offsets import LogGap
 from events.reader import LogReader
+
+log = logging.getLogger("runledger.events.consume")
 
 
 class EventConsumer:
@@ -105,6 +113,17 @@ class EventConsumer:
         for tp in committed:
             if tp.error is None and tp.offset >= 0:
                 self._positions.setdefault((tp.topic, tp.partition), tp.offset)
+                self._say_gap(tp)
+
+    def _say_gap(self, committed: TopicPartition) -> None:
+        """Log a committed offset below the partition's start: records deleted unread."""
+        try:
+            low, _ = self._consumer.get_watermark_offsets(committed, timeout=10, cached=False)
+        except KafkaException:
+            return  # the broker will not say now; the fetch resets all the same
+        if committed.offset < low:
+            gap = LogGap(committed.topic, committed.partition, committed.offset, low)
+            log.error("%s; group %s reads on from offset %d", gap, self.group_id, low)
 
     def resume(self, partitions: Sequence[tuple[str, int]]) -> None:
         """Start fetching partitions held since their assignment."""

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 from events.codec import Codec, default_codec
 from events.connection import ENV_CREDENTIALS, client_config, refused, security_settings
 from events.errors import BrokerUnavailable, DecodeError, KafkaOperationError, NotAuthorized
+from events.limits import quarantine_value
 from events.model import Event
 from events.partition import PARTITIONER
 from events.topics import QUARANTINE
@@ -170,6 +171,8 @@ class EventProducer:
             except BufferError:
                 # Local queue full: serve delivery reports, which frees space (backpressure).
                 self._producer.poll(0.1)
+            except KafkaException as exc:  # refused before it is sent: too large (events.limits)
+                raise KafkaOperationError(f"write to {topic}: {exc.args[0].str()}") from None
 
     def poll(self, timeout_s: float = 0.0) -> int:
         served = int(self._producer.poll(timeout_s))
@@ -287,15 +290,16 @@ class Quarantine:
 
     def keep(self, msg: Message, error: DecodeError) -> Quarantined:
         q = quarantined(msg, error)
+        value, detail = quarantine_value(msg.key(), msg.value() or b"", q.detail, header_items(msg))
         headers: Headers = [
             ("origin_topic", q.topic.encode()),
             ("origin_partition", str(q.partition).encode()),
             ("origin_offset", str(q.offset).encode()),
             ("reason", q.reason.encode()),
-            ("detail", q.detail.encode()[:1000]),
+            ("detail", detail.encode()[:1000]),
             *header_items(msg),
         ]
-        self._producer.send_bytes(self.topic, msg.key(), msg.value() or b"", headers)
+        self._producer.send_bytes(self.topic, msg.key(), value, headers)
         self._producer.flush()
         self.count += 1
         self._report(q)

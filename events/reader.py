@@ -11,6 +11,8 @@ failing over for that long before it gives up with ``BrokerUnavailable``. An und
 is handed over as a ``Quarantined`` (where it was, why, and its raw bytes) or,
 to a caller that has nothing better to do with it, reported and logged: it
 never crashes the reader and never vanishes silently. Nothing is committed.
+A stored offset below the log's start, or a position that deletion overtakes,
+raises ``events.offsets.LogGap`` naming the records lost, never a silent jump.
 
 ``Watermarks`` answers the low and high watermarks of every partition (the
 projector metrics' lag). The consumer-group member is ``events.consume``'s.
@@ -21,10 +23,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -36,16 +37,13 @@ from events.codec import Codec, default_codec
 from events.connection import client_config, refused
 from events.errors import BrokerUnavailable, KafkaOperationError, NotAuthorized
 from events.kafka import Quarantine, Quarantined, Record, decode_or_quarantine, poll_burst
+from events.offsets import BEGINNING as BEGINNING
+from events.offsets import END as END
+from events.offsets import LogGap, Partition, Start, first_offset, gap_at_start
 from events.partition import key_partitions
 
 log = logging.getLogger("runledger.events.reader")
 
-Partition = tuple[str, int]
-BEGINNING: Literal["beginning"] = "beginning"
-END: Literal["end"] = "end"
-# Where reading starts: every partition's first record, its end (only what is
-# appended from now on), or stored next offsets (partitions not named: the beginning).
-Start = Literal["beginning", "end"] | Mapping[Partition, int]
 OnQuarantine = Callable[[Quarantined], None]
 
 # Read-only, never committed, and never past an open or aborted transaction.
@@ -57,6 +55,8 @@ _SETTINGS: dict[str, Any] = {
     "enable.auto.commit": False,
     "isolation.level": "read_committed",
     "enable.partition.eof": True,
+    # A position below the log's start is a gap to name, never a jump (events.offsets).
+    "auto.offset.reset": "error",
 }
 
 
@@ -165,7 +165,10 @@ class LogReader:
         self._consumer = _consumer(bootstrap, name, config)
         try:
             self.partitions, marks = self._layout(topics, timeout_s)
-            first = {tp: _first_offset(start, tp, low, high) for tp, (low, high) in marks.items()}
+            gap = gap_at_start(start, marks)
+            if gap is not None:
+                raise gap
+            first = {tp: first_offset(start, tp, low, high) for tp, (low, high) in marks.items()}
             self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in first.items()])
         except BaseException:
             self._consumer.close()
@@ -294,6 +297,8 @@ class LogReader:
             self._reach(tp)
             self._reached = {**self._reached, tp: msg.offset() or 0}
             return
+        if err.code() == KafkaError._AUTO_OFFSET_RESET:  # deletion overtook this reader
+            raise self._gap(tp, msg.offset())
         if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
             # This reader never joins or commits: librdkafka looks up the group's
             # coordinator anyway, which a principal without a group grant is refused.
@@ -307,6 +312,10 @@ class LogReader:
         # librdkafka retries it; a patient reader gives up in _check_patience.
         self._trouble = err.str()
         log.debug("read %s: %s (librdkafka retries)", tp[0], err.str())
+
+    def _gap(self, tp: Partition, offset: int | None) -> LogGap:
+        at = self._positions.get(tp, offset if offset is not None and offset >= 0 else 0)
+        return LogGap(tp[0], tp[1], at, *_watermarks(self._consumer, [tp], 10.0)[tp])
 
     def _reach(self, tp: Partition) -> None:
         """``tp`` has reached the end it had at the start; a bounded reader stops
@@ -364,17 +373,6 @@ class LogReader:
 def _heard(err: KafkaError | None) -> bool:
     """A record, or the end of a partition: the broker is there."""
     return err is None or err.code() == KafkaError._PARTITION_EOF
-
-
-def _first_offset(start: Start, tp: Partition, low: int, high: int) -> int:
-    if start == BEGINNING:
-        return int(OFFSET_BEGINNING)
-    if start == END:
-        # The end as of now, not "whatever the end is once assigned": a record
-        # appended in between must not be missed.
-        return high
-    assert not isinstance(start, str)
-    return start.get(tp, int(OFFSET_BEGINNING))
 
 
 class Watermarks:

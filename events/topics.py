@@ -29,6 +29,11 @@ STATUS = "runledger.status"
 ALL = (REQUESTS, REPORTS, RUNS, COMMANDS, QUARANTINE, KEYS, STATUS)
 CO_PARTITIONED = (REQUESTS, REPORTS, RUNS)
 
+# Every topic's largest record batch: the broker's default, declared so that a
+# cluster-wide lower default cannot undercut ``events.limits.RECORD_MAX_BYTES``
+# (one record and its batch framing must fit).
+TOPIC_MAX_MESSAGE_BYTES = 1_048_588
+
 
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
@@ -44,7 +49,8 @@ def topic_specs(brokers: int) -> list[TopicSpec]:
     With three or more brokers every topic is replicated three times and needs
     two in-sync replicas, so an ``acks=all`` write survives one lost broker.
     """
-    base: dict[str, str] = {"cleanup.policy": "delete"}
+    base: dict[str, str] = {"cleanup.policy": "delete",
+                            "max.message.bytes": str(TOPIC_MAX_MESSAGE_BYTES)}
     if brokers >= 3:
         base["min.insync.replicas"] = "2"
     specs = [

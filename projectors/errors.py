@@ -12,3 +12,7 @@ class ProjectorError(Exception):
 
 class ProjectionLayoutError(ProjectorError):
     """A projection file whose tables another runledger version made."""
+
+
+class ProjectionGap(ProjectorError):
+    """Records the projection still needed were deleted from the log: it stops, naming them."""

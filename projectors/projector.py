@@ -8,7 +8,10 @@ whole batch's transaction, never half of it, and nothing is applied twice.
 A record that cannot be decoded becomes a ``quarantine`` row and projection
 goes on, and so does a record whose rows cannot be stored (``UNPROJECTABLE``).
 Replay is the same loop into an empty database, stopping at the ends the log had
-when it started, however much keeps arriving.
+when it started, however much keeps arriving. A stored offset that retention or
+``delete_records`` has left below its partition's start (``events.offsets``)
+stops the projector with :class:`~projectors.errors.ProjectionGap` naming the
+records lost and the rebuild, never a silent skip past them, live or not.
 
 With ``snapshot_every_s`` the loop also publishes a read-only snapshot of the
 file for readers (``projectors.snapshot``) once something changed and at least
@@ -31,9 +34,10 @@ import pyarrow as pa
 from events.codec import Codec, default_codec
 from events.errors import EventsError
 from events.kafka import Quarantined, Record
+from events.offsets import LogGap
 from events.reader import LogReader
 from events.topics import REPORTS, RUNS
-from projectors.errors import ProjectionLayoutError, ProjectorError
+from projectors.errors import ProjectionGap, ProjectionLayoutError, ProjectorError
 from projectors.rows import EventRow, QuarantineRow, Row
 from projectors.snapshot import LiveFile, publish
 from projectors.tables import DDL, TABLE_OF, TABLES, Table, rows_for
@@ -127,9 +131,12 @@ class Projector:
         below the ends the partitions had when this call started, however many keep
         arriving. ``retry_s``: how long a broker that is down or failing over is
         waited for before ``BrokerUnavailable`` (at the start, and while catching up)."""
-        reader = LogReader(self.bootstrap, TOPICS, start=self.offsets(), codec=self.codec,
-                           name="runledger-projector", bounded=until_caught_up,
-                           strict=until_caught_up and retry_s > 0, retry_s=retry_s)
+        try:
+            reader = LogReader(self.bootstrap, TOPICS, start=self.offsets(), codec=self.codec,
+                               name="runledger-projector", bounded=until_caught_up,
+                               strict=until_caught_up and retry_s > 0, retry_s=retry_s)
+        except LogGap as gap:
+            raise self._gap(gap) from None
         try:
             total = 0
             while not (stop is not None and stop.is_set()):
@@ -143,8 +150,17 @@ class Projector:
                 self._maybe_publish(reader)
             self._maybe_publish(reader, final=True)
             return total
+        except LogGap as gap:
+            raise self._gap(gap) from None
         finally:
             reader.close()
+
+    def _gap(self, gap: LogGap) -> ProjectionGap:
+        """The one line a projector that meets a gap stops with: what is lost, what to do."""
+        return ProjectionGap(
+            f"{self.db_path}: {gap}; the projection stops rather than skip them. Rebuild it "
+            "from what the log still holds with `runledger replay --db NEW` (without the "
+            "deleted records' rows), or keep this file as it is")
 
     def _maybe_publish(self, reader: LogReader, *, final: bool = False) -> None:
         """Publish a snapshot when one is due: something changed since the last one, and

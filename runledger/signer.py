@@ -9,7 +9,10 @@ line and nothing is written. :func:`signed_record` encodes the request once
 and signs exactly those bytes (``events.signing.sign_request``), so the
 signature verifies against what the log stores. :func:`send_request` writes
 one request, signed or not, and waits for the broker's acknowledgement; every
-command that writes to ``runledger.requests`` goes through it.
+command that writes to ``runledger.requests`` goes through it. A request too
+large for the controller to copy onto ``runledger.runs`` with its headers
+(``events.limits.MAX_REQUEST_BYTES``) is refused there in one line
+(:class:`RequestTooLarge`), and nothing is written.
 
 Tested in tests/runledger/commands/test_signed_requests.py.
 """
@@ -21,9 +24,10 @@ from pathlib import Path
 
 from cryptography.exceptions import UnsupportedAlgorithm
 
-from events.codec import Codec
+from events.codec import Codec, default_codec
 from events.errors import KafkaOperationError
 from events.kafka import EventProducer, Headers, event_headers
+from events.limits import record_bytes, request_problem
 from events.model import Event
 from events.signing import SigningKey, sign_request
 from events.topics import REQUESTS
@@ -36,6 +40,10 @@ OPERATOR = "operator"
 
 class SignerRefused(RunledgerError):
     """The key cannot sign a request: unregistered, revoked, not an operator's, or not yours."""
+
+
+class RequestTooLarge(RunledgerError):
+    """A request whose copy on ``runledger.runs`` would not fit one record; nothing was sent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,15 +101,21 @@ def send_request(bootstrap: str, event: Event, key: SigningKey | None,
     """Write one request (signed when there is a key) and wait until the broker has it
     (acks=all), or raise naming the topic and the delivery error."""
     failures: list[str] = []
+    codec = default_codec()
+    if key is None:
+        value = codec.encode(event)
+        headers: Headers = event_headers(event, codec.registry.latest(event.event_type).version)
+    else:
+        value, headers = signed_record(codec, event, key)
+    too_large = request_problem(record_bytes(event.run_id, len(value), headers), topic)
+    if too_large is not None:  # measured before any broker is asked
+        raise RequestTooLarge(f"{event.event_type} of {event.run_id} was not sent: "
+                              f"{too_large}")
     # A delivery timeout below the flush timeout turns a lost write into a
     # delivery error with a reason rather than an unexplained flush timeout.
-    producer = EventProducer(bootstrap, client_id="runledger-cli",
+    producer = EventProducer(bootstrap, client_id="runledger-cli", codec=codec,
                              config={"message.timeout.ms": 15_000})
-    if key is None:
-        producer.send(topic, event, on_failure=failures.append)
-    else:
-        value, headers = signed_record(producer.codec, event, key)
-        producer.send_bytes(topic, event.run_id, value, headers, on_failure=failures.append)
+    producer.send_bytes(topic, event.run_id, value, headers, on_failure=failures.append)
     producer.flush(30.0)
     if failures:
         raise KafkaOperationError(f"write to {topic}: {failures[0]}")

@@ -1,7 +1,8 @@
 """events/consume.py: the group consumer on a real broker: undecodable records are
 quarantined and reading goes on; a group resumes where it explicitly committed; held
 partitions give nothing until resumed, and a rewind reads from the committed offsets;
-a revocation counts as a change of assignment the moment it happens.
+a revocation counts as a change of assignment the moment it happens; a record too large
+to copy whole is quarantined without its value, saying so.
 
 ``read_log`` is exercised by tests/events/test_kafka.py, which reads back what the
 producers wrote with it.
@@ -17,6 +18,7 @@ import pytest
 from events.codec import default_codec
 from events.consume import EventConsumer
 from events.kafka import EventProducer, Quarantine
+from events.limits import RECORD_MAX_BYTES
 from events.topics import QUARANTINE, RUNS
 from tests.events.broker import new_topic, raw_values
 from tests.events.builders import Ev
@@ -150,3 +152,27 @@ def test_a_revocation_counts_as_a_change_before_the_new_assignment(bootstrap: st
         first.close()
         if second is not None:
             second.close()
+
+
+def test_a_record_too_large_to_copy_whole_is_quarantined_without_its_value(
+        bootstrap: str) -> None:
+    """Undecodable bytes as large as a producer may send: the copy with its origin headers
+    could never be written, so it keeps its origin and reason and says where the value is."""
+    topic, kept_on = new_topic(bootstrap, partitions=1), new_topic(bootstrap, partitions=1)
+    producer = EventProducer(bootstrap)
+    big = b"\x00" + b"g" * (RECORD_MAX_BYTES - 200)
+    producer.send_bytes(topic, "run-big", big)
+    producer.flush()
+    reported = []
+    quarantine = Quarantine(producer, topic=kept_on, report=reported.append)
+    consumer = EventConsumer(bootstrap, f"g-{uuid.uuid4().hex}", [topic], quarantine=quarantine)
+    deadline = time.monotonic() + 60
+    while not reported and time.monotonic() < deadline:
+        assert consumer.poll(1.0) == []
+    consumer.close()
+    assert [q.reason for q in reported] == ["bad_magic"]
+    ((_, _, value, headers),) = raw_values(bootstrap, kept_on)
+    assert value == b"" and headers["origin_topic"] == topic.encode()
+    assert headers["detail"].decode().startswith(
+        f"value of {len(big)} bytes not kept here: with its origin headers it would pass the "
+        f"{RECORD_MAX_BYTES}-byte record limit; read it at its origin. ")

@@ -18,12 +18,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
+from events.connection import client_config
 from events.kafka import EventProducer
+from events.partition import partition_for
+from events.reader import Watermarks
 from events.topics import REPORTS
 from projectors.projector import table_digests
 from tests.events.builders import Ev
 from tests.projectors.test_projector import count, publish
+from tests.stacks import private_stack
 
 pytestmark = pytest.mark.kafka
 
@@ -108,3 +114,51 @@ def test_it_ends_under_a_steady_trickle_with_everything_written_before(
     assert count(db, f"SELECT count(*) FROM steps WHERE run_id = '{run_id}'") == 30
     assert count(db, f"SELECT count(*) FROM heartbeats WHERE run_id = '{run_id}'") == 30
     assert count(db, f"SELECT count(*) FROM checkpoints WHERE run_id = '{run_id}'") == 3
+
+
+def ends(address: str) -> dict[tuple[str, int], int]:
+    marks = Watermarks(address, [REPORTS])
+    try:
+        return {tp: high for tp, (_, high) in marks.get().items()}
+    finally:
+        marks.close()
+
+
+def test_a_stored_offset_below_the_log_start_stops_project_naming_the_gap(
+        tmp_path: Path) -> None:
+    """Reports deleted (retention, here ``delete_records``) before the projector read them:
+    ``project --once`` and a live ``project`` both exit 1 with one line naming the
+    partition, the offsets lost and the rebuild; ``replay`` rebuilds from what is left.
+    A private broker: the records of the shared one are every test's."""
+    stack = private_stack(tmp_path / "kafka")
+    try:
+        address = stack.up().bootstrap
+        run = f"run-{uuid.uuid4().hex[:8]}"
+        publish(address, run, 10)
+        db = tmp_path / "live.duckdb"
+        first = cli("project", "--db", str(db), "--once", bootstrap=address)
+        assert first.returncode == 0, first.stderr
+        part = partition_for(run, len(ends(address)))
+        stored = count(db, "SELECT next_offset FROM offsets "
+                           f"WHERE topic = '{REPORTS}' AND part = {part}")
+        publish(address, run, 10, start=10)  # ten more reports, then all of them deleted
+        end = ends(address)[(REPORTS, part)]
+        admin = AdminClient(client_config(address, {}))
+        for done in admin.delete_records([TopicPartition(REPORTS, part, end)]).values():
+            done.result(30)
+        gap = (f"{REPORTS}[{part}]: the next offset to read, {stored}, is below the "
+               f"partition's low watermark {end}: offsets {stored}..{end - 1} (up to "
+               f"{end - stored} records) were deleted")
+        for live in (False, True):
+            args = ("project", "--db", str(db)) + (() if live else ("--once",))
+            out = cli(*args, bootstrap=address)
+            assert out.returncode == 1 and out.stdout == "", out
+            (line,) = out.stderr.strip().splitlines()
+            assert line.startswith(f"runledger: {db}: {gap}"), line
+            assert "`runledger replay --db NEW`" in line
+        new = tmp_path / "rebuilt.duckdb"
+        rebuilt = cli("replay", "--db", str(new), bootstrap=address)
+        assert rebuilt.returncode == 0, rebuilt.stderr
+        assert count(new, f"SELECT count(*) FROM steps WHERE run_id = '{run}'") == 20
+    finally:
+        stack.down(purge=True)

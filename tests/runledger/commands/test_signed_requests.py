@@ -23,11 +23,13 @@ from events.audit import LoggedRecord
 from events.codec import default_codec
 from events.connection import ENV_CREDENTIALS
 from events.keyring import check_headers
-from events.model import CancelRequested, Event, RunSubmitted
+from events.limits import MAX_REQUEST_BYTES
+from events.model import CancelRequested, Event, Header, RunSubmitted
 from events.signing import SIG_HEADER, SigningKey, request_message
 from events.topics import REQUESTS
 from runledger import keylog
 from runledger.rawlog import read_raw
+from runledger.signer import RequestTooLarge, send_request
 from tests.runledger.commands.test_runs import end_offsets, spec_file
 
 
@@ -131,3 +133,21 @@ def test_a_key_that_may_not_sign_this_request_is_refused_and_nothing_is_written(
     refused(cli("cancel", "some-run", "--reason", "x", "--key", str(stranger)),
             "is not registered")
     assert end_offsets(bootstrap, REQUESTS) == before
+
+
+def test_a_request_too_large_to_copy_is_refused_before_any_broker_is_asked() -> None:
+    """``send_request`` measures the record it would send, signature headers included:
+    over ``MAX_REQUEST_BYTES`` it is refused in one line, and nothing is sent."""
+    run = "run-too-large"
+    event = RunSubmitted(
+        header=Header(event_id=f"{run}/submitted", run_id=run, generation=0, occurred_at=1,
+                      producer="cli/alice"),
+        spec_digest="sha256:" + "0" * 64, spec_json="x" * MAX_REQUEST_BYTES,
+        principal="alice", world_size=1)
+    for key in (None, SigningKey.generate()):
+        with pytest.raises(RequestTooLarge) as refused:
+            send_request("127.0.0.1:1", event, key)
+        message = str(refused.value)
+        assert "\n" not in message and message.startswith(
+            f"RunSubmitted of {run} was not sent: too_large: the request is ")
+        assert f"the limit is {MAX_REQUEST_BYTES} bytes" in message

@@ -42,8 +42,8 @@ Rules for a run that has not ended, in this order (the first that applies decide
    consequences; an exit waits for a node not heard from since it, at most
    ``lost.LOST_GRACE_MS``; then the failure is classified with the retry
    policy's verdict (``Classify``), the generation stopped (``Stop``), the
-   failure's node quarantined at its ``NODE_QUARANTINE_AFTER``-th failure that the evidence attributes to it
-   (``policy.counts_against_node``; ``Quarantine``; never for a run whose
+   failure's node quarantined at its ``NODE_QUARANTINE_AFTER``-th failure
+   that the evidence attributes to it (``policy.counts_against_node``; ``Quarantine``; never for a run whose
    spec injects faults, ``policy.injected``, nor for an exit 87 while a
    corruption suspicion is open, ``policy.suspected``), and the run failed if
    the policy escalates (``Finish``); otherwise, once every member has joined

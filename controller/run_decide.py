@@ -31,24 +31,18 @@ Rules for a run that has not ended, in this order (the first that applies decide
    exit before the generation's first step waits up to ``START_EXIT_WAIT_MS``
    for the other members, to tell a failure on every rank from one rank's, and
    an exit 87 waits as long for the generation's corruption suspicion, which
-   the coordinator reports before every rank exits; a member silent past its
-   heartbeat timeout, or its start timeout before its first heartbeat; Running
-   with no step past the stall timeout), the failure is first judged by
-   ``controller.lost``: when a node of the generation disappeared (its agent
-   and its members silent past ``lost.LOST_AFTER_MS``), the failure is that
-   node's, recorded first (``Lost``, the fact ``NodeLost``) and classified as
-   ``infrastructure:node_lost`` on it, the survivors' exits named as its
-   consequences; an exit waits for a node not heard from since it, at most
-   ``lost.LOST_GRACE_MS``; then the failure is classified with the retry
-   policy's verdict (``Classify``), the generation stopped (``Stop``), the
-   failure's node quarantined at its ``NODE_QUARANTINE_AFTER``-th failure that
-   the evidence attributes to it (``policy.counts_against_node``;
-   ``Quarantine``; never for a run whose spec injects faults,
-   ``policy.injected``, nor for an exit 87 while a corruption suspicion is
-   open, ``policy.suspected``), and the run failed if the policy escalates
-   (``Finish``); otherwise, once every member has joined (a heartbeat or an
-   exit), it is Running (``Confirm``), and once every member has exited 0 it
-   has succeeded (``Finish``).
+   the coordinator reports before every rank exits;
+   a member silent past its heartbeat timeout, or its start timeout before
+   its first heartbeat; Running with no step past the stall timeout), the
+   failure is classified with the retry policy's verdict (``Classify``), the
+   generation stopped (``Stop``), the failure's node quarantined at its
+   ``NODE_QUARANTINE_AFTER``-th failure that the evidence attributes to it
+   (``policy.counts_against_node``; ``Quarantine``; never for a run whose
+   spec injects faults, ``policy.injected``, nor for an exit 87 while a
+   corruption suspicion is open, ``policy.suspected``), and the run failed if
+   the policy escalates (``Finish``); otherwise, once every member has joined
+   (a heartbeat or an exit), it is Running (``Confirm``), and once every member
+   has exited 0 it has succeeded (``Finish``).
 
 An elastic run (``RunPlan.elastic``) differs in three places, each decided
 by ``controller.elastic``: rule 2 admits it at the largest allowed size the
@@ -58,6 +52,13 @@ members whose nodes it keeps plus newcomers, at the largest allowed size
 the last part of rule 4, a Running generation below ``max`` that just
 committed a checkpoint grows when the nodes hold more replicas (``Stop``,
 then ``Start`` with reason ``grow``). Fixed runs never reach those branches.
+
+A failure rule 4 finds is first judged by ``controller.lost``: when a node of
+the generation disappeared (its agent and its members silent past
+``lost.LOST_AFTER_MS``), the failure is that node's, recorded first (``Lost``,
+the fact ``NodeLost``) and classified as ``infrastructure:node_lost`` on it,
+the survivors' exits named as its consequences; an exit waits for a node not
+heard from since it, at most ``lost.LOST_GRACE_MS``.
 
 An Admitted run starts its generation in the same step as its admission, so
 no rule waits for one.

@@ -31,6 +31,11 @@ still classified within seconds and blamed on its own node. A failure shown by
 a silence (a heartbeat or start timeout, a stall) waits for nothing: those
 timeouts are already longer than ``LOST_AFTER_MS``.
 
+What it cannot tell: a controller that reads the reports topic more than
+``LOST_AFTER_MS`` behind (a node's agent and workers all unheard because the
+controller lags, not because they died) would call that node lost; the same
+limit already decides where an elastic run restarts (``elastic.FRESH_MS``).
+
 Tested in tests/controller/test_lost.py.
 """
 

@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 from controller import alerts, checkpoints, elastic, inputs, node_decide
 from controller.emitter import PRODUCER, Emitter, Out
+from controller.lost import Lost
 from controller.model import Draft, Model, PlanOf, Tracked
 from controller.run_decide import (
     NODE_QUARANTINE_AFTER,
@@ -56,6 +57,7 @@ from events.model import (
     GroupStartCommanded,
     Member,
     MembershipConfirmed,
+    NodeLost,
     NodeQuarantined,
     NodeQuarantineExpired,
     RunAdmitted,
@@ -216,6 +218,10 @@ def perform(em: Emitter, run: Tracked, action: Action, slots: Slots,
                 placed = {(m.logical_id, m.node) for m in state.members}
                 slots.take(tuple(m for m in members if (m.logical_id, m.node) not in placed))
             _start(em, run, action)
+        case Lost(node, last_seen_at, lost_members, consequences):
+            em.emit(RUNS, NodeLost(
+                header=em.header(rid, gen, f"{rid}/g{gen}/NodeLost/{node}"), node=node,
+                last_seen_at=last_seen_at, members=lost_members, consequences=consequences))
         case Classify(failure, decision):
             em.emit(RUNS, FailureClassified(
                 header=em.header(rid, gen, f"{rid}/g{gen}/FailureClassified"),

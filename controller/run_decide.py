@@ -59,6 +59,13 @@ the last part of rule 4, a Running generation below ``max`` that just
 committed a checkpoint grows when the nodes hold more replicas (``Stop``,
 then ``Start`` with reason ``grow``). Fixed runs never reach those branches.
 
+A failure rule 4 finds is first judged by ``controller.lost``: when a node of
+the generation disappeared (its agent and its members silent past
+``lost.LOST_AFTER_MS``), the failure is that node's, recorded first (``Lost``,
+the fact ``NodeLost``) and classified as ``infrastructure:node_lost`` on it,
+the survivors' exits named as its consequences; an exit waits for a node not
+heard from since it, at most ``lost.LOST_GRACE_MS``.
+
 An Admitted run starts its generation in the same step as its admission, so
 no rule waits for one.
 """
@@ -70,12 +77,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from controller import admission, elastic, gates, liveness, policy, sdc_verdict
+from controller import admission, elastic, gates, liveness, lost, policy, sdc_verdict
 from controller.exits import Evidence
 from controller.gates import EMPTY as NO_GATES
 from controller.gates import GateBook
 from controller.inventory import Inventory, blocked_note
 from controller.liveness import EXIT_GRACE_MS  # noqa: F401  (rule 4 names it; tests read it here)
+from controller.lost import Lost
 from controller.model import Tracked
 from controller.runplan import RunPlan
 from events.model import Member
@@ -152,7 +160,8 @@ class Finish:
     reason: str
 
 
-Action = Queue | Admit | Start | Classify | Stop | Quarantine | Confirm | Finish
+# Lost (controller.lost): a node of the live generation disappeared; recorded as NodeLost.
+Action = Queue | Admit | Start | Lost | Classify | Stop | Quarantine | Confirm | Finish
 
 
 def decide(run: Tracked, world: World) -> tuple[Action, ...]:
@@ -282,10 +291,15 @@ def _watch(run: Tracked, plan: RunPlan, world: World) -> tuple[Action, ...]:
     state = run.state
     failure = _failure(run, plan, world)
     if failure is not None:
+        found = lost.judge(state.members, state.exits, state.heartbeats, run.evidence,
+                           world.inventory, failure, world.now, world.since)
+        if found is lost.WAIT:
+            return ()  # an exit, while a node of the generation may be gone (controller.lost)
+        if isinstance(found, lost.Found):
+            return (found.lost, *_failed(state, plan, _marked(found.failure, plan), world))
         if state.suspicion is not None and failure.failure_class == "silent_corruption":
             failure = policy.suspected(failure)
-        return _failed(state, plan, policy.injected(failure) if plan.injects_faults else failure,
-                       world)
+        return _failed(state, plan, _marked(failure, plan), world)
     exits = state.exits
     lids = [m.logical_id for m in state.members]
     joined = all(lid in state.heartbeats or lid in exits for lid in lids)
@@ -295,6 +309,10 @@ def _watch(run: Tracked, plan: RunPlan, world: World) -> tuple[Action, ...]:
     if running and lids and all(exits.get(lid) == 0 for lid in lids):
         actions.append(Finish("succeeded", "every member exited 0"))
     return tuple(actions) or _grow(state, plan, world)
+
+
+def _marked(failure: policy.Failure, plan: RunPlan) -> policy.Failure:
+    return policy.injected(failure) if plan.injects_faults else failure
 
 
 def _failure(run: Tracked, plan: RunPlan, world: World) -> policy.Failure | None:

@@ -290,6 +290,20 @@ class NodeQuarantined(Event):
     TOPIC: ClassVar[str] = "runledger.runs"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeLost(Event):
+    """A node of the run's live generation disappeared (controller.lost): its agent and
+    its members silent past the loss threshold, none of them exited. Keyed by the run,
+    before the ``FailureClassified`` that attributes the failure to ``node``;
+    ``consequences`` are the failures elsewhere that followed it, not causes."""
+
+    node: str
+    last_seen_at: int  # the fault's first evidence: the node's last report (ms)
+    members: tuple[str, ...]
+    consequences: tuple[str, ...] = ()
+    TOPIC: ClassVar[str] = "runledger.runs"
+
+
 CORDON_MODES = ("cordon", "drain")
 
 

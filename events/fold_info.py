@@ -1,8 +1,10 @@
 """The informational records of the run fold (``events.fold``): what they do to a run.
 
-Rejections, alerts, stop commands and the post-run manifest never change a run's
-status and stay legal after the run has ended: they are about the run, stop
-commands follow a cancellation by design, and the manifest follows the end.
+Rejections, alerts, stop commands, a lost node and the post-run manifest never
+change a run's status and stay legal after the run has ended: they are about the
+run, stop commands follow a cancellation by design, the manifest follows the end,
+and a ``NodeLost`` is the controller's account of a failure whose own record
+(``FailureClassified``) does the changing.
 ``events.fold.apply`` lets them past its terminal check and takes their effect
 from :func:`advance`.
 
@@ -17,16 +19,17 @@ from events.model import (
     AlertRaised,
     AlertResolved,
     GroupStopCommanded,
+    NodeLost,
     RunManifestPublished,
     WriteRejected,
 )
 from events.state import RunState
 
 INFORMATIONAL = (WriteRejected, AlertRaised, AlertResolved, GroupStopCommanded,
-                 RunManifestPublished)
+                 RunManifestPublished, NodeLost)
 
 Informational = (WriteRejected | AlertRaised | AlertResolved | GroupStopCommanded
-                 | RunManifestPublished)
+                 | RunManifestPublished | NodeLost)
 
 
 def advance(state: RunState, e: Informational) -> RunState:
@@ -44,4 +47,4 @@ def advance(state: RunState, e: Informational) -> RunState:
                 return state
             return replace(state, open_alerts={k: v for k, v in state.open_alerts.items()
                                                if k != e.key})
-    return state  # a stop command, a manifest: recorded by projections
+    return state  # a stop command, a manifest, a lost node: recorded by projections

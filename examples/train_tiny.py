@@ -150,9 +150,11 @@ def main() -> int:
             loss = float(totals[0] / totals[1].clamp(min=1))
             if cfg["step_sleep_s"]:
                 time.sleep(cfg["step_sleep_s"])
-            session.step(step, loss=loss, tokens=tokens.numel() * session.world_size,
-                         loss_tokens=int(totals[1]), step_time_s=time.monotonic() - t0,
-                         input_wait_s=loader.metrics.input_wait_s - wait0, cursor=batch.cursor)
+            # Traced before the step is reported: a checkpoint at this step may be
+            # committed inside session.step, and a stop that follows the commit (an
+            # elastic grow) could otherwise take the process before the line is written,
+            # leaving a committed step that no generation traced. A step traced but
+            # never committed is served again, and traced again, by the next generation.
             if trace is not None:
                 size = cfg["global_batch"]
                 trace.write(json.dumps({
@@ -163,6 +165,9 @@ def main() -> int:
                     "spans": [[[p.source, p.index, p.epoch, p.start, p.stop] for p in row]
                               for row in batch.samples]}) + "\n")
                 trace.flush()
+            session.step(step, loss=loss, tokens=tokens.numel() * session.world_size,
+                         loss_tokens=int(totals[1]), step_time_s=time.monotonic() - t0,
+                         input_wait_s=loader.metrics.input_wait_s - wait0, cursor=batch.cursor)
         loader.close()
         if trace is not None:
             trace.close()

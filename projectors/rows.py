@@ -2,10 +2,11 @@
 
 Each row is a ``NamedTuple`` whose field annotations carry the column's
 DuckDB type (``Varchar``, ``Bigint``, ...; an ``Opt`` alias where the column
-may be NULL). ``projectors.tables`` derives each table's DDL, column list and
-Arrow schema from these declarations, so the three cannot drift apart. Rows
-are tuples on purpose: the projector turns a batch of them into Arrow columns
-with one ``zip``, the fastest way in (see ``projectors.projector._insert``).
+may be NULL; ``projectors.columns``). ``projectors.tables`` derives each
+table's DDL, column list and Arrow schema from these declarations, so the
+three cannot drift apart. Rows are tuples on purpose: the projector turns a
+batch of them into Arrow columns with one ``zip``, the fastest way in (see
+``projectors.projector._insert``).
 
 Every table but ``offsets`` starts with the position of the record a row came
 from (``topic``, ``part``, ``ofs``), so a row can always be traced to the log.
@@ -13,36 +14,20 @@ from (``topic``, ``part``, ``ofs``), so a row can always be traced to the log.
 Tested in tests/projectors/test_tables.py.
 """
 
-from dataclasses import dataclass
-from typing import Annotated, NamedTuple
+from typing import NamedTuple
 
-import pyarrow as pa
-
-
-@dataclass(frozen=True, slots=True)
-class SqlType:
-    """A DuckDB column type and the Arrow type a batch of its values is built as."""
-
-    name: str
-    arrow: pa.DataType
-
-
-VARCHAR = SqlType("VARCHAR", pa.string())
-INTEGER = SqlType("INTEGER", pa.int32())
-BIGINT = SqlType("BIGINT", pa.int64())
-DOUBLE = SqlType("DOUBLE", pa.float64())
-JSON = SqlType("JSON", pa.string())
-BLOB = SqlType("BLOB", pa.binary())
-
-Varchar = Annotated[str, VARCHAR]
-OptVarchar = Annotated[str | None, VARCHAR]
-Integer = Annotated[int, INTEGER]
-Bigint = Annotated[int, BIGINT]
-OptBigint = Annotated[int | None, BIGINT]
-Double = Annotated[float, DOUBLE]
-OptDouble = Annotated[float | None, DOUBLE]
-Json = Annotated[str, JSON]
-OptBlob = Annotated[bytes | None, BLOB]
+from projectors.columns import (
+    Bigint,
+    Double,
+    Integer,
+    Json,
+    OptBigint,
+    OptBlob,
+    OptDouble,
+    OptVarchar,
+    Varchar,
+)
+from projectors.columns import SqlType as SqlType  # re-exported: tables derive from it
 
 
 class OffsetRow(NamedTuple):
@@ -346,6 +331,21 @@ class ExitRow(NamedTuple):
     occurred_at: Bigint
 
 
+class LostNodeRow(NamedTuple):
+    """A ``NodeLost``: the node a generation lost, and what followed it elsewhere."""
+
+    topic: Varchar
+    part: Integer
+    ofs: Bigint
+    run_id: Varchar
+    generation: Bigint
+    node: Varchar
+    last_seen_at: Bigint  # the fault's first evidence
+    members: Json  # its members' logical ids
+    consequences: Json  # the survivors' failures that followed (not causes)
+    occurred_at: Bigint
+
+
 class SuspicionRow(NamedTuple):
     """A kept ``CorruptionSuspected``; the lists are JSON, per rank in rank order."""
 
@@ -387,5 +387,5 @@ Row = (
     OffsetRow | EventRow | QuarantineRow | RunRow | GenerationRow | MemberRow | StepRow
     | HeartbeatRow | CheckpointRow | RevocationRow | ShardRow | CursorRow | SourceCountRow
     | StagingRow | RestoreRow | RejectionRow | FailureRow | EndingRow | AlertRow
-    | AlertResolutionRow | RankStepRow | ExitRow | SuspicionRow | VerdictRow
+    | AlertResolutionRow | RankStepRow | ExitRow | LostNodeRow | SuspicionRow | VerdictRow
 )

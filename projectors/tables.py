@@ -16,13 +16,10 @@ contract.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import operator
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 import pyarrow as pa
@@ -42,6 +39,7 @@ from events.model import (
     GenerationStarted,
     HeartbeatRecorded,
     ManifestCommitted,
+    NodeLost,
     RunCancelled,
     RunFinished,
     RunSubmitted,
@@ -52,6 +50,7 @@ from events.model import (
     WriteRejected,
 )
 from events.topics import REPORTS, RUNS
+from projectors.payload import payload
 from projectors.rows import (
     AlertResolutionRow,
     AlertRow,
@@ -63,6 +62,7 @@ from projectors.rows import (
     FailureRow,
     GenerationRow,
     HeartbeatRow,
+    LostNodeRow,
     MemberRow,
     OffsetRow,
     QuarantineRow,
@@ -140,6 +140,7 @@ TABLES: tuple[Table, ...] = (
     _table("alert_resolutions", AlertResolutionRow),
     _table("rank_steps", RankStepRow),
     _table("exits", ExitRow),
+    _table("lost_nodes", LostNodeRow),
     _table("quarantine", QuarantineRow),
     _table("sdc_suspicions", SuspicionRow),
     _table("sdc_verdicts", VerdictRow),
@@ -281,6 +282,13 @@ def _json_list(values: Sequence[int] | Sequence[str]) -> str:
     return json.dumps(list(values), separators=(",", ":"))
 
 
+def _lost(e: NodeLost, p: Pos) -> list[Row]:
+    return [LostNodeRow(*p, run_id=e.run_id, generation=e.generation, node=e.node,
+                        last_seen_at=e.last_seen_at, members=_json_list(e.members),
+                        consequences=json.dumps(list(e.consequences)),
+                        occurred_at=e.header.occurred_at)]
+
+
 def _suspicion(e: CorruptionSuspected, p: Pos) -> list[Row]:
     # Which nodes are suspect is worked out once here, so no query indexes JSON lists.
     suspect = [e.nodes[r] for r in e.ranks] if e.ranks else list(e.nodes)
@@ -314,6 +322,7 @@ _FACTS: dict[type[Event], _Map] = {
     AlertResolved: _resolution,
     WorkerExited: _exit,
     CheckpointStaged: _staging,
+    NodeLost: _lost,
     # A suspicion is a fact once the controller keeps it (the fold holds it open
     # until the verdict); one it refused never reaches the runs topic.
     CorruptionSuspected: _suspicion,
@@ -337,55 +346,9 @@ def rows_for(record: Record) -> list[Row]:
     out: list[Row] = [EventRow(topic, record.partition, record.offset, h.run_id,
                                h.generation, e.event_type, h.event_id, h.occurred_at,
                                h.producer, h.causation_id, record.writer_version,
-                               _payload(e))]
+                               payload(e))]
     mappers = _FACTS if topic == RUNS else _REPORTS if topic == REPORTS else _NONE
     mapper = mappers.get(type(e))
     if mapper is not None:
         out.extend(mapper(e, (topic, record.partition, record.offset)))
     return out
-
-
-def _payload(e: Event) -> str:
-    kind = type(e)
-    doc = _PAYLOAD_DOC.get(kind)
-    if doc is None:
-        doc = _PAYLOAD_DOC[kind] = _doc_of(kind)
-    return "".join(_ENCODE(doc(e), 0))
-
-
-def _doc_of(kind: type[Event]) -> Callable[[Event], dict[str, Any]]:
-    """How to take an event's payload fields (all but the header) as one dict: its
-    field names looked up once, in sorted order (what the encoder sorts them into)."""
-    names = tuple(sorted(f.name for f in dataclasses.fields(kind) if f.name != "header"))
-    if not names:
-        return lambda _e: {}
-    get = operator.attrgetter(*names)
-    if len(names) == 1:  # one name: attrgetter gives the value, not a tuple of one
-        return lambda e: {names[0]: get(e)}
-    return lambda e: dict(zip(names, get(e), strict=True))
-
-
-# Per event class: ``dataclasses.fields`` per record was a fifth of rows_for's time.
-_PAYLOAD_DOC: dict[type[Event], Callable[[Event], dict[str, Any]]] = {}
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, tuple | frozenset | set):
-        return list(value)
-    if isinstance(value, bytes):
-        return value.hex()  # a key record's public key
-    raise TypeError(f"cannot put {type(value).__name__} in a payload")
-
-
-# What ``json.dumps(doc, sort_keys=True, default=_plain, separators=(",", ":"))``
-# uses, built once instead of per record.
-_JSON = json.JSONEncoder(sort_keys=True, default=_plain, separators=(",", ":"))
-# ``_JSON.encode`` builds a new C encoder per call, two fifths of its time on a
-# heartbeat's payload; this is that C encoder, built once with the same settings.
-# Without the circular-reference markers: a decoded event holds no cycles.
-_ENCODE: Callable[[Any, int], Sequence[str]] = (
-    (lambda doc, _level: (_JSON.encode(doc),)) if c_make_encoder is None
-    else c_make_encoder(None, _plain, encode_basestring_ascii, None, ":", ",", True, False,
-                        True))

@@ -12,7 +12,7 @@ import duckdb
 from queries.runner import run_query
 
 PARTS = ("productive", "checkpoint", "lost_work", "detection", "recovery", "input_stall",
-         "idle", "other")
+         "idle", "resize_stop", "resize_rendezvous", "resize_restore", "other")
 
 
 @dataclass(frozen=True, slots=True)

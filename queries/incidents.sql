@@ -11,6 +11,11 @@
 --   rpo_s        the same in time: from when the resumed step was trained to
 --                the fault.
 -- A failure with no later generation (escalated, cancelled) has no RTO.
+-- A lost node (NodeLost before the failure, infrastructure:node_lost): node is
+-- the node that was lost, lost_node too, last_seen_at its last report (the
+-- fault: detection starts there, but not before the generation's last step,
+-- which every rank took part in), and consequences (JSON) the survivors'
+-- failures that followed it, not causes; NULL for other failures.
 -- log_path and stderr_tail: the failed worker's output file (on its node) and
 -- its last lines, as FailureClassified v2 carries them ('' before v2).
 --
@@ -44,8 +49,13 @@ f AS (
            (SELECT min(x.occurred_at) FROM exits x WHERE x.run_id = f.run_id
               AND x.generation = f.generation
               AND (x.signal IS NOT NULL OR x.exit_code <> 0)) AS exited_at,
-           (SELECT min(generation) FROM gens g WHERE g.generation > f.generation) AS next_gen
-    FROM failures f WHERE f.run_id = getvariable('run_id')
+           (SELECT min(generation) FROM gens g WHERE g.generation > f.generation) AS next_gen,
+           l.node AS lost_node, l.last_seen_at, l.consequences
+    FROM failures f
+    LEFT JOIN (SELECT * FROM lost_nodes WHERE run_id = getvariable('run_id')
+               QUALIFY row_number() OVER (PARTITION BY generation ORDER BY ofs) = 1) l
+      ON l.generation = f.generation
+    WHERE f.run_id = getvariable('run_id')
 ),
 sus AS (  -- restart_ofs: where the next generation starts in the run's partition
     SELECT x.*, coalesce((SELECT min(g.ofs) FROM generations g WHERE g.run_id = x.run_id
@@ -93,7 +103,11 @@ g AS (
     SELECT f.*,
            least(f.occurred_at, coalesce(f.exited_at, f.last_step_at,
                  (SELECT started_at FROM gens WHERE generation = f.generation)),
-                 (SELECT suspected_at FROM sdc WHERE sdc_generation = f.generation))
+                 (SELECT suspected_at FROM sdc WHERE sdc_generation = f.generation),
+                 CASE WHEN f.last_seen_at IS NOT NULL THEN greatest(f.last_seen_at,
+                     coalesce(f.last_step_at,
+                              (SELECT started_at FROM gens WHERE generation = f.generation)))
+                 END)
              AS fault_at,
            coalesce((SELECT min(r.step) FROM restores r WHERE r.run_id = f.run_id
                        AND r.generation = f.next_gen), n.resume_step) AS resumed_from,
@@ -132,7 +146,10 @@ incident AS (
               3) AS rpo_s,
         detail,
         log_path,
-        stderr_tail
+        stderr_tail,
+        lost_node,
+        epoch_ms(last_seen_at) AS last_seen_at,
+        consequences
     FROM h
 )
 SELECT * EXCLUDE (sort_at, sdc_generation, suspected_at, sdc_detail) FROM (

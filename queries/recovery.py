@@ -7,7 +7,9 @@ where that domain's recoverable step or violation changed, plus a row per
 domain for the latest fact (where the run stands now). The rows carry the
 domain's incidents so far and the RTO of the newest (``incidents.sql``): a
 failure's domain is ``events.recovery.domain_of`` its class
-(``infrastructure``: host; every other class: process).
+(``infrastructure``: host; every other class: process), and a failure's row
+names the node it was attributed to (``node``: for a lost node,
+``infrastructure:node_lost``, the node that was lost).
 
 The spec's ``checkpoint.rpo`` and first tier come from the submitted spec JSON
 (the controller validated it at submit): the first tier's widest ``protects``,
@@ -31,7 +33,7 @@ from events.workerenv import FAILURE_DOMAINS
 from queries.runner import Result, run_query
 
 COLUMNS = ["at", "event_type", "domain", "committed_step", "recoverable_step",
-           "rpo_steps", "rpo_s", "rpo_target_steps", "violated", "incidents", "rto_s"]
+           "rpo_steps", "rpo_s", "rpo_target_steps", "violated", "incidents", "rto_s", "node"]
 
 
 def targets(spec_json: str | None) -> tuple[str, dict[str, int]]:
@@ -105,14 +107,15 @@ class _Series:
         for fig in rv.figures(self.rec, self.first, self.rpo):
             now = (fig.recoverable_step, fig.violated)
             seen = self.incidents.get(fig.domain, [])
-            if not every and self.shown.get(fig.domain) == now and not (
-                    f["event_type"] == "FailureClassified"
-                    and rv.domain_of(f["failure_class"]) == fig.domain):
+            failed = f["event_type"] == "FailureClassified" \
+                and rv.domain_of(f["failure_class"]) == fig.domain
+            if not every and self.shown.get(fig.domain) == now and not failed:
                 continue
             self.shown[fig.domain] = now
             row = (_utc(f["occurred_at"]), f["event_type"], fig.domain, fig.committed_step,
                    fig.recoverable_step, fig.gap_steps, fig.gap_s, fig.rpo_steps,
-                   fig.violated, len(seen), seen[-1] if seen else None)
+                   fig.violated, len(seen), seen[-1] if seen else None,
+                   f["node"] if failed else None)
             if self.written.get(fig.domain) != row:  # the last point may repeat the latest
                 self.written[fig.domain] = row
                 self.rows.append(row)

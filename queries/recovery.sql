@@ -20,6 +20,7 @@ SELECT
     json_extract_string(payload, '$.protects') AS protects,
     json_extract_string(payload, '$.failure_class') AS failure_class,
     json_extract_string(payload, '$.signature') AS signature,
+    json_extract_string(payload, '$.node') AS node,
     json_extract_string(payload, '$.spec_json') AS spec_json
 FROM events
 WHERE run_id = getvariable('run_id') AND topic = 'runledger.runs'

@@ -21,7 +21,8 @@ from typing import Any
 PART_COLORS = {
     "productive": "#2e7d32", "checkpoint": "#1565c0", "lost_work": "#ef6c00",
     "detection": "#c62828", "recovery": "#ad1457", "input_stall": "#f9a825",
-    "idle": "#9e9e9e", "other": "#b0bec5",
+    "idle": "#9e9e9e", "resize_stop": "#6a1b9a", "resize_rendezvous": "#8e24aa",
+    "resize_restore": "#ba68c8", "other": "#b0bec5",
 }
 PART_HELP = {
     "productive": "surviving steps, less their input wait",
@@ -31,6 +32,9 @@ PART_HELP = {
     "recovery": "from the classification to the next generation's first step",
     "input_stall": "input wait inside surviving steps",
     "idle": "allocated before the first step and after the last",
+    "resize_stop": "a planned elastic resize: the old generation's last step to the new start",
+    "resize_rendezvous": "a planned resize: the new start until every member joined",
+    "resize_restore": "a planned resize: every member joined until its first step",
     "other": "between steps: logging, reporting, the loop",
 }
 

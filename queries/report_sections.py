@@ -12,6 +12,7 @@ Tested in tests/queries/test_report.py.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,6 +218,11 @@ def _output(value: Any) -> Safe:
     return Safe(f"<pre>{esc(value)}</pre>") if value else Safe("-")
 
 
+def _consequences(v: object) -> str:
+    """A lost node's consequences (JSON list) as one line; '' for other failures."""
+    return "; ".join(json.loads(v)) if isinstance(v, str) and v else ""
+
+
 def _incidents(data: ReportData) -> str:
     if not data.incidents:
         return _section("incidents", "Incidents", empty("no failures"))
@@ -224,13 +230,16 @@ def _incidents(data: ReportData) -> str:
     cols = [Col("generation", "gen", num, True),
             Col("fault_at", "fault at", lambda v: since(v, origin), True),
             Col("failure_class", "class"), Col("signature", "signature", code),
-            Col("member", "member"), Col("node", "node"), Col("action", "action"),
+            Col("member", "member"), Col("node", "node"),
+            Col("lost_node", "lost node", lambda v: v or "-"), Col("action", "action"),
             Col("attempt", "try", num, True), Col("detection_s", "detection s", num, True),
             Col("rto_s", "RTO s", num, True),
             Col("steps", "last → resumed", str, True),
             Col("restored_tier", "tier", lambda v: v or "-"),
             Col("rpo_steps", "RPO steps", num, True), Col("rpo_s", "RPO s", num, True),
-            Col("detail", "detail"), Col("log_path", "log", code),
+            Col("detail", "detail"),
+            Col("consequences", "consequences, not causes", _consequences),
+            Col("log_path", "log", code),
             Col("stderr_tail", "last output", _output)]
     rows = [{**r, "steps": f"{num(r['last_step'])} → {num(r['resumed_from'])}"}
             for r in data.incidents]
@@ -253,7 +262,8 @@ def _recovery(data: ReportData) -> str:
             Col("rpo_target_steps", "target", num, True),
             Col("violated", "violated", lambda v: Safe(
                 '<span class="badge critical">violated</span>') if v else "no"),
-            Col("incidents", "incidents", num, True), Col("rto_s", "last RTO s", num, True)]
+            Col("incidents", "incidents", num, True), Col("rto_s", "last RTO s", num, True),
+            Col("node", "failed node", lambda v: v or "")]
     return _section("recovery", title, table(
         cols, data.recovery, table_id="recovery-table",
         row_attrs=lambda r: {"data-domain": r["domain"]}),

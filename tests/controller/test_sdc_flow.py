@@ -179,7 +179,10 @@ def test_an_exit_87_waits_for_the_suspicion_its_coordinator_reports() -> None:
     sim = two_nodes()
     sim.send(sim.ev.exited(1, "r1", exit_code=87, node="n2"))
     assert "FailureClassified" not in types(sim.tick(1_000))
-    out = sim.tick(10_000)
+    sim.now += 10_000
+    for node in NODES:  # both agents alive (else r0's silent node would be the lost one)
+        sim.send(sim.ev.agent_heartbeat(node, slots=1, domain="d1", busy_slots=1))
+    out = sim.tick()
     [failure] = [e for _, e in out if isinstance(e, FailureClassified)]
     assert failure.signature == "silent_corruption:exit=87" and failure.node == "n2"
 

@@ -19,6 +19,10 @@ worker (both SIGKILLed at once, as a host loss takes them).
   from the remote tier without trying the local one.
 - Every generation is fenced: every fact of the run is accepted by the fold in log
   order, and nothing of a generation is appended after the next one started.
+- The record is right about the loss (issue #32): ``NodeLost`` names n2 and the failure
+  is n2's, never the survivor's; ``status``, ``query incidents``, ``query recovery``
+  and the report name it; ETTR names the detection from n2's last report and the
+  grow's parts, so ``other`` stays under 2% of the allocation, which the parts sum to.
 """
 
 from __future__ import annotations
@@ -166,6 +170,47 @@ def _assert_rpo_matches_the_loss(cluster: Cluster, run: str, facts: list[Event],
     assert incident["rpo_steps"] == lost
 
 
+def _assert_the_lost_node_is_named(cluster: Cluster, run: str, facts: list[Event]) -> None:
+    """The record is right about the loss (issue #32): n2 is named as lost, the failure
+    is n2's (the survivor's exit a consequence), and `status`, `query incidents`,
+    `query recovery` and the report say so; ETTR names every part of the allocation
+    (`other` under 2%) and the parts still sum to it."""
+    (lost,) = of_type(facts, "NodeLost")
+    assert (lost.node, lost.members) == ("n2", ("r1",)), lost
+    assert all(c.startswith("r0 on n1 ") for c in lost.consequences), lost.consequences
+    first = of_type(facts, "FailureClassified")[0]
+    assert facts.index(lost) < facts.index(first)
+    assert (first.signature, first.node) == ("infrastructure:node_lost", "n2"), first
+    assert not [f for f in of_type(facts, "FailureClassified") if f.node == "n1"], \
+        "the survivor was blamed"
+    status = cluster.cli("status", run)
+    assert status.returncode == 0, status.stderr
+    assert "infrastructure:node_lost" in status.stdout and "node n2 lost" in status.stdout
+    db = str(cluster.work / "projection.duckdb")
+    out = cluster.cli("query", "incidents", run, "--db", db, "--json")
+    incident = json.loads(out.stdout)["rows"][0]
+    assert (incident["node"], incident["lost_node"]) == ("n2", "n2"), incident
+    print(f"incident: detection {incident['detection_s']} s, RTO {incident['rto_s']} s;"
+          f" consequences {incident['consequences']}")
+    out = cluster.cli("query", "recovery", run, "--db", db, "--json")
+    hosts = [r for r in json.loads(out.stdout)["rows"]
+             if r["event_type"] == "FailureClassified" and r["domain"] == "host"]
+    assert [r["node"] for r in hosts] == ["n2"], hosts
+    html = cluster.work / "report.html"
+    done = cluster.cli("report", run, "--db", db, "--html", str(html))
+    assert done.returncode == 0, done.stderr
+    page = html.read_text()
+    section = page[page.index('id="incidents"'):page.index('id="sdc"')]
+    assert "n2" in section and "infrastructure:node_lost" in section
+    out = cluster.cli("query", "ettr", run, "--db", db, "--json")
+    parts = {r["part"]: r["seconds"] for r in json.loads(out.stdout)["rows"]}
+    allocated = parts.pop("allocated")
+    print("ETTR parts (s):", parts, "allocated", allocated)
+    assert sum(parts.values()) == pytest.approx(allocated, abs=0.001 * len(parts))
+    assert parts["other"] < 0.02 * allocated, parts
+    assert parts["resize_rendezvous"] > 0 and parts["detection"] > 0
+
+
 def _run_with_a_node_loss(cluster: Cluster, agents: dict[str, subprocess.Popen[bytes]],
                           doc: dict[str, Any], lost_until: str) -> tuple[str, list[Event]]:
     run = cluster.submit(doc)
@@ -226,6 +271,7 @@ def test_an_elastic_run_shrinks_on_a_node_loss_and_grows_back_serving_the_same_b
     assert not [e for e in reports if e.event_type == "CheckpointVerificationFailed"
                 and "tier local" in e.detail]
     _assert_rpo_matches_the_loss(cluster, run, facts, shrink, restored[0].step)
+    _assert_the_lost_node_is_named(cluster, run, facts)
 
     served, reference = _kept(trace / run), _kept(trace / fixed)
     assert sorted(served) == sorted(reference) == list(range(1, STEPS + 1))

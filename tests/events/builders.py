@@ -62,6 +62,7 @@ from events.model import (
     Member,
     MembershipConfirmed,
     NodeCordoned,
+    NodeLost,
     NodeOperationRequested,
     NodeQuarantined,
     NodeQuarantineExpired,
@@ -205,6 +206,11 @@ class Ev:
     def finished(self, gen: int, outcome: str = "succeeded", reason: str = "done",
                  **kw: Any) -> RunFinished:
         return self.event(RunFinished, gen, dict(outcome=outcome, reason=reason), kw)
+
+    def node_lost(self, gen: int, node: str = "node-b", **kw: Any) -> NodeLost:
+        return self.event(NodeLost, gen, dict(node=node, last_seen_at=1_000, members=("r1",),
+                                              consequences=("r0 on node-a exited with 1",)),
+                          kw)
 
     def manifest_published(self, gen: int = 0, **kw: Any) -> RunManifestPublished:
         return self.event(RunManifestPublished, gen, dict(

@@ -52,6 +52,7 @@ from events.model import (
     Member,
     MembershipConfirmed,
     NodeCordoned,
+    NodeLost,
     NodeOperationRequested,
     NodeQuarantined,
     NodeQuarantineExpired,
@@ -106,7 +107,8 @@ MEMBER_TYPES: tuple[type[Event], ...] = (
 MTBF_SOURCES = ("fixed", "prior", "observed")
 # Legal even after the run has ended; they never move the status.
 INFORMATIONAL_TYPES: tuple[type[Event], ...] = (WriteRejected, AlertRaised, AlertResolved,
-                                               GroupStopCommanded, RunManifestPublished)
+                                               GroupStopCommanded, RunManifestPublished,
+                                               NodeLost)
 # Node-scoped inventory events: keyed ``node/<name>``, never a run's.
 NODE_TYPES: tuple[type[Event], ...] = (AgentRegistered, AgentHeartbeatRecorded, NodeQuarantined,
                                        NodeOperationRequested, NodeCordoned, NodeUncordoned,

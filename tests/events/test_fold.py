@@ -530,7 +530,7 @@ def test_cancel_revokes_and_everything_after_is_refused() -> None:
     ]
     informational = {t.__name__ for t in INFORMATIONAL_TYPES}
     assert informational == {"WriteRejected", "AlertRaised", "AlertResolved",
-                             "GroupStopCommanded", "RunManifestPublished"}
+                             "GroupStopCommanded", "RunManifestPublished", "NodeLost"}
     assert {type(e).__name__ for e in after} | informational == set(EVENT_TYPES)
     for e in after:
         rejected(s, e, RUN_TERMINAL)
@@ -668,6 +668,7 @@ COLUMNS: dict[str, Callable[[Ev, RunState], Event]] = {
     "CheckpointIntervalChanged": lambda ev, s: ev.interval(s.generation, 100),
     "AlertResolved": lambda ev, s: ev.alert_resolved(s.generation),
     "RunManifestPublished": lambda ev, s: ev.manifest_published(s.generation),
+    "NodeLost": lambda ev, s: ev.node_lost(s.generation),
     "StepTimesRecorded": lambda ev, s: ev.step_times(s.generation, s.step + 1, "w1"),
     # Key records belong on runledger.keys; wrongly keyed by the run, the fold has no rule.
     "PrincipalKeyRegistered": lambda ev, s: ev.key_registered(run_id=s.run_id),
@@ -737,6 +738,7 @@ LEGAL: dict[str, set[Status]] = {
     "AlertResolved": ALL,
     # Informational: written right after the run ends, never moves the status.
     "RunManifestPublished": ALL,
+    "NodeLost": ALL,
     "StepTimesRecorded": ACTIVE,
     "PrincipalKeyRegistered": set(),
     "PrincipalKeyRevoked": set(),

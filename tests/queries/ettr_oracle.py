@@ -16,6 +16,8 @@ from events.model import (
     Event,
     FailureClassified,
     GenerationStarted,
+    MembershipConfirmed,
+    NodeLost,
     RunAdmitted,
     RunCancelled,
     RunFinished,
@@ -23,7 +25,8 @@ from events.model import (
     WorkerExited,
 )
 
-ORDER = ("detection", "recovery", "checkpoint", "lost_work", "input_stall", "productive", "idle")
+ORDER = ("detection", "recovery", "checkpoint", "lost_work", "input_stall", "productive", "idle",
+         "resize_stop", "resize_rendezvous", "resize_restore")
 
 
 def ettr_parts(facts: list[Event]) -> dict[str, float]:
@@ -65,12 +68,31 @@ def ettr_parts(facts: list[Event]) -> dict[str, float]:
         exits = [x.header.occurred_at for x in facts if isinstance(x, WorkerExited)
                  and x.generation == g and (x.signal is not None or x.exit_code != 0)]
         fault = min(exits) if exits else last_end.get(g, gens[g].header.occurred_at)
+        seen = [x.last_seen_at for x in facts if isinstance(x, NodeLost) and x.generation == g]
+        if seen:  # the lost node's last report, but not before the generation's last step
+            fault = min(fault, max(min(seen), last_end.get(g, gens[g].header.occurred_at)))
         fault = min(fault, f.header.occurred_at)
         iv["detection"].append((fault, f.header.occurred_at))
         later = [first_start[n] for n in first_start if n > g]
         if later:
             iv["recovery"].append((f.header.occurred_at, min(later)))
         classified_at.append(f.header.occurred_at)
+    failed = {f.generation for f in facts if isinstance(f, FailureClassified)}
+    order = sorted(gens)
+    for prev, g in itertools.pairwise(order):
+        if gens[g].reason not in ("grow", "shrink") or prev in failed:
+            continue
+        later = [gens[n].header.occurred_at for n in order if n > g]
+        step = first_start.get(g, min(later) if later else None)
+        confirmed = [c.header.occurred_at for c in facts
+                     if isinstance(c, MembershipConfirmed) and c.generation == g]
+        joined = min(confirmed) if confirmed else step
+        started = gens[g].header.occurred_at
+        iv["resize_stop"].append((last_end.get(prev, gens[prev].header.occurred_at), started))
+        if joined is not None:
+            iv["resize_rendezvous"].append((started, joined))
+            if step is not None:
+                iv["resize_restore"].append((joined, step))
     first_gen = min(gens)
     if first_gen in first_start:
         iv["idle"].append((gens[first_gen].header.occurred_at, first_start[first_gen]))

@@ -1,5 +1,5 @@
-"""Property: on any plausible log the SQL ETTR equals the Python oracle, and the
-parts sum to the allocation."""
+"""Property: on any plausible log (crashes, lost nodes, planned elastic resizes) the
+SQL ETTR equals the Python oracle, and the parts sum to the allocation."""
 
 from __future__ import annotations
 
@@ -23,7 +23,10 @@ def logs(draw: st.DrawFn) -> Timeline:
     gen, step, committed = 1, 0, 0
     tl.start(gen)
     for _ in range(draw(st.integers(1, 3))):
-        tl.advance(draw(st.integers(0, 2000)))  # launch / restore
+        tl.advance(draw(st.integers(0, 1000)))  # launch, rendezvous
+        if draw(st.booleans()):
+            tl.confirm(gen)
+        tl.advance(draw(st.integers(0, 1000)))  # restore
         for _ in range(draw(st.integers(1, 12))):
             step += 1
             ms = draw(st.integers(1, 300))
@@ -34,11 +37,23 @@ def logs(draw: st.DrawFn) -> Timeline:
                 committed = step
         if not draw(st.booleans()):
             break
+        how = draw(st.sampled_from(("crash", "lost", "resize")))
+        last_step_end = tl.ev.now
         tl.advance(draw(st.integers(0, 100)))
+        if how == "resize":  # a planned grow or shrink: no failure, a new generation
+            gen += 1
+            tl.start(gen, resume=committed or None, reason=draw(st.sampled_from(
+                ("grow", "shrink"))))
+            step = committed
+            continue
         if draw(st.booleans()):
             tl.exit(gen)
             tl.advance(draw(st.integers(0, 100)))
-        tl.fail(gen)
+        if how == "lost":  # last heard from before or after the generation's last step
+            tl.lose(gen, last_seen_at=last_step_end + draw(st.integers(-500, 100)))
+            tl.fail_lost(gen)
+        else:
+            tl.fail(gen)
         tl.advance(draw(st.integers(0, 300)))
         gen += 1
         tl.start(gen, resume=committed or None)

@@ -25,8 +25,10 @@ from queries.errors import QueryError
 from queries.report import report
 from tests.queries.timeline import Timeline, crash_and_recover, project
 
+# The parts the crash-and-recover log has (no elastic resize: the resize_* parts are 0).
 PARTS = ("productive", "checkpoint", "lost_work", "detection", "recovery", "input_stall",
          "idle", "other")
+RESIZE_PARTS = ("resize_stop", "resize_rendezvous", "resize_restore")
 _VOID = {"meta", "br", "img", "input", "link", "hr", "wbr", "source", "col", "area", "base"}
 
 
@@ -160,6 +162,8 @@ def test_ettr_table_parts_sum_to_the_allocation(page: str,
     assert sum(got.values()) == pytest.approx(allocated) == pytest.approx(5.3)
     assert doc.by_id("ettr-ratio").text() == "0.509"
     assert {r.attrs["data-part"] for r in doc.by_id("ettr-bar").find("rect")} == set(PARTS)
+    for p in RESIZE_PARTS:  # listed, and empty
+        assert seconds(ettr.find("tr", data_part=p)[0].cell("seconds")) == 0
 
 
 def test_incident_row_has_detection_rto_and_rpo(page: str) -> None:
@@ -274,7 +278,7 @@ def test_chromium_renders_what_a_person_reads(written: Path, tmp_path: Path) -> 
     assert "ETTR 0.509" in dom.by_id("ettr").find("h2")[0].text()
     rendered = {r.attrs["data-part"] for r in dom.by_id("ettr-table").find("tr")
                 if "data-part" in r.attrs}
-    assert rendered == {*PARTS, "allocated"}
+    assert rendered == {*PARTS, *RESIZE_PARTS, "allocated"}
     incidents = dom.by_id("incidents").text()
     assert "worker_crash" in incidents and "0.530" in incidents
     assert "no suspicions" in dom.by_id("sdc").text()

@@ -65,11 +65,21 @@ class Timeline:
     def admit(self) -> None:
         self.add(self.ev.admitted(members=MEMBERS))
 
-    def start(self, gen: int, resume: int | None = None) -> None:
+    def start(self, gen: int, resume: int | None = None, reason: str | None = None) -> None:
         manifest = None if resume is None else f"ck/s{resume}/manifest.json"
         self.add(self.ev.generation_started(
-            gen, resume, MEMBERS, reason="admitted" if resume is None else "restart",
+            gen, resume, MEMBERS,
+            reason=reason or ("admitted" if resume is None else "restart"),
             resume_manifest=manifest))
+
+    def confirm(self, gen: int) -> None:
+        """Every member of ``gen`` joined (MembershipConfirmed)."""
+        self.add(self.ev.confirmed(gen))
+
+    def lose(self, gen: int, node: str = "node-b", last_seen_at: int | None = None) -> None:
+        """``node`` was lost, last heard from at ``last_seen_at`` (NodeLost)."""
+        seen = self.ev.now if last_seen_at is None else last_seen_at
+        self.add(self.ev.node_lost(gen, node, last_seen_at=seen))
 
     def step(self, gen: int, step: int, ms: int = 100, wait: int = 10,
              loss: float = 2.0, rank_ms: tuple[float, float] | None = None) -> None:
@@ -104,6 +114,13 @@ class Timeline:
                                  logical_id="r1", node="node-a", backoff_ms=0,
                                  log_path="/agent/run/g1/r1.log",
                                  stderr_tail="Fatal Python error: Segmentation fault\n"))
+
+    def fail_lost(self, gen: int, node: str = "node-b") -> None:
+        """The failure the controller attributes to a lost node (after its NodeLost)."""
+        self.add(self.ev.failure(gen, "restart", "infrastructure:node_lost",
+                                 failure_class="infrastructure", logical_id="r1", node=node,
+                                 detail=f"node {node} lost; consequences, not causes: r0 on"
+                                        " node-a exited with 1", backoff_ms=0))
 
     def restore(self, gen: int, step: int, tier: str, lids: tuple[str, ...] = ("r0", "r1")
                 ) -> None:

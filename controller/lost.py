@@ -1,0 +1,129 @@
+"""A lost node, and when a generation's failure is its. Pure.
+
+A host lost with its agent (power, kernel panic, the machine SIGKILLed) takes
+its workers down without a word: no exit is reported, for the agent that would
+report it is gone too. The members elsewhere then fail on their own: their
+collective sees the peer vanish and they exit non-zero some seconds later, so
+the first failure the controller sees is a survivor's exit, and judged alone it
+would blame the survivor's node. ``controller.run_decide`` (rule 4) asks
+:func:`judge` about every failure it finds before classifying it.
+
+A node of the live generation is **lost** when none of its members has exited
+(an exit is its agent's report, so the agent lived) and both its agent and
+each of those members have been silent for more than ``LOST_AFTER_MS`` (no
+agent heartbeat, no worker heartbeat; silences count from when this controller
+began listening, as heartbeat timeouts do). The failure is then the lost
+node's, whatever member's exit or silence revealed it: a ``NodeLost`` fact
+naming the node, when it was last heard from and its members comes first, then
+a failure of class ``infrastructure``, signature ``infrastructure:node_lost``,
+attributed to that node (its quarantine count, not the survivors'), whose
+detail names the survivors' exits as consequences.
+
+A node is **undecided** for a failure shown by an exit when it is not lost, its
+agent has not reported since the exit (at least ``REPORTED_AFTER_MS`` later:
+a dead node's last report, read from another partition, may arrive with the
+exit) and it is not yet ``LOST_AFTER_MS`` silent. The exit's classification
+waits for it (:data:`WAIT`): a live agent reports within its interval (2 s),
+a dead one falls past ``LOST_AFTER_MS``. The wait is bounded: at most
+``LOST_AFTER_MS + REPORTED_AFTER_MS`` after the exit (``LOST_GRACE_MS``), and
+in a healthy cluster one agent heartbeat interval, so a single rank's crash is
+still classified within seconds and blamed on its own node. A failure shown by
+a silence (a heartbeat or start timeout, a stall) waits for nothing: those
+timeouts are already longer than ``LOST_AFTER_MS``.
+
+What it cannot tell: a controller that reads the reports topic more than
+``LOST_AFTER_MS`` behind (a node's agent and workers all unheard because the
+controller lags, not because they died) would call that node lost; the same
+limit already decides where an elastic run restarts (``elastic.FRESH_MS``).
+
+Tested in tests/controller/test_lost.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from controller import elastic, policy
+from controller.exits import Evidence
+from controller.inventory import Inventory
+from events.model import Member
+
+# An agent and its workers this long silent have lost the node: three agent
+# heartbeats, as an elastic run's placement counts a node gone (elastic.FRESH_MS).
+LOST_AFTER_MS = elastic.FRESH_MS
+REPORTED_AFTER_MS = elastic.REPORTED_AFTER_MS
+# The longest an exit's classification waits for an undecided node.
+LOST_GRACE_MS = LOST_AFTER_MS + REPORTED_AFTER_MS
+SIGNATURE = "infrastructure:node_lost"
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """A node of the generation that disappeared: what ``NodeLost`` records."""
+
+    node: str
+    last_seen_at: int  # its agent's or its members' last report, whichever is later (ms)
+    members: tuple[str, ...]  # the run's members on it (logical ids)
+    consequences: tuple[str, ...]  # the failures elsewhere that followed, as people read them
+
+
+class _Wait:
+    def __repr__(self) -> str:
+        return "WAIT"
+
+
+WAIT: Final = _Wait()
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    lost: Lost
+    failure: policy.Failure
+
+
+def judge(members: Sequence[Member], exits: Mapping[str, int | None],
+          heartbeats: Mapping[str, int], evidence: Evidence, inventory: Inventory,
+          failure: policy.Failure, now: int, since: int) -> Found | _Wait | None:
+    """Whose ``failure`` is: a lost node's (:class:`Found`), its own (None), or not yet
+    known (:data:`WAIT`, only for a failure shown by an exit)."""
+    exited_nodes = {m.node for m in members if m.logical_id in exits}
+    lost, undecided = [], []
+    for node in sorted({m.node for m in members} - exited_nodes):
+        agent = inventory.nodes.get(node)
+        if agent is None:
+            continue  # never registered here: nothing to judge its silence by
+        on = [m.logical_id for m in members if m.node == node]
+        seen = max([agent.last_seen, *(heartbeats.get(lid, 0) for lid in on)])
+        if now - max(seen, since) > LOST_AFTER_MS:
+            lost.append(Lost(node, seen, tuple(on), _consequences(members, exits)))
+        elif now - max(agent.last_seen, since) <= LOST_AFTER_MS:
+            undecided.append((node, agent.last_seen))
+    if lost:
+        return Found(lost[0], _failure(lost[0], now))
+    note = evidence.exits.get(failure.logical_id or "")
+    if note is None or failure.logical_id not in exits:
+        return None  # a silence: its timeout already outlasted LOST_AFTER_MS
+    if any(seen < note.at + REPORTED_AFTER_MS for _, seen in undecided):
+        return WAIT
+    return None
+
+
+def _consequences(members: Sequence[Member], exits: Mapping[str, int | None]) -> tuple[str, ...]:
+    out = []
+    for m in members:
+        code = exits.get(m.logical_id, 0)
+        if code:
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
+            out.append(f"{m.logical_id} on {m.node} {how}")
+    return tuple(out)
+
+
+def _failure(lost: Lost, now: int) -> policy.Failure:
+    after = "; ".join(lost.consequences)
+    detail = (f"node {lost.node} lost: its agent and members {', '.join(lost.members)} silent"
+              f" for {now - lost.last_seen_at} ms (last heard at {lost.last_seen_at})")
+    if after:
+        detail += f"; consequences, not causes: {after}"
+    return policy.Failure("infrastructure", SIGNATURE, detail, lost.members[0], lost.node)

@@ -1,0 +1,124 @@
+"""A lost node (controller/lost.py) and its place in rule 4 (controller/run_decide.py):
+the failure is the lost node's, recorded first, counted against it, and the survivors'
+exits are its consequences; an exit waits for an undecided node, boundedly."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller import lost, policy
+from controller.exits import Evidence, ExitNote
+from controller.inventory import Inventory, Node
+from controller.lost import LOST_AFTER_MS, LOST_GRACE_MS, REPORTED_AFTER_MS, Lost
+from controller.model import Tracked
+from controller.run_decide import Classify, Quarantine, Stop, World, decide
+from controller.runplan import RunPlan
+from events.model import Member
+from events.state import RunState, Status
+
+NOW = 100_000
+RUN = "run-1"
+TWO = (Member("r0", "n1", 0, "d1"), Member("r1", "n2", 0, "d1"))
+PLAN = RunPlan(world_size=2, argv=("train",), slots_per_node=1, heartbeat_timeout_ms=30_000)
+
+
+def running(**kw: Any) -> RunState:
+    base = RunState(run_id=RUN, status=Status.RUNNING, spec_digest="s", principal="alice",
+                    world_size=2, dataset_id=None, submitted_at=0, updated_at=0,
+                    generation=1, members=TWO, generation_started_at=NOW - 60_000,
+                    last_progress_at=NOW - 1_000)
+    return replace(base, **kw)
+
+
+def inv(**seen: int) -> Inventory:
+    return Inventory({n: Node(n, 1, "d1", t) for n, t in seen.items()})
+
+
+def survivor_exit(at: int) -> Tracked:
+    """r0 on n1 exited 1 at ``at`` (its collective saw the peer vanish)."""
+    s = running(exits={"r0": 1}, heartbeats={"r0": at - 500, "r1": NOW - 9_000})
+    note = ExitNote("r0", "n1", 1, None, at, stepped=True)  # after the first step
+    return Tracked(s, PLAN, evidence=Evidence({"r0": note}, stepped=True))
+
+
+def test_a_survivors_exit_after_a_node_vanished_is_the_lost_nodes_failure() -> None:
+    run = survivor_exit(NOW - 200)
+    world = World(NOW, 0, inv(n1=NOW - 100, n2=NOW - 8_500), {"n2": 2}, lambda: {})
+    lost_, classify, stop, quarantine = decide(run, world)
+    assert lost_ == Lost("n2", NOW - 8_500, ("r1",), ("r0 on n1 exited with 1",))
+    assert isinstance(classify, Classify)
+    f = classify.failure
+    assert (f.failure_class, f.signature, f.node, f.logical_id) == (
+        "infrastructure", lost.SIGNATURE, "n2", "r1")
+    assert "node n2 lost" in f.detail and "consequences, not causes: r0 on n1 exited with 1" \
+        in f.detail
+    assert isinstance(stop, Stop)
+    # The third failure on n2 quarantines n2, never the survivor's n1.
+    assert quarantine == Quarantine("n2", 3)
+    assert policy.counts_against_node(f.failure_class, f.signature)
+
+
+def test_an_exit_waits_for_a_node_unheard_since_then_at_most_the_grace() -> None:
+    at = NOW - 1_000
+    run = survivor_exit(at)
+    # n2 last reported before the exit and is not yet LOST_AFTER_MS silent: wait.
+    assert decide(run, World(NOW, 0, inv(n1=NOW, n2=at - 100), {}, lambda: {})) == ()
+    # n2 reports after the exit: alive, so the exit is r0's own crash, on n1.
+    (classify, _) = decide(run, World(NOW, 0, inv(n1=NOW, n2=at + REPORTED_AFTER_MS),
+                                      {}, lambda: {}))
+    assert isinstance(classify, Classify) and classify.failure.node == "n1"
+    assert classify.failure.signature == "worker_crash:exit=1"
+    # Never past the grace: by then n2 is lost (or has reported).
+    late = at + LOST_GRACE_MS + 1
+    lost_, classify, _ = decide(run, World(late, 0, inv(n1=late, n2=at), {}, lambda: {}))
+    assert isinstance(lost_, Lost) and lost_.node == "n2"
+
+
+def test_a_silent_member_whose_agent_is_gone_is_a_lost_node_not_a_hang() -> None:
+    s = running(heartbeats={"r0": NOW - 500, "r1": NOW - 40_000})
+    world = World(NOW, 0, inv(n1=NOW - 100, n2=NOW - 40_000), {}, lambda: {})
+    lost_, classify, _ = decide(Tracked(s, PLAN), world)
+    assert isinstance(lost_, Lost) and lost_.consequences == ()
+    assert isinstance(classify, Classify) and classify.failure.signature == lost.SIGNATURE
+    # Its agent alive (the workers hung): a hang on that node, as before.
+    alive = World(NOW, 0, inv(n1=NOW - 100, n2=NOW - 100), {}, lambda: {})
+    classify, _ = decide(Tracked(s, PLAN), alive)
+    assert isinstance(classify, Classify) and classify.failure.signature == "hang:no_heartbeat"
+
+
+def test_a_node_heard_from_through_its_workers_is_not_lost() -> None:
+    """The agent died but its workers heartbeat on: their node is not gone."""
+    run = survivor_exit(NOW - 200)
+    s = replace(run.state, heartbeats={"r0": NOW - 700, "r1": NOW - 100})
+    world = World(NOW, 0, inv(n1=NOW - 100, n2=NOW - 8_500), {}, lambda: {})
+    (classify, _) = decide(replace(run, state=s), world)
+    assert isinstance(classify, Classify) and classify.failure.node == "n1"
+
+
+@given(st.integers(0, 20_000), st.integers(0, 20_000), st.integers(0, 20_000),
+       st.integers(0, 20_000))
+def test_judge_is_lost_wait_or_own_exactly_as_documented(
+        exit_at: int, agent: int, worker: int, later: int) -> None:
+    now = max(exit_at, agent, worker) + later
+    note = ExitNote("r0", "n1", 1, None, exit_at)
+    failure = policy.from_exit("r0", "n1", 1, None, note)
+    got = lost.judge(TWO, {"r0": 1}, {"r1": worker}, Evidence({"r0": note}),
+                     inv(n1=now, n2=agent), failure, now, 0)
+    seen = max(agent, worker)
+    if now - seen > LOST_AFTER_MS:
+        assert isinstance(got, lost.Found) and got.lost.last_seen_at == seen
+        assert got.failure.node == "n2"
+    elif now - agent <= LOST_AFTER_MS and agent < exit_at + REPORTED_AFTER_MS:
+        assert got is lost.WAIT
+        assert now - exit_at <= LOST_GRACE_MS  # the wait is bounded
+    else:
+        assert got is None
+    # A node that exited (its agent reported it) is never lost; nor one never registered.
+    assert lost.judge(TWO, {"r0": 1, "r1": 1}, {}, Evidence({"r0": note}),
+                      inv(n1=now, n2=agent), failure, now, 0) is None
+    assert lost.judge(TWO, {"r0": 1}, {}, Evidence({"r0": note}), inv(n1=now), failure,
+                      now, 0) is None

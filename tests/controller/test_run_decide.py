@@ -282,6 +282,9 @@ def test_4_members_whose_sessions_closed_are_judged_by_their_exits_within_the_gr
     """Both ranks finished and closed their sessions, then went silent in teardown (the
     interpreter, gloo's destructors on a loaded node) with neither exit reported yet:
     no hang until the grace after their timeouts, and their exits then decide."""
+    def at(now: int) -> World:  # the node's agent heartbeats on: the node is not lost
+        return World(now, 0, Inventory({"n1": Node("n1", 2, "d1", now)}), {}, dict)
+
     closing = Evidence(closing=frozenset({"r0", "r1"}))
     quiet = {"r0": NOW - 12_000, "r1": NOW - 11_000}
     ending = Tracked(live(heartbeats=quiet), PLAN, evidence=closing)

@@ -246,7 +246,12 @@ def test_flipped_body_bytes_decode_or_fail_cleanly(event: Event) -> None:
             except DecodeError as err:
                 assert err.reason in {"body_invalid", "trailing_bytes", "invalid_fields"}
             else:
-                if decoded.event == event:
+                if decoded.event == event and data[i] == 1 and corrupt[i] > 1:
+                    # A boolean's byte: Avro writes true as 1, and fastavro reads any
+                    # non-zero byte as true, so this flip is invisible to the codec
+                    # (the value is unchanged; Kafka's own CRC guards the bytes).
+                    assert CODEC.encode(decoded.event) == data
+                elif decoded.event == event:
                     # Only header.schema_version may be lost: decode takes the
                     # version from the fingerprint, not from the body.
                     raw = read_with_schema_file_alone(bytes(corrupt), event.event_type)

@@ -19,13 +19,13 @@ gets), and the record must say what happened every time:
   the node it ran on and recovered from;
 - no user error is counted against a node, and no node is quarantined.
 
-The node faults run one a node (a node's two slots hold one run, restarted
-there), so each fault counts once, against the node it ran on, and none
-reaches the quarantine threshold.
+The node faults run one a node at a time (a node's two slots hold one run,
+restarted there): each fault counts once, against the node its member ran on.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections import Counter
@@ -38,7 +38,7 @@ import pytest
 
 from controller.policy import counts_against_node
 from events.model import Event, FailureClassified, NodeQuarantined, RunFinished, node_key
-from tests.e2e.harness import PY, Cluster, of_type, spec
+from tests.e2e.harness import PY, Cluster, of_type, spec, wait
 from tests.load import Load, busy, saturate
 
 pytestmark = [pytest.mark.soak, pytest.mark.e2e]
@@ -109,11 +109,19 @@ def ended(facts: list[Event]) -> bool:
 
 
 def services(cluster: Cluster, nodes: dict[str, int]) -> None:
-    """A controller and agents, the agents' workers checkpointing as the README's do."""
+    """A controller and agents, the agents' workers checkpointing as the README's do;
+    returns once every agent has registered, so the runs spread over all of them."""
     cluster.env["RUNLEDGER_CHECKPOINT_ROOT"] = str(cluster.work / "checkpoints")
     cluster.controller()
     for node, slots in nodes.items():
         cluster.agent(node, slots)
+
+    def registered() -> bool:
+        listed = cluster.cli("nodes", "--json")
+        return listed.returncode == 0 and {
+            n["node"] for n in json.loads(listed.stdout)["nodes"]} >= set(nodes)
+
+    wait(registered, RUN_LIMIT_S, f"agents {sorted(nodes)} registered")
 
 
 def run_all(cluster: Cluster, load: Load,
@@ -159,6 +167,20 @@ def against_nodes(facts: list[tuple[Scenario, list[Event]]]) -> Counter[str]:
     return counted
 
 
+def misplaced(facts: list[tuple[Scenario, list[Event]]]) -> list[str]:
+    """Failures counted against a node other than the one their member ran on."""
+    wrong = []
+    for _, events in facts:
+        placed = {(g.generation, m.logical_id): m.node
+                  for g in of_type(events, "GenerationStarted") for m in g.members}
+        for f in of_type(events, "FailureClassified"):
+            ran = placed.get((f.generation, f.logical_id))
+            if counts_against_node(f.failure_class, f.signature) and f.node != ran:
+                wrong.append(f"{f.run_id}: {f.signature} counted against {f.node}, but "
+                             f"{f.logical_id} ran on {ran}")
+    return wrong
+
+
 def test_user_errors_under_load_are_the_job_s_own(cluster: Cluster, load: Load) -> None:
     services(cluster, {"n1": 2 * len(USER) * ROUNDS})
     facts = run_all(cluster, load, USER)
@@ -175,5 +197,5 @@ def test_node_faults_under_load_are_named_and_recovered(cluster: Cluster, load: 
     wrong = [w for s, events in facts for w in judge(s, events)]
     assert not wrong, "\n".join(wrong)
     counted = against_nodes(facts)
-    assert sum(counted.values()) == len(facts), counted
-    assert set(counted.values()) == {1}, f"one fault a node, where it ran: {counted}"
+    assert sum(counted.values()) == len(facts), counted  # each fault counted once
+    assert not misplaced(facts)

@@ -17,7 +17,10 @@ gets), and the record must say what happened every time:
   the process lives) ``hang:no_heartbeat``, and ``sys.exit(75)``
   (EX_TEMPFAIL) ``infrastructure:exit=75``: node faults, each counted against
   the node it ran on and recovered from;
-- no user error is counted against a node, and no node is quarantined.
+- no user error is counted against a node, and no node is quarantined;
+- a node lost mid-run (its agent and its worker SIGKILLed) in an elastic run is
+  named (``NodeLost``, ``infrastructure:node_lost`` against it), the survivor
+  is never blamed, and the run finishes on the survivor.
 
 The node faults run one a node at a time (a node's two slots hold one run,
 restarted there): each fault counts once, against the node its member ran on.
@@ -28,6 +31,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,8 +42,17 @@ from typing import Any
 import pytest
 
 from controller.policy import counts_against_node
-from events.model import Event, FailureClassified, NodeQuarantined, RunFinished, node_key
-from tests.e2e.harness import PY, Cluster, of_type, spec, wait
+from events.model import (
+    Event,
+    FailureClassified,
+    GenerationStarted,
+    NodeQuarantined,
+    RunFinished,
+    StepCommitted,
+    node_key,
+)
+from tests.e2e.harness import PY, Cluster, of_type, spec, wait, worker_pids
+from tests.e2e.harness import _environ as environ_of
 from tests.load import Load, busy, saturate
 
 pytestmark = [pytest.mark.soak, pytest.mark.e2e]
@@ -109,12 +123,16 @@ def ended(facts: list[Event]) -> bool:
 
 
 def services(cluster: Cluster, nodes: dict[str, int]) -> None:
-    """A controller and agents, the agents' workers checkpointing as the README's do;
-    returns once every agent has registered, so the runs spread over all of them."""
+    """A controller and agents, the agents' workers checkpointing as the README's do."""
     cluster.env["RUNLEDGER_CHECKPOINT_ROOT"] = str(cluster.work / "checkpoints")
     cluster.controller()
     for node, slots in nodes.items():
         cluster.agent(node, slots)
+    services_ready(cluster, list(nodes))
+
+
+def services_ready(cluster: Cluster, nodes: list[str]) -> None:
+    """Returns once every agent has registered, so the runs spread over all of them."""
 
     def registered() -> bool:
         listed = cluster.cli("nodes", "--json")
@@ -199,3 +217,55 @@ def test_node_faults_under_load_are_named_and_recovered(cluster: Cluster, load: 
     counted = against_nodes(facts)
     assert sum(counted.values()) == len(facts), counted  # each fault counted once
     assert not misplaced(facts)
+
+
+def lose_node(agent: subprocess.Popen[bytes], run: str, node: str) -> None:
+    """The node's agent and the run's worker there die at once (the run's only worker
+    on that node: one slot a node)."""
+    victims = [p for p in worker_pids(run) if environ_of(p).get("RUNLEDGER_NODE") == node]
+    assert victims, f"no worker of {run} on {node}"
+    os.killpg(agent.pid, signal.SIGKILL)
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    agent.wait(30)
+
+
+def test_a_node_lost_under_load_is_named_and_its_survivor_is_not_blamed(
+        cluster: Cluster, load: Load) -> None:
+    """An elastic run (min 1, max 2) loses the node of its rank 1 mid-run: the record
+    names that node (``NodeLost``, ``infrastructure:node_lost`` against it), never the
+    survivor's, and the run finishes on the survivor."""
+    nodes = [f"n{i}" for i in range(1, 2 * ROUNDS + 1)]
+    cluster.env["RUNLEDGER_CHECKPOINT_ROOT"] = str(cluster.work / "checkpoints")
+    cluster.controller()
+    agents = {node: cluster.agent(node, 1) for node in nodes}
+    services_ready(cluster, nodes)
+    runs = []
+    for r in range(ROUNDS):
+        doc = job(Scenario("elastic", worker_args(), (), "succeeded"), r)
+        doc["command"] = [PY, "-m", "agent.testworker", "--steps", "60", "--step-time", "0.25"]
+        doc["topology"] = {"replicas": 2, "slots_per_node": 1}
+        doc["membership"] = {"kind": "elastic", "min": 1, "max": 2}
+        runs.append(cluster.submit(doc))
+    lost = {}
+    for run in runs:
+        facts = cluster.wait_facts(run, lambda fs: any(
+            isinstance(e, StepCommitted) and e.step >= 3 for e in fs), RUN_LIMIT_S,
+            f"{run}'s third step under load ({load})")
+        first = next(e for e in facts if isinstance(e, GenerationStarted))
+        victim = next(m.node for m in first.members if m.logical_id != "r0")
+        lose_node(agents[victim], run, victim)
+        lost[run] = (victim, next(m.node for m in first.members if m.logical_id == "r0"))
+    wrong = []
+    for run, (victim, survivor) in lost.items():
+        facts = cluster.wait_facts(run, ended, RUN_LIMIT_S, f"{run}'s end under load")
+        named = [e.node for e in of_type(facts, "NodeLost")]
+        blamed = [(f.signature, f.node) for f in of_type(facts, "FailureClassified")]
+        (end,) = of_type(facts, "RunFinished")
+        if named != [victim] or blamed != [("infrastructure:node_lost", victim)]:
+            wrong.append(f"{run}: lost {victim} (survivor {survivor}); NodeLost {named}, "
+                         f"failures {blamed}")
+        if end.outcome != "succeeded":
+            wrong.append(f"{run}: {end.outcome} ({end.reason})")
+    assert not wrong, "\n".join(wrong)
+    assert busy(load) == len(load.pids), "the load must last the whole scenario"

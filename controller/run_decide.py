@@ -34,7 +34,7 @@ Rules for a run that has not ended, in this order (the first that applies decide
    the coordinator reports before every rank exits;
    a member silent past its heartbeat timeout, or its start timeout before
    its first heartbeat, except that once any member of the generation has
-   exited (any code) a silent member is a hang only ``EXIT_GRACE_MS`` after
+   exited (any code) a silent member is a hang only ``liveness.EXIT_GRACE_MS`` after
    the later of its timeout and that first exit, and a member whose session
    said it closed (``HeartbeatRecorded.closing``: the rest is teardown) only
    ``EXIT_GRACE_MS`` after its timeout: an exit the agent observed is the
@@ -82,7 +82,6 @@ from controller.exits import Evidence
 from controller.gates import EMPTY as NO_GATES
 from controller.gates import GateBook
 from controller.inventory import Inventory, blocked_note
-from controller.liveness import EXIT_GRACE_MS  # noqa: F401  (rule 4 names it; tests read it here)
 from controller.lost import Lost
 from controller.model import Tracked
 from controller.runplan import RunPlan

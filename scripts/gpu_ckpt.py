@@ -19,11 +19,14 @@ Tested in tests/test_gpu_check.py.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from gpu_state import Record, compare, draws, flat, same_bits, same_draws, sync
 from torch import nn
+
+if TYPE_CHECKING:  # imported where used, so a missing wheel skips the check, not the script
+    from worker.persist import Staged, StagingPool
 
 RUN = "gpu-check"
 
@@ -196,6 +199,15 @@ def dcp_check(rec: Record, device: torch.device, root: str) -> None:
         rec.expect(f"RNG through the checkpoint: {k} draws equal", ok)
 
 
+def timed_stage(pool: StagingPool, state: dict[str, Any],
+                device: torch.device) -> tuple[Staged, float]:
+    """The pool's staged copy of ``state`` and the seconds it took, the device idle first."""
+    sync(device)
+    start = time.monotonic()
+    staged = pool.stage(state)
+    return staged, time.monotonic() - start
+
+
 def staging_check(rec: Record, device: torch.device, root: str, mib: int) -> None:
     from worker.persist import Persister, nbytes, stage
     from worker.trainstate import TrainState
@@ -211,10 +223,7 @@ def staging_check(rec: Record, device: torch.device, root: str, mib: int) -> Non
     try:
         state = ts.state_dict(0)
         size = nbytes(state)
-        sync(device)
-        start = time.monotonic()
-        first = pool.stage(state)
-        first_s = time.monotonic() - start
+        first, first_s = timed_stage(pool, state, device)
         assert first.slot is not None
         rec.expect("the first staged copy equals the state",
                    all(same_bits(a, b) for (_, a), (_, b)
@@ -227,10 +236,7 @@ def staging_check(rec: Record, device: torch.device, root: str, mib: int) -> Non
         pool.release(first)
         train_step(model, opt, 1)
         state = ts.state_dict(0)
-        sync(device)
-        start = time.monotonic()
-        staged = pool.stage(state)
-        steady_s = time.monotonic() - start
+        staged, steady_s = timed_stage(pool, state, device)
         assert staged.slot is not None
         rec.expect("the steady stage reuses the first one's buffers",
                    [b.data_ptr() for b in staged.slot.buffers] == pointers)

@@ -8,9 +8,9 @@ from typing import Any
 from controller import policy
 from controller.exits import Evidence, ExitNote
 from controller.inventory import Inventory, Node
+from controller.liveness import EXIT_GRACE_MS
 from controller.model import Tracked
 from controller.run_decide import (
-    EXIT_GRACE_MS,
     NODE_QUARANTINE_AFTER,
     START_EXIT_WAIT_MS,
     Admit,

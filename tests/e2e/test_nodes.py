@@ -44,6 +44,14 @@ def has(kind: type[Event]) -> Until:
     return lambda facts: any(isinstance(e, kind) for e in facts)
 
 
+
+def nodes_row(cluster: Cluster, node: str) -> str:
+    """``node``'s line of ``runledger nodes``, as a user reads it."""
+    text = cluster.cli("nodes")
+    assert text.returncode == 0, text.stderr
+    (row,) = [line for line in text.stdout.splitlines() if line.startswith(f"{node} ")]
+    return row
+
 def test_a_node_quarantined_for_node_faults_is_freed_by_uncordon_and_takes_the_queued_run(
         cluster: Cluster) -> None:
     assert cluster.keys is not None, "a secure stack: the operator signs with its key"
@@ -72,9 +80,7 @@ def test_a_node_quarantined_for_node_faults_is_freed_by_uncordon_and_takes_the_q
     # The controller's default expiry: an hour after the quarantine began.
     (fact,) = of_type(cluster.facts(node_key("n1")), "NodeQuarantined")
     assert n1["quarantine_expires_ms"] == fact.expires_at == fact.header.occurred_at + 3_600_000
-    text = cluster.cli("nodes")
-    assert text.returncode == 0, text.stderr
-    (row,) = [line for line in text.stdout.splitlines() if line.startswith("n1 ")]
+    row = nodes_row(cluster, "n1")
     assert row.split()[5:7] == ["quarantined", "3"]  # state, failures
     assert row.endswith(f"3 failures on the node; expires {n1['quarantine_expires']}, "
                         "then on probation")
@@ -127,9 +133,7 @@ def test_an_expired_quarantine_leaves_the_node_on_probation_as_nodes_shows(
     assert (n1["state"], n1["failures"], n1["probation"], n1["quarantine_expires"]) == (
         "ready", 2, True, None)
     assert n1["probation_since_ms"] == expired.header.occurred_at
-    text = cluster.cli("nodes")
-    assert text.returncode == 0, text.stderr
-    (row,) = [line for line in text.stdout.splitlines() if line.startswith("n1 ")]
+    row = nodes_row(cluster, "n1")
     assert row.split()[5:7] == ["ready", "2"]  # state, failures
     assert row.endswith(f"on probation since {n1['probation_since']} (its quarantine "
                         "expired): 1 more failure(s) quarantine it again")

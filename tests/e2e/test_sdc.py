@@ -34,17 +34,25 @@ def _has(name: str) -> Any:
     return lambda facts: bool(of_type(facts, name))
 
 
+def _succeeded(cluster: Cluster, fault: str, doc: dict[str, Any]) -> list[Event]:
+    """The facts of a run on one node of two slots, injected with ``fault``, that must
+    end succeeded."""
+    cluster.env["RUNLEDGER_FAULT"] = fault
+    cluster.controller()
+    cluster.agent("n1", 2)
+    run = cluster.submit(doc)
+    facts = cluster.wait_facts(run, _has("RunFinished"), timeout=240, what="the run to end")
+    (end,) = of_type(facts, "RunFinished")
+    assert end.outcome == "succeeded", cluster.log_of("agent-n1")[-3000:]
+    return facts
+
+
 def test_a_one_off_flip_is_caught_rolled_back_replayed_and_judged_transient(
         cluster: Cluster) -> None:
     ds = dataset(cluster)
     # one bit of one of rank 1's parameters, at step 5 of generation 1 only
-    cluster.env["RUNLEDGER_FAULT"] = "bitflip@5:rank=1:gen=1:target=param:seed=3"
-    cluster.controller()
-    cluster.agent("n1", 2)
-    run = cluster.submit(_spec(cluster, "sdc-once", ds))
-    facts = cluster.wait_facts(run, _has("RunFinished"), timeout=240, what="the run to end")
-    (end,) = of_type(facts, "RunFinished")
-    assert end.outcome == "succeeded", cluster.log_of("agent-n1")[-3000:]
+    facts = _succeeded(cluster, "bitflip@5:rank=1:gen=1:target=param:seed=3",
+                       _spec(cluster, "sdc-once", ds))
     (suspect,) = of_type(facts, "CorruptionSuspected")
     assert (suspect.step, suspect.generation, suspect.detector) == (5, 1, "agreement")
     assert suspect.part.startswith("param:")
@@ -70,13 +78,8 @@ def test_a_parameter_flipped_at_rest_is_judged_transient_on_the_flipped_rank(
     ds = dataset(cluster)
     # one bit of one of rank 1's parameters, at rest between steps 4 and 5, generation 1
     # only: rank 1's step 5 consumes it and the all-reduce carries it into rank 0
-    cluster.env["RUNLEDGER_FAULT"] = "bitflip@5:rank=1:gen=1:target=param:when=rest:seed=3"
-    cluster.controller()
-    cluster.agent("n1", 2)
-    run = cluster.submit(_spec(cluster, "sdc-at-rest", ds))
-    facts = cluster.wait_facts(run, _has("RunFinished"), timeout=240, what="the run to end")
-    (end,) = of_type(facts, "RunFinished")
-    assert end.outcome == "succeeded", cluster.log_of("agent-n1")[-3000:]
+    facts = _succeeded(cluster, "bitflip@5:rank=1:gen=1:target=param:when=rest:seed=3",
+                       _spec(cluster, "sdc-at-rest", ds))
     (suspect,) = of_type(facts, "CorruptionSuspected")
     assert (suspect.step, suspect.generation, suspect.detector) == (5, 1, "agreement")
     # rank 1 consumed other state than rank 0 and than its own recomputation

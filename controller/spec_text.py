@@ -18,6 +18,7 @@ Tested in tests/controller/test_spec_text.py.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
@@ -51,8 +52,10 @@ def read_spec_text(path: str | Path) -> str:
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_SPEC_BYTES + 1)
+            size = os.fstat(f.fileno()).st_size  # a pipe says 0: then "more than"
         if len(data) > MAX_SPEC_BYTES:
-            raise SpecError(str(path), [too_large(f"more than {MAX_SPEC_BYTES} bytes")])
+            said = f"{size} bytes" if size > MAX_SPEC_BYTES else f"more than {MAX_SPEC_BYTES} bytes"
+            raise SpecError(str(path), [too_large(said)])
         return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(str(path), [f"cannot read the file: {exc}"]) from None

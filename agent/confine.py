@@ -9,8 +9,9 @@ Two kinds of refusal, because they blame different parties:
   ``launch_error``), as it always was;
 - a path or program this agent may not use (a checkpoint root, tier root,
   resume manifest or candidate with a ``..`` segment or outside its allowed
-  roots; an executable outside its ``--allow`` list; a relative
-  ``code.workdir``) is the spec's choice against this agent's options. That
+  roots; a relative ``code.workdir``, or one outside its allowed workdirs;
+  with an ``--allow`` list, an ``env`` that changes what code a program
+  loads, ``LOADER_VARS``) is the spec's choice against this agent's options. That
   is the job's error, not the node's: the refusal carries a ``launch_error``
   naming the spec field, its value, the agent's allowed roots and the two
   fixes (change the spec, or start the agent with the option that allows
@@ -21,6 +22,15 @@ Only the agent can judge the second kind: its allowed roots and ``--allow``
 list are its own options, never written to the log, and each node's may
 differ; ``submit`` checks what it can (no ``..``, names) before anything is
 written.
+
+Which file ``argv[0]`` names depends on the file system and the worker's whole
+environment, so the ``--allow`` list itself is judged at launch, in the shell
+(``agent.allow``, run by ``agent.procs``), with the same kind of refusal.
+What this module adds for an ``--allow`` list is the part it can judge from
+the command alone: an allowed program is only as confined as the code it
+loads, so a spec may not set the loader's and interpreters' search variables
+(``LOADER_VARS``, any ``LD_*``): ``LD_PRELOAD`` would run any code inside an
+allowed binary, ``PYTHONPATH`` or ``BASH_ENV`` inside an allowed wrapper.
 
 Tested in tests/agent/test_decide.py.
 """
@@ -34,7 +44,15 @@ from events.model import GroupStartCommanded, Member
 from events.names import logical_id_problem, outside_roots, path_problem, run_id_problem
 from events.workerenv import CheckpointEnv
 
-NOT_ALLOWED = "not_allowed"  # a start's executable outside the agent's --allow list
+NOT_ALLOWED = "not_allowed"  # what an --allow list forbids (agent.allow for argv[0])
+# With an --allow list, the spec's env may not name these (nor any LD_*): each makes an
+# allowed program load code of the spec's choosing (the dynamic loader, the shells' and
+# interpreters' start-up files and module paths).
+LOADER_VARS = frozenset({
+    "BASH_ENV", "ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE",
+    "PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYLIB", "RUBYOPT", "NODE_OPTIONS", "NODE_PATH",
+    "GCONV_PATH"})
+WORKDIR_FIELD = "code.workdir"
 # The spec fields a start command's paths come from, as a user writes them.
 ROOT_FIELD = "checkpoint.root"
 MANIFEST_FIELD = "the resume manifest"
@@ -58,6 +76,24 @@ class Options:
     allowed_roots: tuple[str, ...]
     base_dir: str
     allowed_executables: tuple[str, ...]
+    # Where code.workdir may lie besides base_dir and allowed_roots (--allow-workdir).
+    allowed_workdirs: tuple[str, ...] = ()
+
+
+def root_option_problem(root: str) -> str | None:
+    """Why an ``--allow-root`` value cannot be a root: a ``..``, or neither absolute nor a URL."""
+    problem = path_problem(root, f"--allow-root {root!r}")
+    if problem is None and not (root.startswith("/") or "://" in root):
+        problem = f"--allow-root {root!r} must be an absolute path or a URL"
+    return problem
+
+
+def workdir_option_problem(root: str) -> str | None:
+    """Why an ``--allow-workdir`` value cannot be one: workers run locally, so a local path."""
+    problem = path_problem(root, f"--allow-workdir {root!r}")
+    if problem is None and not root.startswith("/"):
+        problem = f"--allow-workdir {root!r} must be an absolute path (workers run locally)"
+    return problem
 
 
 def refusal(options: Options, cmd: GroupStartCommanded,
@@ -84,15 +120,21 @@ def _spec_problem(options: Options, cmd: GroupStartCommanded) -> str | None:
         (ROOT_FIELD, ckpt.root)]
     manifests = [(MANIFEST_FIELD, cmd.resume_manifest),
                  *((CANDIDATE_FIELD, manifest) for _, manifest, _ in ckpt.candidates)]
-    program = cmd.argv[0] if cmd.argv else ""
-    if options.allowed_executables and program not in options.allowed_executables:
-        allowed = " ".join(options.allowed_executables)
-        return (f"{NOT_ALLOWED}: the command's executable {program!r} is not one the agent "
-                f"may run (--allow {allowed}); make command[0] one of them, or start the "
-                f"agent on {options.node} with --allow {program or '<program>'}")
+    if options.allowed_executables:
+        loaders = sorted(k for k in cmd.env if k in LOADER_VARS or k.startswith("LD_"))
+        if loaders:
+            return (f"{NOT_ALLOWED}: env sets {', '.join(loaders)}, which would make the "
+                    "allowed program load code of the spec's choosing; drop it from the "
+                    f"spec's env, or start the agent on {options.node} without --allow")
     if cmd.workdir and not cmd.workdir.startswith("/"):
         return f"code.workdir {cmd.workdir!r} must be an absolute path"
     allowed_roots = (options.base_dir, *options.allowed_roots)
+    if cmd.workdir:
+        workdir_roots = (*allowed_roots, *options.allowed_workdirs)
+        outside = outside_roots(cmd.workdir, workdir_roots, options.base_dir, WORKDIR_FIELD)
+        if outside is not None:
+            return (f"{outside}; set {WORKDIR_FIELD} under one of them, or start the agent "
+                    f"on {options.node} with --allow-workdir {cmd.workdir}")
     # A relative path is the worker's, so it resolves in the worker's directory.
     base = cmd.workdir or options.base_dir
     for field, path in (*roots, *manifests):

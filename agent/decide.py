@@ -18,10 +18,13 @@ Rules for ``GroupStartCommanded`` of run R, generation G, id C, in this order:
    resurrect finished runs;
 6. no member on this node: ignored. A run id or logical id that breaks the
    naming rule, a checkpoint root or resume manifest with a ``..`` segment or
-   outside the agent's allowed roots (``events.names``), or an invalid rank
-   contract (``events.workerenv``), or an executable (``argv[0]``, compared as
-   written) outside a non-empty ``--allow`` list: every member is rejected
-   (``WorkerExited`` with exit code 125) and nothing is launched. A path or
+   outside the agent's allowed roots (``events.names``), a ``code.workdir``
+   outside them and the allowed workdirs, an invalid rank contract
+   (``events.workerenv``), or, with a non-empty ``--allow`` list, an ``env``
+   that sets a loader variable: every member is rejected
+   (``WorkerExited`` with exit code 125) and nothing is launched. (Whether
+   ``argv[0]`` is allowed depends on the file it resolves to: the shell judges
+   that at launch, ``agent.allow``.) A path or
    program the agent may not use is the spec's error, not the node's: its
    rejection carries a ``launch_error`` that names the field, its value and
    the fix (``agent.confine``), which the controller classifies as ``job``;
@@ -89,8 +92,11 @@ class AgentConfig:
     # the workers' working directory, which is always allowed.
     allowed_roots: tuple[str, ...] = ()
     base_dir: str = "."
-    # The programs a start command may run (its argv[0], as written); empty: any.
+    # The real paths of the programs a start command may run (``agent.allow``, resolved
+    # when the agent starts); empty: any.
     allowed_executables: tuple[str, ...] = ()
+    # Where code.workdir may lie besides base_dir and allowed_roots (--allow-workdir).
+    allowed_workdirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +251,8 @@ def _start(config: AgentConfig, state: AgentState, cmd: GroupStartCommanded,
 
     try:
         refused = refusal(Options(config.node, config.allowed_roots, config.base_dir,
-                                  config.allowed_executables), cmd, mine)
+                                  config.allowed_executables, config.allowed_workdirs),
+                          cmd, mine)
         if refused is not None:
             return reject_all(f"invalid start command: {refused.problem}", refused.launch_error)
         envs = _worker_envs(config, cmd, mine)

@@ -4,7 +4,11 @@ Each worker runs in its workdir (the start command's, else the agent's work
 dir), with its stdout and stderr in one log file under the agent's work dir;
 an exit names that file and carries its last ``TAIL_BYTES``. Before a launch
 the workdir, program and script are checked (``events.launch``): one that
-cannot start is an exit with ``launch_error`` set, never a crash.
+cannot start is an exit with ``launch_error`` set, never a crash. With an
+``--allow`` list, the program is then resolved with the worker's own
+environment (``agent.allow``): one outside the list is such an exit too, code
+125 (``not_allowed``), and an allowed one is run by the absolute path that
+was checked.
 
 Each worker runs in its own session (so its process group id is its pid): a
 stop reaches whatever the worker spawned, and a Ctrl-C at the agent's terminal
@@ -26,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from agent.decide import Launch, WorkerKey
+from agent.allow import program_problem
+from agent.decide import REJECTED_EXIT_CODE, Launch, WorkerKey
 from events.launch import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, launch_problem
 from events.workerenv import compose_environ
 
@@ -69,9 +74,13 @@ class _Proc:
 
 class ProcessTable:
     def __init__(self, work_dir: Path, grace_s: float = 5.0,
-                 base_env: Mapping[str, str] | None = None) -> None:
+                 base_env: Mapping[str, str] | None = None, *,
+                 allowed: tuple[str, ...] = (), node: str = "") -> None:
         self.work_dir = work_dir
         self.grace_s = grace_s
+        # The real paths of the programs workers may run (agent.allow); empty: any.
+        self.allowed = allowed
+        self.node = node
         self._base_env = dict(os.environ if base_env is None else base_env)
         self._procs: dict[WorkerKey, _Proc] = {}
         # Launches that failed in exec: reported by the next reap like any exit.
@@ -96,9 +105,20 @@ class ProcessTable:
         if problem is not None:
             self._launch_failed(action, path, log_file, problem.exit_code, problem.message)
             return
+        argv = list(action.argv)
+        if self.allowed:
+            # Judged on the environment the worker gets (the spec's env.PATH applied),
+            # then run by the very file judged: nothing looks PATH up again.
+            program, refused = program_problem(argv[0], cwd, env.get("PATH", os.defpath),
+                                               self.allowed, self.node)
+            if refused is not None:
+                self._launch_failed(action, path, log_file, REJECTED_EXIT_CODE,
+                                    f"the agent on {self.node} refused the start: {refused}")
+                return
+            argv[0] = program
         try:
             popen = subprocess.Popen(
-                list(action.argv), cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                 stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
             )
         except OSError as exc:

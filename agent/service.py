@@ -42,6 +42,7 @@ waits, which the controller sees as members that never heartbeat.
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import signal
 import threading
@@ -53,6 +54,8 @@ from pathlib import Path
 from types import FrameType
 
 from agent import nodestate, sweep
+from agent.allow import allowed_real_paths
+from agent.confine import root_option_problem, workdir_option_problem
 from agent.decide import (
     REJECTED_EXIT_CODE,
     Action,
@@ -85,7 +88,7 @@ from events.model import (
     WorkerExited,
     node_key,
 )
-from events.names import host_problem, path_problem
+from events.names import host_problem
 from events.reader import LogReader
 from events.topics import COMMANDS, REPORTS, RUNS
 
@@ -144,27 +147,29 @@ class AgentOptions:
     trust_unsigned: bool = False
 
 
-def _root_problem(root: str) -> str | None:
-    problem = path_problem(root, f"--allow-root {root!r}")
-    if problem is None and not (root.startswith("/") or "://" in root):
-        problem = f"--allow-root {root!r} must be an absolute path or a URL"
-    return problem
-
-
 class Agent:
     def __init__(self, config: AgentConfig, options: AgentOptions) -> None:
         if config.slots < 1:
             raise AgentError(f"--slots must be >= 1, got {config.slots}")
         problems = [host_problem(config.node, "--node"),
                     host_problem(options.domain, "--domain"),
-                    *(_root_problem(r) for r in config.allowed_roots)]
+                    *(root_option_problem(r) for r in config.allowed_roots),
+                    *(workdir_option_problem(r) for r in config.allowed_workdirs)]
         if any(problems):
             raise AgentError("; ".join(p for p in problems if p))
+        # What --allow names, as real files (agent.allow): the agent refuses to start on
+        # an entry that names none, rather than run with a list that allows nothing.
+        allowed = allowed_real_paths(config.allowed_executables,
+                                     os.environ.get("PATH", os.defpath), os.getcwd())
         # Workers run in the work dir: that is where a relative path lands.
-        self.config = replace(config, base_dir=str(options.work_dir.resolve()))
+        self.config = replace(config, base_dir=str(options.work_dir.resolve()),
+                              allowed_executables=allowed)
         self.options = options
         self.state = AgentState()
-        self.procs = ProcessTable(options.work_dir, options.grace_s)
+        self.procs = ProcessTable(options.work_dir, options.grace_s, allowed=allowed,
+                                  node=config.node)
+        if allowed:
+            log.info("--allow: workers may run only %s", " ".join(allowed))
         self.producer_id = f"agent/{config.node}"
         # Distinguishes this start's heartbeat ids from those of an earlier start.
         self.incarnation = uuid.uuid4().hex[:12]

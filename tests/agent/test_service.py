@@ -62,9 +62,11 @@ class Running:
 
 
 def start_agent(bootstrap: str, tmp: Path, slots: int, trust_unsigned: bool = True,
-                node: str | None = None) -> Running:
+                node: str | None = None, extra: tuple[str, ...] = (),
+                env: dict[str, str] | None = None) -> Running:
     """An agent driven by these tests' hand-made commands: ``--trust-unsigned`` unless
-    told otherwise (tests/agent/test_signed_commands.py runs one that checks)."""
+    told otherwise (tests/agent/test_signed_commands.py runs one that checks); ``extra``
+    options and ``env`` (over this process's) as a test needs them."""
     node = node or f"node-{uuid.uuid4().hex[:8]}"
     tail = Tail(bootstrap)
     log = tmp / f"{node}.log"
@@ -72,8 +74,10 @@ def start_agent(bootstrap: str, tmp: Path, slots: int, trust_unsigned: bool = Tr
         proc = subprocess.Popen(
             [sys.executable, "-m", "runledger.cli", "agent", "--node", node, "--slots", str(slots),
              "--domain", "rack-7", "--heartbeat-interval", "0.3", "--grace", "2",
-             "--work-dir", str(tmp / node), *(["--trust-unsigned"] if trust_unsigned else [])],
-            env={**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap}, stdout=out, stderr=out,
+             "--work-dir", str(tmp / node), *(["--trust-unsigned"] if trust_unsigned else []),
+             *extra],
+            env={**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap, **(env or {})}, stdout=out,
+            stderr=out,
         )
     agent = Running(node, proc, log, tmp / node, tail, EventProducer(bootstrap))
     try:
@@ -301,6 +305,9 @@ def test_a_forged_start_with_a_climbing_run_id_starts_nothing_and_is_reported(
     ("--node", "../n", "bad_name: --node '../n'"),
     ("--allow-root", "/data/../etc", "bad_path: --allow-root '/data/../etc'"),
     ("--allow-root", "relative", "--allow-root 'relative' must be an absolute path or a URL"),
+    ("--allow-workdir", "code", "--allow-workdir 'code' must be an absolute path"),
+    # Resolved when the agent starts: a name that finds no program allows nothing.
+    ("--allow", "no-such-program-b7f1", "--allow 'no-such-program-b7f1': no executable file"),
 ])
 def test_a_bad_node_name_or_root_is_one_line_and_exit_1(
     bootstrap: str, tmp_path: Path, option: str, value: str, problem: str

@@ -10,7 +10,9 @@ alone (a cycle retried after a crash); one with other bytes is never
 overwritten. A write that fails is logged with the path and the error and does
 not stop the controller: the fact in the log is the record, and
 ``runledger query manifest RUN`` rebuilds the document from the log and says
-whether the file matches it.
+whether the file matches it. Given the controller's roots (``controller.roots``),
+a path outside them is never written, whatever the fact names: logged, and
+left to ``query manifest`` too.
 
 Tested in tests/controller/test_manifests.py.
 """
@@ -18,23 +20,31 @@ Tested in tests/controller/test_manifests.py.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import fsspec
 
 from controller.model import Model
+from controller.roots import write_problem
 from events import runmanifest
 from events.model import Event, RunManifestPublished
 
 log = logging.getLogger(__name__)
 
 
-def write_published(model: Model, events: Iterable[Event]) -> list[str]:
-    """Write the file of every ``RunManifestPublished`` among ``events`` that names a path;
-    the paths written (or found already written with the same bytes)."""
+def write_published(model: Model, events: Iterable[Event],
+                    roots: Sequence[str] | None = None) -> list[str]:
+    """Write the file of every ``RunManifestPublished`` among ``events`` that names a path
+    (inside ``roots``, when given); the paths written (or found already written with the
+    same bytes)."""
     done: list[str] = []
     for event in events:
         if not isinstance(event, RunManifestPublished) or not event.path:
+            continue
+        outside = write_problem(event.path, roots) if roots is not None else None
+        if outside is not None:
+            log.error("run %s: not writing its manifest: %s; `runledger query manifest %s` "
+                      "rebuilds it from the log", event.run_id, outside, event.run_id)
             continue
         run = model.tracked(event.run_id)
         if run is None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from controller import manifests, narrate
@@ -115,8 +115,11 @@ class ControllerService:
         require_signatures: bool = False,
         node_policy: NodePolicy | None = None,
         txn_gap_s: float = TXN_GAP_S,
+        allowed_roots: Sequence[str] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        # Where the controller may write files (controller.roots); None: no limit.
+        self.allowed_roots = tuple(allowed_roots) if allowed_roots is not None else None
         self.plan_of = plan_of
         self.transactional_id = transactional_id
         self.group_id = group_id
@@ -252,7 +255,8 @@ class ControllerService:
         if (out or records) and not self._commit(out, consumer, follower, writer, now):
             return
         self.model = model
-        manifests.write_published(model, (o.event for o in out if o.topic == RUNS))
+        manifests.write_published(model, (o.event for o in out if o.topic == RUNS),
+                                  self.allowed_roots)
         self._count(len(records), out, time.monotonic() - started)
 
     def _take(self, model: Model, record: Record, now: int,

@@ -13,6 +13,11 @@ unsigned.
 ``--quarantine-expiry-s`` (default 3600) and ``--probation-failures``
 (default 2) are the node quarantine policy (``controller.model.NodePolicy``).
 
+``--allow-root DIR`` (repeatable) names where the controller may write a run's
+``run-manifest.json``; a spec whose checkpoint root lies elsewhere is refused
+(``controller.roots``). Default: the agent's default roots, ``$RUNLEDGER_HOME``
+and ``$RUNLEDGER_CHECKPOINT_ROOT``.
+
 Tested in tests/controller/test_metrics.py, tests/e2e/test_controller.py and
 tests/runledger/commands/test_controller.py.
 """
@@ -32,6 +37,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 
 from controller.metrics import ControllerCollector
 from controller.model import NodePolicy
+from controller.roots import within
 from controller.runplan import plan_from_submission
 from controller.service import (
     DEFAULT_GROUP,
@@ -41,11 +47,15 @@ from controller.service import (
     FENCED_EXIT,
     ControllerService,
 )
+from events.names import path_problem
 from events.signing import SigningKey
 from runledger import config
+from runledger.commands.agent import default_roots
 from runledger.config import Bootstrap, MetricsAddress
 from runledger.errors import ControllerFenced, UsageError
 from runledger.metricsserver import MetricsServer, serve_metrics
+
+log = logging.getLogger("runledger.controller")
 
 TransactionalId = Annotated[
     str, typer.Option(help="Fencing identity: a second controller with it fences the first; "
@@ -81,6 +91,14 @@ Probation = Annotated[int, typer.Option(
          "quarantine) means its next node fault quarantines it again.")]
 
 
+AllowRoot = Annotated[list[str] | None, typer.Option(
+    "--allow-root", metavar="DIR",
+    help="A directory or fsspec URL under which the controller may write (a run's "
+         "run-manifest.json, under its checkpoint root) (repeatable); a spec whose "
+         "checkpoint root lies elsewhere is refused. Default: $RUNLEDGER_HOME and "
+         "$RUNLEDGER_CHECKPOINT_ROOT.")]
+
+
 def register(app: typer.Typer) -> None:
     app.command()(controller)
 
@@ -97,12 +115,14 @@ def controller(
     require_signatures: RequireSignatures = False,
     quarantine_expiry_s: QuarantineExpiry = 3600.0,
     probation_failures: Probation = 2,
+    allow_root: AllowRoot = None,
 ) -> None:
     """Fold the log, reconcile runs with what agents report, append signed facts and commands."""
     key = load_signing_key(signing_key, unsigned, config.stack_signing_key(bootstrap))
     if quarantine_expiry_s < 0 or probation_failures < 0:
         raise UsageError("--quarantine-expiry-s and --probation-failures must be >= 0 "
                          f"(got {quarantine_expiry_s} and {probation_failures})")
+    roots = allowed_roots(allow_root)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
 
@@ -111,9 +131,11 @@ def controller(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    log.info("the controller writes only under %s (--allow-root)", ", ".join(roots))
     service = ControllerService(
         config.bootstrap(bootstrap, role="controller"),
-        plan_from_submission,
+        within(plan_from_submission, roots),
+        allowed_roots=roots,
         transactional_id=transactional_id,
         group_id=group,
         tick_s=tick,
@@ -135,6 +157,19 @@ def controller(
             f"controller fenced: another controller with transactional id "
             f"{transactional_id!r} took over; this one stopped without writing more")
     raise typer.Exit(code)
+
+
+def allowed_roots(given: list[str] | None) -> tuple[str, ...]:
+    """The controller's roots: ``--allow-root``'s, each an absolute path or a URL with no
+    ``..``, else the agent's defaults (``runledger.commands.agent.default_roots``)."""
+    if not given:
+        return tuple(default_roots())
+    problems = [path_problem(r, f"--allow-root {r!r}") or (
+        None if r.startswith("/") or "://" in r
+        else f"--allow-root {r!r} must be an absolute path or a URL") for r in given]
+    if any(problems):
+        raise UsageError("; ".join(p for p in problems if p))
+    return tuple(given)
 
 
 def load_signing_key(path: Path | None, unsigned: bool,

@@ -69,3 +69,18 @@ def test_an_unwritable_root_is_logged_and_does_not_stop_the_controller(
         assert write_published(model, log) == []
     assert f"{blocker}/run-7/run-manifest.json" in caplog.text
     assert "runledger query manifest run-7" in caplog.text
+
+
+def test_a_path_outside_the_controller_s_roots_is_never_written(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # A run admitted before the controller's roots narrowed: its fact names a path the
+    # controller may no longer write (controller.roots), so nothing is written there.
+    model, log = _cancelled(str(tmp_path / "elsewhere"))
+    (published,) = [e for e in log if isinstance(e, RunManifestPublished)]
+    with caplog.at_level(logging.ERROR):
+        assert write_published(model, log, roots=(str(tmp_path / "allowed"),)) == []
+    assert not (tmp_path / "elsewhere").exists()
+    assert (f"run run-7: not writing its manifest: path_outside_roots: the file "
+            f"{published.path!r} is outside the allowed roots ({tmp_path / 'allowed'})"
+            ) in caplog.text
+    assert write_published(model, log, roots=(str(tmp_path),)) == [published.path]

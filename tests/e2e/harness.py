@@ -94,7 +94,8 @@ class Cluster:
                    group: str = "ctl") -> subprocess.Popen[bytes]:
         return self._spawn(
             ["controller", "--transactional-id", txn_id, "--group", group, "--tick", "0.1",
-             *self._signing, *extra],
+             # The checkpoint roots of these tests (its run manifests go there).
+             "--allow-root", str(self.work), *self._signing, *extra],
             f"{name}.log",
         )
 

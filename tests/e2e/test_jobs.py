@@ -7,6 +7,9 @@ the next run, whose running worker ``logs --follow`` follows until it exits.
 A spec whose script is missing is refused at submit. A checkpoint root
 outside the agent's allowed roots is refused by the agent before launch, and
 fails the run as the job's error too, with nothing counted against the node.
+One outside the controller's roots is refused by the controller before any
+start, and the controller writes nothing there (it once wrote the run's
+``run-manifest.json``).
 """
 
 from __future__ import annotations
@@ -120,9 +123,10 @@ def follow(cluster: Cluster, run: str, go: Path) -> None:
 def test_a_checkpoint_root_outside_the_agents_roots_fails_as_the_job_s_error_not_the_node_s(
         cluster: Cluster) -> None:
     # The agent allows its work dir and the cluster's dir (harness: --allow-root); this
-    # root lies elsewhere. Only the agent knows its roots, so submit accepts the spec.
-    outside = "/var/tmp/runledger-not-allowed/ckpt"
-    cluster.controller()
+    # root lies elsewhere. Only the agent knows its roots, so submit accepts the spec;
+    # the controller is told it may write there, so that the agent is the one to refuse.
+    outside = str(cluster.work.parent / "not-allowed" / "ckpt")
+    cluster.controller("ctl", "controller", "--allow-root", outside)
     cluster.agent("n1", 2)
     run = cluster.submit(spec("outside", ["--steps", "3"], checkpoint={
         "policy": "fixed", "interval_steps": 100, "root": outside}))
@@ -148,3 +152,35 @@ def test_a_checkpoint_root_outside_the_agents_roots_fails_as_the_job_s_error_not
     (n1,) = json.loads(listed.stdout)["nodes"]
     assert (n1["node"], n1["state"], n1["failures"]) == ("n1", "ready", 0)
     assert not [e for e in cluster.facts(node_key("n1")) if isinstance(e, NodeQuarantined)]
+
+
+def test_a_checkpoint_root_outside_the_controller_s_roots_is_refused_and_nothing_written(
+        cluster: Cluster) -> None:
+    # The attack: a spec names a checkpoint root outside every allowed root; the run
+    # failed on the agent's refusal and the controller then wrote run-manifest.json
+    # there. The harness's controller may write only under the cluster's dir.
+    outside = cluster.work.parent / "not-allowed" / "ckpt"
+    cluster.controller()
+    cluster.agent("n1", 2)
+    run = cluster.submit(spec("outside-ctl", ["--steps", "3"], checkpoint={
+        "policy": "fixed", "interval_steps": 100, "root": str(outside)}))
+    facts = cluster.wait_facts(run, finished, timeout=90, what="the refused run's end")
+    (end,) = of_type(facts, "RunFinished")
+    assert end.outcome == "failed"
+    assert end.reason.startswith(
+        f"invalid spec: path_outside_roots: checkpoint.root {str(outside)!r} is outside the "
+        f"controller's allowed roots ({cluster.work}); set checkpoint.root under one of "
+        f"them, or start the controller with --allow-root {outside}"), end.reason
+    # Refused before admission: nothing started, no node involved or blamed, no file.
+    assert not of_type(facts, "RunAdmitted") and not cluster.commands(run)
+    assert not of_type(facts, "FailureClassified")
+    (published,) = of_type(facts, "RunManifestPublished")
+    assert published.path == ""
+    assert not outside.parent.exists(), "the controller wrote outside its roots"
+    status = cluster.cli("status", run)
+    assert status.returncode == 0, status.stderr
+    assert "checkpoint.root" in status.stdout and str(cluster.work) in status.stdout
+    listed = cluster.cli("nodes", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (n1,) = json.loads(listed.stdout)["nodes"]
+    assert (n1["node"], n1["state"], n1["failures"]) == ("n1", "ready", 0)

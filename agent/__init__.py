@@ -2,6 +2,10 @@
 
 - ``decide``: the pure decisions (numbered rules, a closed set of frozen
   actions) about a start or stop command, given the agent's memory;
+  ``confine``: its rule of what a start may name, run and point at (roots,
+  workdirs, loader variables under ``--allow``);
+- ``allow``: ``--allow`` judged by file: each entry's real path at start, and a
+  command's ``argv[0]`` found at launch as the exec finds it;
 - ``verify``: what a command must pass before ``decide`` sees it (a live
   controller key's signature from the keys log, and for a start the fact
   log's current generation), and the shell that reads both;

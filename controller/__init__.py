@@ -28,6 +28,9 @@ The contract is docs/architecture.md §7. Pure core first, then the shell:
   Young's and Daly's arithmetic behind ``runledger interval``.
 - ``alerts``, ``watch``: the alert rules, their actions (notify, pause,
   escalate) and what they watch per run.
+- ``roots``: where the controller may write (``--allow-root``): a spec's checkpoint
+  root judged at admission, and each file path again at the write, which
+  ``manifests`` (a shell) does for a run's ``run-manifest.json``.
 - ``service``: the process shell (transactions, fencing, the consume loop);
   ``metrics``: its Prometheus collector; ``fit``: whether what an input makes it
   append fits one Kafka record once signed (``too_large`` otherwise).

@@ -31,10 +31,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from agent.confine import NOT_ALLOWED
 from agent.errors import AgentError
 from events.launch import resolve
-
-NOT_ALLOWED = "not_allowed"  # a start's executable outside the agent's --allow list
 
 
 def found(program: str, workdir: str, path: str) -> str | None:

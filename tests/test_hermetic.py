@@ -3,17 +3,18 @@ themselves.
 
 Issue #33: with one dataset catalog in ``~/.local/share/runledger``, 20 tests of
 ``make test`` failed ("unknown dataset manifest"): a spec's manifest id is checked
-against the default catalog wherever one exists, and an alias the tests use
-resolved there. Here a user's home is poisoned the way a real one would be: a
-catalog in the old default place and in ``$RUNLEDGER_HOME/datasets`` (the default
-home, ``~/.local/state/runledger``), both holding another corpus under the
-alias the tests use (``corpus/latest``), ``RUNLEDGER_DATASETS`` exported to
-it, and a secure stack running, remembered in the home's ``current-stack.json``
-as ``stack up`` leaves it. Then ``scripts/test.sh`` (what ``make test`` runs:
-its own throwaway broker, its own home) runs tests that use the default
-catalog and the remembered stack, and they must all pass, with the user's
-files and stack exactly as they were (contents, modes, mtimes; no record added
-to any topic of the user's stack, its pointer not rewritten or forgotten).
+against the default catalog wherever one exists, and an alias the tests use resolved
+there. Here a user's home is poisoned the way a real one would be: a catalog in the
+old default place and in ``$RUNLEDGER_HOME/datasets`` (the default home,
+``~/.local/state/runledger``), both holding another corpus under the alias the tests
+use (``corpus/latest``), ``RUNLEDGER_DATASETS`` exported to it, and a stack running
+(as secure as the session's), remembered in the home's ``current-stack.json`` as
+``stack up`` leaves it. Then ``scripts/test.sh`` (what ``make test`` runs: its own
+throwaway broker, its own home) runs tests that use the default catalog and the
+remembered stack, and ``scripts/with-broker.sh`` (``make bench-smoke``'s broker)
+starts and stops its own; the tests must all pass, with the user's files and stack
+exactly as they were (contents, modes, mtimes; no record added to any topic of the
+user's stack, its pointer not rewritten or forgotten).
 """
 
 from __future__ import annotations
@@ -107,7 +108,13 @@ def test_a_users_catalog_and_running_stack_change_nothing(tmp_path: Path) -> Non
             before_log = log_ends(marks)
             before = snapshot(home, stack.data_dir)
             before_state = (stack.data_dir / "stack.json").read_bytes()
-            run_the_subset(home, old_default)
+            env = user_env(home, old_default)
+            run_the_subset(env)
+            # `make bench-smoke`'s throwaway broker, outside test.sh's home: it must not
+            # take the user's pointer over (and `down` forget it) either.
+            alone = subprocess.run(["scripts/with-broker.sh", "true"], cwd=ROOT, env=env,
+                                   capture_output=True, text=True, timeout=600, check=False)
+            assert alone.returncode == 0, alone.stderr
             assert snapshot(home, stack.data_dir) == before  # catalogs, pointer: not one byte
             assert current.remembered_dir(state) == stack.data_dir
             assert (stack.data_dir / "stack.json").read_bytes() == before_state
@@ -119,14 +126,18 @@ def test_a_users_catalog_and_running_stack_change_nothing(tmp_path: Path) -> Non
         stack.down(purge=True)
 
 
-def run_the_subset(home: Path, catalog: str) -> None:
-    """``scripts/test.sh`` on :data:`SUBSET` as the user whose home is ``home`` and who
-    exported ``RUNLEDGER_DATASETS=catalog``; every test must pass, none skipped."""
-    # The user's environment: none of this suite's homes or settings, but its jar cache
-    # (found from the real home) and its reaper's mark (the inner broker dies with us).
+def user_env(home: Path, catalog: str) -> dict[str, str]:
+    """The environment of a user whose home is ``home`` and who exported
+    ``RUNLEDGER_DATASETS=catalog``: none of this suite's homes or settings, but its jar
+    cache (found from the real home) and its reaper's mark (the inner brokers die with us)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("XDG_", "RUNLEDGER_")) or k in (JARS_ENV, reaper.MARK)}
-    env |= {"HOME": str(home), "RUNLEDGER_DATASETS": catalog, "SOAK": "0", "VENV": sys.prefix}
+    return env | {"HOME": str(home), "RUNLEDGER_DATASETS": catalog, "SOAK": "0",
+                  "VENV": sys.prefix}
+
+
+def run_the_subset(env: dict[str, str]) -> None:
+    """``scripts/test.sh`` on :data:`SUBSET` in ``env``; every test must pass, none skipped."""
     out = subprocess.run(["scripts/test.sh", "-p", "no:cacheprovider", *SUBSET], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=900, check=False)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]

@@ -39,10 +39,24 @@ _ALIAS = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
 _MAGIC = re.compile(r"[*?\[]")
 
 
+# Everything runledger keeps lives under RUNLEDGER_HOME unless a variable names
+# another place. Both are defined here, the lowest layer that keeps anything there
+# (runledger.config takes them from here), so the catalog's default cannot drift
+# from the home the rest of runledger uses.
+HOME_ENV = "RUNLEDGER_HOME"
+DEFAULT_HOME = "~/.local/state/runledger"
+DATASETS_ENV = "RUNLEDGER_DATASETS"
+
+
+def runledger_home() -> Path:
+    """``$RUNLEDGER_HOME``, else ``~/.local/state/runledger``."""
+    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser()
+
+
 def default_catalog_url() -> str:
-    """``$RUNLEDGER_DATASETS``, else ``~/.local/share/runledger/datasets``."""
-    return os.environ.get("RUNLEDGER_DATASETS") or str(
-        Path("~/.local/share/runledger/datasets").expanduser())
+    """``$RUNLEDGER_DATASETS``, else ``$RUNLEDGER_HOME/datasets``: one stack's home, not a
+    directory every stack and user of the machine would share."""
+    return os.environ.get(DATASETS_ENV) or str(runledger_home() / "datasets")
 
 
 def is_manifest_id(ref: str) -> bool:
@@ -365,4 +379,5 @@ class Catalog:
         return mid
 
 
-__all__ = ["Catalog", "build_manifest", "default_catalog_url", "is_manifest_id"]
+__all__ = ["DATASETS_ENV", "DEFAULT_HOME", "HOME_ENV", "Catalog", "build_manifest",
+           "default_catalog_url", "is_manifest_id", "runledger_home"]

@@ -5,15 +5,18 @@ whose option reads differently in ``--help`` takes the same declaration with
 its own help line (``json_option``, ``catalog_option``, ``db_option``).
 Configuration comes from the environment, with one default each:
 
-- ``RUNLEDGER_HOME`` (default ``~/.local/state/runledger``): the projection
-  (:func:`default_db`), the agents' work directories (:func:`agent_work_dir`)
-  and the local stack (:func:`stack_data_dir`);
+- ``RUNLEDGER_HOME`` (default ``~/.local/state/runledger``, defined with the
+  catalog in :mod:`dataplane.catalog`): everything runledger keeps, the
+  projection (:func:`default_db`), the agents' work directories
+  (:func:`agent_work_dir`), the local stack (:func:`stack_data_dir`) and the
+  dataset catalog;
 - ``--bootstrap``, else ``RUNLEDGER_BOOTSTRAP``, else the stack ``stack up``
   started last (:mod:`runledger.current`, with the credentials of the command's
   role, operator unless a service says otherwise, when ``RUNLEDGER_CREDENTIALS``
   is unset, and the controller's signing key, :func:`stack_signing_key`): the
   Kafka cluster (:func:`bootstrap`, :func:`connect`, :func:`external_bootstrap`);
-- ``RUNLEDGER_DATASETS`` or ``--catalog``: the dataset catalog (:func:`catalog`);
+- ``--catalog``, else ``RUNLEDGER_DATASETS``, else ``$RUNLEDGER_HOME/datasets``: the
+  dataset catalog (:func:`catalog`);
 - ``RUNLEDGER_RETRY_S`` (default 30): how long a command waits for a broker that
   is down or failing over before it gives up with one line (:func:`retry_s`).
 
@@ -31,15 +34,13 @@ from typing import Annotated, Any
 
 import typer
 
-from dataplane.catalog import Catalog, default_catalog_url
+from dataplane.catalog import Catalog, default_catalog_url, runledger_home
 from events.connection import ENV_CREDENTIALS
 from events.errors import BrokerUnavailable
 from events.kafka import ENV_BOOTSTRAP, bootstrap_from_env, check_broker
 from runledger import current
 from runledger.errors import UsageError
 
-HOME_ENV = "RUNLEDGER_HOME"
-DEFAULT_HOME = "~/.local/state/runledger"
 BROKER_CHECK_S = 5.0  # one try's wait: a fast, clear failure instead of librdkafka's
 RETRY_ENV = "RUNLEDGER_RETRY_S"
 # Long enough for a broker restart or a partition leader's failover, short enough
@@ -55,7 +56,7 @@ def json_option(help: str = "Print one JSON object.") -> Any:
 
 
 def catalog_option(help: str = "Catalog directory or fsspec URL (default $RUNLEDGER_DATASETS"
-                               " or ~/.local/share/runledger/datasets).") -> Any:
+                               " or $RUNLEDGER_HOME/datasets).") -> Any:
     return typer.Option("--catalog", metavar="URL", help=help)
 
 
@@ -85,7 +86,7 @@ MetricsAddress = Annotated[
 
 def home() -> Path:
     """``$RUNLEDGER_HOME``, else ``~/.local/state/runledger``."""
-    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser()
+    return runledger_home()
 
 
 def default_db() -> Path:

@@ -9,17 +9,21 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 venv=${VENV:-.venv}
-runledger="$venv/bin/runledger"
-data_dir=$(mktemp -d "${TMPDIR:-/tmp}/runledger-broker.XXXXXX")
+work=$(mktemp -d "${TMPDIR:-/tmp}/runledger-broker.XXXXXX")
+data_dir=$work/stack
+# `stack up` remembers its stack in $RUNLEDGER_HOME/current-stack.json and `stack
+# down` forgets it: this throwaway one is remembered in its own directory, so the
+# user's current stack stays the one they started.
+stack() { RUNLEDGER_HOME="$work/home" "$venv/bin/runledger" stack "$@"; }
 
 cleanup() {
-    "$runledger" stack down --data-dir "$data_dir" --purge >/dev/null 2>&1 || true
-    rm -rf "$data_dir"
+    stack down --data-dir "$data_dir" --purge >/dev/null 2>&1 || true
+    rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-info=$("$runledger" stack up --data-dir "$data_dir" --json)
+info=$(stack up --data-dir "$data_dir" --json)
 field() { "$venv/bin/python" -c "import json, sys; print(json.load(sys.stdin)[\"$1\"] or '')" <<<"$info"; }
 bootstrap=$(field bootstrap)
 # Secure, as `runledger stack up` is by default: the command runs as the admin.

@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
     dataset_app = typer.Typer(
         help=(
             "Dataset manifests: build them from templates, store them by id in a catalog"
-            " ($RUNLEDGER_DATASETS or ~/.local/share/runledger/datasets), name them with"
+            " ($RUNLEDGER_DATASETS or $RUNLEDGER_HOME/datasets), name them with"
             " aliases."
         ),
         no_args_is_help=True,

@@ -53,7 +53,7 @@ KeyOption = Annotated[Path | None, typer.Option(
     help=f"Sign the drill runs and the results with this key file (default ${ENV_KEY}).")]
 Catalog = Annotated[str | None, catalog_option(
     "Dataset catalog that resolves the spec's dataset (default $RUNLEDGER_DATASETS or"
-    " ~/.local/share/runledger/datasets).")]
+    " $RUNLEDGER_HOME/datasets).")]
 # Tests only: the stale worker's own fence check off, the "broken build" its drill catches.
 IGNORE_FENCE_ENV = "RUNLEDGER_DRILL_IGNORE_FENCE"
 

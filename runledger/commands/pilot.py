@@ -49,7 +49,7 @@ Timeout = Annotated[float, typer.Option(
                                " cancelled and the pilot fails.")]
 Catalog = Annotated[str | None, catalog_option(
     "Dataset catalog that resolves the spec's dataset (default $RUNLEDGER_DATASETS or"
-    " ~/.local/share/runledger/datasets).")]
+    " $RUNLEDGER_HOME/datasets).")]
 KeyOption = Annotated[Path | None, typer.Option(
     "--key", metavar="FILE", envvar=ENV_KEY, show_envvar=False,
     help=f"Sign the pilot's run request and its result with this key file (default ${ENV_KEY}).")]

@@ -40,7 +40,7 @@ TOPICS = (REQUESTS, REPORTS, RUNS, KEYS, STATUS)
 SpecPath = Annotated[Path, typer.Argument(metavar="SPEC.yaml", help="The run spec.")]
 Catalog = Annotated[str | None, catalog_option(
     "Dataset catalog that resolves the spec's dataset (default $RUNLEDGER_DATASETS or"
-    " ~/.local/share/runledger/datasets).")]
+    " $RUNLEDGER_HOME/datasets).")]
 KeyOption = Annotated[Path | None, typer.Option(
     "--key", metavar="FILE", envvar=ENV_KEY, show_envvar=False,
     help=f"Sign the result with this key file (default ${ENV_KEY}).")]

@@ -62,7 +62,7 @@ SpecPath = Annotated[Path, typer.Argument(metavar="SPEC.yaml", help="The run spe
 SubmitCatalog = Annotated[
     str | None,
     catalog_option("Dataset catalog that resolves an alias in `dataset` (default"
-                   " $RUNLEDGER_DATASETS or ~/.local/share/runledger/datasets)."),
+                   " $RUNLEDGER_DATASETS or $RUNLEDGER_HOME/datasets)."),
 ]
 Reason = Annotated[str, typer.Option("--reason", help="Why; recorded with the request.")]
 DryRun = Annotated[bool, typer.Option(

@@ -6,6 +6,8 @@
 - ``jars``: the broker's jars, fetched once by Maven into a cache;
 - ``layout``: ports, ``stack.json`` and each node's ``server.properties``;
 - ``proc``: starting, finding and stopping the broker JVMs;
+- ``private``: the data directory owner-only (0700 directories, 0600 files, the
+  broker's umask 077);
 - ``admin``: admin calls against any running cluster (readiness, topics).
 
 Every error it reports is a :class:`~runledger.errors.StackError`.

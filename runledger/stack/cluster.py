@@ -33,6 +33,7 @@ from runledger.stack import layout as cfg
 from runledger.stack.admin import TopicInfo
 from runledger.stack.credentials import admin_password, credentials_file
 from runledger.stack.jars import ensure_jars, kafka_version, pom_path
+from runledger.stack.private import claim, open_private, tighten
 from runledger.stack.tls import ensure_tls, tls_files
 
 __all__ = [
@@ -141,9 +142,10 @@ class Stack:
     def up(self, port: int | None = None, timeout: float | None = None) -> StackInfo:
         """Start the cluster (or the nodes of it that are down) and create the topics.
 
-        Idempotent: on a running stack it only re-checks readiness and topics.
+        Idempotent: on a running stack it only re-checks readiness and topics. The data
+        dir ends owner-only, what an older runledger left there included (stack.private).
         """
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        claim(self.data_dir, cfg.STATE_FILE)
         wait = timeout or (60.0 if self.brokers == 1 else 90.0)
         with self._locked():
             layout = cfg.load_layout(self.data_dir)
@@ -164,6 +166,7 @@ class Stack:
                 principals.ensure_roles(self.data_dir, layout.bootstrap, creds,
                                         self._ca(layout))
                 keys = stack_keys.ensure_keys(self.data_dir, layout.bootstrap, creds)
+            tighten(self.data_dir)
             brokers = [BrokerInfo(n.node_id, n.port, proc.read_pid(self.data_dir, n.node_id))
                        for n in layout.nodes]  # fmt: skip
             admin_file = credentials_file(self.data_dir, cfg.ADMIN) if layout.secure else None
@@ -267,7 +270,7 @@ class Stack:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         # Serialises up/down on one data dir (two terminals, make and pytest).
-        with (self.data_dir / ".lock").open("w") as handle:
+        with open_private(self.data_dir / ".lock") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             yield
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from runledger.errors import StackError
 
 MARKER = ".complete"
+JARS_ENV = "RUNLEDGER_CACHE"
 
 
 def pom_path() -> Path:
@@ -33,7 +34,9 @@ def pom_path() -> Path:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("RUNLEDGER_CACHE") or "~/.cache/runledger").expanduser()
+    """``$RUNLEDGER_CACHE``, else ``~/.cache/runledger``: a download cache, the one default
+    outside RUNLEDGER_HOME; it is shared by every stack and holds nothing of any."""
+    return Path(os.environ.get(JARS_ENV) or "~/.cache/runledger").expanduser()
 
 
 def kafka_version(pom: Path) -> str:

@@ -2,7 +2,8 @@
 
 A data directory holds ``stack.json`` (cluster id, broker count, ports), a
 log4j2 configuration, and one ``node-<id>/`` per node with its
-``server.properties``, ``data/`` (the log dirs), ``kafka.log`` and ``kafka.pid``.
+``server.properties``, ``data/`` (the log dirs), ``kafka.log`` and ``kafka.pid``;
+its directories are 0700 and its files 0600 (:mod:`runledger.stack.private`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from runledger.errors import PortInUseError, StackError
+from runledger.stack.private import open_private, private_dir, write_private
 
 HOST = "127.0.0.1"
 STATE_FILE = "stack.json"
@@ -104,7 +106,7 @@ def load_layout(data_dir: Path) -> Layout | None:
 
 
 def save_layout(data_dir: Path, layout: Layout) -> None:
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
     doc = {
         "version": STATE_VERSION,
         "cluster_id": layout.cluster_id,
@@ -114,7 +116,7 @@ def save_layout(data_dir: Path, layout: Layout) -> None:
         "tls": layout.tls,
     }
     tmp = data_dir / f"{STATE_FILE}.tmp"
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    write_private(tmp, json.dumps(doc, indent=2) + "\n")
     tmp.replace(data_dir / STATE_FILE)
 
 
@@ -279,13 +281,11 @@ def secure_properties(node: NodeSpec, admin_password: str,
 
 def write_configs(data_dir: Path, layout: Layout, admin_password: str | None = None,
                   tls: TlsPaths | None = None) -> None:
-    (data_dir / LOG4J_FILE).write_text(LOG4J2)
+    write_private(data_dir / LOG4J_FILE, LOG4J2)
     for node in layout.nodes:
-        home = node_dir(data_dir, node.node_id)
-        (home / "data").mkdir(parents=True, exist_ok=True)
+        home = private_dir(node_dir(data_dir, node.node_id))
+        private_dir(home / "data")  # the log dirs: every topic's segments, the SCRAM hashes
         path = home / "server.properties"
         # It may hold the admin's password: owner-only from the first byte.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w") as handle:
+        with open_private(path) as handle:
             handle.write(server_properties(data_dir, layout, node, admin_password, tls))

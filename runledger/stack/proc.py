@@ -20,6 +20,7 @@ from pathlib import Path
 
 from runledger.errors import StackError
 from runledger.stack.layout import ADMIN, LOG4J_FILE, SCRAM, Layout, node_dir
+from runledger.stack.private import UMASK, open_private_bytes, write_private
 
 HEAP = ["-Xms256m", "-Xmx512m"]
 PID_FILE = "kafka.pid"
@@ -67,8 +68,10 @@ def format_storage(data_dir: Path, lib: Path, layout: Layout, node_ids: Iterable
             "kafka.tools.StorageTool", "format", "--ignore-formatted",
             "-t", layout.cluster_id, "-c", str(props), *scram,
         ]  # fmt: skip
-        # Nodes format in parallel: each is a JVM start of a second or two.
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        # Nodes format in parallel: each is a JVM start of a second or two. umask 077:
+        # the metadata it writes (the admin's SCRAM hash among it) is the owner's alone.
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      umask=UMASK))
     for proc in procs:
         out, _ = proc.communicate()
         if proc.returncode != 0:
@@ -89,9 +92,10 @@ def launch(data_dir: Path, lib: Path, node_id: int) -> int:
         # Keep the previous run's log for post-mortems, but start this one clean
         # so log_tail() never reports an old run's error.
         log_path.replace(home / f"{LOG_FILE}.1")
-    with log_path.open("wb") as log:
+    with open_private_bytes(log_path) as log:
         # A new session: Ctrl-C in the terminal that ran `stack up` must not stop
-        # the broker, and the broker must not hold this terminal.
+        # the broker, and the broker must not hold this terminal. umask 077: every
+        # segment, index and checkpoint it writes is 0600, every directory 0700.
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
@@ -99,8 +103,9 @@ def launch(data_dir: Path, lib: Path, node_id: int) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=home,
+            umask=UMASK,
         )
-    (home / PID_FILE).write_text(f"{proc.pid}\n")
+    write_private(home / PID_FILE, f"{proc.pid}\n")
     return proc.pid
 
 

@@ -246,8 +246,15 @@ def test_any_fsspec_store_works() -> None:
         Catalog("nosuchprotocol://x")
 
 
-def test_the_default_catalog_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_catalog_follows_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("RUNLEDGER_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("RUNLEDGER_DATASETS", "memory://elsewhere")
     assert default_catalog_url() == "memory://elsewhere"
     monkeypatch.delenv("RUNLEDGER_DATASETS")
-    assert default_catalog_url().endswith("/.local/share/runledger/datasets")
+    # Under RUNLEDGER_HOME, never a directory every stack and user would share.
+    assert default_catalog_url() == str(tmp_path / "home" / "datasets")
+    monkeypatch.delenv("RUNLEDGER_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert default_catalog_url() == str(tmp_path / "user" / ".local/state/runledger/datasets")

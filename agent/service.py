@@ -29,14 +29,15 @@ commits offsets only after a batch of commands was acted on. What to do about
 a command is decided by the pure ``agent.decide.decide``; this
 module only performs it. SIGTERM or SIGINT stops every worker (SIGTERM, then
 SIGKILL after the grace period), reports their exits, flushes and returns 0.
+Each command applied is written to the node's applied-commands file
+(``agent.applied``) before it is acted on; a restarted agent loads it first.
 
 Known limits, all after the agent itself dies: a worker survives a ``kill -9``
 of its agent (it runs in its own session) and its exit is never reported, so
-the controller learns of its end only from its heartbeats stopping; an agent
-restarted before committing a start it had acted on launches that start again
-unless the command has gone stale meanwhile; and a start deferred for busy
-slots (its offset already committed) is lost if the agent dies while it
-waits, which the controller sees as members that never heartbeat.
+the controller learns of its end only from its heartbeats stopping; and a
+start deferred for busy slots (its offset already committed) is lost if the
+agent dies while it waits, which the controller sees as members that never
+heartbeat.
 """
 
 from __future__ import annotations
@@ -53,11 +54,11 @@ from pathlib import Path
 from types import FrameType
 
 from agent import nodestate, sweep
+from agent.applied import AppliedLog, path_for
 from agent.decide import (
     REJECTED_EXIT_CODE,
     Action,
     AgentConfig,
-    AgentState,
     Defer,
     Ignore,
     Launch,
@@ -163,7 +164,8 @@ class Agent:
         # Workers run in the work dir: that is where a relative path lands.
         self.config = replace(config, base_dir=str(options.work_dir.resolve()))
         self.options = options
-        self.state = AgentState()
+        self.applied = AppliedLog(path_for(options.work_dir))
+        self.state = self.applied.load(self.config)  # what it applied before a restart
         self.procs = ProcessTable(options.work_dir, options.grace_s)
         self.producer_id = f"agent/{config.node}"
         # Distinguishes this start's heartbeat ids from those of an earlier start.
@@ -221,6 +223,7 @@ class Agent:
                 heartbeat.join(timeout=5)
             consumer.close()
             self._producer.flush()
+            self.applied.close()
         return 0
 
     def _log_node_state(self) -> None:
@@ -270,6 +273,7 @@ class Agent:
 
     def _handle(self, command: Event, retry: bool = False) -> None:
         decision = decide(self.config, self.state, command, now_ms())
+        self.applied.record(self.state, decision.state, command)  # before acting on it
         self.state = decision.state
         for action in decision.actions:
             if isinstance(action, Defer):
@@ -336,9 +340,11 @@ class Agent:
                 self.state = worker_exited(self.state, action.key)
             case Defer():
                 self._pending[action.command_id] = command
-            case Ignore():
-                log.info("ignored %s %s (%s g%d): %s", command.event_type, action.command_id,
-                         command.run_id, command.generation, action.reason)
+            case Ignore(refused=refused):  # a refusal (a replay, say) is worth a warning
+                said = f"{refused}: {action.reason}; nothing done" if refused else action.reason
+                (log.warning if refused else log.info)(
+                    "%s %s %s (%s g%d): %s", "refused" if refused else "ignored",
+                    command.event_type, action.command_id, command.run_id, command.generation, said)
         self._busy = self.state.busy_slots
 
     def _report_exits(self) -> int:

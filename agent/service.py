@@ -341,10 +341,10 @@ class Agent:
             case Defer():
                 self._pending[action.command_id] = command
             case Ignore(refused=refused):  # a refusal (a replay, say) is worth a warning
-                said = f"{refused}: {action.reason}; nothing done" if refused else action.reason
+                why = f"{refused}: {action.reason}; nothing done" if refused else action.reason
                 (log.warning if refused else log.info)(
                     "%s %s %s (%s g%d): %s", "refused" if refused else "ignored",
-                    command.event_type, action.command_id, command.run_id, command.generation, said)
+                    command.event_type, action.command_id, command.run_id, command.generation, why)
         self._busy = self.state.busy_slots
 
     def _report_exits(self) -> int:

@@ -2,6 +2,9 @@
 
 - ``decide``: the pure decisions (numbered rules, a closed set of frozen
   actions) about a start or stop command, given the agent's memory;
+- ``applied``: the node's durable memory of the commands it applied (an
+  fsynced, append-only file in its work directory), loaded first by a
+  restarted agent so a replayed start launches nothing twice;
 - ``verify``: what a command must pass before ``decide`` sees it (a live
   controller key's signature from the keys log, and for a start the fact
   log's current generation), and the shell that reads both;

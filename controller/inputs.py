@@ -151,7 +151,8 @@ def _submit(em: Emitter, event: RunSubmitted, before: Tracked | None) -> None:
     if before is None:
         em.emit(RUNS, event)
         return
-    # Another request for a run id that exists (replays.judge took the same one).
+    # A new request (another event id) for a run id that exists: a copy of the request
+    # that created it never gets here (replays.judge refused it before this rule).
     em.reject(event, replays.REPLAYED, f"submit of run {event.run_id}, which exists "
               f"({before.state.status.value}): a run is submitted once; submit the spec "
               "again for a new run id")

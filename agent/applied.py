@@ -107,7 +107,13 @@ class AppliedLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fd: int | None = None
+
+    @classmethod
+    def at(cls, work_dir: Path, config: AgentConfig) -> tuple[AppliedLog, AgentState]:
+        """The node's file under ``work_dir`` and the memory it holds: what a (re)started
+        agent begins from."""
+        applied = cls(path_for(work_dir))
+        return applied, applied.load(config)
 
     def load(self, config: AgentConfig) -> AgentState:
         """The memory the file holds (empty when there is none yet)."""
@@ -137,27 +143,23 @@ class AppliedLog:
             self.append(line)
 
     def append(self, line: str) -> None:
-        """Add one entry, on disk (fsynced) before the caller acts on its command."""
-        fd = self._open()
-        data = (line + "\n").encode("utf-8")
-        if os.write(fd, data) != len(data):
-            raise AgentError(f"short write to {self.path}; the command was not acted on")
-        os.fsync(fd)
+        """Add one entry, on disk (fsynced) before the caller acts on its command.
 
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def _open(self) -> int:
-        if self._fd is None:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fresh = not self.path.exists()
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            if fresh:  # the new name itself must survive a crash
-                dir_fd = os.open(self.path.parent, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
-        return self._fd
+        The file is opened per entry: commands are rare, and no descriptor outlives
+        the write (nothing to close when the agent stops, or dies)."""
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fresh = not self.path.exists()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            data = (line + "\n").encode("utf-8")
+            if os.write(fd, data) != len(data):
+                raise AgentError(f"short write to {self.path}; the command was not acted on")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if fresh:  # the new name itself must survive a crash
+            dir_fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)

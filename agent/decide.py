@@ -53,6 +53,7 @@ no second group beside the workers that survived it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -161,6 +162,20 @@ class Ignore:
     # REPLAYED or SUPERSEDED when the command is refused as a replay or an older
     # generation's (logged as a refusal); empty when it is simply not for this node.
     refused: str = ""
+
+    @property
+    def level(self) -> int:
+        """A refusal is worth a warning in the agent's log; an ignored command is not."""
+        return logging.WARNING if self.refused else logging.INFO
+
+    @property
+    def verb(self) -> str:
+        return "refused" if self.refused else "ignored"
+
+    @property
+    def said(self) -> str:
+        """Why, as logged: a refusal names its reason and that nothing was done."""
+        return f"{self.refused}: {self.reason}; nothing done" if self.refused else self.reason
 
 
 @dataclass(frozen=True, slots=True)

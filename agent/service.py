@@ -34,10 +34,9 @@ Each command applied is written to the node's applied-commands file
 
 Known limits, all after the agent itself dies: a worker survives a ``kill -9``
 of its agent (it runs in its own session) and its exit is never reported, so
-the controller learns of its end only from its heartbeats stopping; and a
-start deferred for busy slots (its offset already committed) is lost if the
-agent dies while it waits, which the controller sees as members that never
-heartbeat.
+the controller learns of its end only from its heartbeats stopping; and a start
+deferred for busy slots (its offset already committed) is lost if the agent
+dies while it waits, which the controller sees as members that never heartbeat.
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ from pathlib import Path
 from types import FrameType
 
 from agent import nodestate, sweep
-from agent.applied import AppliedLog, path_for
+from agent.applied import AppliedLog
 from agent.decide import (
     REJECTED_EXIT_CODE,
     Action,
@@ -164,8 +163,8 @@ class Agent:
         # Workers run in the work dir: that is where a relative path lands.
         self.config = replace(config, base_dir=str(options.work_dir.resolve()))
         self.options = options
-        self.applied = AppliedLog(path_for(options.work_dir))
-        self.state = self.applied.load(self.config)  # what it applied before a restart
+        # What it applied before a restart (agent.applied): a replay of it starts nothing.
+        self.applied, self.state = AppliedLog.at(options.work_dir, self.config)
         self.procs = ProcessTable(options.work_dir, options.grace_s)
         self.producer_id = f"agent/{config.node}"
         # Distinguishes this start's heartbeat ids from those of an earlier start.
@@ -223,7 +222,6 @@ class Agent:
                 heartbeat.join(timeout=5)
             consumer.close()
             self._producer.flush()
-            self.applied.close()
         return 0
 
     def _log_node_state(self) -> None:
@@ -340,11 +338,9 @@ class Agent:
                 self.state = worker_exited(self.state, action.key)
             case Defer():
                 self._pending[action.command_id] = command
-            case Ignore(refused=refused):  # a refusal (a replay, say) is worth a warning
-                why = f"{refused}: {action.reason}; nothing done" if refused else action.reason
-                (log.warning if refused else log.info)(
-                    "%s %s %s (%s g%d): %s", "refused" if refused else "ignored",
-                    command.event_type, action.command_id, command.run_id, command.generation, why)
+            case Ignore():  # a refusal (a replay, say) is logged as a warning: Ignore.level
+                log.log(action.level, "%s %s %s (%s g%d): %s", action.verb, command.event_type,
+                        action.command_id, command.run_id, command.generation, action.said)
         self._busy = self.state.busy_slots
 
     def _report_exits(self) -> int:

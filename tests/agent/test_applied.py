@@ -28,7 +28,6 @@ def test_a_restarted_agent_refuses_the_start_it_already_applied(tmp_path: Path) 
     log = AppliedLog(path_for(tmp_path))
     start = start_cmd("n1", "run", 2, ("r0", "r1"))
     _apply(log, AgentState(), start)
-    log.close()
     # The process is gone; a new one knows only the file.
     fresh = AppliedLog(path_for(tmp_path)).load(CFG)
     assert ("run", 2) in fresh.started and start.command_id in fresh.seen
@@ -80,7 +79,6 @@ def test_a_last_line_cut_short_is_dropped_and_cut_off(tmp_path: Path) -> None:
     log = AppliedLog(path_for(tmp_path))
     start = start_cmd("n1", "run", 1, ("r0",))
     _apply(log, AgentState(), start)
-    log.close()
     path = path_for(tmp_path)
     with path.open("a") as f:
         f.write('{"generation":2,"id":"cut')

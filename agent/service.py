@@ -163,8 +163,7 @@ class Agent:
         # Workers run in the work dir: that is where a relative path lands.
         self.config = replace(config, base_dir=str(options.work_dir.resolve()))
         self.options = options
-        # What it applied before a restart (agent.applied): a replay of it starts nothing.
-        self.applied, self.state = AppliedLog.at(options.work_dir, self.config)
+        self.applied, self.state = AppliedLog.at(options.work_dir, self.config)  # agent.applied
         self.procs = ProcessTable(options.work_dir, options.grace_s)
         self.producer_id = f"agent/{config.node}"
         # Distinguishes this start's heartbeat ids from those of an earlier start.

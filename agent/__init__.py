@@ -6,6 +6,9 @@
   workdirs, loader variables under ``--allow``);
 - ``allow``: ``--allow`` judged by file: each entry's real path at start, and a
   command's ``argv[0]`` found at launch as the exec finds it;
+- ``applied``: the node's durable memory of the commands it applied (an
+  fsynced, append-only file in its work directory), loaded first by a
+  restarted agent so a replayed start launches nothing twice;
 - ``verify``: what a command must pass before ``decide`` sees it (a live
   controller key's signature from the keys log, and for a start the fact
   log's current generation), and the shell that reads both;

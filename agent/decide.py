@@ -8,11 +8,14 @@ with :func:`worker_exited`.
 
 Rules for ``GroupStartCommanded`` of run R, generation G, id C, in this order:
 
-1. another node's command, or C already seen: ignored;
-2. a start for (R, G) already handled (launched or rejected): ignored, so a
-   re-issued command with a new id still launches nothing twice;
-3. G revoked (a stop for G or newer was seen): ignored;
-4. G older than the newest generation any command named for R: ignored;
+1. another node's command: ignored; C already applied: refused as
+   :data:`REPLAYED`;
+2. a start for (R, G) already handled (launched or rejected): refused as
+   :data:`REPLAYED`, so a re-issued command with a new id still launches
+   nothing twice;
+3. G revoked (a stop for G or newer was seen): refused as :data:`SUPERSEDED`;
+4. G older than the newest generation any command named for R: refused as
+   :data:`SUPERSEDED`;
 5. issued more than ``max_start_age_ms`` ago: ignored, so an agent that
    replays old commands (a new consumer group, a reused node name) does not
    resurrect finished runs;
@@ -41,11 +44,19 @@ Rules for ``GroupStartCommanded`` of run R, generation G, id C, in this order:
    is launched.
 
 ``GroupStopCommanded`` for generation G marks G revoked for R and terminates
-every worker of R with generation <= G on this node.
+every worker of R with generation <= G on this node; a stop whose id was
+already applied is refused as :data:`REPLAYED`.
+
+What rules 1-4 judge by (the ids applied, the newest generation started and
+stopped per run) outlives the agent's process: the shell appends each applied
+command to ``agent.applied``'s file before acting on it and a restarted agent
+starts from that memory, so a signed start replayed byte for byte to it starts
+no second group beside the workers that survived it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -64,6 +75,11 @@ from events.workerlog import worker_log_path
 # The exit code reported for a member the agent refused to launch; 125 is what
 # shells and container runtimes use for "the launcher failed", never the worker.
 REJECTED_EXIT_CODE = 125
+
+# Named refusals (``Ignore.refused``): the command is genuine but already applied
+# (its id, or its run's generation, was acted on), or a newer one overtook it.
+REPLAYED = "replayed"
+SUPERSEDED = "superseded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +165,23 @@ class Terminate:
 class Ignore:
     command_id: str
     reason: str
+    # REPLAYED or SUPERSEDED when the command is refused as a replay or an older
+    # generation's (logged as a refusal); empty when it is simply not for this node.
+    refused: str = ""
+
+    @property
+    def level(self) -> int:
+        """A refusal is worth a warning in the agent's log; an ignored command is not."""
+        return logging.WARNING if self.refused else logging.INFO
+
+    @property
+    def verb(self) -> str:
+        return "refused" if self.refused else "ignored"
+
+    @property
+    def said(self) -> str:
+        """Why, as logged: a refusal names its reason and that nothing was done."""
+        return f"{self.refused}: {self.reason}; nothing done" if self.refused else self.reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,8 +247,8 @@ def _remember(config: AgentConfig, state: AgentState, cmd_id: str, run: str,
     return replace(state, seen=seen, newest=newest)
 
 
-def _ignore(state: AgentState, cmd_id: str, reason: str) -> Decision:
-    return Decision(state, (Ignore(cmd_id, reason),))
+def _ignore(state: AgentState, cmd_id: str, reason: str, refused: str = "") -> Decision:
+    return Decision(state, (Ignore(cmd_id, reason, refused),))
 
 
 def _start(config: AgentConfig, state: AgentState, cmd: GroupStartCommanded,
@@ -224,17 +257,17 @@ def _start(config: AgentConfig, state: AgentState, cmd: GroupStartCommanded,
     if cmd.node != config.node:
         return _ignore(state, cid, f"for node {cmd.node!r}, this is {config.node!r}")
     if cid in state.seen:
-        return _ignore(state, cid, "duplicate command id")
+        return _ignore(state, cid, "duplicate command id", REPLAYED)
     prior_newest = state.newest.get(run, -1)
     new = _remember(config, state, cid, run, gen)
     if (run, gen) in state.started:
-        return _ignore(new, cid, f"start of {run} g{gen} was already handled")
+        return _ignore(new, cid, f"start of {run} g{gen} was already handled", REPLAYED)
     if gen <= state.revoked.get(run, -1):
         return _ignore(new, cid, f"generation {gen} of {run} is revoked "
-                                 f"(stopped up to g{state.revoked[run]})")
+                                 f"(stopped up to g{state.revoked[run]})", SUPERSEDED)
     if gen < prior_newest:
         return _ignore(new, cid, f"generation {gen} is older than g{prior_newest} "
-                                 f"already commanded for {run}")
+                                 f"already commanded for {run}", SUPERSEDED)
     age_ms = now_ms - cmd.header.occurred_at
     if age_ms > config.max_start_age_ms:
         return _ignore(new, cid, f"stale: issued {age_ms / 1000:.0f}s ago "
@@ -283,7 +316,7 @@ def _stop(config: AgentConfig, state: AgentState, cmd: GroupStopCommanded) -> De
     if cmd.node != config.node:
         return _ignore(state, cid, f"for node {cmd.node!r}, this is {config.node!r}")
     if cid in state.seen:
-        return _ignore(state, cid, "duplicate command id")
+        return _ignore(state, cid, "duplicate command id", REPLAYED)
     new = _remember(config, state, cid, run, gen)
     new = replace(new, revoked={**new.revoked, run: max(gen, new.revoked.get(run, gen))})
     doomed = sorted((k for k in new.running if k.run_id == run and k.generation <= gen), key=str)

@@ -29,14 +29,14 @@ commits offsets only after a batch of commands was acted on. What to do about
 a command is decided by the pure ``agent.decide.decide``; this
 module only performs it. SIGTERM or SIGINT stops every worker (SIGTERM, then
 SIGKILL after the grace period), reports their exits, flushes and returns 0.
+Each command applied is written to the node's applied-commands file
+(``agent.applied``) before it is acted on; a restarted agent loads it first.
 
 Known limits, all after the agent itself dies: a worker survives a ``kill -9``
 of its agent (it runs in its own session) and its exit is never reported, so
-the controller learns of its end only from its heartbeats stopping; an agent
-restarted before committing a start it had acted on launches that start again
-unless the command has gone stale meanwhile; and a start deferred for busy
-slots (its offset already committed) is lost if the agent dies while it
-waits, which the controller sees as members that never heartbeat.
+the controller learns of its end only from its heartbeats stopping; and a start
+deferred for busy slots (its offset already committed) is lost if the agent
+dies while it waits, which the controller sees as members that never heartbeat.
 """
 
 from __future__ import annotations
@@ -55,12 +55,12 @@ from types import FrameType
 
 from agent import nodestate, sweep
 from agent.allow import allowed_real_paths
+from agent.applied import AppliedLog
 from agent.confine import root_option_problem, workdir_option_problem
 from agent.decide import (
     REJECTED_EXIT_CODE,
     Action,
     AgentConfig,
-    AgentState,
     Defer,
     Ignore,
     Launch,
@@ -165,7 +165,7 @@ class Agent:
         self.config = replace(config, base_dir=str(options.work_dir.resolve()),
                               allowed_executables=allowed)
         self.options = options
-        self.state = AgentState()
+        self.applied, self.state = AppliedLog.at(options.work_dir, self.config)  # agent.applied
         self.procs = ProcessTable(options.work_dir, options.grace_s, allowed=allowed,
                                   node=config.node)
         if allowed:
@@ -275,6 +275,7 @@ class Agent:
 
     def _handle(self, command: Event, retry: bool = False) -> None:
         decision = decide(self.config, self.state, command, now_ms())
+        self.applied.record(self.state, decision.state, command)  # before acting on it
         self.state = decision.state
         for action in decision.actions:
             if isinstance(action, Defer):
@@ -341,9 +342,9 @@ class Agent:
                 self.state = worker_exited(self.state, action.key)
             case Defer():
                 self._pending[action.command_id] = command
-            case Ignore():
-                log.info("ignored %s %s (%s g%d): %s", command.event_type, action.command_id,
-                         command.run_id, command.generation, action.reason)
+            case Ignore():  # a refusal (a replay, say) is logged as a warning: Ignore.level
+                log.log(action.level, "%s %s %s (%s g%d): %s", action.verb, command.event_type,
+                        action.command_id, command.run_id, command.generation, action.said)
         self._busy = self.state.busy_slots
 
     def _report_exits(self) -> int:

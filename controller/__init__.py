@@ -18,6 +18,9 @@ The contract is docs/architecture.md §7. Pure core first, then the shell:
   ``gates``: a spec's admission gates and the gate book of evidence rule 2 reads,
   which ``evidence`` (a shell) reads from every partition of ``requests``.
 - ``node_decide``: an operator's cordon, uncordon or drain and a quarantine's expiry.
+- ``replays``: an operator's request is taken once (a copy is refused as
+  ``replayed``) and node operations apply in order (``superseded``), judged on
+  the request ids and node epochs the model folds from the facts.
 - ``policy``: failure classification and the retry policy.
 - ``exits``: the current generation's exit evidence (log path, output tail, launch
   error, before or after the first step, whose sessions closed) the policy judges

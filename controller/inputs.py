@@ -25,6 +25,12 @@ For the bulk of all reports (heartbeats, step times) and agents' reports the
 tick judges them instead, every tick_s, rather than once per report, which for
 stragglers would cost O(ranks) per report.
 
+An operator's request (submit, cancel, resume, node operation) whose event
+id the controller has already taken, applied or refused, is refused as
+``replayed`` before its rule sees it (``controller.replays``): a signed copy
+of it, however genuine, does nothing a second time, in every window of the
+run; a submit of a run id that exists is refused the same way.
+
 A type not in the table is no input: :func:`rule_for` has no rule for it, and
 the controller takes nothing from it (``events.authority`` names who may send
 what; the shell quarantines strays at the door, before they reach this table).
@@ -46,7 +52,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from controller import checkpoints, node_decide, sdc_verdict
+from controller import checkpoints, node_decide, replays, sdc_verdict
 from controller.emitter import Emitter
 from controller.model import Tracked
 from events.fold import UNKNOWN_RUN, apply
@@ -126,6 +132,10 @@ def take(em: Emitter, event: Event, rule: Input) -> None:
         em.draft.absorb(event)
         return
     before = em.draft.get(event.run_id)
+    replayed = replays.judge(em.draft.requests, event)  # before any rule: a request is taken once
+    if replayed is not None:
+        em.reject(event, *replayed)
+        return
     if rule.kind == Kind.REPORT:
         verdict = em.draft.absorb_run(event)
         if not verdict.accepted:
@@ -138,8 +148,14 @@ def take(em: Emitter, event: Event, rule: Input) -> None:
 
 
 def _submit(em: Emitter, event: RunSubmitted, before: Tracked | None) -> None:
-    if before is None:  # a resubmitted request is the same run
+    if before is None:
         em.emit(RUNS, event)
+        return
+    # A new request (another event id) for a run id that exists: a copy of the request
+    # that created it never gets here (replays.judge refused it before this rule).
+    em.reject(event, replays.REPLAYED, f"submit of run {event.run_id}, which exists "
+              f"({before.state.status.value}): a run is submitted once; submit the spec "
+              "again for a new run id")
 
 
 def _cancel(em: Emitter, event: CancelRequested, before: Tracked | None) -> None:
@@ -185,7 +201,12 @@ def _resume(em: Emitter, event: ResumeRequested, before: Tracked | None) -> None
 
 
 def _node(em: Emitter, event: NodeOperationRequested, before: Tracked | None) -> None:
-    """An operator's cordon, drain or uncordon, judged by ``controller.node_decide``."""
+    """An operator's cordon, drain or uncordon, judged by ``controller.node_decide``, in
+    order: one decided on an older view of the node is refused (``controller.replays``)."""
+    stale = replays.judge_epoch(em.draft.node_epochs.get(event.node, 0), event)
+    if stale is not None:
+        em.reject(event, *stale)
+        return
     decision = node_decide.judge(em.draft.inventory, em.draft.node_failures, event)
     h = em.header(event.run_id, 0, f"{event.header.event_id}/{event.operation}",
                   event.header.event_id)

@@ -22,10 +22,10 @@ agents' reports).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 
-from controller import checkpoints, exits, policy, rejections
+from controller import checkpoints, exits, policy, rejections, replays
 from controller.gates import EMPTY as NO_GATES
 from controller.gates import GateBook
 from controller.inventory import EMPTY as NO_NODES
@@ -101,6 +101,10 @@ class Model:
     node_policy: NodePolicy = NodePolicy()
     # Every controller's view of all gate evidence (controller.evidence), not a fold of runs.
     gates: GateBook = NO_GATES
+    # The operators' requests taken (applied or refused), by event id, and per node the
+    # operations applied to it: folded from their facts (controller.replays).
+    requests: Set[str] = frozenset()
+    node_epochs: Mapping[str, int] = field(default_factory=dict)
 
     def tracked(self, run_id: str) -> Tracked | None:
         found = self.live.get(run_id)
@@ -145,8 +149,9 @@ class Draft:
     """
 
     __slots__ = ("_closing", "_done", "_ended", "_failures", "_failures_copy", "_live",
-                 "_live_copy", "_rejections", "_rejections_copy", "gates", "inventory",
-                 "node_policy", "plan_of", "since")
+                 "_live_copy", "_rejections", "_rejections_copy", "_requests",
+                 "_requests_copy", "gates", "inventory", "node_epochs", "node_policy",
+                 "plan_of", "since")
 
     def __init__(self, model: Model, plan_of: PlanOf) -> None:
         self.since = model.since
@@ -163,6 +168,9 @@ class Draft:
         self._failures_copy: dict[str, int] | None = None
         self._rejections = model.rejections
         self._rejections_copy: dict[rejections.Key, rejections.Pending] | None = None
+        self._requests: Set[str] = model.requests
+        self._requests_copy: set[str] | None = None
+        self.node_epochs = model.node_epochs
 
     def get(self, run_id: str) -> Tracked | None:
         found = self._live.get(run_id)
@@ -182,8 +190,26 @@ class Draft:
         self._done = self._done.with_(self._ended)
         self._ended = {}
         self._live_copy = self._failures_copy = self._rejections_copy = None
+        self._requests_copy = None
         return Model(self.since, self._live, self._done, self._closing, self.inventory,
-                     self._failures, self._rejections, self.node_policy, self.gates)
+                     self._failures, self._rejections, self.node_policy, self.gates,
+                     self._requests, self.node_epochs)
+
+    @property
+    def requests(self) -> Set[str]:
+        """The operators' requests taken so far, by event id (controller.replays)."""
+        return self._requests
+
+    def _took(self, event: Event) -> None:
+        """Remember the request a record took, and a node operation's new epoch."""
+        request = replays.request_of(event)
+        if request is not None and request not in self._requests:
+            if self._requests_copy is None:
+                self._requests = self._requests_copy = set(self._requests)
+            self._requests_copy.add(request)
+        epochs = replays.node_epoch(self.node_epochs, event)
+        if epochs is not None:
+            self.node_epochs = epochs
 
     def pending_rejections(self) -> Mapping[rejections.Key, rejections.Pending]:
         return self._rejections
@@ -204,6 +230,7 @@ class Draft:
         the run fold (``events.fold.apply``) once, and an accepted one changes
         the run's state and bookkeeping. The verdict says which it was.
         """
+        self._took(event)
         if isinstance(event, NODE_RECORDS):
             self.inventory = observe(self.inventory, event)
             if isinstance(event, NodeUncordoned | NodeQuarantineExpired):

@@ -59,10 +59,16 @@ class NodeOperationRequested(Event):
     operation: str
     principal: str
     reason: str
+    # How many operations the requester saw applied to the node (its NodeCordoned and
+    # NodeUncordoned facts): one decided on an older view is refused (controller.replays).
+    # None: not said (a v1 writer); judged by its event id alone.
+    epoch: int | None = None
     TOPIC: ClassVar[str] = "runledger.requests"
 
     def __post_init__(self) -> None:
         one_of(self.operation, NODE_OPERATIONS, "NodeOperationRequested.operation")
+        if self.epoch is not None and self.epoch < 0:
+            raise InvalidEvent(f"NodeOperationRequested.epoch must be >= 0, got {self.epoch}")
         if not self.principal:
             raise InvalidEvent("NodeOperationRequested.principal must be non-empty")
 

@@ -7,7 +7,10 @@ signed with an operator's key when one is given (``--key`` or
 ``RUNLEDGER_KEY``, as ``cancel``); the controller judges it and records
 ``NodeCordoned``, ``NodeUncordoned`` or a ``WriteRejected``. A node no agent
 has registered is refused here, naming it and the known ones, and nothing is
-written. Clocks and ids are read here, at the edge.
+written. The request carries a random event id and the node's operation
+epoch as read here (``controller.replays``): a copy of it, or one another
+operator's operation overtook, is refused (``replayed``, ``superseded``).
+Clocks and ids are read here, at the edge.
 
 Tested in tests/runledger/commands/test_nodes.py.
 """
@@ -22,6 +25,7 @@ from typing import Annotated
 
 import typer
 
+from controller.replays import epoch_of
 from events.consume import read_log
 from events.kafka import Quarantined
 from events.model import Event, Header, NodeOperationRequested, node_key
@@ -89,12 +93,14 @@ def _request(operation: str, name: str, reason: str, principal: str | None, as_j
     address = config.connect(bootstrap)
     signed = signer(address, key, principal) if key is not None else None
     who = signed.principal if signed is not None else config.principal_name(principal)
-    nodeview.check_known(name, node_events(address))
+    seen = node_events(address)
+    nodeview.check_known(name, seen)
     nkey = node_key(name)
     event_id = f"{nkey}/{operation}/{uuid.uuid4().hex[:12]}"
+    # The node as seen here: the controller refuses it if another operation overtook it.
     event = NodeOperationRequested(
         header=Header(event_id, nkey, 0, _now_ms(), f"cli/{who}"), node=name,
-        operation=operation, principal=who, reason=reason)
+        operation=operation, principal=who, reason=reason, epoch=epoch_of(name, seen))
     send_request(address, event, signed.key if signed is not None else None)
     if as_json:
         typer.echo(json.dumps({"node": name, "operation": operation, "event_id": event_id,

@@ -9,6 +9,8 @@ import pytest
 
 from agent.decide import (
     REJECTED_EXIT_CODE,
+    REPLAYED,
+    SUPERSEDED,
     Action,
     AgentConfig,
     AgentState,
@@ -77,16 +79,19 @@ def test_duplicates_are_ignored_by_id_and_by_run_generation() -> None:
     assert kinds(d) == ["Launch", "Ignore", "Ignore"]
     assert [a.reason for a in d.actions[1:]] == [  # type: ignore[union-attr]
         "duplicate command id", "start of run g1 was already handled"]
+    assert [a.refused for a in d.actions[1:]] == [REPLAYED, REPLAYED]  # type: ignore[union-attr]
 
 
 def test_older_and_revoked_generations_are_ignored() -> None:
     d = run_all(start_cmd("n1", "run", 2, ("r0",)), start_cmd("n1", "run", 1, ("r0",)))
     assert kinds(d) == ["Launch", "Ignore"]
     assert "older than g2" in d.actions[1].reason  # type: ignore[union-attr]
+    assert d.actions[1].refused == SUPERSEDED  # type: ignore[union-attr]
     d = run_all(stop_cmd("n1", "run", 3), start_cmd("n1", "run", 3, ("r0",)),
                 start_cmd("n1", "run", 4, ("r0",)))
     assert kinds(d) == ["Ignore", "Launch"]
     assert "revoked" in d.actions[0].reason  # type: ignore[union-attr]
+    assert d.actions[0].refused == SUPERSEDED  # type: ignore[union-attr]
 
 
 def test_stop_terminates_that_generation_and_older_only() -> None:
@@ -95,7 +100,7 @@ def test_stop_terminates_that_generation_and_older_only() -> None:
     assert d.actions == (Terminate(WorkerKey("run", 1, "a"), "stop g2: test"),)
     assert d.state.revoked == {"run": 2, "other": 4}
     assert run_all(stop_cmd("n1", "run", 2), state=d.state).actions[0] == Ignore(
-        "run/g2/n1/stop", "duplicate command id")
+        "run/g2/n1/stop", "duplicate command id", REPLAYED)
 
 
 def test_a_new_generation_fences_the_old_one_and_takes_its_slots() -> None:

@@ -81,13 +81,15 @@ def test_a_future_dated_input_counts_from_when_it_was_received() -> None:
     assert kept[0].header.occurred_at == now and after.runs["run-1"].last_progress_at == now
 
 
-def test_a_resubmitted_request_is_the_same_run() -> None:
+def test_a_resubmitted_request_is_refused_and_the_run_is_unchanged() -> None:
     sub = EV.submitted(spec_digest="sha256:x", world_size=2, dataset_id=None, n=4)
     model, out = taken(Model(since=0), sub)
     assert out == ["RunSubmitted"] and model.tracked("run-1") is not None
     again, out = taken(model, EV.submitted(spec_digest="sha256:x", world_size=2,
                                            dataset_id=None, n=5))
-    assert out == [] and again.runs == model.runs
+    # A run is submitted once (controller.replays): the second request is recorded refused.
+    assert out == ["WriteRejected"]
+    assert again.runs["run-1"].status == model.runs["run-1"].status
     assert model.tracked("run-1").plan == PLAN  # type: ignore[union-attr]
 
 

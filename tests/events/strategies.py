@@ -218,6 +218,7 @@ _CONSTRAINED: dict[tuple[str, str], st.SearchStrategy[Any]] = {
     ("CheckpointStaged", "mode"): st.sampled_from(("sync", "async")),
     ("NodeOperationRequested", "operation"): st.sampled_from(NODE_OPERATIONS),
     ("NodeOperationRequested", "principal"): nonempty_texts,
+    ("NodeOperationRequested", "epoch"): st.none() | st.integers(0, LONG_MAX),
     ("NodeCordoned", "mode"): st.sampled_from(CORDON_MODES),
     ("CheckpointWriteFailed", "stage"): st.sampled_from(CHECKPOINT_STAGES),
     ("CheckpointVerificationFailed", "reason"): st.sampled_from(VERIFY_REASONS),

@@ -62,4 +62,6 @@ def test_nodes_shows_a_quarantine_and_node_uncordon_sends_a_signed_request(
     event, record = request_of(bootstrap, node_key(node), NodeOperationRequested)
     assert isinstance(event, NodeOperationRequested)
     assert (event.node, event.operation, event.reason) == (node, "uncordon", "disk replaced")
+    # The node's operation epoch as read: a quarantine is no operator's operation.
+    assert event.epoch == 0
     assert judge(bootstrap, record, "operator") is None

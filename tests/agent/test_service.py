@@ -217,13 +217,21 @@ def test_crash_and_unrunnable_and_oversized_groups_are_reported(
 
 @pytest.mark.kafka
 def test_sigkill_after_grace_and_a_deferred_start_on_the_freed_slots(
-    agent: Running, run_id: str
+    agent: Running, run_id: str, tmp_path: Path
 ) -> None:
     now = int(time.time() * 1000)
+    # Each shell marks that its trap is set: a SIGTERM that came before the trap (a
+    # loaded machine) would end it by SIGTERM, and the test would judge the race.
+    marks = tmp_path / "trapped"
+    marks.mkdir()
     stubborn = replace(start_cmd(agent.node, run_id, 1, ("a0", "a1", "a2"), at=now),
-                       argv=("/bin/sh", "-c", "trap '' TERM; sleep 60"))
+                       argv=("/bin/sh", "-c", f"trap '' TERM; touch {marks}/$$; sleep 60"))
     agent.send(stubborn)
     agent.wait_log(f"{run_id}/g1/a2: started pid")
+    deadline = time.monotonic() + 120
+    while len(list(marks.iterdir())) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(list(marks.iterdir())) == 3, "the three shells never set their trap"
     nxt = f"{run_id}-next"
     # Different runs, so maybe different partitions: either may be read first.
     agent.send(stop_cmd(agent.node, run_id, 1, at=now),

@@ -38,8 +38,10 @@
 - ``consume``: ``EventConsumer``, a consumer-group member with explicit commits,
   and ``read_log`` (a dump or a tail of one topic, over ``LogReader``).
 - ``signing``: Ed25519 keys, the domain-separated message each use signs, fact
-  digests (each run's hash chain) and the signature headers; ``keyring``: the
-  pure fold of key records and the one signature judge (``check``); ``audit``:
-  offline verification of the keys log and every run's signed chain.
+  and key-record digests (each run's hash chain, and the keys log's) and the
+  signature headers; ``keyring``: the pure fold of key records and the one
+  signature judge (``check``); ``audit``: offline verification of the keys log
+  and every run's signed chain; ``loghead``: the signed heads an exported copy
+  carries, judged against the copy.
 - ``errors``: ``EventsError`` and its leaves.
 """

@@ -143,6 +143,10 @@ def loop_families(model: Model | None, stats: LoopStats) -> list[Metric]:
         GaugeMetricFamily("runledger_controller_model_loaded",
                           "1 once the model has been rebuilt from runledger.runs.",
                           value=0 if model is None else 1),
+        GaugeMetricFamily("runledger_controller_trusts_unsigned",
+                          "1 when started --trust-unsigned: unsigned requests are taken on the "
+                          "broker's word (any operator may name any principal).",
+                          value=1 if stats.trusts_unsigned else 0),
     ]
 
 

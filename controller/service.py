@@ -10,6 +10,9 @@ each input, ``tick`` the clock, and append every fact and command together
 with the input offsets in one transaction. Each fact is signed and chained to
 its run's previous fact, each command signed (``controller.chains``), with the
 controller's key; without one (``signing_key=None``) they go out unsigned.
+Operator requests are believed only when signed (``controller.signatures``)
+unless ``require_signatures=False`` (``--trust-unsigned``), which is logged as
+a warning at start and shown on every scrape (``LoopStats.trusts_unsigned``).
 
 Any number of controllers (any transactional ids) share one consumer group:
 each decides only for the runs of the partitions the group gave it, from the
@@ -98,6 +101,9 @@ class LoopStats:
     ticks: int = 0
     # The wall time of the last cycle: handling its inputs, the tick, and the commit.
     last_tick_s: float = 0.0
+    # Started --trust-unsigned: unsigned requests are taken on the broker's word. Kept
+    # here so every scrape shows it (controller.metrics), not only the start-up log.
+    trusts_unsigned: bool = False
 
 
 class ControllerService:
@@ -112,7 +118,7 @@ class ControllerService:
         clock: Callable[[], int] = wall_ms,
         transaction_timeout_s: float = DEFAULT_TRANSACTION_TIMEOUT_S,
         signing_key: SigningKey | None = None,
-        require_signatures: bool = False,
+        require_signatures: bool = True,
         node_policy: NodePolicy | None = None,
         txn_gap_s: float = TXN_GAP_S,
         allowed_roots: Sequence[str] | None = None,
@@ -138,7 +144,7 @@ class ControllerService:
         self.require_signatures = require_signatures
         self.requests: RequestJudge | None = None
         self.evidence: EvidenceReader | None = None
-        self.stats = LoopStats()
+        self.stats = LoopStats(trusts_unsigned=not require_signatures)
         self.changelog = Changelog(False, 1)
         self.node_policy = node_policy or NodePolicy()
 
@@ -170,6 +176,12 @@ class ControllerService:
             log.info("signing facts and commands with key %s", self.chains.key.key_id)
         else:
             log.warning("no signing key: facts and commands are appended unsigned")
+        if not self.require_signatures:
+            # The level is not in the log format: the text says it, loudly.
+            log.warning("WARNING --trust-unsigned: UNSIGNED submit, cancel, resume, node and gate "
+                        "requests are taken on the broker's word, which vouches only for the "
+                        "role: any operator may act as any principal it names; restart "
+                        "without --trust-unsigned to require signed requests")
         self.ownership = Ownership(self.transactional_id, partitions)
         self.requests = RequestJudge(self.bootstrap, require=self.require_signatures,
                                      name=self.transactional_id)

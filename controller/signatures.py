@@ -13,10 +13,11 @@ a typed ``--principal``. A request that fails is refused with the reason
 ``revoked_key``, ``wrong_principal``, ``wrong_role``) and recorded as a
 ``WriteRejected``, like any refused input; it changes nothing.
 
-Unsigned requests are refused only when the controller was started with
-``--require-signatures`` (which the secure demo does); without it they are
-taken on the broker's word, as before signatures existed, while a *badly*
-signed one is refused either way.
+Unsigned requests are refused (``unsigned``) unless the controller was
+started with ``--trust-unsigned``: then they are taken on the broker's word,
+as before signatures existed, and the broker vouches only for the role, so
+any operator could name any principal. A *badly* signed one is refused either
+way.
 
 :func:`judge_request` is pure; :class:`RequestJudge` keeps the ring, read
 again from the keys log when a request names a key it does not know.
@@ -68,8 +69,9 @@ def judge_request(ring: KeyRing, record: Record, *, require: bool) -> tuple[str,
 
 def _meaning(problem: str) -> str:
     return {
-        UNSIGNED: "not signed, and this controller requires signed requests "
-                  "(runledger submit/cancel/node --key, or RUNLEDGER_KEY)",
+        UNSIGNED: "not signed, and this controller requires signed requests: send it "
+                  "with runledger submit/cancel/resume/node, which sign with --key, "
+                  "RUNLEDGER_KEY or the local stack's operator key",
         UNKNOWN_KEY: "signed by a key the keys log does not register",
         REVOKED_KEY: "signed by a revoked key",
     }.get(problem, "the signature does not prove this principal asked")

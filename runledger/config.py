@@ -13,7 +13,8 @@ Configuration comes from the environment, with one default each:
 - ``--bootstrap``, else ``RUNLEDGER_BOOTSTRAP``, else the stack ``stack up``
   started last (:mod:`runledger.current`, with the credentials of the command's
   role, operator unless a service says otherwise, when ``RUNLEDGER_CREDENTIALS``
-  is unset, and the controller's signing key, :func:`stack_signing_key`): the
+  is unset, and the controller's or the operator's signing key,
+  :func:`stack_signing_key`): the
   Kafka cluster (:func:`bootstrap`, :func:`connect`, :func:`external_bootstrap`);
 - ``--catalog``, else ``RUNLEDGER_DATASETS``, else ``$RUNLEDGER_HOME/datasets``: the
   dataset catalog (:func:`catalog`);
@@ -26,7 +27,6 @@ tests/runledger/stack/test_cluster.py.
 
 from __future__ import annotations
 
-import getpass
 import os
 import time
 from pathlib import Path
@@ -69,7 +69,10 @@ Bootstrap = Annotated[
     str | None, typer.Option("--bootstrap", help="Kafka bootstrap (default $RUNLEDGER_BOOTSTRAP).")
 ]
 Principal = Annotated[
-    str | None, typer.Option("--principal", help="Who asks (default $USER).")
+    str | None, typer.Option(
+        "--principal",
+        help="Who asks: the signing key's principal, checked against runledger.keys (a "
+             "request is its key's principal's; default: the key's).")
 ]
 RunArg = Annotated[str, typer.Argument(help="The run id that `runledger submit` printed.")]
 ProjectedRun = Annotated[str, typer.Argument(help="The run id.")]  # of query and report
@@ -127,12 +130,13 @@ def bootstrap(explicit: str | None = None, role: str = current.ROLE) -> str:
     return stack.bootstrap
 
 
-def stack_signing_key(explicit: str | None = None) -> Path | None:
-    """The remembered secure stack's ``keys/controller.key``, when the controller talks
-    to that stack (no ``--bootstrap``, no ``RUNLEDGER_BOOTSTRAP``); else None."""
+def stack_signing_key(explicit: str | None = None, role: str = "controller") -> Path | None:
+    """The remembered secure stack's key of ``role`` (``keys/controller.key``, or
+    ``keys/operator.key`` for a person's requests), when the command talks to that stack
+    (no ``--bootstrap``, no ``RUNLEDGER_BOOTSTRAP``); else None."""
     if explicit or external_bootstrap():
         return None
-    stack = current.recall(home(), "controller")
+    stack = current.recall(home(), role)
     return stack.signing_key if stack is not None else None
 
 
@@ -173,16 +177,3 @@ def connect(explicit: str | None = None, role: str = current.ROLE) -> str:
 def catalog(explicit: str | None = None) -> Catalog:
     """The dataset catalog at ``--catalog``, else ``$RUNLEDGER_DATASETS`` or its default."""
     return Catalog(explicit if explicit is not None else default_catalog_url())
-
-
-def principal_name(explicit: str | None) -> str:
-    """Who asks: ``--principal``, else ``$USER``, else the login name; refused if none."""
-    who = explicit if explicit is not None else os.environ.get("USER", "")
-    if explicit is None and not who:
-        try:
-            who = getpass.getuser()  # LOGNAME and friends, then the password database
-        except (OSError, KeyError):
-            who = ""
-    if not who.strip():
-        raise UsageError("no principal: pass --principal or set USER")
-    return who.strip()

@@ -7,14 +7,15 @@ only; the ports and the security settings are read from that directory's own
 falls back to it after ``--bootstrap`` and ``RUNLEDGER_BOOTSTRAP``.
 
 Credentials, secure by default: the remembered stack's file of the command's
-role (a person's commands: ``operator``; the services ``controller``, ``agent``
-and ``project``: their own role; never the admin's), and for the controller
-the stack's signing key, are offered only for the remembered stack's own address, so a
-password is never sent to a cluster the user named some other way; only when
-``RUNLEDGER_CREDENTIALS`` is unset; and only when the pointer and the
-credentials file belong to this user and no one else may write the pointer
-(the credentials file's own mode is checked where it is read,
-:func:`events.connection.load_credentials`).
+role (a person's commands: ``operator``; the services ``controller``,
+``agent`` and ``project``: their own role; never the admin's), and the signing
+key of the controller (its facts and commands) and of the operator (a person's
+requests: submit, cancel, resume, node operations), are offered only for the
+remembered stack's own address, so a password is never sent to a cluster the
+user named some other way; only when ``RUNLEDGER_CREDENTIALS`` is unset; and
+only when the pointer and the credentials file belong to this user and no one
+else may write the pointer (the credentials file's own mode is checked where
+it is read, :func:`events.connection.load_credentials`).
 
 Tested in tests/runledger/test_current.py.
 """
@@ -38,6 +39,10 @@ ROLE = "operator"  # a person's role: submit, cancel, read; not the admin's powe
 # The roles a command may ask the remembered stack's credentials of: never the admin.
 ROLES = ("operator", "controller", "agent", "projector")
 CONTROLLER_KEY = "keys/controller.key"  # runledger.stack.keys writes it at `stack up`
+OPERATOR_KEY = "keys/operator.key"  # likewise; it signs a person's requests
+# The roles whose signing key a command may be offered: the controller's facts and
+# commands, a person's requests. Never the admin's key, as never its credentials.
+SIGNING_KEYS = {"controller": CONTROLLER_KEY, "operator": OPERATOR_KEY}
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +50,7 @@ class Remembered:
     data_dir: Path
     bootstrap: str
     credentials: Path | None  # the role's file of a secure stack
-    signing_key: Path | None = None  # the controller's key of a secure stack, when asked
+    signing_key: Path | None = None  # the role's key of a secure stack (SIGNING_KEYS)
 
 
 def pointer(home: Path) -> Path:
@@ -80,8 +85,9 @@ def remembered_dir(home: Path) -> Path | None:
 
 
 def recall(home: Path, role: str = ROLE) -> Remembered | None:
-    """The remembered stack, with ``role``'s credentials (and, for the controller, its
-    signing key) when it is secure; None when nothing (or a purged directory) is remembered."""
+    """The remembered stack, with ``role``'s credentials (and, for the controller and
+    the operator, its signing key) when it is secure; None when nothing (or a purged
+    directory) is remembered."""
     if role not in ROLES:
         raise ValueError(f"role {role!r} is not one of {ROLES}")
     path = pointer(home)
@@ -102,7 +108,8 @@ def recall(home: Path, role: str = ROLE) -> Remembered | None:
                          f" {path}") from None
     return Remembered(data_dir, address,
                       _owned_file(data_dir / "credentials" / f"{role}.properties", secure),
-                      _owned_file(data_dir / CONTROLLER_KEY, secure and role == "controller"))
+                      _owned_file(data_dir / SIGNING_KEYS.get(role, CONTROLLER_KEY),
+                                  secure and role in SIGNING_KEYS))
 
 
 def _owned_file(path: Path, wanted: bool) -> Path | None:

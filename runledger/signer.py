@@ -1,16 +1,23 @@
 """An operator's signed requests: whose key signs, and the signature beside the value bytes.
 
-``runledger submit`` and ``runledger cancel`` sign a request when a key file
-is given (``--key FILE`` or ``RUNLEDGER_KEY``). The request's ``principal`` is
-then the principal the key is registered to on ``runledger.keys``, looked up
-there (:func:`signer`): a key the log does not know, one revoked, one that is
-not an operator's, or a ``--principal`` naming someone else is refused in one
-line and nothing is written. :func:`signed_record` encodes the request once
-and signs exactly those bytes (``events.signing.sign_request``), so the
-signature verifies against what the log stores. :func:`send_request` writes
-one request, signed or not, and waits for the broker's acknowledgement; every
-command that writes to ``runledger.requests`` goes through it. A request too
-large for the controller to copy onto ``runledger.runs`` with its headers
+Every request command (``submit``, ``cancel``, ``resume``, ``node``
+operations, and the gate evidence of ``preflight``, ``pilot`` and ``drill``)
+signs, because the controller refuses unsigned requests unless started
+``--trust-unsigned``: with the key file named (``--key FILE`` or
+``RUNLEDGER_KEY``), else the remembered local stack's ``keys/operator.key``
+when the command talks to that stack (:func:`request_signer`); with none of
+them it is refused in one line saying where a key can come from
+(:class:`NoKey`). The request's ``principal`` is the principal the key is
+registered to on ``runledger.keys``, looked up there (:func:`signer`): a key
+the log does not know, one revoked, one that is not an operator's, or a
+``--principal`` naming someone else is refused in one line and nothing is
+written. So the principal a request names is the one its signature proves.
+:func:`signed_record` encodes the request once and signs exactly those bytes
+(``events.signing.sign_request``), so the signature verifies against what the
+log stores. :func:`send_request` writes one request, signed or not, and waits
+for the broker's acknowledgement; every command that writes to
+``runledger.requests`` goes through it. A request too large for the controller
+to copy onto ``runledger.runs`` with its headers
 (``events.limits.MAX_REQUEST_BYTES``) is refused there in one line
 (:class:`RequestTooLarge`), and nothing is written.
 
@@ -40,6 +47,10 @@ OPERATOR = "operator"
 
 class SignerRefused(RunledgerError):
     """The key cannot sign a request: unregistered, revoked, not an operator's, or not yours."""
+
+
+class NoKey(UsageError):
+    """No key to sign a request with: none named, and no local stack's operator key."""
 
 
 class RequestTooLarge(RunledgerError):
@@ -86,6 +97,20 @@ def signer(bootstrap: str, path: Path, principal: str | None) -> Signer:
                             f"is registered to ({entry.principal!r}); a signed request is its "
                             "key's principal's: drop --principal")
     return Signer(key, entry.principal, path)
+
+
+def request_signer(address: str, key: Path | None, principal: str | None,
+                   bootstrap: str | None = None) -> Signer:
+    """Who signs a request: ``key`` (``--key`` or ``$RUNLEDGER_KEY``), else the remembered
+    local stack's operator key when ``bootstrap`` (``--bootstrap``) and
+    ``RUNLEDGER_BOOTSTRAP`` do not name another cluster; :class:`NoKey` when neither."""
+    path = key if key is not None else config.stack_signing_key(bootstrap, OPERATOR)
+    if path is None:
+        raise NoKey(f"no key to sign the request with (the controller refuses unsigned "
+                    f"requests): pass --key FILE or set ${ENV_KEY} to your operator key, or "
+                    "run against a local stack (`runledger stack up`, no --bootstrap or "
+                    "RUNLEDGER_BOOTSTRAP) whose keys/operator.key you can read")
+    return signer(address, path, principal)
 
 
 def signed_record(codec: Codec, event: Event, key: SigningKey) -> tuple[bytes, Headers]:

@@ -6,6 +6,11 @@ before its first ``up`` (a stack keeps credential files it finds), so every
 client in the test, which reads the environment, authenticates to either
 broker. Without session credentials a private stack is plaintext, like the
 session's.
+
+The controller refuses unsigned requests, so a test's CLI signs as a user's
+does: with the session stack's ``keys/operator.key`` (:func:`session_key`,
+passed as ``RUNLEDGER_KEY``), or as another principal with a key the
+session's admin registered to it (:func:`registered_key`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import shutil
 from pathlib import Path
 
 from events.connection import ENV_CREDENTIALS
+from events.signing import SigningKey
+from runledger import keylog
 from runledger.stack import Stack
 
 
@@ -32,3 +39,25 @@ def private_stack(data_dir: Path, brokers: int = 1) -> Stack:
         for source in creds.parent.glob("*.properties"):
             shutil.copy2(source, target / source.name)
     return Stack(data_dir, brokers=brokers, secure=creds is not None)
+
+
+def session_key(name: str = "operator") -> Path | None:
+    """The session stack's key file of ``name`` (``keys/<name>.key`` beside the
+    credentials directory), when the session is a secure stack."""
+    creds = session_credentials()
+    return creds.parent.parent / "keys" / f"{name}.key" if creds is not None else None
+
+
+def registered_key(bootstrap: str, principal: str, folder: Path) -> Path:
+    """A new key file in ``folder`` registered to ``principal`` (role operator) on the
+    session's keys log by its admin key, as `runledger key register` does."""
+    admin = session_key("admin")
+    assert admin is not None, "a secure session registers keys"
+    key = SigningKey.generate()
+    path = folder / f"{principal}.key"
+    key.save(path)
+    ring = keylog.load_ring(bootstrap).ring
+    keylog.append(bootstrap, ring, keylog.registration(
+        principal, "operator", key.public, now_ms=1, by="test", reason="a test's operator"),
+        SigningKey.load(admin))
+    return path

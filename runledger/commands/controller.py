@@ -10,6 +10,13 @@ its ``controller.properties`` when ``RUNLEDGER_CREDENTIALS`` is unset). Without
 one the controller refuses to start, unless ``--unsigned`` says to append them
 unsigned.
 
+Operator requests (submit, cancel, resume, node operations, gate evidence) are
+believed only when signed by a registered operator key
+(``controller.signatures``); ``--trust-unsigned`` takes unsigned ones on the
+broker's word instead, with a warning at start and the
+``runledger_controller_trusts_unsigned`` gauge set. ``--require-signatures``,
+from when signing was opt-in, is accepted and changes nothing.
+
 ``--quarantine-expiry-s`` (default 3600) and ``--probation-failures``
 (default 2) are the node quarantine policy (``controller.model.NodePolicy``).
 
@@ -75,10 +82,17 @@ Unsigned = Annotated[bool, typer.Option(
                        "reports every one of them).")]
 
 
+TrustUnsigned = Annotated[bool, typer.Option(
+    "--trust-unsigned",
+    help="Take unsigned submit, cancel, resume, node and gate requests on the broker's word "
+         "(it vouches only for the role: any operator may name any principal); logged as a "
+         "warning. Default: refuse them (WriteRejected `unsigned`). A badly signed request "
+         "is refused either way.")]
+# Signed requests were opt-in before they became the default; the old flag still parses
+# so scripts that pass it keep working, and it changes nothing.
 RequireSignatures = Annotated[bool, typer.Option(
-    "--require-signatures",
-    help="Refuse unsigned submit, cancel and node requests too (recorded as WriteRejected "
-         "`unsigned`); a badly signed one is refused either way.")]
+    "--require-signatures", hidden=True,
+    help="The default now; accepted and ignored. Contradicts --trust-unsigned.")]
 
 
 QuarantineExpiry = Annotated[float, typer.Option(
@@ -112,12 +126,16 @@ def controller(
     transaction_timeout: TransactionTimeout = DEFAULT_TRANSACTION_TIMEOUT_S,
     signing_key: SigningKeyFile = None,
     unsigned: Unsigned = False,
+    trust_unsigned: TrustUnsigned = False,
     require_signatures: RequireSignatures = False,
     quarantine_expiry_s: QuarantineExpiry = 3600.0,
     probation_failures: Probation = 2,
     allow_root: AllowRoot = None,
 ) -> None:
     """Fold the log, reconcile runs with what agents report, append signed facts and commands."""
+    if trust_unsigned and require_signatures:
+        raise UsageError("--trust-unsigned and --require-signatures contradict each other: "
+                         "drop --require-signatures (signed requests are the default)")
     key = load_signing_key(signing_key, unsigned, config.stack_signing_key(bootstrap))
     if quarantine_expiry_s < 0 or probation_failures < 0:
         raise UsageError("--quarantine-expiry-s and --probation-failures must be >= 0 "
@@ -141,7 +159,7 @@ def controller(
         tick_s=tick,
         transaction_timeout_s=transaction_timeout,
         signing_key=key,
-        require_signatures=require_signatures,
+        require_signatures=not trust_unsigned,
         node_policy=NodePolicy(int(quarantine_expiry_s * 1000), probation_failures),
     )
     server: MetricsServer | None = None

@@ -33,7 +33,7 @@ from runledger.config import AsJson, Bootstrap, Principal, catalog_option
 from runledger.drilljudge import SKIP, Judged
 from runledger.drillplan import Planned
 from runledger.errors import RunledgerError, UsageError
-from runledger.signer import ENV_KEY, send_request, signer
+from runledger.signer import ENV_KEY, request_signer, send_request
 from runledger.specload import DatasetPin
 from runledger.trialplan import spec_steps
 
@@ -86,9 +86,9 @@ def run_drill(spec_path: SpecPath, faults: Faults = None,
     pin = DatasetPin(catalog)
     spec = load_spec(spec_path, resolve_dataset=pin)
     address = config.connect(bootstrap)
-    signed = signer(address, key, principal) if key is not None else None
-    who = signed.principal if signed is not None else config.principal_name(principal)
-    ctx = drillrun.Context(address, spec, who, signed.key if signed is not None else None,
+    signed = request_signer(address, key, principal, bootstrap)
+    who = signed.principal
+    ctx = drillrun.Context(address, spec, who, signed.key,
                            config.catalog(catalog), min(steps, spec_steps(spec)), timeout,
                            ignore_fence=os.environ.get(IGNORE_FENCE_ENV) == "1")
     shape = replace_rpo(drillplan.shape_of(drillrun.trial_of(ctx, None, "drill")), spec)

@@ -33,7 +33,7 @@ from events.topics import REPORTS, RUNS
 from runledger import config, nodeview
 from runledger.config import AsJson, Bootstrap, Principal
 from runledger.errors import RunledgerError
-from runledger.signer import ENV_KEY, send_request, signer
+from runledger.signer import ENV_KEY, request_signer, send_request
 
 NodeName = Annotated[str, typer.Argument(metavar="NAME", help="The node, as `runledger nodes` "
                                                               "lists it.")]
@@ -91,8 +91,8 @@ def _request(operation: str, name: str, reason: str, principal: str | None, as_j
     if not reason.strip():
         raise RunledgerError("--reason must say why")
     address = config.connect(bootstrap)
-    signed = signer(address, key, principal) if key is not None else None
-    who = signed.principal if signed is not None else config.principal_name(principal)
+    signed = request_signer(address, key, principal, bootstrap)
+    who = signed.principal
     seen = node_events(address)
     nodeview.check_known(name, seen)
     nkey = node_key(name)
@@ -101,11 +101,11 @@ def _request(operation: str, name: str, reason: str, principal: str | None, as_j
     event = NodeOperationRequested(
         header=Header(event_id, nkey, 0, _now_ms(), f"cli/{who}"), node=name,
         operation=operation, principal=who, reason=reason, epoch=epoch_of(name, seen))
-    send_request(address, event, signed.key if signed is not None else None)
+    send_request(address, event, signed.key)
     if as_json:
         typer.echo(json.dumps({"node": name, "operation": operation, "event_id": event_id,
                                "principal": who,
-                               "key_id": signed.key.key_id if signed else None}))
+                               "key_id": signed.key.key_id}))
     else:
         typer.echo(f"{operation} of {name} requested by {who} ({event_id}); the controller "
                    "decides: `runledger nodes` shows the result")

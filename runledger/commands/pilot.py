@@ -34,7 +34,7 @@ from runledger import config, pilot, preflight, preflightio, trial, trialplan
 from runledger.commands.nodes import node_events
 from runledger.config import AsJson, Bootstrap, Principal, catalog_option
 from runledger.errors import RunledgerError
-from runledger.signer import ENV_KEY, send_request, signer
+from runledger.signer import ENV_KEY, request_signer, send_request
 from runledger.specload import DatasetPin, check_code
 
 SpecPath = Annotated[Path, typer.Argument(metavar="SPEC.yaml", help="The run spec.")]
@@ -87,9 +87,9 @@ def run_pilot(spec_path: SpecPath, steps: Steps = 12, replicas: Replicas = None,
         env={trialplan.FAULT_ENV: trialplan.first_commit_fault(length)})
     derived = trialplan.derive(spec, plan)
     address = config.connect(bootstrap)
-    signed = signer(address, key, principal) if key is not None else None
-    who = signed.principal if signed is not None else config.principal_name(principal)
-    signing = signed.key if signed is not None else None
+    signed = request_signer(address, key, principal, bootstrap)
+    who = signed.principal
+    signing = signed.key
     rows = _prechecks(derived, address, catalog)
     run_id = ""
     events: list[Event] = []

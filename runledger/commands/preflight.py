@@ -31,7 +31,7 @@ from runledger import config, preflight, preflightio
 from runledger.commands.nodes import node_events
 from runledger.config import AsJson, Bootstrap, Principal, catalog_option
 from runledger.errors import RunledgerError
-from runledger.signer import ENV_KEY, send_request, signer
+from runledger.signer import ENV_KEY, request_signer, send_request
 from runledger.specload import DatasetPin
 
 # What an operator's client reads or writes; COMMANDS is the controller's and agents'.
@@ -69,8 +69,8 @@ def run_preflight(spec_path: SpecPath, as_json: AsJson = False, bootstrap: Boots
     pin = DatasetPin(catalog)
     spec = load_spec(spec_path, resolve_dataset=pin)
     address = config.connect(bootstrap)
-    signed = signer(address, key, principal) if key is not None else None
-    who = signed.principal if signed is not None else config.principal_name(principal)
+    signed = request_signer(address, key, principal, bootstrap)
+    who = signed.principal
     limits = preflight.Thresholds()
     seen = _observe(spec, address, catalog, limits)
     rows = preflight.plan(preflight.need_of(spec), seen, limits)
@@ -81,7 +81,7 @@ def run_preflight(spec_path: SpecPath, as_json: AsJson = False, bootstrap: Boots
         header=Header(f"{skey}/preflight/{uuid.uuid4().hex[:12]}", skey, 0, _now_ms(),
                       f"cli/{who}"),
         spec_digest=digest, principal=who, verdict=verdict, checks=tuple(rows))
-    send_request(address, event, signed.key if signed is not None else None)
+    send_request(address, event, signed.key)
     if as_json:
         typer.echo(json.dumps({"spec_digest": digest, "verdict": verdict,
                                "event_id": event.header.event_id, "principal": who,

@@ -42,7 +42,7 @@ from runledger.config import AsJson, Bootstrap, Principal, RunArg, catalog_optio
 from runledger.errors import RunledgerError
 from runledger.interrupt import follow_ctrl_c
 from runledger.runview import UNSEEN, list_rows, status_document, status_lines
-from runledger.signer import ENV_KEY, send_request, signer
+from runledger.signer import ENV_KEY, request_signer, send_request
 from runledger.specload import DatasetPin, check_code
 
 WATCH_S = 1.0  # how often `status --watch` reads the run's summary
@@ -117,10 +117,9 @@ def submit(
         doc = {"spec_digest": spec.digest(), "spec": json.loads(spec.canonical_json())}
         typer.echo(json.dumps(doc) if as_json else json.dumps(doc, indent=2, sort_keys=True))
         return
-    who = config.principal_name(principal) if key is None else ""
     address = config.connect(bootstrap)
-    signed = signer(address, key, principal) if key is not None else None
-    who = signed.principal if signed is not None else who
+    signed = request_signer(address, key, principal, bootstrap)
+    who = signed.principal
     # The submission id makes two submissions of one spec two runs; it is made
     # here, never in the pure code, so run_id_for stays deterministic.
     run_id = run_id_for(spec, who, uuid.uuid4().hex)
@@ -133,10 +132,10 @@ def submit(
         world_size=spec.world_size,
         dataset_id=spec.dataset,
     )
-    send_request(address, event, signed.key if signed is not None else None)
+    send_request(address, event, signed.key)
     if as_json:
         typer.echo(json.dumps({"run_id": run_id, "spec_digest": digest, "principal": who,
-                               "key_id": signed.key.key_id if signed else None}))
+                               "key_id": signed.key.key_id}))
     else:
         typer.echo(run_id)
 
@@ -254,12 +253,11 @@ def resume(
 def _ask(verb: str, run: str, reason: str, principal: str | None, as_json: bool,
          bootstrap: str | None, key: Path | None) -> None:
     """One operator request about a run (``cancel``, ``resume``), signed when keyed."""
-    who = config.principal_name(principal) if key is None else ""
     if not reason.strip():
         raise RunledgerError("--reason must say why")
     address = config.connect(bootstrap)
-    signed = signer(address, key, principal) if key is not None else None
-    who = signed.principal if signed is not None else who
+    signed = request_signer(address, key, principal, bootstrap)
+    who = signed.principal
     view = _load(address, run, with_reports=False)
     doc = status_document(run, view.requests, view.facts, (), _now_ms())
     if doc is None:
@@ -276,10 +274,10 @@ def _ask(verb: str, run: str, reason: str, principal: str | None, as_json: bool,
     kind = CancelRequested if verb == "cancel" else ResumeRequested
     event = kind(header=_header(event_id, run, int(doc["generation"]), who),
                  principal=who, reason=reason)
-    send_request(address, event, signed.key if signed is not None else None)
+    send_request(address, event, signed.key)
     if as_json:
         typer.echo(json.dumps({"run_id": run, "event_id": event_id, "principal": who,
-                               "key_id": signed.key.key_id if signed else None}))
+                               "key_id": signed.key.key_id}))
     else:
         typer.echo(f"{verb} of {run} requested by {who} ({event_id}); the controller decides")
 

@@ -45,7 +45,6 @@ from runledger.demo.setup import (
 )
 from runledger.demo.watch import RunWatch, Stage, follow, wait_for_snapshot
 from runledger.errors import Interrupted, StackError
-from runledger.signer import ENV_KEY
 from runledger.stack.acls import CONTROLLER_PREFIX
 
 Say = Callable[[str], None]
@@ -212,16 +211,18 @@ class _Demo:
         the environment names, else (a cluster with no key at hand) unsigned."""
         key = self.layout.stack / "keys" / "controller.key"
         if self.stack is not None and key.exists():
-            # Its stack's operator key signs the submission: unsigned requests are refused.
-            return ["--signing-key", str(key), "--require-signatures"]
+            # Unsigned requests are refused (the default): its stack's operator key signs
+            # the submission.
+            return ["--signing-key", str(key)]
         return [] if os.environ.get(ENV_SIGNING_KEY) else ["--unsigned"]
 
     def _signer(self) -> list[str]:
         """Who submits: the stack's operator key signs (its principal is the key's); on a
-        cluster the demo did not start, the user's own key (RUNLEDGER_KEY) or nobody's."""
+        cluster the demo did not start, the user's own key (RUNLEDGER_KEY): without one
+        `submit` says where a key comes from, since the controller refuses unsigned ones."""
         if self.keys is not None:
             return ["--key", str(self.keys / "operator.key")]
-        return [] if os.environ.get(ENV_KEY) else ["--principal", "demo"]
+        return []
 
     def _as_role(self, role: str) -> dict[str, str]:
         """The environment that makes a process one role's principal (nothing on a

@@ -125,6 +125,16 @@ def test_controller_series_count_runs_by_status_and_the_loop() -> None:
     assert got[("runledger_controller_ticks_total", ())] == 40
     assert got[("runledger_controller_last_tick_seconds", ())] == 0.125
     assert got[("runledger_controller_model_loaded", ())] == 1
+    assert got[("runledger_controller_trusts_unsigned", ())] == 0  # the default
+
+
+def test_a_controller_started_trust_unsigned_says_so_on_every_scrape() -> None:
+    got = render(families(None, LoopStats(trusts_unsigned=True), NOW))
+    assert got[("runledger_controller_trusts_unsigned", ())] == 1
+    service = ControllerService("127.0.0.1:1", plan_from_submission,
+                                require_signatures=False)  # never run
+    assert service.stats.trusts_unsigned
+    assert not ControllerService("127.0.0.1:1", plan_from_submission).stats.trusts_unsigned
 
 
 def test_before_the_model_is_rebuilt_there_are_no_run_series() -> None:

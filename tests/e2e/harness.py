@@ -3,7 +3,9 @@
 Each scenario gets its own single-node Kafka (a few seconds to start), because
 a controller acts on every run it finds on the log: sharing one broker would
 let one test's controller admit another test's runs. Each cluster's
-controllers sign with the key its secure stack registered (``Cluster.controller_key``).
+controllers sign with the key its secure stack registered (``Cluster.controller_key``)
+and refuse unsigned requests, so the CLI signs: with the stack's operator key
+(``RUNLEDGER_KEY``), or as a named principal with ``Cluster.signed_as``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from events.kafka import Record
 from events.model import Event
 from events.signing import SigningKey
 from events.topics import COMMANDS, RUNS
+from runledger.signer import ENV_KEY
 
 PY = sys.executable
 T = TypeVar("T")
@@ -62,9 +65,14 @@ class Cluster:
         self.bootstrap = bootstrap
         self.work = work
         self.env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap}
+        if keys is not None:
+            # The controller refuses unsigned requests: the CLI signs, as a user's does,
+            # with the key RUNLEDGER_KEY names (its principal: "operator").
+            self.env[ENV_KEY] = str(keys / "operator.key")
         self.procs: list[subprocess.Popen[bytes]] = []
         self.keys = keys  # the stack's key files (admin.key, controller.key, operator.key)
         self.registered: set[str] = set()  # operators whose keys a test registered
+        self.key_files: dict[str, Path] = {}  # principal -> its key file (signed_as)
         # The key every controller of this cluster signs facts and commands with: the
         # one its secure stack registered on runledger.keys, which the agents check.
         # A plaintext stack registers none: its controllers sign nothing and its
@@ -75,6 +83,8 @@ class Cluster:
         self._signing = (["--signing-key", str(self.controller_key_file)]
                          if self.controller_key_file is not None else ["--unsigned"])
         self._trust = [] if self.controller_key_file is not None else ["--trust-unsigned"]
+        # A plaintext stack has no keys log to register an operator's key on.
+        self._requests = [] if keys is not None else ["--trust-unsigned"]
 
     # -- processes ----------------------------------------------------------
 
@@ -95,7 +105,7 @@ class Cluster:
         return self._spawn(
             ["controller", "--transactional-id", txn_id, "--group", group, "--tick", "0.1",
              # The checkpoint roots of these tests (its run manifests go there).
-             "--allow-root", str(self.work), *self._signing, *extra],
+             "--allow-root", str(self.work), *self._signing, *self._requests, *extra],
             f"{name}.log",
         )
 
@@ -133,9 +143,28 @@ class Cluster:
     def submit(self, doc: dict[str, Any], principal: str = "alice") -> str:
         path = self.work / f"{doc['name']}.yaml"
         path.write_text(yaml.safe_dump(doc))
-        done = self.cli("submit", str(path), "--principal", principal)
+        done = self.cli("submit", str(path), *self.signed_as(principal))
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
+
+    def signed_as(self, principal: str) -> list[str]:
+        """``--key FILE`` of a key registered to ``principal`` (role operator) on this
+        cluster's keys log, made and registered once per cluster as an admin does with
+        the README's `runledger key register`: a request is its key's principal's."""
+        if self.keys is None:
+            return []  # a plaintext stack: nothing to sign with
+        path = self.key_files.get(principal)
+        if path is None:
+            path = self.work / "keys" / f"{principal}.key"
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            key = SigningKey.generate()
+            key.save(path)
+            done = self.cli("key", "register", principal, "--role", "operator",
+                            "--public", key.public.raw.hex(),
+                            "--admin-key", str(self.keys / "admin.key"))
+            assert done.returncode == 0, done.stderr
+            self.key_files[principal] = path
+        return ["--key", str(path)]
 
     def log_of(self, name: str) -> str:
         path = self.work / f"{name}.log"

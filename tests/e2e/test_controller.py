@@ -232,9 +232,9 @@ def test_cancel_records_the_fact_before_any_stop_and_rejects_later_reports(
     cluster.agent("n1", 2)
     run = cluster.submit(spec("cancel", ["--steps", "200", "--step-time", "0.1"]))
     cluster.wait_facts(run, running(1), what="generation 1 running")
-    refused = cluster.cli("cancel", run, "--principal", "mallory", "--reason", "no")
+    refused = cluster.cli("cancel", run, *cluster.signed_as("mallory"), "--reason", "no")
     assert refused.returncode == 0
-    done = cluster.cli("cancel", run, "--principal", "oncall", "--reason", "budget")
+    done = cluster.cli("cancel", run, *cluster.signed_as("oncall"), "--reason", "budget")
     assert done.returncode == 0, done.stderr
     facts = cluster.wait_facts(run, lambda f: bool(of_type(f, "RunCancelled")), what="cancel")
     rejected = [e for e in of_type(facts, "WriteRejected") if e.reason == "unauthorized"]

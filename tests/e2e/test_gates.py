@@ -38,7 +38,7 @@ def drilled(digest: str, fault: str, verdict: str) -> DrillCompleted:
 def test_a_drill_gated_spec_waits_queued_with_the_reason_then_is_admitted(
     cluster: Cluster,
 ) -> None:
-    cluster.controller("ctl", "controller", "--require-signatures")
+    cluster.controller("ctl", "controller")
     cluster.agent("n1", 2)
     doc = spec("gated", ["--steps", "5", "--step-time", "0.1"], gates={"require": ["drill"]})
     digest = parse_spec(yaml.safe_dump(doc), "gated").digest()

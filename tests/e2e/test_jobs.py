@@ -43,7 +43,7 @@ def test_a_script_that_raises_at_import_fails_fast_as_the_job_s_own_error(
                                  'raise RuntimeError("boom at import: no such config key")\n')
     missing = code / "missing.yaml"
     missing.write_text(yaml.safe_dump(spec("missing", [], command=[PY, "nope.py"])))
-    refused = cluster.cli("submit", str(missing), "--principal", "alice")
+    refused = cluster.cli("submit", str(missing), *cluster.signed_as("alice"))
     assert refused.returncode != 0
     assert f"{code}/nope.py (nope.py in code.workdir) does not exist" in refused.stderr
 
@@ -51,7 +51,7 @@ def test_a_script_that_raises_at_import_fails_fast_as_the_job_s_own_error(
     cluster.agent("n1", 2)
     bad = code / "bad.yaml"
     bad.write_text(yaml.safe_dump(spec("bad", [], command=[PY, "bad.py"])))
-    submitted = cluster.cli("submit", str(bad), "--principal", "alice")
+    submitted = cluster.cli("submit", str(bad), *cluster.signed_as("alice"))
     assert submitted.returncode == 0, submitted.stderr
     run = submitted.stdout.strip()
     facts = cluster.wait_facts(run, finished, timeout=90, what="the bad run's end")
@@ -86,7 +86,7 @@ def test_a_script_that_raises_at_import_fails_fast_as_the_job_s_own_error(
         "print('live: done', flush=True)\n")
     good = code / "good.yaml"
     good.write_text(yaml.safe_dump(spec("good", [], command=[PY, "live.py"])))
-    submitted = cluster.cli("submit", str(good), "--principal", "alice")
+    submitted = cluster.cli("submit", str(good), *cluster.signed_as("alice"))
     assert submitted.returncode == 0, submitted.stderr
     good_run = submitted.stdout.strip()
     cluster.wait_facts(good_run, lambda fs: bool(of_type(fs, "GenerationStarted")), timeout=90,

@@ -17,10 +17,12 @@ import pytest
 import yaml
 
 from controller.spec import load_spec
-from events.kafka import EventProducer, event_headers
+from events.kafka import EventProducer
 from events.limits import MAX_SPEC_BYTES, RECORD_MAX_BYTES, TOO_LARGE, record_bytes
 from events.model import Header, RunSubmitted
+from events.signing import SigningKey
 from events.topics import REQUESTS
+from runledger.signer import signed_record
 from tests.e2e.harness import Cluster, of_type, spec
 from tests.e2e.test_controller import finished
 
@@ -56,7 +58,7 @@ def test_a_spec_at_the_limit_is_decided_and_one_byte_more_is_refused_at_submit(
     over = sized_spec(cluster.work, "over", MAX_SPEC_BYTES + 1)
     path = cluster.work / "over.yaml"
     path.write_text(yaml.safe_dump(over))
-    done = cluster.cli("submit", str(path), "--principal", "alice")
+    done = cluster.cli("submit", str(path), *cluster.signed_as("alice"))
     assert done.returncode == 1 and done.stdout == "" and "Traceback" not in done.stderr
     assert f"{TOO_LARGE}: the spec is {MAX_SPEC_BYTES + 1} bytes" in done.stderr
     assert f"the limit is {MAX_SPEC_BYTES} bytes" in done.stderr
@@ -73,23 +75,25 @@ def test_a_request_whose_copy_cannot_fit_is_refused_and_other_runs_are_decided(
     parsed = load_spec(path)
     run = "run-too-large-copy"
     # Written around `submit` (which refuses it): a request that fits one record
-    # itself, but whose copy with the controller's signature headers cannot.
+    # itself, signed by the stack's operator key (the controller refuses an unsigned
+    # one first), but whose copy with the controller's signature headers cannot.
+    assert cluster.keys is not None
+    operator = SigningKey.load(cluster.keys / "operator.key")
     producer = EventProducer(cluster.bootstrap)
-    version = producer.codec.registry.latest("RunSubmitted").version
     pad = 0
     for _ in range(3):  # the padding's own length prefix may grow by a byte
         event = RunSubmitted(
             header=Header(event_id=f"{run}/submitted", run_id=run, generation=0,
                           occurred_at=1, producer="cli/" + "p" * pad),
             spec_digest=parsed.digest(), spec_json=parsed.canonical_json(),
-            principal="alice", world_size=parsed.world_size, dataset_id=parsed.dataset)
-        value = producer.codec.encode(event)
-        size = record_bytes(run, len(value), event_headers(event, version))
+            principal="operator", world_size=parsed.world_size, dataset_id=parsed.dataset)
+        value, headers = signed_record(producer.codec, event, operator)
+        size = record_bytes(run, len(value), headers)
         pad += RECORD_MAX_BYTES - 5 - size
     # Even an unsigned copy (a plaintext stack's controller signs nothing) adds its
     # writer header, 11 bytes here.
     assert RECORD_MAX_BYTES - 10 <= size <= RECORD_MAX_BYTES - 5
-    producer.send(REQUESTS, event)
+    producer.send_bytes(REQUESTS, run, value, headers)
     producer.flush()
 
     refused = cluster.wait_facts(run, lambda f: bool(of_type(f, "WriteRejected")),

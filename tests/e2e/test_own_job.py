@@ -127,7 +127,7 @@ def test_the_readme_job_restarted_after_its_last_step_resumes_there_and_exits_0(
     (job / "job.yaml").write_text(yaml.safe_dump(doc))
     cluster.controller()
     cluster.agent("n1", 2)
-    submitted = cluster.cli("submit", str(job / "job.yaml"), "--principal", "alice")
+    submitted = cluster.cli("submit", str(job / "job.yaml"), *cluster.signed_as("alice"))
     assert submitted.returncode == 0, submitted.stderr
     run = submitted.stdout.strip()
     facts = cluster.wait_facts(run, lambda fs: bool(of_type(fs, "RunFinished")), timeout=240,

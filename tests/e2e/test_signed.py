@@ -15,9 +15,9 @@ import pytest
 
 from events.audit import BAD_SIGNATURE, LoggedRecord
 from events.keyring import UNSIGNED, WRONG_PRINCIPAL, check_headers
-from events.model import RunFinished, RunSubmitted
+from events.model import CancelRequested, RunFinished, RunSubmitted
 from events.signing import REQUEST_SIG_HEADER, SigningKey, command_message, header_values
-from events.topics import COMMANDS
+from events.topics import COMMANDS, REQUESTS
 from tests.e2e.harness import Cluster, of_type, spec
 from tests.e2e.signed import (
     CODEC,
@@ -81,10 +81,10 @@ def test_a_run_across_a_controller_kill_verifies_and_an_altered_copy_fails_where
 
 
 def test_cancel_authority_is_decided_on_the_verified_principal(cluster: Cluster) -> None:
-    """With --require-signatures: a cancel by a registered operator outside the cancel
-    authority, one forged for another principal's name, and an unsigned one are each
-    recorded as a WriteRejected with its reason; the authorised principal's cancels."""
-    cluster.controller("ctl", "controller", "--require-signatures")
+    """By default: a cancel by a registered operator outside the cancel authority, one
+    forged for another principal's name, and an unsigned one are each recorded as a
+    WriteRejected with its reason; the authorised principal's cancels."""
+    cluster.controller("ctl", "controller")
     cluster.agent("n1", 2)
     alice, mallory = SigningKey.generate(), SigningKey.generate()
     register_operator(cluster, "mallory", mallory)
@@ -106,3 +106,67 @@ def test_cancel_authority_is_decided_on_the_verified_principal(cluster: Cluster)
                                what="the authorised cancel")
     (cancelled,) = of_type(facts, "RunCancelled")
     assert cancelled.principal == "alice"
+
+
+def test_cancel_principal_oncall_by_any_operator_no_longer_cancels_as_oncall(
+    cluster: Cluster,
+) -> None:
+    """Issue #33: the controller took unsigned requests on the broker's word, which vouches
+    only for the role, so `runledger cancel RUN --principal oncall` by any operator
+    cancelled a run whose cancel_authority is [oncall], recorded as oncall's act. On the
+    default stack (no flag) the CLI signs with the operator's key and refuses to name
+    oncall; the same request sent unsigned (as the old CLI did) or signed by the operator's
+    key for oncall's name is recorded as a WriteRejected; oncall's own key cancels."""
+    cluster.controller()
+    cluster.agent("n1", 2)
+    doc = spec("oncall", ["--steps", "400", "--step-time", "0.1"])
+    assert doc["cancel_authority"] == ["oncall"]
+    run = cluster.submit(doc)  # alice's
+    cluster.wait_facts(run, lambda f: bool(of_type(f, "GenerationStarted")), what="admission")
+
+    # The attack as written: an operator (the stack's operator key, RUNLEDGER_KEY) names
+    # oncall. The CLI signs with its key, whose principal is not oncall: one line, no write.
+    attack = cluster.cli("cancel", run, "--principal", "oncall", "--reason", "mine now")
+    assert attack.returncode != 0 and attack.stdout == "", attack.stdout
+    assert "--principal 'oncall' is not the principal" in attack.stderr, attack.stderr
+    assert len(attack.stderr.strip().splitlines()) == 1, attack.stderr
+    assert not [r for r in cluster.records(run, REQUESTS) if isinstance(r.event, CancelRequested)]
+
+    # Around the CLI: unsigned, as the CLI wrote it before, then with the operator's own
+    # (registered, valid) signature over oncall's name.
+    assert cluster.keys is not None
+    operator = SigningKey.load(cluster.keys / "operator.key")
+    cancel_signed(cluster, run, "oncall", None)
+    cancel_signed(cluster, run, "oncall", operator)
+    facts = cluster.wait_facts(
+        run, lambda f: len([e for e in of_type(f, "WriteRejected")
+                            if e.rejected_event_type == "CancelRequested"]) >= 2,
+        what="the two forged cancels refused")
+    refused = [e.reason for e in of_type(facts, "WriteRejected")
+               if e.rejected_event_type == "CancelRequested"]
+    assert refused == [UNSIGNED, WRONG_PRINCIPAL]
+    assert not of_type(facts, "RunCancelled")
+    assert "WARNING --trust-unsigned" not in cluster.log_of("controller")
+
+    # oncall, signing with the key registered to oncall, cancels: recorded as oncall's.
+    done = cluster.cli("cancel", run, *cluster.signed_as("oncall"), "--reason", "budget")
+    assert done.returncode == 0, done.stderr
+    facts = cluster.wait_facts(run, lambda f: bool(of_type(f, "RunCancelled")),
+                               what="oncall's signed cancel")
+    (cancelled,) = of_type(facts, "RunCancelled")
+    assert cancelled.principal == "oncall"
+
+
+def test_trust_unsigned_takes_the_broker_word_and_says_so_loudly(cluster: Cluster) -> None:
+    """Only an explicit --trust-unsigned takes an unsigned request (here one naming oncall,
+    from operator credentials), and the controller warns of it as it starts."""
+    cluster.controller("ctl", "controller", "--trust-unsigned")
+    cluster.agent("n1", 2)
+    run = cluster.submit(spec("trusting", ["--steps", "400", "--step-time", "0.1"]))
+    cluster.wait_facts(run, lambda f: bool(of_type(f, "GenerationStarted")), what="admission")
+    assert "WARNING --trust-unsigned: UNSIGNED" in cluster.log_of("controller")
+    cancel_signed(cluster, run, "oncall", None)
+    facts = cluster.wait_facts(run, lambda f: bool(of_type(f, "RunCancelled")),
+                               what="the unsigned cancel taken")
+    (cancelled,) = of_type(facts, "RunCancelled")
+    assert cancelled.principal == "oncall"

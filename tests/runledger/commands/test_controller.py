@@ -70,3 +70,21 @@ def test_runledger_controller_without_a_key_exits_2_with_one_line(tmp_path: Path
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("runledger: no signing key"), done.stderr
+
+
+def _controller(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != ENV_SIGNING_KEY}
+    env["RUNLEDGER_BOOTSTRAP"] = "127.0.0.1:1"  # never reached: the refusal comes first
+    return subprocess.run([sys.executable, "-m", "runledger.cli", "controller", *args],
+                          env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+
+def test_require_signatures_still_parses_and_contradicts_trust_unsigned(tmp_path: Path) -> None:
+    """Signed requests are the default; the old opt-in flag is accepted (a script that
+    passes it goes on to the usual key check) and may not be combined with its opposite."""
+    old = _controller(tmp_path, "--require-signatures")
+    assert old.returncode == 2 and old.stderr.startswith("runledger: no signing key"), old.stderr
+    both = _controller(tmp_path, "--unsigned", "--trust-unsigned", "--require-signatures")
+    assert both.returncode == 2, both.stderr
+    [line] = both.stderr.strip().splitlines()
+    assert "--trust-unsigned and --require-signatures contradict" in line

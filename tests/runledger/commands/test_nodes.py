@@ -48,12 +48,13 @@ def test_nodes_shows_a_quarantine_and_node_uncordon_sends_a_signed_request(
     table = cli("nodes")
     assert any(node in line and "quarantined" in line for line in table.stdout.splitlines())
 
+    key = stack_dir() / "keys" / "operator.key"
     before = end_offsets(bootstrap, REQUESTS)
-    refused(cli("node", "uncordon", "ghost-node", "--reason", "x"), "unknown node 'ghost-node'")
-    refused(cli("node", "uncordon", "ghost-node", "--reason", "x"), node)  # known ones listed
+    ghost = ("node", "uncordon", "ghost-node", "--reason", "x", "--key", str(key))
+    refused(cli(*ghost), "unknown node 'ghost-node'")
+    refused(cli(*ghost), node)  # the known ones listed
     assert end_offsets(bootstrap, REQUESTS) == before
 
-    key = stack_dir() / "keys" / "operator.key"
     out = cli("node", "uncordon", node, "--reason", "disk replaced", "--key", str(key), "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)

@@ -139,11 +139,13 @@ def test_preflight_fails_naming_a_read_only_root_and_a_missing_object(
     catalog, data, mid = _dataset(tmp_path)
     ro_root = _read_only_root(tmp_path)
     gone = data / "web" / "part-001.rltok"
+    signs = ("--key", str(stack_dir() / "keys" / "operator.key"))
     with _agent(bootstrap, unique):
-        ro = cli("preflight", str(_spec(tmp_path, "ro", mid, ro_root)), "--catalog", catalog)
+        ro = cli("preflight", str(_spec(tmp_path, "ro", mid, ro_root)), "--catalog", catalog,
+                 *signs)
         gone.unlink()
         spec = _spec(tmp_path, "gone", mid, str(tmp_path / "ckpt"))
-        missing = cli("preflight", str(spec), "--catalog", catalog, "--json")
+        missing = cli("preflight", str(spec), "--catalog", catalog, "--json", *signs)
 
     assert ro.returncode == 1, (ro.stdout, ro.stderr)
     [line] = ro.stderr.strip().splitlines()

@@ -31,18 +31,23 @@ from events.model import CancelRequested, Event, ResumeRequested, RunSubmitted
 from events.topics import REPORTS, REQUESTS, RUNS
 from runledger.cli import app
 from runledger.errors import BROKER_HINT
+from runledger.signer import ENV_KEY
 from runledger.specload import DatasetPin
 from runledger.stack import Stack
 from tests.events.builders import Ev, members
 from tests.projectors.test_projector import publish
-from tests.stacks import private_stack
+from tests.stacks import private_stack, registered_key, session_key
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "run.yaml"
 MEMBERS = members("r0", "r1", node="node-a", domain="rack-1")
 
 
 def cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap, "USER": "alice"}
+    """The CLI as a user of the session's stack runs it: requests signed with its operator
+    key (RUNLEDGER_KEY), whose principal is "operator"."""
+    key = session_key()
+    env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap, "USER": "alice",
+           **({ENV_KEY: str(key)} if key is not None else {})}
     return subprocess.run([sys.executable, "-m", "runledger.cli", *args], capture_output=True,
                           text=True, timeout=60, env=env, check=False)
 
@@ -73,7 +78,7 @@ def test_submit_writes_the_canonical_spec_to_requests(
     bootstrap: str, unique: str, tmp_path: Path
 ) -> None:
     path = spec_file(tmp_path, unique)
-    out = cli(bootstrap, "submit", str(path), "--principal", "bob", "--json")
+    out = cli(bootstrap, "submit", str(path), "--principal", "operator", "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     spec = load_spec(path)
@@ -83,17 +88,19 @@ def test_submit_writes_the_canonical_spec_to_requests(
     [event] = events_of(bootstrap, REQUESTS, doc["run_id"])
     assert isinstance(event, RunSubmitted)
     assert event.spec_json == spec.canonical_json() and event.spec_digest == spec.digest()
-    assert (event.principal, event.world_size, event.dataset_id) == ("bob", 4, spec.dataset)
+    assert (event.principal, event.world_size, event.dataset_id) == (
+        "operator", 4, spec.dataset)
     h = event.header
-    assert (h.generation, h.producer, h.event_id) == (0, "cli/bob", f"{doc['run_id']}/submitted")
+    assert (h.generation, h.producer, h.event_id) == (
+        0, "cli/operator", f"{doc['run_id']}/submitted")
     assert abs(h.occurred_at - time.time() * 1000) < 120_000
 
-    plain = cli(bootstrap, "submit", str(path))  # principal from $USER; prints the id alone
+    plain = cli(bootstrap, "submit", str(path))  # principal: the key's, not $USER; id alone
     assert plain.returncode == 0, plain.stderr
     [second] = plain.stdout.split()
     assert second != doc["run_id"]  # a new submission of the same spec is a new run
     [again] = events_of(bootstrap, REQUESTS, second)
-    assert isinstance(again, RunSubmitted) and again.principal == "alice"
+    assert isinstance(again, RunSubmitted) and again.principal == "operator"
 
 
 @pytest.mark.kafka
@@ -206,9 +213,10 @@ def test_status_started_while_the_broker_is_down_succeeds_once_it_is_back(
 def test_cancel_writes_cancel_requested_and_status_shows_the_unseen_run(
     bootstrap: str, unique: str, tmp_path: Path
 ) -> None:
-    submitted = cli(bootstrap, "submit", str(spec_file(tmp_path, unique)), "--principal", "bob")
+    submitted = cli(bootstrap, "submit", str(spec_file(tmp_path, unique)))
     run = submitted.stdout.strip()
-    out = cli(bootstrap, "cancel", run, "--principal", "mallory", "--reason", "wrong data")
+    mallory = registered_key(bootstrap, "mallory", tmp_path)  # neither submitter nor authority
+    out = cli(bootstrap, "cancel", run, "--key", str(mallory), "--reason", "wrong data")
     assert out.returncode == 0, out.stderr
     assert run in out.stdout
     assert "not in the cancel authority" in out.stderr  # a warning: the controller decides
@@ -235,15 +243,15 @@ def test_cancel_writes_cancel_requested_and_status_shows_the_unseen_run(
 def test_resume_writes_resume_requested_and_warns_when_the_run_is_not_paused(
     bootstrap: str, unique: str, tmp_path: Path
 ) -> None:
-    submitted = cli(bootstrap, "submit", str(spec_file(tmp_path, unique)), "--principal", "bob")
+    submitted = cli(bootstrap, "submit", str(spec_file(tmp_path, unique)))
     run = submitted.stdout.strip()
-    out = cli(bootstrap, "resume", run, "--principal", "bob", "--reason", "lr lowered")
+    out = cli(bootstrap, "resume", run, "--reason", "lr lowered")
     assert out.returncode == 0, out.stderr
-    assert f"resume of {run} requested by bob" in out.stdout
+    assert f"resume of {run} requested by operator" in out.stdout
     assert "not paused" in out.stderr  # a warning: the controller decides
     [_, resume] = events_of(bootstrap, REQUESTS, run)
     assert isinstance(resume, ResumeRequested)
-    assert (resume.principal, resume.reason) == ("bob", "lr lowered")
+    assert (resume.principal, resume.reason) == ("operator", "lr lowered")
     assert cli(bootstrap, "resume", run, "--reason", " ").returncode != 0
 
 

@@ -6,7 +6,9 @@ The CLI runs with the operator's Kafka credentials and the stack's
 key ring of ``runledger.keys`` accepts for the principal the event names, the
 key's. A ``--principal`` naming someone else, a key nobody registered, a
 revoked key or a controller's key is refused in one line and nothing is
-written; without a key a request is unsigned, as before.
+written. Without a key named, the remembered local stack's ``operator.key``
+signs; with none at all the command is refused in one line, since the
+controller refuses unsigned requests.
 """
 
 from __future__ import annotations
@@ -24,12 +26,12 @@ from events.codec import default_codec
 from events.connection import ENV_CREDENTIALS
 from events.keyring import check_headers
 from events.limits import MAX_REQUEST_BYTES
-from events.model import CancelRequested, Event, Header, RunSubmitted
-from events.signing import SIG_HEADER, SigningKey, request_message
+from events.model import CancelRequested, Event, Header, ResumeRequested, RunSubmitted
+from events.signing import SigningKey, request_message
 from events.topics import REQUESTS
-from runledger import keylog
+from runledger import current, keylog
 from runledger.rawlog import read_raw
-from runledger.signer import RequestTooLarge, send_request
+from runledger.signer import ENV_KEY, RequestTooLarge, send_request
 from tests.runledger.commands.test_runs import end_offsets, spec_file
 
 
@@ -38,8 +40,10 @@ def stack_dir() -> Path:
 
 
 def operator_env(**extra: str) -> dict[str, str]:
+    """The operator's credentials, and no key unless ``extra`` names one."""
     creds = stack_dir() / "credentials" / "operator.properties"
-    return {**os.environ, ENV_CREDENTIALS: str(creds), "USER": "alice", **extra}
+    env = {k: v for k, v in os.environ.items() if k != ENV_KEY}
+    return {**env, ENV_CREDENTIALS: str(creds), "USER": "alice", **extra}
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -95,14 +99,43 @@ def test_a_signed_submit_and_cancel_carry_the_operators_signature(
 
 
 @pytest.mark.kafka
-def test_without_a_key_a_request_is_unsigned_as_before(
+def test_without_a_key_a_request_is_refused_in_one_line_saying_where_keys_come_from(
         bootstrap: str, unique: str, tmp_path: Path) -> None:
-    out = cli("submit", str(spec_file(tmp_path, unique)), "--json")
+    """The controller refuses unsigned requests, so no command sends one: with no --key,
+    no RUNLEDGER_KEY and another cluster named (RUNLEDGER_BOOTSTRAP), each says so."""
+    before = end_offsets(bootstrap, REQUESTS)
+    for args in (["submit", str(spec_file(tmp_path, unique))],
+                 ["cancel", "some-run", "--reason", "x"],
+                 ["resume", "some-run", "--reason", "x"],
+                 ["node", "cordon", "some-node", "--reason", "x"]):
+        out = cli(*args)
+        refused(out, "no key to sign the request with")
+        assert all(w in out.stderr for w in ("--key FILE", "RUNLEDGER_KEY", "operator.key"))
+    assert end_offsets(bootstrap, REQUESTS) == before
+
+
+@pytest.mark.kafka
+def test_on_the_remembered_local_stack_requests_sign_with_its_operator_key(
+        bootstrap: str, unique: str, tmp_path: Path) -> None:
+    """As a user of `runledger stack up` runs them: no --key, no RUNLEDGER_KEY, no
+    RUNLEDGER_BOOTSTRAP; submit, cancel and resume sign with <data dir>/keys/operator.key."""
+    home = tmp_path / "home"
+    current.remember(home, stack_dir())
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RUNLEDGER_BOOTSTRAP", ENV_CREDENTIALS, ENV_KEY)}
+    env["RUNLEDGER_HOME"] = str(home)
+    out = cli("submit", str(spec_file(tmp_path, unique)), "--json", env=env)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert (doc["principal"], doc["key_id"]) == ("alice", None)
+    key = SigningKey.load(stack_dir() / "keys" / "operator.key")
+    assert (doc["principal"], doc["key_id"]) == ("operator", key.key_id)
     _, record = request_of(bootstrap, doc["run_id"], RunSubmitted)
-    assert SIG_HEADER not in dict(record.headers)
+    assert judge(bootstrap, record, "operator") is None
+    for verb, kind in (("cancel", CancelRequested), ("resume", ResumeRequested)):
+        out = cli(verb, doc["run_id"], "--reason", "mine", "--json", env=env)
+        assert out.returncode == 0, out.stderr
+        event, record = request_of(bootstrap, doc["run_id"], kind)
+        assert event.principal == "operator" and judge(bootstrap, record, "operator") is None
 
 
 @pytest.mark.kafka

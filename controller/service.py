@@ -172,16 +172,7 @@ class ControllerService:
         self.model = replace(follower.replay(self.clock(), self.chains),
                              node_policy=self.node_policy)
         log.info("rebuilt %d runs from %s", len(self.model.runs), RUNS)
-        if self.chains.key is not None:
-            log.info("signing facts and commands with key %s", self.chains.key.key_id)
-        else:
-            log.warning("no signing key: facts and commands are appended unsigned")
-        if not self.require_signatures:
-            # The level is not in the log format: the text says it, loudly.
-            log.warning("WARNING --trust-unsigned: UNSIGNED submit, cancel, resume, node and gate "
-                        "requests are taken on the broker's word, which vouches only for the "
-                        "role: any operator may act as any principal it names; restart "
-                        "without --trust-unsigned to require signed requests")
+        self._say_how_it_signs()
         self.ownership = Ownership(self.transactional_id, partitions)
         self.requests = RequestJudge(self.bootstrap, require=self.require_signatures,
                                      name=self.transactional_id)
@@ -213,6 +204,18 @@ class ControllerService:
             follower.close()
             self.evidence.close()
         return 0
+
+    def _say_how_it_signs(self) -> None:
+        if self.chains.key is not None:
+            log.info("signing facts and commands with key %s", self.chains.key.key_id)
+        else:
+            log.warning("no signing key: facts and commands are appended unsigned")
+        if not self.require_signatures:
+            # The level is not in the log format: the text says it, loudly.
+            log.warning("WARNING --trust-unsigned: UNSIGNED submit, cancel, resume, node and gate "
+                        "requests are taken on the broker's word, which vouches only for the "
+                        "role: any operator may act as any principal it names; restart "
+                        "without --trust-unsigned to require signed requests")
 
     def _cycle(self, consumer: EventConsumer, follower: Follower,
                writer: TransactionalWriter) -> None:

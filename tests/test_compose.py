@@ -232,3 +232,37 @@ def test_the_image_never_holds_secrets_or_local_state() -> None:
     assert {".env", "*.properties", "*.key", ".git", ".venv/", "*.duckdb"} <= ignored
     # What the services run from the image's checkout must stay in it.
     assert not {"scripts/", "examples/", "README.md", "pyproject.toml"} & ignored
+
+
+def test_compose_signs_and_each_key_is_mounted_only_where_it_is_used() -> None:
+    """The controller signs and refuses unsigned requests, the agent refuses unsigned
+    commands, the cli signs with the operator's key; the keys job (the admin) makes and
+    registers them; the admin's key reaches no other container."""
+    services = compose()["services"]
+    keys = services["keys"]
+    assert keys["environment"]["ROLE"] == "admin"
+    script = ROOT / "scripts" / "compose-keys.sh"
+    assert keys["entrypoint"][-1] == ("scripts/compose-credentials.sh && exec "
+                                      "scripts/compose-keys.sh")
+    assert script.stat().st_mode & 0o111, "the keys job runs the script itself"
+    text = script.read_text()
+    assert "ensure_keys" in text  # registered as `runledger stack up` registers them
+    for name, service in services.items():
+        words = command_text(service)
+        assert "--unsigned" not in words and "--trust-unsigned" not in words, name
+        if name != "keys":
+            assert "admin-key" not in mounts(service).values(), name
+    assert mounts(keys) == {"/keys/admin": "admin-key", "/keys/controller": "controller-key",
+                            "/keys/operator": "operator-key"}
+    for name, env_name, volume in (("controller", "RUNLEDGER_SIGNING_KEY", "controller-key"),
+                                   ("cli", "RUNLEDGER_KEY", "operator-key")):
+        path = services[name]["environment"][env_name]
+        assert volume_of(path, services[name]) == volume, name
+        assert f"cp /keys/admin/keys/{PurePosixPath(path).name} {path}\n" in text, name
+        assert f"{volume}:{PurePosixPath(path).parent}:ro" in services[name]["volumes"], name
+    for name in ("controller", "agent"):
+        assert services[name]["depends_on"]["keys"]["condition"] == (
+            "service_completed_successfully"), name
+    # Docker copies an image directory's owner into a new named volume: the runledger user's.
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert all(f"/keys/{k}" in dockerfile for k in ("admin", "controller", "operator"))

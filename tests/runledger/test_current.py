@@ -123,13 +123,16 @@ def test_the_services_get_their_own_role_and_the_controller_its_key(
         (creds / f"{role}.properties").touch(mode=0o600)
     (stack / "keys").mkdir()
     (stack / "keys" / "controller.key").touch(mode=0o600)
+    (stack / "keys" / "operator.key").touch(mode=0o600)
     current.remember(home, stack)
     agent = current.recall(home, "agent")
     assert agent is not None
     assert agent.credentials == stack.resolve() / "credentials" / "agent.properties"
-    assert agent.signing_key is None  # only the controller is offered the key
+    assert agent.signing_key is None  # only the controller and a person get a key
     ctl = current.recall(home, "controller")
     assert ctl is not None and ctl.signing_key == stack.resolve() / "keys" / "controller.key"
+    person = current.recall(home)  # a person's commands sign requests with the operator key
+    assert person is not None and person.signing_key == stack.resolve() / "keys" / "operator.key"
     projector = current.recall(home, "projector")
     assert projector is not None and projector.credentials is None  # no file: none offered
     with pytest.raises(ValueError, match="'admin' is not one of"):
@@ -138,6 +141,8 @@ def test_the_services_get_their_own_role_and_the_controller_its_key(
     monkeypatch.delenv(ENV_BOOTSTRAP, raising=False)
     monkeypatch.delenv(ENV_CREDENTIALS, raising=False)
     assert config.stack_signing_key() == stack.resolve() / "keys" / "controller.key"
+    assert config.stack_signing_key(role="operator") == stack.resolve() / "keys" / "operator.key"
+    assert config.stack_signing_key("127.0.0.1:9", "operator") is None  # another cluster
     assert config.stack_signing_key("elsewhere:9092") is None  # not for another cluster
     config.bootstrap(role="agent")
     assert os.environ[ENV_CREDENTIALS] == str(stack.resolve() / "credentials/agent.properties")

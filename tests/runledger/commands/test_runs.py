@@ -411,7 +411,8 @@ def test_submit_records_the_resolved_id(
 ) -> None:
     url, manifest_id = catalog
     path = spec_file(tmp_path, unique, dataset="corpus/latest")
-    env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap, "RUNLEDGER_DATASETS": url}
+    env = {**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap, "RUNLEDGER_DATASETS": url,
+           ENV_KEY: str(session_key())}
     out = subprocess.run([sys.executable, "-m", "runledger.cli", "submit", str(path), "--json"],
                          capture_output=True, text=True, timeout=60, env=env, check=False)
     assert out.returncode == 0, out.stderr

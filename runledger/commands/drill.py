@@ -7,7 +7,7 @@ is skipped with its reason. Each applicable fault runs, in turn, as its own
 short run on the live stack (``runledger.drillrun``) and is judged
 (``runledger.drilljudge``). Every fault, skipped ones too, is recorded as a
 ``DrillCompleted`` on ``runledger.requests`` keyed ``spec/<hex digest>`` of the
-spec as given (not of the drill runs' specs), signed when a key is given. The
+spec as given (not of the drill runs' specs), signed (``runledger.signer``). The
 matrix is printed as a table, ``--json``, or written to ``--html FILE``. Exit 0
 when no applicable fault failed, 1 naming those that did.
 

@@ -3,8 +3,8 @@
 ``nodes`` folds the agents' reports and the node facts of ``runledger.runs``
 (``runledger.nodeview``). ``node OPERATION NAME --reason R`` writes a
 ``NodeOperationRequested`` on ``runledger.requests`` keyed ``node/NAME``,
-signed with an operator's key when one is given (``--key`` or
-``RUNLEDGER_KEY``, as ``cancel``); the controller judges it and records
+signed with an operator's key (``--key``, ``RUNLEDGER_KEY`` or the local
+stack's ``operator.key``, as ``cancel``); the controller judges it and records
 ``NodeCordoned``, ``NodeUncordoned`` or a ``WriteRejected``. A node no agent
 has registered is refused here, naming it and the known ones, and nothing is
 written. The request carries a random event id and the node's operation
@@ -40,7 +40,8 @@ NodeName = Annotated[str, typer.Argument(metavar="NAME", help="The node, as `run
 Reason = Annotated[str, typer.Option("--reason", help="Why; recorded with the request.")]
 KeyOption = Annotated[Path | None, typer.Option(
     "--key", metavar="FILE", envvar=ENV_KEY, show_envvar=False,
-    help=f"Sign the request with this key file (default ${ENV_KEY}).")]
+    help=f"Sign the request with this key file (default ${ENV_KEY}, else the local stack's "
+         "keys/operator.key).")]
 
 node_app = typer.Typer(help="Cordon, drain or free a node (signed operator requests).",
                        no_args_is_help=True)

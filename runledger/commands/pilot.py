@@ -11,8 +11,8 @@ refuses the pilot at once, naming the root or the object. Otherwise the pilot
 run is submitted and watched (:mod:`runledger.trial`) until it ends (it is
 cancelled after ``--timeout``), and :mod:`runledger.pilot` turns its events into
 figures and rows. The result is recorded as a ``PilotCompleted`` keyed by the
-ORIGINAL spec's digest (``spec/<hex>``), signed with an operator's key when
-one is given. Exit 0 when every check passed, 1 naming the failed checks.
+ORIGINAL spec's digest (``spec/<hex>``), signed with an operator's key
+(``runledger.signer``). Exit 0 when every check passed, 1 naming the failed checks.
 
 Tested in tests/runledger/commands/test_pilot.py.
 """

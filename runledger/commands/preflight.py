@@ -7,7 +7,7 @@ software, every checkpoint root, every dataset object and the topics; the
 rules of ``runledger.preflight`` make the rows and the verdict. The result is
 recorded as a ``PreflightCompleted`` on ``runledger.requests``, keyed
 ``spec/<hex digest>`` (``events.base.spec_key``), signed with an operator's key
-when one is given. Exit 0 when every check passed or was skipped, 1 naming the
+(``runledger.signer``). Exit 0 when every check passed or was skipped, 1 naming the
 failed checks.
 
 Tested in tests/runledger/commands/test_preflight.py and tests/runledger/test_preflight.py.

@@ -6,8 +6,9 @@ controller decides on them; ``status`` believes only ``runledger.runs`` (the
 authoritative facts), except that a run the controller has not copied there
 yet is shown as submitted but unseen. Clocks and ids are read here, at the
 edge: the submission id, ``occurred_at``, and "now" for heartbeat ages.
-``submit``, ``cancel`` and ``resume`` sign the request with an operator's key when one is
-given (``--key`` or ``RUNLEDGER_KEY``; :mod:`runledger.signer`).
+``submit``, ``cancel`` and ``resume`` always sign the request with an operator's key
+(``--key``, ``RUNLEDGER_KEY`` or the local stack's ``operator.key``;
+:func:`runledger.signer.request_signer`), and the principal is the key's.
 
 ``status`` and ``runs`` read the runs' summaries on ``runledger.status``
 (``events.statuslog``: one record per run, written by the controller in the
@@ -70,8 +71,8 @@ DryRun = Annotated[bool, typer.Option(
                       " spec and its digest; write nothing, need no broker.")]
 KeyOption = Annotated[Path | None, typer.Option(
     "--key", metavar="FILE", envvar=ENV_KEY, show_envvar=False,
-    help=f"Sign the request with this key file (default ${ENV_KEY}); the principal is then "
-         "the one the key is registered to on runledger.keys.")]
+    help=f"Sign the request with this key file (default ${ENV_KEY}, else the local stack's "
+         "keys/operator.key); the principal is the one it is registered to on runledger.keys.")]
 
 
 RemoteCode = Annotated[bool, typer.Option(
@@ -102,8 +103,8 @@ def submit(
     A dataset alias (e.g. corpus/latest) is resolved through the catalog first,
     so the run records the manifest id. An invalid spec is refused with every
     bad field named, and nothing is written. So is one whose code.workdir,
-    program or script does not exist here (unless --remote-code). With a key
-    the request is signed.
+    program or script does not exist here (unless --remote-code). The request
+    is signed (--key, $RUNLEDGER_KEY, else the local stack's operator key).
     """
     pin = DatasetPin(catalog)
     spec = load_spec(spec_path, resolve_dataset=pin)
@@ -227,7 +228,7 @@ def cancel(
 
     The controller checks the principal against the run's cancel authority (the
     spec's list plus the submitter) and records RunCancelled or a WriteRejected.
-    With a key the request is signed.
+    The request is signed (--key, $RUNLEDGER_KEY, else the local stack's operator key).
     """
     _ask("cancel", run, reason, principal, as_json, bootstrap, key)
 
@@ -245,7 +246,7 @@ def resume(
     Judged like a cancel (the spec's cancel authority plus the submitter); the
     controller records RunResumed, and the run is admitted again from its last
     committed checkpoint, or a WriteRejected (run_not_paused, unauthorized).
-    With a key the request is signed.
+    The request is signed (--key, $RUNLEDGER_KEY, else the local stack's operator key).
     """
     _ask("resume", run, reason, principal, as_json, bootstrap, key)
 

@@ -30,7 +30,9 @@ from events.model import (
     StepCommitted,
     WorkerExited,
 )
+from events.signing import SigningKey
 from events.topics import QUARANTINE, REPORTS, REQUESTS
+from runledger.signer import signed_record
 from tests.e2e.harness import Cluster, of_type, spec, wait
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
@@ -90,12 +92,17 @@ def test_forged_types_claims_floods_and_bad_specs_never_stop_a_healthy_run(
     # A zombie of generation 0 floods heartbeats: 300 refusals.
     sends += [(REPORTS, HeartbeatRecorded(header=_h(run, 0, f"z-{i}"), logical_id="r0",
                                           node="n1", step=0)) for i in range(300)]
-    # A spec value that once crashed the controller, sent past the CLI's checks.
+    # A spec value that once crashed the controller, sent past the CLI's checks, signed
+    # by the stack's operator key (the controller refuses an unsigned request first).
     bad = json.loads(facts[0].spec_json) if isinstance(facts[0], RunSubmitted) else {}
     bad.update(name="overflow", checkpoint={"policy": "auto", "mtbf_prior_s": 1e300})
-    sends.append((REQUESTS, RunSubmitted(
+    assert cluster.keys is not None
+    overflowing = RunSubmitted(
         header=_h("overflow-1", 0, "f-8"), spec_digest="sha256:" + "0" * 64,
-        spec_json=json.dumps(bad), principal="mallory", world_size=2)))
+        spec_json=json.dumps(bad), principal="operator", world_size=2)
+    value, headers = signed_record(producer.codec, overflowing,
+                                   SigningKey.load(cluster.keys / "operator.key"))
+    producer.send_bytes(REQUESTS, "overflow-1", value, headers)
     # A run id that would escape a directory, sent past the CLI.
     sends.append((REQUESTS, RunSubmitted(
         header=_h("../escape", 0, "f-9"), spec_digest="sha256:" + "1" * 64,

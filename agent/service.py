@@ -1,6 +1,8 @@
 """The node agent: registers a node's slots, obeys commands for it, reports worker exits.
 
-One agent per node. It writes to ``runledger.reports``:
+One agent per node. It writes to ``runledger.reports``, each report signed
+with the node's own key (``agent.node``; the controller believes a report about
+this node only under it, ``events.reportdoor``):
 
 - ``AgentRegistered`` once at start (with the node's Python and torch versions,
   read from package metadata so the agent never imports torch) and
@@ -49,7 +51,6 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, replace
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import FrameType
 
@@ -73,6 +74,7 @@ from agent.decide import (
     worker_exited,
 )
 from agent.errors import AgentError
+from agent.node import send_report, torch_version
 from agent.procs import Exit, ProcessTable
 from agent.verify import CommandVerifier
 from events.consume import EventConsumer
@@ -90,7 +92,8 @@ from events.model import (
 )
 from events.names import host_problem
 from events.reader import LogReader
-from events.topics import COMMANDS, REPORTS, RUNS
+from events.signing import SigningKey
+from events.topics import COMMANDS, RUNS
 
 log = logging.getLogger("runledger.agent")
 
@@ -102,14 +105,6 @@ NODE_STATE_READ_S = 10.0
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _torch_version() -> str:
-    """The torch installed beside the agent (what its workers import), ``-`` when none."""
-    try:
-        return version("torch")
-    except PackageNotFoundError:
-        return "-"
 
 
 def node_state_line(bootstrap: str, node: str, timeout_s: float = NODE_STATE_READ_S) -> str:
@@ -145,6 +140,8 @@ class AgentOptions:
     # Act on unsigned commands too (a controller run with --unsigned); a badly
     # signed one is still refused (agent.verify).
     trust_unsigned: bool = False
+    # The node's key (agent.node): every report is signed with it; None: unsigned.
+    node_key: SigningKey | None = None
 
 
 class Agent:
@@ -211,7 +208,7 @@ class Agent:
                                        # As ProcessTable makes its log paths absolute.
                                        work_dir=str(self.options.work_dir.absolute()),
                                        python_version=platform.python_version(),
-                                       torch_version=_torch_version()))
+                                       torch_version=torch_version()))
             self._producer.flush()
             log.info("agent %s registered: %d slots in domain %s, work dir %s", cfg.node,
                      cfg.slots, self.options.domain, self.options.work_dir)
@@ -368,7 +365,7 @@ class Agent:
         return self._producer
 
     def _send(self, event: Event) -> None:
-        self._producer_or_fail().send(REPORTS, event)
+        send_report(self._producer_or_fail(), event, self.options.node_key)
 
     def _send_exit(self, key: WorkerKey, causation_id: str, exit_code: int | None,
                    sig: int | None, evidence: Exit | None = None) -> None:

@@ -4,8 +4,12 @@
 of ``runledger.runs`` that first replays it (the model a controller starts
 from) and then tails it, and a reader over every partition of
 ``runledger.reports`` that hands out only agents' node records (keyed
-``node/<name>``; every other report is passed over undecoded). What is done
-with them is ``controller.ownership.follow``'s, which is pure. ``runs`` is read
+``node/<name>``; every other report is passed over undecoded), each through
+the door of reports (``events.reportdoor``: a node record is believed only
+when its node's key signed it, so a ``NodeQuarantined`` sent on ``reports``, or
+a heartbeat for another node, is passed over here as the owning controller's
+input door quarantines it). What is done with them is
+``controller.ownership.follow``'s, which is pure. ``runs`` is read
 raw (value bytes and headers), so a replay also recovers the head of each
 run's hash chain (``controller.chains``).
 
@@ -23,6 +27,7 @@ from controller.model import Draft, Model, PlanOf
 from events.kafka import Record
 from events.model import Event, node_key
 from events.reader import END, LogReader, Watermarks
+from events.reportdoor import ReportDoor
 from events.topics import CO_PARTITIONED, REPORTS, RUNS
 
 _NODE_PREFIX = node_key("").encode()
@@ -57,13 +62,15 @@ def partition_count(bootstrap: str) -> int:
 class Follower:
     """Replays then tails ``runs``; tails the node records of ``reports``."""
 
-    def __init__(self, bootstrap: str, name: str, plan_of: PlanOf) -> None:
+    def __init__(self, bootstrap: str, name: str, plan_of: PlanOf,
+                 door: ReportDoor | None = None) -> None:
         self.bootstrap = bootstrap
         self.name = name
         self.plan_of = plan_of
+        self.door = door
         self._runs: LogReader | None = None
         self._nodes = LogReader(bootstrap, [REPORTS], start=END, name=f"{name}-nodes",
-                                keys=lambda key: key.startswith(_NODE_PREFIX))
+                                keys=lambda key: key.startswith(_NODE_PREFIX), raw=True)
         # The end of each partition of runs as a transactional writer sees it: past
         # open transactions, which a read_committed reader reaches once they settle.
         self._ends = Watermarks(bootstrap, [RUNS], name=f"{name}-ends",
@@ -95,7 +102,10 @@ class Follower:
             facts += got
             if not got:
                 break
-        nodes = [r.event for r in self._nodes.read_records(_TAIL_BATCH, 0.0)]
+        # A record the door refuses is passed over: the controller that owns its
+        # partition quarantines it and says why (its input door is the same).
+        nodes = [r.event for r in self._nodes.read_records(_TAIL_BATCH, 0.0)
+                 if self.door is None or self.door.admit(r, len(r.value)) is None]
         return facts, nodes
 
     def ends(self, partitions: set[int] | frozenset[int]) -> dict[int, int]:

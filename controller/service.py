@@ -44,13 +44,14 @@ from controller.guard import Encode, Problem, encoded, refuse_input, take_input,
 from controller.model import Model, NodePolicy, PlanOf
 from controller.ownership import Ownership, assign, catch_up, follow
 from controller.signatures import RequestJudge
-from events.authority import admit_input
 from events.codec import Codec, default_codec
 from events.consume import EventConsumer
 from events.errors import Fenced, KafkaOperationError, ProducerFenced
 from events.kafka import EventProducer, Quarantine, Record
+from events.keys import read_ring_or_empty
 from events.limits import TOO_LARGE
 from events.model import node_key
+from events.reportdoor import ReportDoor
 from events.signing import SigningKey
 from events.statuslog import read_status, status_partitions
 from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS, STATUS
@@ -168,7 +169,11 @@ class ControllerService:
             log.warning("topic %s does not exist (a cluster set up by an older runledger): "
                         "no status summaries are written, and `runledger status` folds %s; "
                         "`runledger stack up` creates it", STATUS, RUNS)
-        follower = Follower(self.bootstrap, self.transactional_id, self.plan_of)
+        # An agent's report is believed only under its node's key (events.reportdoor),
+        # by the input door and by the follower's node reader alike.
+        door = ReportDoor(lambda: read_ring_or_empty(
+            self.bootstrap, name=f"{self.transactional_id}-reports"), placed=self._placed)
+        follower = Follower(self.bootstrap, self.transactional_id, self.plan_of, door)
         self.model = replace(follower.replay(self.clock(), self.chains),
                              node_policy=self.node_policy)
         log.info("rebuilt %d runs from %s", len(self.model.runs), RUNS)
@@ -188,7 +193,7 @@ class ControllerService:
         # member, which therefore owns the runs of partition p.
         consumer = EventConsumer(
             self.bootstrap, self.group_id, list(_INPUTS), quarantine=quarantine,
-            admit=admit_input, hold_assigned=True, raw=True,
+            admit=door.admit, hold_assigned=True, raw=True,
             config={"group.instance.id": self.transactional_id, "session.timeout.ms": 10_000,
                     "partition.assignment.strategy": "range"})
         try:
@@ -290,6 +295,13 @@ class ControllerService:
         if problem is not None:
             _log_problem(problem, record)
         return new, taken
+
+    def _placed(self, run_id: str, logical_id: str) -> str | None:
+        """The node this controller's model places a run's member on, if it knows the run."""
+        run = self.model.runs.get(run_id) if self.model is not None else None
+        if run is None:
+            return None
+        return next((m.node for m in run.members if m.logical_id == logical_id), None)
 
     def _too_large(self, records: list[Outgoing]) -> str | None:
         """Why one of an input's records would not fit one Kafka record (``controller.fit``)."""

@@ -6,7 +6,9 @@ Who signs what (the security issue; docs/architecture.md §4):
 - the controller signs each command (:func:`command_message`) and each fact
   (:func:`fact_message`), a fact together with the digest of its run's previous
   fact, so the facts of one run form a hash chain starting at :data:`GENESIS`;
-- an admin signs each key record on ``runledger.keys`` (:func:`key_message`).
+- an admin signs each key record on ``runledger.keys`` (:func:`key_message`);
+- a node's agent signs each report it sends (:func:`report_message`) with its
+  node key (``events.reportdoor``).
 
 A signature covers the exact value bytes stored in the log (the Avro single-object
 encoding), never a re-encoding, and travels beside them in Kafka record headers:
@@ -53,6 +55,7 @@ REQUEST_TAG = b"runledger/request/v1"
 COMMAND_TAG = b"runledger/command/v1"
 FACT_TAG = b"runledger/fact/v1"
 KEY_TAG = b"runledger/key/v1"
+REPORT_TAG = b"runledger/report/v1"
 DIGEST_TAG = b"runledger/fact-digest/v1"
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -186,6 +189,10 @@ def key_message(value: bytes) -> bytes:
     return _tagged(KEY_TAG, value)
 
 
+def report_message(value: bytes) -> bytes:
+    return _tagged(REPORT_TAG, value)
+
+
 def fact_message(prev_digest: str, value: bytes) -> bytes:
     """What the controller signs for a fact: the previous fact's digest, then the value.
 
@@ -221,6 +228,11 @@ def sign_request(key: SigningKey, value: bytes) -> Headers:
 def sign_command(key: SigningKey, value: bytes) -> Headers:
     """The headers of a command the controller signs."""
     return _signed(key, command_message(value))
+
+
+def sign_report(key: SigningKey, value: bytes) -> Headers:
+    """The headers of a report a node's agent signs with its node key."""
+    return _signed(key, report_message(value))
 
 
 def sign_key_record(key: SigningKey, value: bytes) -> Headers:

@@ -1,5 +1,8 @@
 """``runledger agent``: the node agent's command line. The work is in ``agent.service``.
 
+The node's key, which signs every report, is ``--node-key`` or, on the local
+stack, one the agent enrolls itself (``runledger.nodekeys.agent_key``).
+
 Tested in tests/agent/test_service.py.
 """
 
@@ -14,9 +17,11 @@ import typer
 
 from agent.decide import AgentConfig
 from agent.service import Agent, AgentOptions
+from events.names import host_problem
 from events.workerenv import CHECKPOINT_ROOT
-from runledger import config
+from runledger import config, nodekeys
 from runledger.config import Bootstrap
+from runledger.errors import UsageError
 
 Node = Annotated[str, typer.Option("--node", help="This node's name, unique in the cluster.")]
 Slots = Annotated[int, typer.Option("--slots", min=1, help="Worker slots (e.g. GPUs).")]
@@ -85,6 +90,13 @@ TrustUnsigned = Annotated[
                       "A command signed by anything but a registered controller key is refused "
                       "either way."),
 ]
+NodeKeyFile = Annotated[
+    Path | None,
+    typer.Option("--node-key", metavar="FILE",
+                 help="This node's key file (`runledger node enroll`), which signs every "
+                      "report. Default: on the local stack, the agent enrolls itself "
+                      "(<data dir>/keys/node.NODE.key)."),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -106,6 +118,7 @@ def agent(
     trust_unsigned: TrustUnsigned = False,
     allow: Allow = None,
     allow_workdir: AllowWorkdir = None,
+    node_key: NodeKeyFile = None,
 ) -> None:
     """Run a node agent: register slots, heartbeat, launch and stop worker groups on command.
 
@@ -113,7 +126,11 @@ def agent(
     """
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    problem = host_problem(node, "--node")
+    if problem is not None:
+        raise UsageError(problem)
     kafka = config.connect(bootstrap, role="agent")
+    key = nodekeys.agent_key(kafka, node, node_key, bootstrap)
     agent_config = AgentConfig(node=node, slots=slots, bootstrap=kafka,
                                heartbeat_interval_s=heartbeat_interval,
                                max_start_age_ms=int(max_start_age * 1000),
@@ -124,7 +141,7 @@ def agent(
                                                       or _spellings(Path.cwd())))
     options = AgentOptions(domain=domain, address=address,
                            work_dir=work_dir or config.agent_work_dir(node), grace_s=grace,
-                           trust_unsigned=trust_unsigned)
+                           trust_unsigned=trust_unsigned, node_key=key)
     raise typer.Exit(Agent(agent_config, options).run())
 
 

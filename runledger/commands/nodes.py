@@ -1,7 +1,9 @@
 """``runledger nodes`` and ``runledger node cordon|uncordon|drain``: the node lifecycle.
 
-``nodes`` folds the agents' reports and the node facts of ``runledger.runs``
-(``runledger.nodeview``). ``node OPERATION NAME --reason R`` writes a
+``nodes`` folds the agents' reports, each through the controller's door
+(``events.reportdoor``: believed only under its node's key), and the node facts
+of ``runledger.runs`` (``runledger.nodeview``). ``node enroll`` gives a node its
+key (``runledger.commands.enroll``). ``node OPERATION NAME --reason R`` writes a
 ``NodeOperationRequested`` on ``runledger.requests`` keyed ``node/NAME``,
 signed with an operator's key (``--key``, ``RUNLEDGER_KEY`` or the local
 stack's ``operator.key``, as ``cancel``); the controller judges it and records
@@ -28,9 +30,13 @@ import typer
 from controller.replays import epoch_of
 from events.consume import read_log
 from events.kafka import Quarantined
+from events.keys import read_ring_or_empty
 from events.model import Event, Header, NodeOperationRequested, node_key
+from events.reader import LogReader
+from events.reportdoor import ReportDoor
 from events.topics import REPORTS, RUNS
 from runledger import config, nodeview
+from runledger.commands.enroll import enroll
 from runledger.config import AsJson, Bootstrap, Principal
 from runledger.errors import RunledgerError
 from runledger.signer import ENV_KEY, request_signer, send_request
@@ -43,7 +49,8 @@ KeyOption = Annotated[Path | None, typer.Option(
     help=f"Sign the request with this key file (default ${ENV_KEY}, else the local stack's "
          "keys/operator.key).")]
 
-node_app = typer.Typer(help="Cordon, drain or free a node (signed operator requests).",
+node_app = typer.Typer(help="Cordon, drain or free a node (signed operator requests); "
+                            "enroll one (its key).",
                        no_args_is_help=True)
 
 
@@ -53,6 +60,7 @@ def register(app: typer.Typer) -> None:
     node_app.command("cordon")(cordon)
     node_app.command("uncordon")(uncordon)
     node_app.command("drain")(drain)
+    node_app.command("enroll")(enroll)
 
 
 def nodes(as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
@@ -117,14 +125,24 @@ def _passed_over(_: Quarantined) -> None:
 
 
 def node_events(bootstrap: str) -> list[Event]:
-    """Node records of the reports and node facts (and failures) of runs, merged by time."""
-    prefix = node_key("")
+    """Node records of the reports and node facts (and failures) of runs, merged by time.
+
+    The reports pass the controller's own door (``events.reportdoor``): a node record
+    not signed by its node's key, or one no agent may send (a ``NodeQuarantined`` on
+    reports), is passed over, as the controller refuses it."""
+    prefix = node_key("").encode()
     patience = config.retry_s()
+    door = ReportDoor(lambda: read_ring_or_empty(bootstrap, name="runledger-nodes",
+                                                 retry_s=patience))
     # An undecodable record belongs to some run, and the controller has already
     # quarantined and reported it; a view of the nodes passes over it quietly.
-    reports = [r.event for r in read_log(bootstrap, REPORTS, retry_s=patience,
-                                         on_quarantine=_passed_over)
-               if r.event.run_id.startswith(prefix)]
+    reader = LogReader(bootstrap, [REPORTS], on_quarantine=_passed_over, strict=True,
+                       bounded=True, retry_s=patience, raw=True, name="runledger-nodes",
+                       keys=lambda key: key.startswith(prefix))
+    try:
+        reports = [r.event for r in reader.records() if door.admit(r, len(r.value)) is None]
+    finally:
+        reader.close()
     facts = [r.event for r in read_log(bootstrap, RUNS, retry_s=patience,
                                        on_quarantine=_passed_over)]
     # Facts keep their log order; an agent's records go by when they happened.

@@ -26,6 +26,7 @@ from events.kafka import Record
 from events.model import Event
 from events.signing import SigningKey
 from events.topics import COMMANDS, RUNS
+from runledger.nodekeys import enroll
 from runledger.signer import ENV_KEY
 
 PY = sys.executable
@@ -109,6 +110,15 @@ class Cluster:
             f"{name}.log",
         )
 
+    def node_key(self, node: str) -> list[str]:
+        """``--node-key`` of an agent of ``node``, enrolled with the stack's admin key
+        (``runledger node enroll``); none on a plaintext stack, which takes unsigned reports."""
+        if self.keys is None:
+            return []
+        path = self.work / f"node.{node}.key"
+        enroll(self.bootstrap, node, path, SigningKey.load(self.keys / "admin.key"))
+        return ["--node-key", str(path)]
+
     def agent(self, node: str, slots: int, grace: float = 3.0) -> subprocess.Popen[bytes]:
         return self._spawn(
             [
@@ -127,6 +137,7 @@ class Cluster:
                 "--grace",
                 str(grace),
                 *self._trust,
+                *self.node_key(node),
             ],
             f"agent-{node}.log",
         )

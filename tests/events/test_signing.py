@@ -25,10 +25,12 @@ from events.signing import (
     key_id_of,
     key_message,
     prev_of,
+    report_message,
     request_message,
     sign_command,
     sign_fact,
     sign_key_record,
+    sign_report,
     sign_request,
     signature_of,
 )
@@ -104,12 +106,15 @@ def test_load_refuses_another_kind_of_key(tmp_path: Path) -> None:
 
 def test_each_use_signs_a_different_message() -> None:
     messages = [request_message(VALUE), command_message(VALUE), key_message(VALUE),
-                fact_message(GENESIS, VALUE)]
-    assert len(set(messages)) == 4
+                fact_message(GENESIS, VALUE), report_message(VALUE)]
+    assert len(set(messages)) == 5
     assert all(m.endswith(VALUE) and b"\x00" in m for m in messages)
-    # A request signature is worthless as a command, a fact or a key record.
+    # A request signature is worthless as a command, a fact, a key record or a report.
     sig = KEY.sign(request_message(VALUE))
-    assert [KEY.public.verify(m, sig) for m in messages] == [True, False, False, False]
+    assert [KEY.public.verify(m, sig) for m in messages] == [True, False, False, False, False]
+    # And a node's report signature is worthless as anything else.
+    sig = KEY.sign(report_message(VALUE))
+    assert [KEY.public.verify(m, sig) for m in messages] == [False, False, False, False, True]
 
 
 def test_fact_message_binds_the_previous_digest() -> None:
@@ -148,8 +153,9 @@ def test_fact_headers_carry_signature_key_prev_and_a_copied_request() -> None:
     assert OTHER.public.verify(request_message(VALUE), carried[1])
 
 
-def test_command_and_key_record_headers() -> None:
-    for sign, message in ((sign_command, command_message), (sign_key_record, key_message)):
+def test_command_key_record_and_report_headers() -> None:
+    for sign, message in ((sign_command, command_message), (sign_key_record, key_message),
+                          (sign_report, report_message)):
         found = signature_of(sign(KEY, VALUE))
         assert isinstance(found, tuple) and found[0] == KEY.key_id
         assert KEY.public.verify(message(VALUE), found[1])

@@ -1,0 +1,165 @@
+"""One door for the agents' reports: a report about node N is believed only from N's key.
+
+Every agent holds its own Ed25519 **node key**, registered on ``runledger.keys``
+by an admin to the principal ``node.<name>`` (:func:`node_principal`) with the
+role ``agent`` (``runledger node enroll``), and signs every report it sends
+(:data:`AGENT_REPORTS`) over the exact value bytes
+(``events.signing.report_message``). The broker only says that some holder of
+the agent role's credentials wrote a record; which node it speaks for is what
+this door decides.
+
+:func:`judge_report` (pure) asks, of an agent's report, which node it is about
+(:func:`about`): the event's ``node`` for ``AgentRegistered`` and
+``AgentHeartbeatRecorded``; for a ``WorkerExited``, the node the run's
+membership places that member on (``placed``), so an exit reported for another
+node's rank must carry that other node's signature, whatever node it names. It
+answers ``None`` (believe it) or ``(reason, detail)``: a reason of
+``events.keyring.check`` (:data:`~events.keyring.UNSIGNED`,
+``unknown_key``, ``bad_signature``, ``revoked_key``, ``wrong_principal``: a
+live key of another node, or of someone who is no node; ``wrong_role``), or
+:data:`NODE_MISMATCH` (a ``WorkerExited`` signed by the member's node but naming
+another). Reports of other kinds (the workers') pass: their authority is the
+run's own checks in ``controller.inputs``.
+
+An unsigned agent report is refused when ``require`` is true, which the
+readers set whenever the keys log has a trust anchor (every secure stack:
+:func:`required`); a cluster with no keys log (a plaintext stack) takes them on
+the broker's word, as before node keys existed. A badly signed one is refused
+either way.
+
+:class:`ReportDoor` is the shell every reader of reports uses (the controller's
+input door, ``controller.follow``'s node reader, ``runledger nodes``): it
+keeps the ring, read again from the keys log when a report names a key it does
+not know or thinks revoked, and adds this judgment to
+``events.authority.admit_input``, so each reader refuses exactly the same
+records (the controller quarantines them; the views pass over them).
+
+Tested in tests/events/test_reportdoor.py and tests/e2e/test_node_identity.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from events.authority import admit_input
+from events.errors import DecodeError
+from events.kafka import Record
+from events.keyring import (
+    BAD_SIGNATURE,
+    REVOKED_KEY,
+    UNKNOWN_KEY,
+    UNSIGNED,
+    WRONG_PRINCIPAL,
+    WRONG_ROLE,
+    KeyRing,
+    check_headers,
+)
+from events.model import AgentHeartbeatRecorded, AgentRegistered, Event, WorkerExited
+from events.signing import report_message
+
+NODE_PRINCIPAL_PREFIX = "node."
+AGENT_ROLE = "agent"
+# What an agent reports: the node's life and the exits of the processes it ran.
+AGENT_REPORTS = (AgentRegistered, AgentHeartbeatRecorded, WorkerExited)
+# A WorkerExited signed by the node its member is placed on, naming another node.
+NODE_MISMATCH = "node_mismatch"
+
+# (run id, logical id) -> the node the run's current membership places that member
+# on, or None when the reader does not know the run (the event's own node counts).
+Placed = Callable[[str, str], str | None]
+
+
+def node_principal(node: str) -> str:
+    """The principal a node's key is registered to: ``node.<name>``."""
+    return f"{NODE_PRINCIPAL_PREFIX}{node}"
+
+
+def _nowhere(run_id: str, logical_id: str) -> None:
+    return None
+
+
+def about(event: Event, placed: Placed = _nowhere) -> str | None:
+    """The node an agent's report speaks for; None for a report that is no agent's."""
+    if isinstance(event, WorkerExited):
+        return placed(event.run_id, event.logical_id) or event.node
+    if isinstance(event, AgentRegistered | AgentHeartbeatRecorded):
+        return event.node
+    return None
+
+
+def required(ring: KeyRing) -> bool:
+    """Whether unsigned agent reports are refused: when the keys log has an anchor."""
+    return ring.anchor is not None
+
+
+def judge_report(ring: KeyRing, record: Record, *, require: bool,
+                 placed: Placed = _nowhere) -> tuple[str, str] | None:
+    """None when the report may be believed, else (reason, detail). Pure."""
+    event = record.event
+    node = about(event, placed)
+    if node is None:
+        return None
+    principal = node_principal(node)
+    problem = check_headers(ring, record.headers, report_message(record.value),
+                            principal=principal, role=AGENT_ROLE)
+    if problem == UNSIGNED and not require:
+        return None
+    if problem is None and isinstance(event, WorkerExited) and event.node != node:
+        problem = NODE_MISMATCH
+    if problem is None:
+        return None
+    where = f"{record.topic}[{record.partition}]@{record.offset}"
+    return problem, (f"{event.event_type} about node {node!r}{_member(event, node)} at "
+                     f"{where}: {_meaning(problem, principal)}; nothing of it is believed")
+
+
+def _member(event: Event, node: str) -> str:
+    if isinstance(event, WorkerExited):
+        return f" (member {event.logical_id} of run {event.run_id}, placed on {node})"
+    return ""
+
+
+def _meaning(problem: str, principal: str) -> str:
+    enroll = (f"it must be signed by the live agent key of {principal} "
+              f"(`runledger node enroll {principal[len(NODE_PRINCIPAL_PREFIX):]}` registers one)")
+    return {
+        UNSIGNED: f"not signed; {enroll}",
+        UNKNOWN_KEY: f"signed by a key the keys log does not register; {enroll}",
+        BAD_SIGNATURE: f"its signature does not verify; {enroll}",
+        REVOKED_KEY: f"signed by a revoked key; {enroll}",
+        WRONG_PRINCIPAL: f"signed by another principal's key; {enroll}",
+        WRONG_ROLE: f"signed by a key that is not an agent key; {enroll}",
+        NODE_MISMATCH: "signed by the member's node, but it names another node",
+    }.get(problem, enroll)
+
+
+class ReportDoor:
+    """``admit_input`` and :func:`judge_report`, with a key ring kept fresh.
+
+    ``read_ring`` reads the keys log to its end (``events.keys.read_ring``);
+    ``placed`` says where a run's member runs, when the reader knows (the
+    controller's model).
+    """
+
+    def __init__(self, read_ring: Callable[[], KeyRing], placed: Placed = _nowhere) -> None:
+        self._read_ring = read_ring
+        self.placed = placed
+        self.ring = read_ring()
+
+    def judge(self, record: Record) -> tuple[str, str] | None:
+        refusal = judge_report(self.ring, record, require=required(self.ring),
+                               placed=self.placed)
+        if refusal is not None and refusal[0] in (UNKNOWN_KEY, REVOKED_KEY):
+            # A node enrolled (or a key revoked) since the ring was read: read it again.
+            self.ring = self._read_ring()
+            refusal = judge_report(self.ring, record, require=required(self.ring),
+                                   placed=self.placed)
+        return refusal
+
+    def admit(self, record: Record, size: int) -> DecodeError | None:
+        """The controller's door (``events.kafka.Admit``): ``admit_input``, then the node's key."""
+        refused = admit_input(record, size)
+        if refused is not None:
+            return refused
+        refusal = self.judge(record)
+        return DecodeError(*refusal) if refusal is not None else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -17,11 +18,9 @@ import typer
 
 from agent.decide import AgentConfig
 from agent.service import Agent, AgentOptions
-from events.names import host_problem
 from events.workerenv import CHECKPOINT_ROOT
 from runledger import config, nodekeys
 from runledger.config import Bootstrap
-from runledger.errors import UsageError
 
 Node = Annotated[str, typer.Option("--node", help="This node's name, unique in the cluster.")]
 Slots = Annotated[int, typer.Option("--slots", min=1, help="Worker slots (e.g. GPUs).")]
@@ -126,11 +125,7 @@ def agent(
     """
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    problem = host_problem(node, "--node")
-    if problem is not None:
-        raise UsageError(problem)
     kafka = config.connect(bootstrap, role="agent")
-    key = nodekeys.agent_key(kafka, node, node_key, bootstrap)
     agent_config = AgentConfig(node=node, slots=slots, bootstrap=kafka,
                                heartbeat_interval_s=heartbeat_interval,
                                max_start_age_ms=int(max_start_age * 1000),
@@ -141,8 +136,11 @@ def agent(
                                                       or _spellings(Path.cwd())))
     options = AgentOptions(domain=domain, address=address,
                            work_dir=work_dir or config.agent_work_dir(node), grace_s=grace,
-                           trust_unsigned=trust_unsigned, node_key=key)
-    raise typer.Exit(Agent(agent_config, options).run())
+                           trust_unsigned=trust_unsigned)
+    node_agent = Agent(agent_config, options)  # its options are checked first
+    key = nodekeys.agent_key(kafka, node, node_key, bootstrap)
+    node_agent.options = replace(options, node_key=key)
+    raise typer.Exit(node_agent.run())
 
 
 def default_roots() -> list[str]:

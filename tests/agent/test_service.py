@@ -29,10 +29,13 @@ from events.model import (
     WorkerExited,
     node_key,
 )
+from events.signing import SigningKey
 from events.topics import COMMANDS, RUNS
 from events.workerlog import worker_log_file
+from runledger.nodekeys import enroll
 from tests.agent.commands import start_cmd, stop_cmd
 from tests.agent.tail import STARTED_PID, Tail, kill_tree
+from tests.runledger.commands.test_signed_requests import stack_dir
 
 
 @dataclass
@@ -68,6 +71,9 @@ def start_agent(bootstrap: str, tmp: Path, slots: int, trust_unsigned: bool = Tr
     told otherwise (tests/agent/test_signed_commands.py runs one that checks); ``extra``
     options and ``env`` (over this process's) as a test needs them."""
     node = node or f"node-{uuid.uuid4().hex[:8]}"
+    # Its own node key, enrolled with the session stack's admin key: it signs every report.
+    enroll(bootstrap, node, tmp / f"{node}.key",
+           SigningKey.load(stack_dir() / "keys" / "admin.key"))
     tail = Tail(bootstrap)
     log = tmp / f"{node}.log"
     with log.open("wb") as out:
@@ -75,7 +81,7 @@ def start_agent(bootstrap: str, tmp: Path, slots: int, trust_unsigned: bool = Tr
             [sys.executable, "-m", "runledger.cli", "agent", "--node", node, "--slots", str(slots),
              "--domain", "rack-7", "--heartbeat-interval", "0.3", "--grace", "2",
              "--work-dir", str(tmp / node), *(["--trust-unsigned"] if trust_unsigned else []),
-             *extra],
+             "--node-key", str(tmp / f"{node}.key"), *extra],
             env={**os.environ, "RUNLEDGER_BOOTSTRAP": bootstrap, **(env or {})}, stdout=out,
             stderr=out,
         )

@@ -2,7 +2,8 @@
 
 :func:`run_demo` starts a local Kafka broker in a work directory (or uses an
 existing one), synthesizes a mixed corpus, starts the controller, the
-projector and one two-slot agent as real OS processes, submits (signed with the
+projector and one two-slot agent (its node key enrolled with the stack's admin
+key, ``runledger node enroll``) as real OS processes, submits (signed with the
 local stack's operator key) a two-process
 torch run of ``examples/train_tiny.py`` whose rank 1 is killed between two
 checkpoints, follows the run through the kill, the automatic recovery from the
@@ -31,6 +32,7 @@ from controller.service import ENV_SIGNING_KEY
 from events.connection import ENV_CREDENTIALS
 from events.errors import EventsError
 from events.kafka import check_broker
+from events.signing import SigningKey
 from events.state import Status
 from projectors.snapshot import snapshot_path
 from runledger import stack
@@ -45,6 +47,7 @@ from runledger.demo.setup import (
 )
 from runledger.demo.watch import RunWatch, Stage, follow, wait_for_snapshot
 from runledger.errors import Interrupted, StackError
+from runledger.nodekeys import enroll
 from runledger.stack.acls import CONTROLLER_PREFIX
 
 Say = Callable[[str], None]
@@ -165,7 +168,8 @@ class _Demo:
                                  "--work-dir", str(layout.agent), "--heartbeat-interval", "0.5",
                                  "--grace", "5",
                                  # An unsigned controller's commands carry no signature.
-                                 *(["--trust-unsigned"] if "--unsigned" in signing else [])],
+                                 *(["--trust-unsigned"] if "--unsigned" in signing else []),
+                                 *self._node_key(opts.node, bootstrap)],
                        logs["agent"], env=agent_env)
         say(f"started controller, projector and agent {opts.node} (2 slots); logs in"
             f" {layout.root / 'logs'}")
@@ -223,6 +227,16 @@ class _Demo:
         if self.keys is not None:
             return ["--key", str(self.keys / "operator.key")]
         return []
+
+    def _node_key(self, node: str, bootstrap: str) -> list[str]:
+        """The agent's own key, which signs its reports: on the demo's own stack, enrolled
+        with that stack's admin key (``runledger node enroll``); elsewhere none."""
+        if self.keys is None or self.credentials is None:
+            return []
+        path = self.keys / f"node.{node}.key"
+        enroll(bootstrap, node, path, SigningKey.load(self.keys / "admin.key"),
+               credentials=str(self.credentials / "admin.properties"), by="demo")
+        return ["--node-key", str(path)]
 
     def _as_role(self, role: str) -> dict[str, str]:
         """The environment that makes a process one role's principal (nothing on a

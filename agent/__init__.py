@@ -14,7 +14,10 @@
   log's current generation), and the shell that reads both;
 - ``service``: the process loop (class ``Agent``) that reads
   ``runledger.commands``, performs those actions and reports registration,
-  heartbeats and worker exits to ``runledger.reports``;
+  heartbeats and worker exits to ``runledger.reports``, its workers started
+  from the worker role's credentials (never the agent's);
+- ``node``: what the agent says about its node, each report signed with the
+  node's own key (``events.reportdoor``), and its torch version;
 - ``nodestate``: the pure fold of the node's facts behind the line an agent
   logs about its node when it starts (ready, cordoned, quarantined);
 - ``procs``: the table of worker processes (launch, terminate with a grace

@@ -50,6 +50,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
@@ -142,6 +143,8 @@ class AgentOptions:
     trust_unsigned: bool = False
     # The node's key (agent.node): every report is signed with it; None: unsigned.
     node_key: SigningKey | None = None
+    # The environment workers start from (the worker's credentials); None: the agent's.
+    worker_env: Mapping[str, str] | None = None
 
 
 class Agent:
@@ -163,8 +166,8 @@ class Agent:
                               allowed_executables=allowed)
         self.options = options
         self.applied, self.state = AppliedLog.at(options.work_dir, self.config)  # agent.applied
-        self.procs = ProcessTable(options.work_dir, options.grace_s, allowed=allowed,
-                                  node=config.node)
+        self.procs = ProcessTable(options.work_dir, options.grace_s, options.worker_env,
+                                  allowed=allowed, node=config.node)
         if allowed:
             log.info("--allow: workers may run only %s", " ".join(allowed))
         self.producer_id = f"agent/{config.node}"

@@ -4,7 +4,8 @@ Start-up order matters: ``init_transactions`` first, which fences any older
 controller with the same transactional id and aborts its open transaction;
 only then is ``runledger.runs`` read (``read_committed``) to rebuild the model,
 so the model cannot miss a fact a zombie was still committing. Then the loop:
-consume requests and reports, fold what the tail of ``runs`` and the agents'
+consume requests and reports (an agent's report only under its node's key,
+``events.reportdoor``), fold what the tail of ``runs`` and the agents'
 node records bring (``controller.follow``, ``controller.ownership``), ``handle``
 each input, ``tick`` the clock, and append every fact and command together
 with the input offsets in one transaction. Each fact is signed and chained to
@@ -169,10 +170,7 @@ class ControllerService:
             log.warning("topic %s does not exist (a cluster set up by an older runledger): "
                         "no status summaries are written, and `runledger status` folds %s; "
                         "`runledger stack up` creates it", STATUS, RUNS)
-        # An agent's report is believed only under its node's key (events.reportdoor),
-        # by the input door and by the follower's node reader alike.
-        door = ReportDoor(lambda: read_ring_or_empty(
-            self.bootstrap, name=f"{self.transactional_id}-reports"), placed=self._placed)
+        door = self._report_door()
         follower = Follower(self.bootstrap, self.transactional_id, self.plan_of, door)
         self.model = replace(follower.replay(self.clock(), self.chains),
                              node_policy=self.node_policy)
@@ -295,6 +293,12 @@ class ControllerService:
         if problem is not None:
             _log_problem(problem, record)
         return new, taken
+
+    def _report_door(self) -> ReportDoor:
+        """The door of agents' reports (events.reportdoor): one believed only under its
+        node's key, by the input door and by the follower's node reader alike."""
+        return ReportDoor(lambda: read_ring_or_empty(
+            self.bootstrap, name=f"{self.transactional_id}-reports"), placed=self._placed)
 
     def _placed(self, run_id: str, logical_id: str) -> str | None:
         """The node this controller's model places a run's member on, if it knows the run."""

@@ -12,6 +12,8 @@
 - ``statusview``: ``status`` and ``runs`` from the run summaries (``runledger.status``);
   ``logview``: which worker log ``logs`` shows; ``nodeview``: what ``nodes`` shows;
 - ``current``: the local stack ``stack up`` remembered for every other command;
+- ``nodekeys``: a node's key: ``node enroll`` (made and registered as
+  ``node.<name>``), and the key ``runledger agent`` signs its reports with;
 - ``specload``: what ``submit`` checks of a spec on the submitting machine;
 - ``preflight``: the rules of ``preflight`` (observations to rows and a verdict,
   pure); ``preflightio``: what it observes (nodes, storage probes, dataset

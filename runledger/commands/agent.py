@@ -1,7 +1,9 @@
 """``runledger agent``: the node agent's command line. The work is in ``agent.service``.
 
 The node's key, which signs every report, is ``--node-key`` or, on the local
-stack, one the agent enrolls itself (``runledger.nodekeys.agent_key``).
+stack, one the agent enrolls itself (``runledger.nodekeys.agent_key``). Its
+workers get the worker role's credentials (``--worker-credentials``, by default
+``worker.properties`` beside the agent's own file), never the agent's.
 
 Tested in tests/agent/test_service.py.
 """
@@ -18,9 +20,14 @@ import typer
 
 from agent.decide import AgentConfig
 from agent.service import Agent, AgentOptions
+from events.connection import ENV_CREDENTIALS
 from events.workerenv import CHECKPOINT_ROOT
 from runledger import config, nodekeys
 from runledger.config import Bootstrap
+from runledger.errors import UsageError
+
+# The stack's worker principal's file, beside the agent's (runledger.stack.principals).
+WORKER_CREDENTIALS = "worker.properties"
 
 Node = Annotated[str, typer.Option("--node", help="This node's name, unique in the cluster.")]
 Slots = Annotated[int, typer.Option("--slots", min=1, help="Worker slots (e.g. GPUs).")]
@@ -96,6 +103,13 @@ NodeKeyFile = Annotated[
                       "report. Default: on the local stack, the agent enrolls itself "
                       "(<data dir>/keys/node.NODE.key)."),
 ]
+WorkerCredentials = Annotated[
+    Path | None,
+    typer.Option("--worker-credentials", metavar="FILE",
+                 help="The Kafka credentials its workers get (role worker: write reports, read "
+                      "runs), never the agent's own. Default: worker.properties beside the "
+                      "agent's RUNLEDGER_CREDENTIALS file."),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -118,6 +132,7 @@ def agent(
     allow: Allow = None,
     allow_workdir: AllowWorkdir = None,
     node_key: NodeKeyFile = None,
+    worker_credentials: WorkerCredentials = None,
 ) -> None:
     """Run a node agent: register slots, heartbeat, launch and stop worker groups on command.
 
@@ -136,11 +151,28 @@ def agent(
                                                       or _spellings(Path.cwd())))
     options = AgentOptions(domain=domain, address=address,
                            work_dir=work_dir or config.agent_work_dir(node), grace_s=grace,
-                           trust_unsigned=trust_unsigned)
+                           trust_unsigned=trust_unsigned,
+                           worker_env=worker_environ(worker_credentials))
     node_agent = Agent(agent_config, options)  # its options are checked first
     key = nodekeys.agent_key(kafka, node, node_key, bootstrap)
     node_agent.options = replace(options, node_key=key)
     raise typer.Exit(node_agent.run())
+
+
+def worker_environ(explicit: Path | None) -> dict[str, str] | None:
+    """The environment workers start from: the agent's, with the worker's credentials file
+    in place of the agent's (None: the agent's own, on a cluster without credentials)."""
+    own = os.environ.get(ENV_CREDENTIALS)
+    if explicit is None and not own:
+        return None  # a plaintext cluster: nobody has credentials
+    path = explicit or Path(own or "").parent / WORKER_CREDENTIALS
+    if not path.is_file():
+        raise UsageError(
+            f"no worker credentials at {path}: an agent never hands its workers its own "
+            f"credentials; make a worker principal (runledger principal add NAME --role "
+            f"worker, as the admin) and pass its file with --worker-credentials, or put it "
+            f"there ({WORKER_CREDENTIALS} beside the agent's RUNLEDGER_CREDENTIALS)")
+    return {**os.environ, ENV_CREDENTIALS: str(path.absolute())}
 
 
 def default_roots() -> list[str]:

@@ -7,9 +7,12 @@ is ever written (docs/architecture.md §4):
 - **operator** (people, the CLI): writes ``requests``; reads every topic but
   ``commands``: ``status`` shows a run not yet admitted (``requests``) and its
   live steps (``reports``), postmortems read the ``quarantine``;
-- **agent** (node agents and the workers they launch, which inherit the
-  agent's credentials): writes ``reports``; reads ``commands``, ``runs`` and
+- **agent** (node agents): writes ``reports``; reads ``commands``, ``runs`` and
   ``keys``; joins consumer groups named ``agent-*``;
+- **worker** (the processes an agent launches, which get the worker's
+  credentials file, never the agent's): writes ``reports``; reads ``runs`` (a
+  worker follows its run's facts: a commit, a stop; ``worker.watcher``), and
+  nothing else: no ``commands``, no ``keys``, no group;
 - **controller**: reads ``requests``, ``reports``, ``runs`` and ``keys``;
   writes ``runs``, ``commands`` and the ``quarantine``; alone holds the
   transactional ids and consumer groups named ``runledger-controller*``;
@@ -37,6 +40,7 @@ AGENT_GROUP_PREFIX = "agent-"
 class Role(StrEnum):
     OPERATOR = "operator"
     AGENT = "agent"
+    WORKER = "worker"
     CONTROLLER = "controller"
     PROJECTOR = "projector"
 
@@ -66,6 +70,7 @@ GRANTS: dict[Role, tuple[Grant, ...]] = {
         *_topics("WRITE", REPORTS), *_topics("READ", COMMANDS, RUNS, KEYS),
         Grant("group", AGENT_GROUP_PREFIX, "READ", prefixed=True),
     ),
+    Role.WORKER: (*_topics("WRITE", REPORTS), *_topics("READ", RUNS)),
     Role.CONTROLLER: (
         # runledger.status: the runs' summaries, appended in the facts' transaction
         # and read back when the controller starts deciding for a partition.

@@ -5,6 +5,8 @@ Each attack is made as the issue writes it, by a process holding the stack's
 a real controller and real agents that sign their reports with their own node
 keys (``Cluster.agent`` enrolls each node):
 
+- workers get the worker role's credentials (write reports, read runs), never
+  their agent's (tests/runledger/stack/test_security.py: it reads no commands);
 - a ``WorkerExited`` for another node's rank, declaring that node's name,
   unsigned, or signed with the sender's own node key: the controller's door
   quarantines it (``unsigned``, ``wrong_principal``), nothing is classified, and
@@ -17,6 +19,7 @@ keys (``Cluster.agent`` enrolls each node):
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,7 @@ from events.kafka import EventProducer, event_headers
 from events.model import Event, GenerationStarted, Header, NodeQuarantined, WorkerExited, node_key
 from events.signing import SigningKey, sign_report
 from events.topics import QUARANTINE, REPORTS
-from tests.e2e.harness import Cluster, of_type, spec, wait
+from tests.e2e.harness import Cluster, _environ, of_type, spec, wait, worker_pids
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 
@@ -76,6 +79,12 @@ def test_an_exit_forged_for_another_nodes_rank_fails_nothing(
     (started,) = [e for e in facts if isinstance(e, GenerationStarted)]
     gen = started.generation
     (victim,) = [m.logical_id for m in started.members if m.node == "n1"]
+    # The workers hold the worker role's credentials, not their agents'.
+    pids = wait(lambda: worker_pids(run) or None, 30, "the run's workers")
+    held = {_environ(pid).get(ENV_CREDENTIALS, "") for pid in pids}
+    agents = os.environ.get(ENV_CREDENTIALS, "")
+    assert held and all(Path(h).name == "worker.properties" for h in held), held
+    assert agents not in held
     # The job on n2 holds the agent credentials and, as its agent's OS user, could
     # read n2's own key file.
     n2_key = SigningKey.load(cluster.work / "node.n2.key")

@@ -11,9 +11,10 @@ from runledger.errors import UsageError
 from runledger.stack.acls import GRANTS, Role, grants_for, may, role_of
 
 # Which ACL role carries each sending role of events.authority (workers write with
-# their agent's credentials; the admin is Kafka's super user and needs no ACL).
+# the worker's credentials, never their agent's; the admin is Kafka's super user
+# and needs no ACL).
 CARRIER = {Sender.OPERATOR: Role.OPERATOR, Sender.AGENT: Role.AGENT,
-           Sender.WORKER: Role.AGENT, Sender.CONTROLLER: Role.CONTROLLER}
+           Sender.WORKER: Role.WORKER, Sender.CONTROLLER: Role.CONTROLLER}
 
 
 def test_every_sender_may_write_the_topic_of_what_it_sends() -> None:
@@ -54,6 +55,14 @@ def test_the_controllers_transactional_ids_and_group_are_its_alone() -> None:
     assert not may(Role.CONTROLLER, "WRITE", "transactional_id", "other")
 
 
+def test_a_worker_writes_reports_reads_runs_and_nothing_else() -> None:
+    # Not the agent's powers: no commands of any run, no keys, no consumer group.
+    assert {(g.operation, g.name) for g in GRANTS[Role.WORKER]} == {
+        ("WRITE", "runledger.reports"), ("READ", RUNS)}
+    assert not may(Role.WORKER, "READ", "topic", COMMANDS)
+    assert not may(Role.WORKER, "READ", "group", "agent-n1")
+
+
 def test_read_and_write_imply_describe() -> None:
     assert may(Role.OPERATOR, "DESCRIBE", "topic", RUNS)
     assert not may(Role.PROJECTOR, "DESCRIBE", "topic", COMMANDS)
@@ -66,5 +75,6 @@ def test_grants_are_sorted_and_printable() -> None:
 
 
 def test_an_unknown_role_lists_the_valid_ones() -> None:
-    with pytest.raises(UsageError, match="use one of operator, agent, controller, projector"):
+    with pytest.raises(UsageError,
+                       match="use one of operator, agent, worker, controller, projector"):
         role_of("root")

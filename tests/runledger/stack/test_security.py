@@ -88,6 +88,7 @@ def write(bootstrap: str, topic: str, run_id: str) -> list[str]:
     (Role.OPERATOR, RUNS), (Role.OPERATOR, COMMANDS), (Role.OPERATOR, REPORTS),
     (Role.AGENT, REQUESTS), (Role.AGENT, RUNS), (Role.AGENT, COMMANDS),
     (Role.PROJECTOR, RUNS), (Role.PROJECTOR, REPORTS), (Role.PROJECTOR, REQUESTS),
+    (Role.WORKER, REQUESTS), (Role.WORKER, RUNS), (Role.WORKER, COMMANDS),
 ])
 def test_a_role_may_not_write_what_it_does_not_own(
         bootstrap: str, principals: dict[Role, Path], as_principal: object, run_id: str,
@@ -106,7 +107,7 @@ def test_a_role_may_not_write_what_it_does_not_own(
 
 @pytest.mark.parametrize(("role", "topic"), [
     (Role.OPERATOR, REQUESTS), (Role.AGENT, REPORTS), (Role.CONTROLLER, RUNS),
-    (Role.CONTROLLER, COMMANDS),
+    (Role.CONTROLLER, COMMANDS), (Role.WORKER, REPORTS),
 ])
 def test_a_role_writes_what_it_owns(bootstrap: str, principals: dict[Role, Path],
                                     as_principal: object, run_id: str, role: Role,
@@ -147,6 +148,17 @@ def test_the_cli_names_the_principal_the_operation_and_the_topic(
     assert len(lines) == 1, done.stderr
     name = principals[Role.OPERATOR].stem
     assert f"principal {name!r} may not read topic {COMMANDS}: the broker refused it" in lines[0]
+
+
+def test_a_worker_reads_no_run_s_commands(principals: dict[Role, Path]) -> None:
+    # Every worker once held its agent's credentials and could read every run's commands.
+    done = runledger("events", "dump", "--topic", COMMANDS, credentials=principals[Role.WORKER])
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    name = principals[Role.WORKER].stem
+    assert f"principal {name!r} may not read topic {COMMANDS}: the broker refused it" \
+        in done.stderr
+    readable = runledger("events", "dump", "--topic", RUNS, credentials=principals[Role.WORKER])
+    assert readable.returncode == 0, readable.stderr
 
 
 def test_only_the_admin_adds_principals(principals: dict[Role, Path], tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from agent.node import send_report
 from dataplane.catalog import Catalog
 from events.kafka import EventProducer
 from events.model import (
@@ -31,7 +33,8 @@ from events.model import (
     node_key,
     spec_key,
 )
-from events.topics import REPORTS
+from events.signing import SigningKey
+from runledger.nodekeys import enroll
 from tests.dataplane.corpus import write_dataset
 from tests.runledger.commands.test_signed_requests import cli, judge, request_of, stack_dir
 
@@ -63,21 +66,25 @@ def _agent(bootstrap: str, unique: str) -> Iterator[None]:
     node = f"pf-{unique[-8:]}"
     producer = EventProducer(bootstrap)
     stop = threading.Event()
+    # Signed with its own node key, as an agent's reports are (events.reportdoor).
+    with tempfile.TemporaryDirectory() as folder:
+        key, _ = enroll(bootstrap, node, Path(folder) / "node.key",
+                        SigningKey.load(stack_dir() / "keys" / "admin.key"))
 
     def header(n: int) -> Header:
         return Header(f"{node_key(node)}/pf{n}", node_key(node), 0, int(time.time() * 1000),
                       f"agent/{node}")
 
-    producer.send(REPORTS, AgentRegistered(header=header(0), node=node, slots=2,
-                                           domain="default", python_version=PYTHON,
-                                           torch_version=_torch()))
+    send_report(producer, AgentRegistered(header=header(0), node=node, slots=2,
+                                          domain="default", python_version=PYTHON,
+                                          torch_version=_torch()), key)
     producer.flush(30.0)
 
     def beat() -> None:
         n = 1
         while not stop.wait(1.0):
-            producer.send(REPORTS, AgentHeartbeatRecorded(
-                header=header(n), node=node, slots=2, domain="default", busy_slots=0))
+            send_report(producer, AgentHeartbeatRecorded(
+                header=header(n), node=node, slots=2, domain="default", busy_slots=0), key)
             producer.flush(30.0)
             n += 1
 

@@ -51,7 +51,7 @@ from events.errors import Fenced, KafkaOperationError, ProducerFenced
 from events.kafka import EventProducer, Quarantine, Record
 from events.keys import read_ring_or_empty
 from events.limits import TOO_LARGE
-from events.model import node_key
+from events.model import WorkerExited, node_key
 from events.reportdoor import ReportDoor
 from events.signing import SigningKey
 from events.statuslog import read_status, status_partitions
@@ -300,12 +300,13 @@ class ControllerService:
         return ReportDoor(lambda: read_ring_or_empty(
             self.bootstrap, name=f"{self.transactional_id}-reports"), placed=self._placed)
 
-    def _placed(self, run_id: str, logical_id: str) -> str | None:
-        """The node this controller's model places a run's member on, if it knows the run."""
-        run = self.model.runs.get(run_id) if self.model is not None else None
-        if run is None:
+    def _placed(self, exited: WorkerExited) -> str | None:
+        """The node this controller's model places the exit's member on, when the exit is
+        of the run's current generation (an older one's placement is not kept)."""
+        run = self.model.runs.get(exited.run_id) if self.model is not None else None
+        if run is None or run.generation != exited.header.generation:
             return None
-        return next((m.node for m in run.members if m.logical_id == logical_id), None)
+        return next((m.node for m in run.members if m.logical_id == exited.logical_id), None)
 
     def _too_large(self, records: list[Outgoing]) -> str | None:
         """Why one of an input's records would not fit one Kafka record (``controller.fit``)."""

@@ -10,9 +10,11 @@ this door decides.
 
 :func:`judge_report` (pure) asks, of an agent's report, which node it is about
 (:func:`about`): the event's ``node`` for ``AgentRegistered`` and
-``AgentHeartbeatRecorded``; for a ``WorkerExited``, the node the run's
-membership places that member on (``placed``), so an exit reported for another
-node's rank must carry that other node's signature, whatever node it names. It
+``AgentHeartbeatRecorded``; for a ``WorkerExited`` of the run's current
+generation, the node its membership places that member on (``placed``), so an
+exit reported for another node's rank must carry that other node's signature,
+whatever node it names (an exit of another generation, or of a run the reader
+does not know, is about the node it names, and needs that node's key). It
 answers ``None`` (believe it) or ``(reason, detail)``: a reason of
 ``events.keyring.check`` (:data:`~events.keyring.UNSIGNED`,
 ``unknown_key``, ``bad_signature``, ``revoked_key``, ``wrong_principal``: a
@@ -64,9 +66,9 @@ AGENT_REPORTS = (AgentRegistered, AgentHeartbeatRecorded, WorkerExited)
 # A WorkerExited signed by the node its member is placed on, naming another node.
 NODE_MISMATCH = "node_mismatch"
 
-# (run id, logical id) -> the node the run's current membership places that member
-# on, or None when the reader does not know the run (the event's own node counts).
-Placed = Callable[[str, str], str | None]
+# An exit -> the node the run's current membership places its member on, when the
+# exit is of that generation and the reader knows the run; else None (its own node).
+Placed = Callable[[WorkerExited], str | None]
 
 
 def node_principal(node: str) -> str:
@@ -74,14 +76,14 @@ def node_principal(node: str) -> str:
     return f"{NODE_PRINCIPAL_PREFIX}{node}"
 
 
-def _nowhere(run_id: str, logical_id: str) -> None:
+def _nowhere(event: WorkerExited) -> None:
     return None
 
 
 def about(event: Event, placed: Placed = _nowhere) -> str | None:
     """The node an agent's report speaks for; None for a report that is no agent's."""
     if isinstance(event, WorkerExited):
-        return placed(event.run_id, event.logical_id) or event.node
+        return placed(event) or event.node
     if isinstance(event, AgentRegistered | AgentHeartbeatRecorded):
         return event.node
     return None

@@ -61,14 +61,15 @@ def report(event: Event, key: SigningKey | None, value: bytes | None = None,
     return Record(REPORTS, 3, 70, 0, event, 1, value=CODEC.encode(event), headers=headers)
 
 
-def exited(node: str, logical_id: str = "w1") -> WorkerExited:
-    return WorkerExited(header=EV.heartbeat(1).header, logical_id=logical_id, node=node,
+def exited(node: str, logical_id: str = "w1", gen: int = 1) -> WorkerExited:
+    return WorkerExited(header=EV.heartbeat(gen).header, logical_id=logical_id, node=node,
                         exit_code=1)
 
 
-def on_n1(run_id: str, logical_id: str) -> str | None:
-    """The membership of run r1 places w1 on n1."""
-    return "n1" if (run_id, logical_id) == ("r1", "w1") else None
+def on_n1(event: WorkerExited) -> str | None:
+    """The membership of run r1's generation 1 places w1 on n1."""
+    key = (event.run_id, event.header.generation, event.logical_id)
+    return "n1" if key == ("r1", 1, "w1") else None
 
 
 def reason(record: Record, ring: KeyRing = RING, require: bool = True) -> str | None:
@@ -95,6 +96,9 @@ def test_another_nodes_key_or_nobodys_is_refused_whatever_node_it_names() -> Non
 
 def test_an_exit_signed_by_the_members_node_must_name_that_node() -> None:
     assert reason(report(exited("n2"), N1)) == NODE_MISMATCH
+    # Another generation (its placement is not kept): judged by the node it names.
+    assert reason(report(exited("n2", gen=0), N2)) is None
+    assert reason(report(exited("n1", gen=0), N2)) == WRONG_PRINCIPAL
     # A run the reader does not know: the exit is judged by the node it names.
     stray = WorkerExited(header=Ev("r9").heartbeat(1).header, logical_id="w1", node="n2",
                          exit_code=0)

@@ -7,6 +7,13 @@ Ed25519 key together with the digest of the run's previous fact on the log
 (``sign_command``). Node-scoped facts (``node/<name>``) are chained per key,
 like a run's.
 
+**Keys head.** Every fact also names, inside what is signed, the digest of the
+newest key record of the controller's key ring (``runledger-keys-head``,
+:attr:`Chains.keys_head`, which the shell sets from its ring before each
+sign): a key record later removed from the end of ``runledger.keys`` (a
+revocation) is then named by every fact signed after it, and the audit finds
+it missing.
+
 **Heads.** :class:`Chains` keeps, per run id, the digest of the last signed
 fact on the log: the ``prev`` of the run's next fact. The shell recovers them
 from the raw records of ``runs`` (:meth:`Chains.observe`): every record while
@@ -97,8 +104,9 @@ def link(record: Record) -> tuple[str, str] | None:
 
 
 def sign(key: SigningKey | None, heads: Mapping[str, str], out: Sequence[Outgoing],
-         ) -> tuple[list[Outgoing], dict[str, str]]:
-    """Every record signed, each fact chained to its run's head; and the heads it moved.
+         keys_head: str = GENESIS) -> tuple[list[Outgoing], dict[str, str]]:
+    """Every record signed, each fact chained to its run's head and naming ``keys_head``;
+    and the heads it moved.
 
     ``heads`` is not changed: the moved heads count only once the records are
     committed. Without a key the records go out unsigned (a copied request's
@@ -112,7 +120,8 @@ def sign(key: SigningKey | None, heads: Mapping[str, str], out: Sequence[Outgoin
         elif record.topic == RUNS:
             run_id = record.event.run_id
             prev = moved.get(run_id) or heads.get(run_id, GENESIS)
-            headers = sign_fact(key, prev, record.value, request=record.request)
+            headers = sign_fact(key, prev, record.value, request=record.request,
+                                keys_head=keys_head)
             found = signature_of(headers)
             assert not isinstance(found, str)  # sign_fact wrote it
             moved[run_id] = fact_digest(record.value, found[1])
@@ -138,6 +147,8 @@ class Chains:
         self.key = key
         self.me = me  # this controller's writer header: its own records
         self.heads: dict[str, str] = {}
+        # The head of the key ring the controller judges by (events.keyring.KeyRing.head).
+        self.keys_head = GENESIS
 
     def reset(self) -> None:
         """Forget every head: a replay of ``runs`` from the beginning follows."""
@@ -156,7 +167,7 @@ class Chains:
                 self.heads[found[0]] = found[1]
 
     def sign(self, out: Sequence[Outgoing]) -> tuple[list[Outgoing], dict[str, str]]:
-        return sign(self.key, self.heads, out)
+        return sign(self.key, self.heads, out, self.keys_head)
 
     def advance(self, moved: Mapping[str, str]) -> None:
         """The heads after a committed transaction (``moved``, from :meth:`sign`)."""

@@ -26,6 +26,7 @@ from events.kafka import WRITER_HEADER, event_headers
 from events.limits import copy_problem, record_bytes
 from events.signing import (
     KEY_HEADER,
+    KEYS_HEAD_HEADER,
     PREV_HEADER,
     SIG_HEADER,
     SIGNATURE_BYTES,
@@ -57,7 +58,8 @@ def _signature(record: Outgoing, key_id: str | None) -> Headers:
     signed: Headers = ((SIG_HEADER, bytes(SIGNATURE_BYTES)), (KEY_HEADER, key_id.encode()))
     if record.topic == COMMANDS:
         return signed
-    return (*signed, (PREV_HEADER, b"0" * _PREV_CHARS), *carried_request(record.request))
+    return (*signed, (PREV_HEADER, b"0" * _PREV_CHARS), (KEYS_HEAD_HEADER, b"0" * _PREV_CHARS),
+            *carried_request(record.request))
 
 
 def too_large(records: Iterable[Outgoing], writer: str, key_id: str | None,

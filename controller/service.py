@@ -44,7 +44,7 @@ from controller.gates import EMPTY as NO_GATES
 from controller.guard import Encode, Problem, encoded, refuse_input, take_input, take_tick
 from controller.model import Model, NodePolicy, PlanOf
 from controller.ownership import Ownership, assign, catch_up, follow
-from controller.signatures import RequestJudge
+from controller.signatures import REFRESH_S, RequestJudge
 from events.codec import Codec, default_codec
 from events.consume import EventConsumer
 from events.errors import Fenced, KafkaOperationError, ProducerFenced
@@ -134,6 +134,7 @@ class ControllerService:
         self.tick_s = tick_s
         self.txn_gap_s = txn_gap_s
         self._committed_at = 0.0  # time.monotonic() of the last commit
+        self._keys_read_at = time.monotonic()  # of the key ring (RequestJudge made it)
         self.clock = clock
         self.transaction_timeout_s = transaction_timeout_s
         self.model: Model | None = None
@@ -225,6 +226,7 @@ class ControllerService:
         """One turn of the loop: inputs, the tail, ownership, decisions, one transaction."""
         assert self.model is not None and self.ownership is not None
         records = self._inputs(consumer)
+        self._keys(records)
         started = time.monotonic()
         now = self.clock()
         own = self._reassigned(consumer, follower, self.ownership)
@@ -277,6 +279,16 @@ class ControllerService:
                                   self.allowed_roots)
         self._count(len(records), out, time.monotonic() - started)
 
+    def _keys(self, records: list[Record]) -> None:
+        """Read the key ring again when requests arrive, and every ``REFRESH_S``: a
+        revocation is then judged by, and named by the facts' keys head, soon."""
+        if self.requests is None:
+            return
+        if any(r.topic == REQUESTS for r in records) \
+                or time.monotonic() - self._keys_read_at >= REFRESH_S:
+            self.requests.refresh()
+            self._keys_read_at = time.monotonic()
+
     def _take(self, model: Model, record: Record, now: int,
               own: Ownership) -> tuple[Model, list[Outgoing]]:
         """One input taken (``take_input``); refused instead when what it appends would
@@ -328,6 +340,8 @@ class ControllerService:
                 writer: TransactionalWriter, now: int) -> bool:
         """Sign and append ``out`` with the input offsets in one transaction; whether
         it committed (if not, the model and the chains' heads are rebuilt)."""
+        if self.requests is not None:  # the keys head the facts name: the ring judged by
+            self.chains.keys_head = self.requests.ring.head
         signed, moved = self.chains.sign(out)
         try:
             with writer.transaction() as tx:

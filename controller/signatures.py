@@ -20,7 +20,11 @@ any operator could name any principal. A *badly* signed one is refused either
 way.
 
 :func:`judge_request` is pure; :class:`RequestJudge` keeps the ring, read
-again from the keys log when a request names a key it does not know.
+again from the keys log when a request names a key it does not know, and on
+:meth:`RequestJudge.refresh` (the service calls it when requests arrive and
+every :data:`REFRESH_S`), so the keys head its facts name
+(``controller.chains``) follows the keys log: a revocation is in the ring
+before the next request is judged.
 
 Tested in tests/controller/test_signatures.py.
 """
@@ -48,6 +52,9 @@ from events.topics import KEYS
 log = logging.getLogger("runledger.controller")
 
 OPERATOR_ROLE = "operator"
+# How often, at least, the ring is read again while no request arrives: the keys
+# head the facts name is then at most this old.
+REFRESH_S = 30.0
 # The gate evidence too: it opens admission, so it is believed only from a proven operator.
 SIGNED_REQUESTS = (RunSubmitted, CancelRequested, ResumeRequested, NodeOperationRequested,
                    PreflightCompleted, PilotCompleted, DrillCompleted)
@@ -96,6 +103,14 @@ class RequestJudge:
             # so a signed request is refused (unknown_key) and an unsigned one taken.
             log.warning("no %s topic: no request signature can be verified", KEYS)
             return EMPTY
+
+    def refresh(self) -> None:
+        """Read the ring again; keep the one held when the keys log cannot be read now."""
+        try:
+            self.ring = read_ring(self.bootstrap, name=self.name)
+        except KafkaOperationError as exc:
+            log.warning("could not read %s again (%s); judging by the ring read before",
+                        KEYS, exc)
 
     def judge(self, record: Record) -> tuple[str, str] | None:
         refusal = judge_request(self.ring, record, require=self.require)

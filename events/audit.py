@@ -6,7 +6,11 @@ broker, no clock and no randomness:
 
 1. The keys log is folded with ``events.keyring.apply``; a refused key record
    is a :data:`KEY_REFUSED` problem and changes nothing. The first record is the
-   trust anchor; ``trust`` pins its key id (:data:`UNTRUSTED_ANCHOR`).
+   trust anchor; ``trust`` pins its key id (:data:`UNTRUSTED_ANCHOR`). Key
+   records are one hash chain (``runledger-prev``): a record that does not
+   name the digest of the record before it is a :data:`BROKEN_CHAIN` of the
+   keys log, where it is (a key record removed, reordered or inserted), and
+   the fold goes on from it, as a run's chain does.
 2. Each fact is attributed to its run (``header.run_id``; an undecodable one
    to its record key, else to :data:`UNATTRIBUTED`), and the run's facts are
    checked in log order: the prev header names the digest of the run's last
@@ -20,6 +24,12 @@ broker, no clock and no randomness:
    (``REQUEST_*``), and the fold accepts the run's validly signed facts in order
    (:data:`FOLD_REFUSED`, with the fold's reason; a ``WriteRejected`` of a run
    the fold does not know is informational, as the controller writes it).
+   Each fact names, inside its signed message, the keys log's head the
+   controller judged it under (``runledger-keys-head``); a validly signed fact
+   whose keys head is not one of the keys log's records is
+   :data:`KEYS_HEAD_MISSING` (key records were removed from the keys log's
+   end, say a revocation), and a fact that names none is :data:`UNANCHORED`
+   (a log written before facts named it: refused, not read as it was).
    Node-keyed facts (``node/<name>``) are chained and signed too, never folded.
 
 Only a validly signed fact moves its run's chain forward: a forged or altered
@@ -32,8 +42,10 @@ reported once; a genuine fact played a second time moves nothing.
 **The end of a chain.** Removing a run's *last* facts leaves a valid, shorter
 chain: nothing that remains names what was removed. The log alone cannot
 show it. ``heads`` (a run's head digest from an earlier report,
-:attr:`RunVerdict.head`, kept elsewhere) closes that gap: a run whose chain no
-longer reaches its recorded head is :data:`TRUNCATED`.
+:attr:`RunVerdict.head`, kept elsewhere, or the signed heads an export
+carries: ``events.loghead``) closes that gap: a run whose chain no longer
+reaches its recorded head is :data:`TRUNCATED`. The keys log's end is held by
+the facts that name it, and in a copy by its signed heads.
 
 Tested in tests/events/test_audit.py.
 """
@@ -52,6 +64,7 @@ from events.model import CancelRequested, Event, RunSubmitted, WriteRejected
 from events.names import NODE_PREFIX
 from events.signing import (
     GENESIS,
+    KEYS_HEAD_HEADER,
     REQUEST_KEY_HEADER,
     REQUEST_SIG_HEADER,
     Headers,
@@ -82,6 +95,8 @@ KEY_REFUSED = "key_refused"
 NO_ANCHOR = "no_anchor"
 UNTRUSTED_ANCHOR = "untrusted_anchor"
 TRUNCATED = "truncated"
+UNANCHORED = "unanchored"
+KEYS_HEAD_MISSING = "keys_head_missing"
 
 # A problem of the record being checked: ``problem(reason, detail)``.
 _Report = Callable[[str, str], None]
@@ -206,7 +221,11 @@ def fold_keys(records: Iterable[LoggedRecord],
             continue
         found = signature_of(record.headers)
         signer, signature = found if isinstance(found, tuple) else (None, None)
-        after = keyring.apply(ring, event, signer, signature, record.value)
+        prev = prev_of(record.headers)
+        broken = keyring.broken_link(ring, prev)
+        if broken is not None:
+            problems.append(Problem(record.where, event.run_id, BROKEN_CHAIN, broken))
+        after = keyring.apply(ring, event, signer, signature, record.value, prev)
         if isinstance(after, Refusal):
             problems.append(Problem(record.where, event.run_id, KEY_REFUSED, str(after)))
         else:
@@ -258,14 +277,22 @@ def _chained_and_signed(ring: KeyRing, chain: _Chain, record: LoggedRecord, at: 
         return None
     if prev != chain.head:
         problem(BROKEN_CHAIN, f"names prev {prev[:16]}, the run's last fact is {chain.head[:16]}")
-    why = check_headers(ring, record.headers, fact_message(prev, record.value), principal=None,
-                        role=CONTROLLER, at=at)
+    keys_head = prev_of(record.headers, KEYS_HEAD_HEADER)
+    if keys_head is None:
+        problem(UNANCHORED, "no runledger-keys-head naming the keys log's head it was signed "
+                            "under (a controller older than the anchored keys log wrote it); "
+                            "this runledger refuses such a log: make a new stack")
+    message = fact_message(prev, record.value, keys_head)
+    why = check_headers(ring, record.headers, message, principal=None, role=CONTROLLER, at=at)
+    found = signature_of(record.headers)
     if why is not None:
-        found = signature_of(record.headers)
         signer = found[0] if isinstance(found, tuple) else "nobody"
         problem(_FACT.get(why, why), f"signed by {signer}")
         return None
-    found = signature_of(record.headers)
+    if keys_head is not None and keys_head != GENESIS and keys_head not in ring.heads:
+        problem(KEYS_HEAD_MISSING, f"signed under keys head {keys_head[:16]}, which no record "
+                                   f"of the keys log has: key records were removed from it "
+                                   f"(its last is {ring.head[:16]})")
     assert isinstance(found, tuple)  # check_headers found it
     return fact_digest(record.value, found[1])
 

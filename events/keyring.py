@@ -7,6 +7,16 @@ that key: the **trust anchor**, which an audit reports and an operator can pin.
 Every later record is signed by a live admin key. A key id is registered once,
 ever: a revoked key is never registered again.
 
+**Chain.** Each key record names the digest of the key record before it
+(``runledger-prev``, inside its signed message: ``events.signing.key_message``),
+the anchor :data:`~events.signing.GENESIS`. :func:`apply` judges one record's
+signature over the prev it names, and the ring remembers its :attr:`KeyRing.head`
+(the digest of the last record it took) for the next one; whether the named
+prev *is* that head is the caller's question (:func:`broken_link`): the audit
+reports a break where it is, and goes on, as it does for facts. A record with
+no prev (written before key records were chained) is refused as
+:data:`UNCHAINED`: a keys log from then is not read, a new stack is made.
+
 :func:`check` is the one judge of a signature against the ring, for a request,
 a command, a fact or a key record: ``None`` when valid, else one of
 :data:`UNSIGNED`, :data:`UNKNOWN_KEY`, :data:`BAD_SIGNATURE`,
@@ -35,7 +45,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from events.model import Event, PrincipalKeyRegistered, PrincipalKeyRevoked, principal_key
-from events.signing import Headers, PublicKey, key_id_of, key_message, signature_of
+from events.signing import (
+    GENESIS,
+    Headers,
+    PublicKey,
+    key_digest,
+    key_id_of,
+    key_message,
+    signature_of,
+)
 
 ADMIN = "admin"
 
@@ -56,6 +74,7 @@ DUPLICATE_KEY = "duplicate_key"
 NO_SUCH_KEY = "no_such_key"
 ALREADY_REVOKED = "already_revoked"
 LAST_ADMIN = "last_admin"
+UNCHAINED = "unchained"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +107,10 @@ class KeyRing:
 
     keys: Mapping[str, KeyEntry] = field(default_factory=dict)
     anchor: str | None = None
+    head: str = GENESIS  # the digest of the last key record taken: the next one's prev
+    records: int = 0  # how many key records were taken
+    # Every head the ring has had: a fact's keys head must be one (events.audit).
+    heads: frozenset[str] = frozenset()
 
     def get(self, key_id: str) -> KeyEntry | None:
         return self.keys.get(key_id)
@@ -149,11 +172,21 @@ def check_headers(ring: KeyRing, headers: Headers, message: bytes, *, principal:
                  signature=signature, role=role, at=at)
 
 
-def apply(ring: KeyRing, event: Event, signer_key_id: str | None, signature: bytes | None,
-          value: bytes) -> KeyRing | Refusal:
-    """The ring after one key record (its value bytes, as signed), or why it is refused.
+def broken_link(ring: KeyRing, prev: str | None) -> str | None:
+    """Why a key record naming ``prev`` does not continue ``ring``'s chain; None when it does."""
+    if prev is None or prev == ring.head:
+        return None  # no prev at all is apply's refusal (UNCHAINED)
+    return (f"names prev {prev[:16]}, the keys log's last record is {ring.head[:16]}: a key "
+            "record before it was removed, reordered or inserted")
 
-    A refused record leaves the ring as it was (the caller keeps ``ring``).
+
+def apply(ring: KeyRing, event: Event, signer_key_id: str | None, signature: bytes | None,
+          value: bytes, prev: str | None) -> KeyRing | Refusal:
+    """The ring after one key record (its value bytes and the prev it names, as signed),
+    or why it is refused.
+
+    A refused record leaves the ring as it was (the caller keeps ``ring``). A
+    taken one becomes the ring's :attr:`KeyRing.head`.
     """
     if not isinstance(event, PrincipalKeyRegistered | PrincipalKeyRevoked):
         return Refusal(NOT_A_KEY_RECORD, f"{event.event_type} is not a key record")
@@ -162,10 +195,19 @@ def apply(ring: KeyRing, event: Event, signer_key_id: str | None, signature: byt
                                          f"{principal_key(event.principal)!r}")
     if not signer_key_id or not signature:
         return Refusal(UNSIGNED, f"{event.event_type} of {event.principal!r} is not signed")
-    message = key_message(value)
+    if prev is None:
+        return Refusal(UNCHAINED, f"{event.event_type} of {event.principal!r} names no "
+                                  "runledger-prev: a keys log written before key records were "
+                                  "chained; this runledger does not read it, make a new stack")
+    message = key_message(prev, value)
     if isinstance(event, PrincipalKeyRegistered):
-        return _register(ring, event, signer_key_id, signature, message)
-    return _revoke(ring, event, signer_key_id, signature, message)
+        after = _register(ring, event, signer_key_id, signature, message)
+    else:
+        after = _revoke(ring, event, signer_key_id, signature, message)
+    if isinstance(after, Refusal):
+        return after
+    head = key_digest(value, signature)
+    return replace(after, head=head, records=ring.records + 1, heads=ring.heads | {head})
 
 
 def _register(ring: KeyRing, e: PrincipalKeyRegistered, signer: str, signature: bytes,

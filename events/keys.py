@@ -4,7 +4,10 @@ The shell around ``events.keyring`` for the processes that judge signatures
 live (the controller judges requests, agents judge commands). The keys topic is
 small (a record per registration or revocation), so a reader re-reads it whole
 whenever a signature names a key it does not know or thinks revoked, rather
-than following it. A refused key record is logged and leaves the ring as it was.
+than following it. A refused key record is logged and leaves the ring as it was;
+so is a break in the keys log's chain (``events.keyring.broken_link``), though
+the record, validly signed by an admin, is taken: ``runledger audit verify``
+is where a broken keys log fails.
 
 Tested in tests/agent/test_signed_commands.py, tests/controller/test_signatures.py and
 tests/e2e/test_node_identity.py.
@@ -15,9 +18,9 @@ from __future__ import annotations
 import logging
 
 from events.errors import KafkaOperationError
-from events.keyring import EMPTY, KeyRing, Refusal, apply
+from events.keyring import EMPTY, KeyRing, Refusal, apply, broken_link
 from events.reader import BEGINNING, LogReader
-from events.signing import signature_of
+from events.signing import prev_of, signature_of
 from events.topics import KEYS
 
 log = logging.getLogger("runledger.keys")
@@ -33,7 +36,12 @@ def read_ring(bootstrap: str, *, name: str, retry_s: float = READ_S) -> KeyRing:
         for record in reader.records():
             signed = signature_of(record.headers)
             key_id, signature = (None, None) if isinstance(signed, str) else signed
-            after = apply(ring, record.event, key_id, signature, record.value)
+            prev = prev_of(record.headers)
+            broken = broken_link(ring, prev)
+            if broken is not None:
+                log.error("key record %s[%d]@%d: broken chain: %s", record.topic,
+                          record.partition, record.offset, broken)
+            after = apply(ring, record.event, key_id, signature, record.value, prev)
             if isinstance(after, Refusal):
                 log.error("key record %s[%d]@%d refused: %s", record.topic, record.partition,
                           record.offset, after)

@@ -39,8 +39,8 @@ RECORD_MAX_BYTES = 1_000_000
 # measured: a keyless, headerless value of 999,964 bytes is the largest it sends.
 RECORD_FRAMING = 36
 # What a fact copy of a request adds, at most: the writer header (a transactional
-# id of up to 255 characters), the fact's signature (64 bytes), key id and prev
-# digest (64), and the request's two signature headers renamed (16 more bytes of
+# id of up to 255 characters), the fact's signature (64 bytes), key id, prev
+# digest and keys head (64 each), and the request's two signature headers renamed (16 more bytes of
 # names). About 600 bytes; the rest is margin.
 COPY_RESERVE = 4_096
 MAX_REQUEST_BYTES = RECORD_MAX_BYTES - COPY_RESERVE

@@ -6,15 +6,22 @@ Who signs what (the security issue; docs/architecture.md §4):
 - the controller signs each command (:func:`command_message`) and each fact
   (:func:`fact_message`), a fact together with the digest of its run's previous
   fact, so the facts of one run form a hash chain starting at :data:`GENESIS`;
-- an admin signs each key record on ``runledger.keys`` (:func:`key_message`);
 - a node's agent signs each report it sends (:func:`report_message`) with its
-  node key (``events.reportdoor``).
+  node key (``events.reportdoor``);
+- an admin signs each key record on ``runledger.keys`` (:func:`key_message`),
+  together with the digest of the previous key record (:func:`key_digest`), so
+  the keys log is one hash chain starting at :data:`GENESIS` too;
+- a fact also names the keys log's head the controller judged it under
+  (:data:`KEYS_HEAD_HEADER`, inside its signed message): a key record removed
+  from the end of the keys log is then missing from a chain a later fact names;
+- whoever exports the log signs the heads of the copy (:func:`heads_message`).
 
 A signature covers the exact value bytes stored in the log (the Avro single-object
 encoding), never a re-encoding, and travels beside them in Kafka record headers:
-:data:`SIG_HEADER`, :data:`KEY_HEADER` (the signer's key id) and, on facts,
-:data:`PREV_HEADER`. A fact copied from a request keeps the operator's signature
-in :data:`REQUEST_SIG_HEADER` and :data:`REQUEST_KEY_HEADER`.
+:data:`SIG_HEADER`, :data:`KEY_HEADER` (the signer's key id) and, on facts and
+key records, :data:`PREV_HEADER`; on facts :data:`KEYS_HEAD_HEADER`. A fact
+copied from a request keeps the operator's signature in
+:data:`REQUEST_SIG_HEADER` and :data:`REQUEST_KEY_HEADER`.
 
 Each use prefixes its own ASCII tag and a NUL, so a signature made for one use
 never verifies as another (a command replayed as a fact, a request as a key
@@ -42,6 +49,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 SIG_HEADER = "runledger-sig"
 KEY_HEADER = "runledger-key"
 PREV_HEADER = "runledger-prev"
+KEYS_HEAD_HEADER = "runledger-keys-head"
 REQUEST_SIG_HEADER = "runledger-request-sig"
 REQUEST_KEY_HEADER = "runledger-request-key"
 
@@ -54,9 +62,15 @@ KEY_ID_CHARS = 16
 REQUEST_TAG = b"runledger/request/v1"
 COMMAND_TAG = b"runledger/command/v1"
 FACT_TAG = b"runledger/fact/v1"
-KEY_TAG = b"runledger/key/v1"
 REPORT_TAG = b"runledger/report/v1"
+# v2 facts name the keys log's head too; v2 key records name their prev. A v1
+# signature never verifies as v2 (the tag differs), so an old record cannot be
+# passed off as a new one by adding headers.
+ANCHORED_FACT_TAG = b"runledger/fact/v2"
+KEY_TAG = b"runledger/key/v2"
 DIGEST_TAG = b"runledger/fact-digest/v1"
+KEY_DIGEST_TAG = b"runledger/key-digest/v1"
+HEADS_TAG = b"runledger/log-heads/v1"
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -185,35 +199,59 @@ def command_message(value: bytes) -> bytes:
     return _tagged(COMMAND_TAG, value)
 
 
-def key_message(value: bytes) -> bytes:
-    return _tagged(KEY_TAG, value)
+def _digest_bytes(digest: str, what: str) -> bytes:
+    if not is_digest(digest):
+        raise ValueError(f"{what} digest {digest!r:.80} is not 64 lowercase hex characters")
+    return digest.encode("ascii")
 
 
 def report_message(value: bytes) -> bytes:
     return _tagged(REPORT_TAG, value)
 
 
-def fact_message(prev_digest: str, value: bytes) -> bytes:
+def key_message(prev_digest: str, value: bytes) -> bytes:
+    """What an admin signs for a key record: the previous key record's digest, then the value."""
+    return _tagged(KEY_TAG, _digest_bytes(prev_digest, "prev"), value)
+
+
+def fact_message(prev_digest: str, value: bytes, keys_head: str | None = None) -> bytes:
     """What the controller signs for a fact: the previous fact's digest, then the value.
 
-    The digest has a fixed length (64 hex characters), so where it ends and the
-    value starts is never ambiguous.
+    With ``keys_head`` (the digest of the newest key record the controller's
+    ring had folded, :data:`GENESIS` for none) that digest comes between them,
+    under its own tag. Digests have a fixed length (64 hex characters), so
+    where one ends and the next part starts is never ambiguous. Without it the
+    message is the v1 one, which only a log written before facts named the keys
+    head has (the audit reports such a fact).
     """
-    if not is_digest(prev_digest):
-        raise ValueError(f"prev digest {prev_digest!r:.80} is not 64 lowercase hex characters")
-    return _tagged(FACT_TAG, prev_digest.encode("ascii"), value)
+    prev = _digest_bytes(prev_digest, "prev")
+    if keys_head is None:
+        return _tagged(FACT_TAG, prev, value)
+    return _tagged(ANCHORED_FACT_TAG, prev, _digest_bytes(keys_head, "keys head"), value)
 
 
-def fact_digest(value: bytes, signature: bytes) -> str:
-    """The link the next fact of the run names: SHA-256 over the value and its signature.
+def heads_message(body: bytes) -> bytes:
+    """What an exporter signs: the canonical JSON of a copy's heads (``events.loghead``)."""
+    return _tagged(HEADS_TAG, body)
 
-    The value's length comes first so no other (value, signature) split of the
-    same bytes has the same digest.
-    """
-    h = hashlib.sha256(_tagged(DIGEST_TAG, len(value).to_bytes(8, "big")))
+
+def _link(tag: bytes, value: bytes, signature: bytes) -> str:
+    # The value's length comes first so no other (value, signature) split of the
+    # same bytes has the same digest.
+    h = hashlib.sha256(_tagged(tag, len(value).to_bytes(8, "big")))
     h.update(value)
     h.update(signature)
     return h.hexdigest()
+
+
+def fact_digest(value: bytes, signature: bytes) -> str:
+    """The link the next fact of the run names: SHA-256 over the value and its signature."""
+    return _link(DIGEST_TAG, value, signature)
+
+
+def key_digest(value: bytes, signature: bytes) -> str:
+    """The link the next key record names, and a fact's keys head: as :func:`fact_digest`."""
+    return _link(KEY_DIGEST_TAG, value, signature)
 
 
 def _signed(key: SigningKey, message: bytes) -> Headers:
@@ -235,20 +273,25 @@ def sign_report(key: SigningKey, value: bytes) -> Headers:
     return _signed(key, report_message(value))
 
 
-def sign_key_record(key: SigningKey, value: bytes) -> Headers:
-    """The headers of a key record an admin signs (the first one: its own key)."""
-    return _signed(key, key_message(value))
+def sign_key_record(key: SigningKey, prev: str, value: bytes) -> Headers:
+    """The headers of a key record an admin signs (the first one: its own key, prev
+    :data:`GENESIS`): signature, key id, prev."""
+    return (*_signed(key, key_message(prev, value)), (PREV_HEADER, prev.encode("ascii")))
 
 
 def sign_fact(key: SigningKey, prev: str, value: bytes,
-              request: Headers = ()) -> Headers:
-    """The headers of a fact: signature, key id, prev; and a copied request's signature.
+              request: Headers = (), keys_head: str | None = None) -> Headers:
+    """The headers of a fact: signature, key id, prev, keys head; a copied request's signature.
 
     ``request`` is the headers the request arrived with (:func:`sign_request`),
     for a fact that copies a request's value bytes; they are carried over as
-    :data:`REQUEST_SIG_HEADER` and :data:`REQUEST_KEY_HEADER`.
+    :data:`REQUEST_SIG_HEADER` and :data:`REQUEST_KEY_HEADER`. ``keys_head``
+    None writes a v1 fact (no :data:`KEYS_HEAD_HEADER`): only tests of old logs do.
     """
-    out = (*_signed(key, fact_message(prev, value)), (PREV_HEADER, prev.encode("ascii")))
+    out = (*_signed(key, fact_message(prev, value, keys_head)),
+           (PREV_HEADER, prev.encode("ascii")))
+    if keys_head is not None:
+        out += ((KEYS_HEAD_HEADER, keys_head.encode("ascii")),)
     return out + carried_request(request)
 
 
@@ -282,9 +325,11 @@ def signature_of(headers: Headers, sig_name: str = SIG_HEADER,
     return key_id, sigs[0]
 
 
-def prev_of(headers: Headers) -> str | None:
-    """The prev digest a fact names, or None when it names none (or several, or garbage)."""
-    values = header_values(headers, PREV_HEADER)
+def prev_of(headers: Headers, name: str = PREV_HEADER) -> str | None:
+    """The prev digest a fact or key record names (or, with ``name``
+    :data:`KEYS_HEAD_HEADER`, a fact's keys head), or None when it names none
+    (or several, or garbage)."""
+    values = header_values(headers, name)
     if len(values) != 1:
         return None
     try:

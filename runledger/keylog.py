@@ -4,12 +4,14 @@
 ``submit`` and ``cancel`` look up whose key signs a request. :func:`load_ring`
 reads ``runledger.keys`` (bounded, raw: ``runledger.rawlog``) and folds it
 with ``events.audit.fold_keys``, the audit's own fold. :func:`append` signs a
-key record with an admin key, asks ``events.keyring.apply`` whether the ring
-would take it, and writes it only then: a record the ring would refuse (the
+key record with an admin key, chained to the ring's head (the digest of the
+last key record it read: ``runledger-prev``), asks ``events.keyring.apply``
+whether the ring would take it, and writes it only then: a record the ring would refuse (the
 last admin key revoked, a key registered twice, a signer that is no admin) is
 reported in one line and never reaches the log. Two admins writing at once
-can still race past the check; the fold then refuses the later record, and
-``runledger audit verify`` names it.
+can still race past the check; both then name the same prev, and
+``runledger audit verify`` names the later record's broken chain (and its
+refusal, if the fold refuses it).
 
 Tested in tests/runledger/commands/test_keys.py and tests/runledger/stack/test_keys.py.
 """
@@ -121,8 +123,8 @@ def append(bootstrap: str, ring: KeyRing, event: KeyRecord, admin: SigningKey, *
     """
     codec = default_codec()
     value = codec.encode(event)
-    headers = sign_key_record(admin, value)
-    after = keyring.apply(ring, event, admin.key_id, headers[0][1], value)
+    headers = sign_key_record(admin, ring.head, value)
+    after = keyring.apply(ring, event, admin.key_id, headers[0][1], value, ring.head)
     if isinstance(after, Refusal):
         hint = _HINTS.get(after.reason)
         raise KeyRefused(f"{topic} would refuse this {event.event_type}: {after}"

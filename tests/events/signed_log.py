@@ -1,9 +1,10 @@
 """Signed logs for the signing tests: real Ed25519 keys, the real codec, facts the fold accepts.
 
-``KeysLog`` appends key records signed as an admin would (``sign_key_record``);
-``RunsLog`` appends facts as the controller would (``sign_fact``, each run's
-chain kept from its head), a ``RunSubmitted`` carrying its operator's request
-signature. ``story()`` is one small log: an anchor admin, a controller, two
+``KeysLog`` appends key records signed as an admin would (``sign_key_record``,
+chained from the log's head); ``RunsLog`` appends facts as the controller would
+(``sign_fact``, each run's chain kept from its head, naming ``keys_head``, the
+keys log's head the story's controller judged by), a ``RunSubmitted`` carrying
+its operator's request signature. ``story()`` is one small log: an anchor admin, a controller, two
 operators and an agent; run ``r1`` submitted by alice runs to success, run
 ``r2`` submitted by bob is cancelled, a node is quarantined and an input of an
 unknown run is rejected, the runs interleaved over two partitions.
@@ -21,6 +22,7 @@ from events.signing import (
     Headers,
     SigningKey,
     fact_digest,
+    key_digest,
     sign_fact,
     sign_key_record,
     sign_request,
@@ -52,12 +54,16 @@ class KeysLog:
     def __init__(self, at: int = START - 100_000) -> None:
         self.records: list[LoggedRecord] = []
         self.ev = Ev("keys", start=at, producer="admin/root", ids="keys-{n}")
+        self.head = GENESIS
 
-    def append(self, event: Event, signer: SigningKey) -> LoggedRecord:
+    def append(self, event: Event, signer: SigningKey, prev: str | None = None) -> LoggedRecord:
+        """A key record chained to the log's head (or to ``prev``); it becomes the head."""
         value = CODEC.encode(event)
-        record = LoggedRecord(KEYS, 0, len(self.records), value,
-                              sign_key_record(signer, value), event.run_id.encode())
+        headers = sign_key_record(signer, self.head if prev is None else prev, value)
+        record = LoggedRecord(KEYS, 0, len(self.records), value, headers,
+                              event.run_id.encode())
         self.records.append(record)
+        self.head = key_digest(value, headers[0][1])
         return record
 
     def register(self, principal: str, role: str, key: SigningKey,
@@ -84,16 +90,17 @@ def cast_keys() -> KeysLog:
 class RunsLog:
     """Facts as the controller appends them, each run's chain continued from its head."""
 
-    def __init__(self) -> None:
+    def __init__(self, keys_head: str = GENESIS) -> None:
         self.records: list[LoggedRecord] = []
         self.heads: dict[str, str] = {}
         self._offsets: dict[int, int] = {}
+        self.keys_head = keys_head  # what each fact names: set it as the keys log grows
 
     def append(self, event: Event, key: SigningKey | None = None, request: Headers = (),
                partition: int = 0, prev: str | None = None) -> LoggedRecord:
         value = CODEC.encode(event)
         prev = prev or self.heads.get(event.run_id, GENESIS)
-        headers = sign_fact(key or CAST.controller, prev, value, request)
+        headers = sign_fact(key or CAST.controller, prev, value, request, self.keys_head)
         offset = self._offsets.get(partition, 0)
         self._offsets[partition] = offset + 1
         record = LoggedRecord(RUNS, partition, offset, value, headers, event.run_id.encode())
@@ -116,7 +123,7 @@ def digest_of(record: LoggedRecord) -> str:
 
 def story() -> tuple[KeysLog, RunsLog]:
     keys = cast_keys()
-    runs = RunsLog()
+    runs = RunsLog(keys.head)
     r1, r2 = Ev("r1", start=START, producer="controller"), Ev("r2", start=START + 500,
                                                              producer="controller")
     runs.submit(r1.submitted(principal="alice"), CAST.alice, partition=0)

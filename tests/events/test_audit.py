@@ -212,8 +212,8 @@ def test_a_fact_the_fold_refuses_is_named_with_the_folds_reason() -> None:
 def test_an_undecodable_fact_is_reported_and_its_chain_goes_on() -> None:
     log = _one_run()
     garbage = b"\xc3\x01" + b"\x00" * 20
-    bad = LoggedRecord(RUNS, 0, 1, garbage, sign_fact(CAST.controller, log.heads["r9"], garbage),
-                       b"r9")
+    headers = sign_fact(CAST.controller, log.heads["r9"], garbage, keys_head=GENESIS)
+    bad = LoggedRecord(RUNS, 0, 1, garbage, headers, b"r9")
     report = audit([log.records[0], bad])
     assert reasons(report) == [("r9", UNDECODABLE)]
     assert "unknown_fingerprint" in report.problems[0].detail
@@ -403,7 +403,8 @@ def test_a_forged_fact_is_reported_where_it_was_inserted(i: int, run: str, forge
     event = FORGED[kind](Ev(run, start=START + 100_000, producer="controller"))
     value = CODEC.encode(event)
     partition = 0 if run == "r1" else 1
-    forged = LoggedRecord(RUNS, partition, 0, value, sign_fact(key, prev, value), run.encode())
+    headers = sign_fact(key, prev, value, keys_head=GENESIS)
+    forged = LoggedRecord(RUNS, partition, 0, value, headers, run.encode())
     records = renumbered([*RUNS_RECORDS[:i], forged, *RUNS_RECORDS[i:]])
     report = audit(records)
     # The forgery names the right prev: only its signature gives it away, and the

@@ -19,6 +19,7 @@ from events.keyring import (
     NOT_ADMIN,
     NOT_SELF_SIGNED,
     REVOKED_KEY,
+    UNCHAINED,
     UNKNOWN_KEY,
     UNSIGNED,
     WRONG_PRINCIPAL,
@@ -27,11 +28,13 @@ from events.keyring import (
     KeyRing,
     Refusal,
     apply,
+    broken_link,
     check,
     check_headers,
 )
 from events.model import Event, PrincipalKeyRegistered, PrincipalKeyRevoked, principal_key
 from events.signing import (
+    GENESIS,
     REQUEST_KEY_HEADER,
     REQUEST_SIG_HEADER,
     SigningKey,
@@ -54,8 +57,8 @@ def fold(*steps: tuple[Event, SigningKey | None]) -> KeyRing | Refusal:
     for event, signer in steps:
         assert isinstance(ring, KeyRing), f"refused before {event.event_type}: {ring}"
         value = CODEC.encode(event)
-        sig = signer.sign(key_message(value)) if signer else None
-        ring = apply(ring, event, signer.key_id if signer else None, sig, value)
+        sig = signer.sign(key_message(ring.head, value)) if signer else None
+        ring = apply(ring, event, signer.key_id if signer else None, sig, value, ring.head)
     return ring
 
 
@@ -127,8 +130,8 @@ def test_an_anchor_must_be_an_admin_signing_its_own_registration(
 def test_a_forged_anchor_signature_is_refused() -> None:
     event = reg("root", "admin", CAST.admin)
     value = CODEC.encode(event)
-    forged = ADMIN2.sign(key_message(value))
-    refused(apply(EMPTY, event, CAST.admin.key_id, forged, value), BAD_SIGNATURE)
+    forged = ADMIN2.sign(key_message(GENESIS, value))
+    refused(apply(EMPTY, event, CAST.admin.key_id, forged, value, GENESIS), BAD_SIGNATURE)
 
 
 @pytest.mark.parametrize(("step", "reason"), [
@@ -156,8 +159,8 @@ def test_refusals_are_named(step: tuple[Event, SigningKey | None], reason: str) 
 
 def _after(ring: KeyRing, event: Event, signer: SigningKey | None) -> KeyRing | Refusal:
     value = CODEC.encode(event)
-    sig = signer.sign(key_message(value)) if signer else None
-    return apply(ring, event, signer.key_id if signer else None, sig, value)
+    sig = signer.sign(key_message(ring.head, value)) if signer else None
+    return apply(ring, event, signer.key_id if signer else None, sig, value, ring.head)
 
 
 def test_a_signature_over_other_bytes_is_refused() -> None:
@@ -165,7 +168,27 @@ def test_a_signature_over_other_bytes_is_refused() -> None:
     event = reg("alice", "operator", CAST.alice)
     value = CODEC.encode(event)
     sig = CAST.admin.sign(command_message(value))  # signed for another use
-    refused(apply(ring, event, CAST.admin.key_id, sig, value), BAD_SIGNATURE)
+    refused(apply(ring, event, CAST.admin.key_id, sig, value, ring.head), BAD_SIGNATURE)
+
+
+def test_each_record_is_chained_to_the_one_before_and_signed_with_it() -> None:
+    ring = ring_of()
+    assert ring.records == 1 and ring.head != GENESIS and ring.heads == {ring.head}
+    event = reg("alice", "operator", CAST.alice)
+    value = CODEC.encode(event)
+    # Signed over another prev than the one it names: the signature does not hold.
+    sig = CAST.admin.sign(key_message(GENESIS, value))
+    refused(apply(ring, event, CAST.admin.key_id, sig, value, ring.head), BAD_SIGNATURE)
+    # No prev at all: a keys log from before key records were chained.
+    old = apply(ring, event, CAST.admin.key_id, sig, value, None)
+    refused(old, UNCHAINED)
+    assert isinstance(old, Refusal) and "make a new stack" in old.detail
+    # Signed over the prev it names, but not the ring's head: taken, the break named apart.
+    assert broken_link(ring, GENESIS) is not None and "removed" in str(broken_link(ring, GENESIS))
+    assert broken_link(ring, ring.head) is None
+    after = apply(ring, event, CAST.admin.key_id, sig, value, GENESIS)
+    assert isinstance(after, KeyRing) and after.records == 2
+    assert after.head not in (ring.head, GENESIS) and after.heads == ring.heads | {after.head}
 
 
 def test_revocation_is_ordered_in_the_keys_log() -> None:

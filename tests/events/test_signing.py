@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from events.signing import (
     GENESIS,
     KEY_HEADER,
+    KEYS_HEAD_HEADER,
     PREV_HEADER,
     REQUEST_KEY_HEADER,
     REQUEST_SIG_HEADER,
@@ -22,6 +23,7 @@ from events.signing import (
     command_message,
     fact_digest,
     fact_message,
+    key_digest,
     key_id_of,
     key_message,
     prev_of,
@@ -105,16 +107,31 @@ def test_load_refuses_another_kind_of_key(tmp_path: Path) -> None:
 
 
 def test_each_use_signs_a_different_message() -> None:
-    messages = [request_message(VALUE), command_message(VALUE), key_message(VALUE),
-                fact_message(GENESIS, VALUE), report_message(VALUE)]
-    assert len(set(messages)) == 5
+    messages = [request_message(VALUE), command_message(VALUE), key_message(GENESIS, VALUE),
+                fact_message(GENESIS, VALUE), fact_message(GENESIS, VALUE, GENESIS),
+                report_message(VALUE)]
+    assert len(set(messages)) == 6
     assert all(m.endswith(VALUE) and b"\x00" in m for m in messages)
     # A request signature is worthless as a command, a fact, a key record or a report.
     sig = KEY.sign(request_message(VALUE))
-    assert [KEY.public.verify(m, sig) for m in messages] == [True, False, False, False, False]
+    assert [KEY.public.verify(m, sig) for m in messages] == [True] + [False] * 5
     # And a node's report signature is worthless as anything else.
     sig = KEY.sign(report_message(VALUE))
-    assert [KEY.public.verify(m, sig) for m in messages] == [False, False, False, False, True]
+    assert [KEY.public.verify(m, sig) for m in messages] == [False] * 5 + [True]
+    # An old (v1) fact's signature is no anchored (v2) fact's, whatever keys head is added.
+    v1 = KEY.sign(fact_message(GENESIS, VALUE))
+    assert not KEY.public.verify(fact_message(GENESIS, VALUE, GENESIS), v1)
+
+
+def test_key_message_binds_the_previous_key_record_and_facts_the_keys_head() -> None:
+    prev = key_digest(b"before", KEY.sign(b"before"))
+    assert key_message(prev, VALUE) != key_message(GENESIS, VALUE)
+    assert fact_message(GENESIS, VALUE, prev) != fact_message(GENESIS, VALUE, GENESIS)
+    assert key_digest(b"v", b"s") != fact_digest(b"v", b"s")  # a key link is no fact link
+    with pytest.raises(ValueError, match="prev digest"):
+        key_message("abc", VALUE)
+    with pytest.raises(ValueError, match="keys head digest"):
+        fact_message(GENESIS, VALUE, "abc")
 
 
 def test_fact_message_binds_the_previous_digest() -> None:
@@ -139,26 +156,34 @@ def test_digest_moves_a_byte_from_value_to_signature() -> None:
     assert fact_digest(b"ab", b"c") != fact_digest(b"a", b"bc")
 
 
-def test_fact_headers_carry_signature_key_prev_and_a_copied_request() -> None:
+def test_fact_headers_carry_signature_key_prev_keys_head_and_a_copied_request() -> None:
     request = sign_request(OTHER, VALUE)
-    headers = sign_fact(KEY, GENESIS, VALUE, request=request)
+    head = key_digest(b"k", b"s")
+    headers = sign_fact(KEY, GENESIS, VALUE, request=request, keys_head=head)
     names = [name for name, _ in headers]
-    assert names == [SIG_HEADER, KEY_HEADER, PREV_HEADER, REQUEST_SIG_HEADER, REQUEST_KEY_HEADER]
+    assert names == [SIG_HEADER, KEY_HEADER, PREV_HEADER, KEYS_HEAD_HEADER, REQUEST_SIG_HEADER,
+                     REQUEST_KEY_HEADER]
     found = signature_of(headers)
     assert isinstance(found, tuple) and found[0] == KEY.key_id
-    assert KEY.public.verify(fact_message(GENESIS, VALUE), found[1])
-    assert prev_of(headers) == GENESIS
+    assert KEY.public.verify(fact_message(GENESIS, VALUE, head), found[1])
+    assert prev_of(headers) == GENESIS and prev_of(headers, KEYS_HEAD_HEADER) == head
+    assert KEYS_HEAD_HEADER not in [n for n, _ in sign_fact(KEY, GENESIS, VALUE)]  # v1
     carried = signature_of(headers, REQUEST_SIG_HEADER, REQUEST_KEY_HEADER)
     assert isinstance(carried, tuple) and carried[0] == OTHER.key_id
     assert OTHER.public.verify(request_message(VALUE), carried[1])
 
 
 def test_command_key_record_and_report_headers() -> None:
-    for sign, message in ((sign_command, command_message), (sign_key_record, key_message),
-                          (sign_report, report_message)):
+    for sign, message in ((sign_command, command_message), (sign_report, report_message)):
         found = signature_of(sign(KEY, VALUE))
         assert isinstance(found, tuple) and found[0] == KEY.key_id
         assert KEY.public.verify(message(VALUE), found[1])
+    prev = key_digest(b"before", b"sig")
+    headers = sign_key_record(KEY, prev, VALUE)
+    found = signature_of(headers)
+    assert isinstance(found, tuple) and found[0] == KEY.key_id
+    assert KEY.public.verify(key_message(prev, VALUE), found[1])
+    assert prev_of(headers) == prev
 
 
 def test_missing_doubled_or_garbled_headers_read_as_no_signature() -> None:

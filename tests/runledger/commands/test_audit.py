@@ -23,7 +23,7 @@ import pytest
 
 from events.audit import LoggedRecord
 from events.connection import ENV_CREDENTIALS
-from events.signing import SigningKey, sign_fact
+from events.signing import GENESIS, SigningKey, sign_fact
 from runledger.logcopy import RUNS_FILE, from_line, to_line
 from tests.events.builders import Ev
 from tests.events.signed_log import CAST, CODEC, START, digest_of, story
@@ -67,7 +67,7 @@ def forged(run: str, prev: LoggedRecord, partition: int, offset: int, topic: str
     """A fact of ``run`` chained onto ``prev`` and signed by a key nobody registered."""
     event = Ev(run, start=START + 90_000, producer="controller").step(1, 9)
     value = CODEC.encode(event)
-    headers = sign_fact(CAST.stranger, digest_of(prev), value)
+    headers = sign_fact(CAST.stranger, digest_of(prev), value, keys_head=GENESIS)
     return LoggedRecord(topic, partition, offset, value, headers, run.encode())
 
 

@@ -5,9 +5,13 @@ and ``runledger.runs`` as they are stored: one JSON object per line in
 ``DIR/keys.jsonl`` and ``DIR/runs.jsonl``, in log order, each with its
 ``topic``, ``partition``, ``offset``, record ``key`` and ``value`` (base64)
 and ``headers`` (``[name, base64]`` pairs, in order, repeats kept), and
-``DIR/manifest.json`` saying what the copy is. ``runledger audit verify
---from DIR`` reads them back (:func:`load`) into the same ``LoggedRecord``\\ s
-a live read gives, in file order, and judges them the same way.
+``DIR/manifest.json`` saying what the copy is, and ``DIR/heads.json``: the
+head of every chain copied, signed by the exporter (``events.loghead``).
+``runledger audit verify --from DIR`` reads them back (:func:`load`) into the
+same ``LoggedRecord``\\ s a live read gives, in file order, and judges them
+the same way, and the heads against them: a chain cut at its end is found
+with nothing kept outside the copy. A copy of format version 1 (no heads) is
+refused: export it again.
 
 The copy is plain text on purpose: any tool can read it, years later, and
 nothing in it needs trusting. The signatures travel in it, so a changed byte,
@@ -31,10 +35,11 @@ from events.audit import LoggedRecord
 from runledger.errors import RunledgerError
 
 FORMAT = "runledger-log-copy"
-VERSION = 1
+VERSION = 2  # 2: with heads.json
 MANIFEST = "manifest.json"
 KEYS_FILE = "keys.jsonl"
 RUNS_FILE = "runs.jsonl"
+HEADS_FILE = "heads.json"
 
 
 class CopyError(RunledgerError):
@@ -46,6 +51,7 @@ class Copy:
     keys: list[LoggedRecord]
     runs: list[LoggedRecord]
     manifest: dict[str, Any]
+    heads: Any = None  # heads.json as read (JSON); events.loghead.parse judges it
 
 
 def to_line(record: LoggedRecord) -> str:
@@ -73,12 +79,14 @@ def from_line(line: str, where: str) -> LoggedRecord:
 
 
 def write(folder: Path, keys: Iterable[LoggedRecord], runs: Iterable[LoggedRecord],
-          manifest: dict[str, Any]) -> tuple[int, int]:
-    """Write a new copy into ``folder`` (made, or empty); the number of records of each file."""
+          manifest: dict[str, Any], heads: dict[str, Any]) -> tuple[int, int]:
+    """Write a new copy into ``folder`` (made, or empty), with the signed ``heads``
+    (``events.loghead.sign``); the number of records of each file."""
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise CopyError(f"{folder} exists and is not an empty directory; export into a new one")
     folder.mkdir(parents=True, exist_ok=True)
     counts = (_write_lines(folder / KEYS_FILE, keys), _write_lines(folder / RUNS_FILE, runs))
+    (folder / HEADS_FILE).write_text(json.dumps(heads, indent=2) + "\n")
     doc = {"format": FORMAT, "version": VERSION, **manifest,
            "files": {KEYS_FILE: counts[0], RUNS_FILE: counts[1]}}
     (folder / MANIFEST).write_text(json.dumps(doc, indent=2) + "\n")
@@ -91,7 +99,18 @@ def load(folder: Path) -> Copy:
         raise CopyError(f"{folder} is not a directory; --from names a directory "
                         "`runledger audit export` wrote")
     manifest = _manifest(folder / MANIFEST)
-    return Copy(_read_lines(folder / KEYS_FILE), _read_lines(folder / RUNS_FILE), manifest)
+    return Copy(_read_lines(folder / KEYS_FILE), _read_lines(folder / RUNS_FILE), manifest,
+                _heads(folder / HEADS_FILE))
+
+
+def _heads(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CopyError(f"{path} is missing: the copy's signed heads, which `runledger audit "
+                        "export` writes; without them a cut end cannot be found") from None
+    except (OSError, ValueError) as exc:
+        raise CopyError(f"{path} is not readable JSON ({exc})") from None
 
 
 def _manifest(path: Path) -> dict[str, Any]:
@@ -106,7 +125,7 @@ def _manifest(path: Path) -> dict[str, Any]:
         raise CopyError(f"{path} does not describe a {FORMAT}")
     if doc.get("version") != VERSION:
         raise CopyError(f"{path}: copy format version {doc.get('version')!r}; this runledger "
-                        f"reads version {VERSION}")
+                        f"reads version {VERSION} (with signed heads): export the log again")
     return doc
 
 

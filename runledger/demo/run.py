@@ -324,8 +324,11 @@ class _Demo:
             copy = str(self.layout.root / "log-copy")
             say(f"\n$ runledger audit verify {run_id}")
             say(cli_ok(["audit", "verify", run_id], env).rstrip())
-            say(f"$ runledger audit export {copy}   # verify it offline: audit verify --from")
-            say(cli_ok(["audit", "export", copy], env).rstrip())
+            # The copy's heads are signed by the stack's operator key (events.loghead).
+            signer = str(self.keys / "operator.key")
+            say(f"$ runledger audit export {copy} --key {signer}   # verify it offline: "
+                "audit verify --from")
+            say(cli_ok(["audit", "export", copy, "--key", signer], env).rstrip())
         if not self.opts.queries:
             say("\n(--no-queries: skipping the ETTR, provenance and incidents queries and the"
                 " report)")

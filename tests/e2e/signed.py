@@ -1,10 +1,11 @@
 """The signed log of a test cluster, read back raw and audited (``events.audit.verify``).
 
-A cluster's controllers sign with ``Cluster.controller_key``; the keys log an
-auditor needs is built here in memory (``tests.events.signed_log``): the
-session's admin as the anchor, that controller key, and the operators a test
-names. ``submit_signed`` writes a ``RunSubmitted`` request as a signed client
-would: its value bytes with the operator's ``sign_request`` headers.
+A cluster's controllers sign with ``Cluster.controller_key``, which its
+stack registered; the audit reads the cluster's own keys log (every fact names
+its head, so no other keys log would do) with the stack's admin key pinned, the
+operators a test names registered on it first. ``submit_signed`` writes a
+``RunSubmitted`` request as a signed client would: its value bytes with the
+operator's ``sign_request`` headers.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ from events.kafka import EventProducer, event_headers
 from events.model import CancelRequested, Header, RunSubmitted
 from events.reader import LogReader
 from events.signing import SigningKey, sign_request
-from events.topics import REQUESTS, RUNS
+from events.topics import KEYS, REQUESTS, RUNS
 from tests.e2e.harness import Cluster
-from tests.events.signed_log import CAST, KeysLog
 
 CODEC = default_codec()
 
@@ -41,21 +41,19 @@ def raw_log(bootstrap: str, topic: str = RUNS) -> list[LoggedRecord]:
         reader.close()
 
 
-def keys_log(cluster: Cluster, operators: Mapping[str, SigningKey]) -> KeysLog:
-    keys = KeysLog()
-    keys.register("root", "admin", CAST.admin, signer=CAST.admin)
-    keys.register("controller", "controller", cluster.controller_key)
-    for name, key in operators.items():
-        keys.register(name, "operator", key)
-    return keys
+def admin_key_id(cluster: Cluster) -> str:
+    """The trust anchor of the cluster's keys log: its stack's admin key."""
+    assert cluster.keys is not None, "a secure cluster has an admin key"
+    return SigningKey.load(cluster.keys / "admin.key").key_id
 
 
 def audit(cluster: Cluster, operators: Mapping[str, SigningKey] | None = None,
           runs: list[LoggedRecord] | None = None) -> AuditReport:
-    """The audit of the cluster's ``runs`` (or of ``runs``, a copy of it)."""
-    keys = keys_log(cluster, operators or {})
+    """The audit of the cluster's ``runs`` (or of ``runs``, a copy of it) by its keys log."""
+    for name, key in (operators or {}).items():
+        register_operator(cluster, name, key)
     records = runs if runs is not None else raw_log(cluster.bootstrap)
-    return verify(keys.records, records, trust=CAST.admin.key_id)
+    return verify(raw_log(cluster.bootstrap, KEYS), records, trust=admin_key_id(cluster))
 
 
 def register_operator(cluster: Cluster, principal: str, key: SigningKey) -> None:

@@ -21,6 +21,7 @@ from events.topics import COMMANDS, REQUESTS
 from tests.e2e.harness import Cluster, of_type, spec
 from tests.e2e.signed import (
     CODEC,
+    admin_key_id,
     audit,
     cancel_signed,
     raw_log,
@@ -50,7 +51,7 @@ def test_a_run_across_a_controller_kill_verifies_and_an_altered_copy_fails_where
     mine = [r for r in runs if r.key == run.encode()]
     report = audit(cluster, {"alice": CAST.alice}, runs)
     assert report.ok, "\n".join(map(str, report.problems))
-    assert report.anchor == CAST.admin.key_id
+    assert report.anchor == admin_key_id(cluster)
     (verdict,) = [v for v in report.runs if v.run_id == run]
     assert verdict.records == len(mine) > 10
 

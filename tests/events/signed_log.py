@@ -141,3 +141,48 @@ def story() -> tuple[KeysLog, RunsLog]:
     runs.append(r2.rejected(run_id="ghost", reason="unknown_run"), partition=1)
     runs.append(r1.finished(1), partition=0)
     return keys, runs
+
+
+OLD_CONTROLLER = SigningKey.generate()  # a controller key that is rotated out and revoked
+
+
+@dataclass
+class Rotated:
+    """The issue's attack, as a log: a revoked controller key still signs r1's end."""
+
+    keys: KeysLog
+    runs: RunsLog
+    revocation: LoggedRecord  # the revocation of OLD_CONTROLLER
+    forged: LoggedRecord  # r1's outcome rewritten, signed by OLD_CONTROLLER after it
+    after: list[LoggedRecord]  # genuine facts signed after the revocation, naming it
+
+
+def rotated_story(trailing: bool) -> Rotated:
+    """The controller's old key is registered, used, and revoked; ``trailing``: the
+    revocation is the keys log's last record (else an operator is registered after it).
+
+    Facts signed after the revocation name the keys head it made. The forged
+    ``RunFinished`` (failed) of r1 is chained onto r1's genuine facts and signed by the
+    revoked key, naming the keys head before the revocation, as its forger would.
+    """
+    keys = cast_keys()
+    keys.register("controller-old", "controller", OLD_CONTROLLER)
+    before = keys.head
+    runs = RunsLog(keys.head)
+    r1, r2 = Ev("r1", start=START, producer="controller"), Ev("r2", start=START + 500,
+                                                             producer="controller")
+    runs.submit(r1.submitted(principal="alice"), CAST.alice)
+    runs.append(r1.queued(), key=OLD_CONTROLLER)
+    runs.append(r1.admitted(), key=OLD_CONTROLLER)
+    # Revoked after r1's admission and before the forged end (times: events.keyring).
+    revocation = keys.revoke("controller-old", OLD_CONTROLLER, at=START + 10_000)
+    if not trailing:
+        keys.register("carol", "operator", SigningKey.generate(), at=START + 11_000)
+    runs.keys_head = keys.head
+    after = [runs.submit(r2.submitted(principal="bob"), CAST.bob, partition=1),
+             runs.append(r2.queued(), partition=1),
+             runs.append(r1.generation_started(1)), runs.append(r1.confirmed(1))]
+    runs.keys_head = before
+    forged = runs.append(Ev("r1", start=START + 60_000, producer="controller").finished(
+        1, outcome="failed", reason="rewritten"), key=OLD_CONTROLLER)
+    return Rotated(keys, runs, revocation, forged, after)

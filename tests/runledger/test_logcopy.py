@@ -78,7 +78,7 @@ def test_what_is_not_a_copy_is_refused_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(CopyError, match="does not describe a runledger-log-copy"):
         load(tmp_path / "empty")
     (tmp_path / "empty" / MANIFEST).write_text('{"format": "runledger-log-copy", "version": 9}')
-    with pytest.raises(CopyError, match="reads version 2 .* export the log again"):
+    with pytest.raises(CopyError, match=r"reads version 2 .* export the log again"):
         load(tmp_path / "empty")
     # A copy without its signed heads (an older export, or one they were removed from).
     write(tmp_path / "headless", [], [], {}, {})

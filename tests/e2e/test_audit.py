@@ -7,6 +7,14 @@ submitted signed with the stack's ``operator.key``. When
 it has finished, ``runledger audit verify`` passes every run of the log with
 the stack's admin key pinned, and in an exported copy one flipped byte of a
 fact is named by where it is.
+
+The issue's attack (#33) on the same stack: a controller key registered and
+then revoked (the keys log's last record) before the run; in an exported
+copy the revocation's line is deleted and the run's end rewritten by a fact
+that revoked key signs. ``audit verify --from`` fails with no outside state:
+the copy's signed heads name the keys log's and the run's lost ends, and the
+facts the controller signed after the revocation name the keys head that is
+gone; the revocation deleted alone fails the same way.
 """
 
 from __future__ import annotations
@@ -17,10 +25,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from events.model import RunFinished
-from events.signing import SigningKey
-from runledger.logcopy import RUNS_FILE, from_line, to_line
+from events.audit import LoggedRecord
+from events.codec import default_codec
+from events.model import Header, RunFinished
+from events.signing import SigningKey, key_digest, sign_fact, signature_of
+from runledger.logcopy import KEYS_FILE, RUNS_FILE, from_line, to_line
 from tests.e2e.harness import Cluster, spec
+from tests.events.signed_log import digest_of
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 
@@ -32,6 +43,13 @@ def test_a_signed_run_verifies_through_the_cli_and_a_flipped_byte_is_named(
     listed = cluster.cli("key", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     assert SigningKey.load(keys / "controller.key").key_id in listed.stdout
+    retired = SigningKey.generate()  # an old controller key, rotated out and revoked
+    for step in (("key", "register", "retired", "--role", "controller", "--public",
+                  retired.public.raw.hex(), "--admin-key", str(keys / "admin.key")),
+                 ("key", "revoke", "retired", retired.key_id, "--admin-key",
+                  str(keys / "admin.key"))):
+        done = cluster.cli(*step)
+        assert done.returncode == 0, done.stderr
     cluster.controller()
     cluster.agent("n1", 2)
     path = cluster.work / "audited.yaml"
@@ -50,8 +68,10 @@ def test_a_signed_run_verifies_through_the_cli_and_a_flipped_byte_is_named(
     assert line.startswith(f"run {run}: ok, ")
 
     copy = tmp_path / "copy"
-    exported = cluster.cli("audit", "export", str(copy))
+    exported = cluster.cli("audit", "export", str(copy), "--key", str(keys / "operator.key"))
     assert exported.returncode == 0, exported.stderr
+    assert cluster.cli("audit", "verify", "--from", str(copy)).returncode == 0
+    _revocation_deleted(cluster, copy, tmp_path, run, retired, admin)
     lines = (copy / RUNS_FILE).read_text().splitlines()
     mine = [i for i, x in enumerate(lines) if from_line(x, "x").key == run.encode()]
     at = mine[len(mine) // 2]
@@ -65,3 +85,56 @@ def test_a_signed_run_verifies_through_the_cli_and_a_flipped_byte_is_named(
     assert broken.returncode == 1, broken.stdout + broken.stderr
     assert f"run {run}: FAILED" in broken.stdout
     assert f"  {record.where} {run}: bad_signature (" in broken.stdout
+
+
+def _revocation_deleted(cluster: Cluster, copy: Path, tmp_path: Path, run: str,
+                        retired: SigningKey, admin: SigningKey) -> None:
+    """The revocation's line deleted from a copy, alone and with the run's end rewritten."""
+    keys = (copy / KEYS_FILE).read_text().splitlines()
+    assert f"revoked/{retired.key_id}".encode() in from_line(keys[-1], "x").value
+    runs = (copy / RUNS_FILE).read_text().splitlines()
+    mine = [i for i, x in enumerate(runs) if from_line(x, "x").key == run.encode()]
+    # The run's rewritten end: its genuine RunFinished and what follows cut, a failed
+    # RunFinished chained onto what is left and signed by the revoked key.
+    codec = default_codec()
+    ends = [i for i in mine if isinstance(codec.decode(from_line(runs[i], "x").value).event,
+                                          RunFinished)]
+    kept = [runs[i] for i in mine if i < ends[0]]
+    last = from_line(kept[-1], "x")
+    end = codec.decode(from_line(runs[ends[0]], "x").value).event
+    assert isinstance(end, RunFinished) and end.outcome == "succeeded"
+    fake = RunFinished(header=Header(f"{run}/forged-end", run, end.generation,
+                                     end.header.occurred_at, "controller"),
+                       outcome="failed", reason="rewritten")
+    value = codec.encode(fake)
+    forged = to_line(LoggedRecord(last.topic, last.partition, 10**9, value,
+                                  sign_fact(retired, digest_of(last), value,
+                                            keys_head=_head_before(keys)), last.key))
+    rewritten = [x for i, x in enumerate(runs) if i not in mine or i < ends[0]] + [forged]
+    for name, new_runs in (("deleted", runs), ("rewritten", rewritten)):
+        target = tmp_path / name
+        target.mkdir()
+        for file in copy.iterdir():
+            (target / file.name).write_bytes(file.read_bytes())
+        (target / KEYS_FILE).write_text("\n".join(keys[:-1]) + "\n")
+        (target / RUNS_FILE).write_text("\n".join(new_runs) + "\n")
+        for extra in ((), ("--trust", admin.key_id)):
+            out = cluster.cli("audit", "verify", "--from", str(target), *extra)
+            assert out.returncode == 1, (name, out.stdout, out.stderr)
+            lines = out.stdout.splitlines()
+            assert any(x.startswith("  runledger.keys@end: truncated (") for x in lines), name
+            # Every fact signed since the revocation names the keys head that is gone.
+            assert any(x.startswith("  ") and f" {run}: keys_head_missing (" in x
+                       for x in lines), (name, out.stdout)
+            if name == "rewritten":
+                assert any(x.startswith("  runledger.runs@end") and f"{run}: truncated" in x
+                           for x in lines), out.stdout
+
+
+def _head_before(keys: list[str]) -> str:
+    """The keys head before the revocation, as the forger names it: the digest of the
+    record before the last (``events.signing.key_digest`` of its value and signature)."""
+    record = from_line(keys[-2], "x")
+    found = signature_of(record.headers)
+    assert isinstance(found, tuple)
+    return key_digest(record.value, found[1])

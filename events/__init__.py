@@ -38,11 +38,13 @@
 - ``consume``: ``EventConsumer``, a consumer-group member with explicit commits,
   and ``read_log`` (a dump or a tail of one topic, over ``LogReader``).
 - ``signing``: Ed25519 keys, the domain-separated message each use signs, fact
-  digests (each run's hash chain) and the signature headers; ``keyring``: the
-  pure fold of key records and the one signature judge (``check``); ``audit``:
-  offline verification of the keys log and every run's signed chain; ``keys``:
-  the ring read live from ``runledger.keys``; ``reportdoor``: the one door of
-  agents' reports (believed about node N only under ``node.N``'s live agent key),
-  which the controller's inputs, its follower and ``runledger nodes`` share.
+  and key-record digests (each run's hash chain, and the keys log's) and the
+  signature headers; ``keyring``: the pure fold of key records and the one
+  signature judge (``check``); ``audit``: offline verification of the keys log
+  and every run's signed chain; ``loghead``: the signed heads an exported copy
+  carries, judged against the copy; ``keys``: the ring read live from
+  ``runledger.keys``; ``reportdoor``: the one door of agents' reports (believed
+  about node N only under ``node.N``'s live agent key), which the controller's
+  inputs, its follower and ``runledger nodes`` share.
 - ``errors``: ``EventsError`` and its leaves.
 """

@@ -14,7 +14,8 @@ copy the revocation's line is deleted and the run's end rewritten by a fact
 that revoked key signs. ``audit verify --from`` fails with no outside state:
 the copy's signed heads name the keys log's and the run's lost ends, and the
 facts the controller signed after the revocation name the keys head that is
-gone; the revocation deleted alone fails the same way.
+gone; the revocation deleted alone fails the same way. A revocation made while
+the controller runs is named by the facts of the next request it takes.
 """
 
 from __future__ import annotations
@@ -28,9 +29,18 @@ import yaml
 from events.audit import LoggedRecord
 from events.codec import default_codec
 from events.model import Header, RunFinished
-from events.signing import SigningKey, key_digest, sign_fact, signature_of
+from events.signing import (
+    KEYS_HEAD_HEADER,
+    SigningKey,
+    key_digest,
+    prev_of,
+    sign_fact,
+    signature_of,
+)
+from events.topics import KEYS
 from runledger.logcopy import KEYS_FILE, RUNS_FILE, from_line, to_line
 from tests.e2e.harness import Cluster, spec
+from tests.e2e.signed import raw_log
 from tests.events.signed_log import digest_of
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
@@ -85,6 +95,33 @@ def test_a_signed_run_verifies_through_the_cli_and_a_flipped_byte_is_named(
     assert broken.returncode == 1, broken.stdout + broken.stderr
     assert f"run {run}: FAILED" in broken.stdout
     assert f"  {record.where} {run}: bad_signature (" in broken.stdout
+    _a_revocation_while_it_runs_is_named_by_the_next_requests_facts(cluster, keys)
+
+
+def _a_revocation_while_it_runs_is_named_by_the_next_requests_facts(
+        cluster: Cluster, keys: Path) -> None:
+    """The running controller reads the keys log again when a request arrives: the
+    facts of the request that follows a revocation name the revocation as keys head."""
+    later = SigningKey.generate()
+    for step in (("key", "register", "later", "--role", "operator", "--public",
+                  later.public.raw.hex(), "--admin-key", str(keys / "admin.key")),
+                 ("key", "revoke", "later", later.key_id, "--admin-key",
+                  str(keys / "admin.key"))):
+        done = cluster.cli(*step)
+        assert done.returncode == 0, done.stderr
+    last = raw_log(cluster.bootstrap, KEYS)[-1]
+    assert f"revoked/{later.key_id}".encode() in last.value
+    found = signature_of(last.headers)
+    assert isinstance(found, tuple)
+    head = key_digest(last.value, found[1])
+    path = cluster.work / "after.yaml"
+    path.write_text(yaml.safe_dump(spec("after", ["--steps", "2", "--step-time", "0.1"])))
+    out = cluster.cli("submit", str(path), "--key", str(keys / "operator.key"), "--json")
+    assert out.returncode == 0, out.stderr
+    run = json.loads(out.stdout)["run_id"]
+    cluster.wait_facts(run, lambda f: len(f) >= 2, what="the second run's first facts")
+    facts = [r for r in raw_log(cluster.bootstrap) if r.key == run.encode()]
+    assert [prev_of(r.headers, KEYS_HEAD_HEADER) for r in facts[:2]] == [head, head]
 
 
 def _revocation_deleted(cluster: Cluster, copy: Path, tmp_path: Path, run: str,

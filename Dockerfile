@@ -19,10 +19,10 @@ ENV PYTHONUNBUFFERED=1 \
 # copies their ownership into a named volume the first time it is mounted.
 RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin runledger \
     && mkdir -p /state /datasets /checkpoints /run/runledger \
-        /keys/admin /keys/controller /keys/operator \
+        /keys/admin /keys/controller /keys/operator /keys/agent \
     && chown runledger:runledger /state /datasets /checkpoints /run/runledger \
-        /keys/admin /keys/controller /keys/operator \
-    && chmod 0700 /run/runledger /keys/admin /keys/controller /keys/operator
+        /keys/admin /keys/controller /keys/operator /keys/agent \
+    && chmod 0700 /run/runledger /keys/admin /keys/controller /keys/operator /keys/agent
 
 WORKDIR /opt/runledger
 

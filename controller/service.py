@@ -13,7 +13,8 @@ its run's previous fact, each command signed (``controller.chains``), with the
 controller's key; without one (``signing_key=None``) they go out unsigned.
 Operator requests are believed only when signed (``controller.signatures``)
 unless ``require_signatures=False`` (``--trust-unsigned``), which is logged as
-a warning at start and shown on every scrape (``LoopStats.trusts_unsigned``).
+a warning at start (``controller.trust``) and shown on every scrape
+(``LoopStats.trusts_unsigned``).
 
 Any number of controllers (any transactional ids) share one consumer group:
 each decides only for the runs of the partitions the group gave it, from the
@@ -44,15 +45,14 @@ from controller.gates import EMPTY as NO_GATES
 from controller.guard import Encode, Problem, encoded, refuse_input, take_input, take_tick
 from controller.model import Model, NodePolicy, PlanOf
 from controller.ownership import Ownership, assign, catch_up, follow
-from controller.signatures import REFRESH_S, RequestJudge
+from controller.signatures import RequestJudge
+from controller.trust import Trust
 from events.codec import Codec, default_codec
 from events.consume import EventConsumer
 from events.errors import Fenced, KafkaOperationError, ProducerFenced
 from events.kafka import EventProducer, Quarantine, Record
-from events.keys import read_ring_or_empty
 from events.limits import TOO_LARGE
-from events.model import WorkerExited, node_key
-from events.reportdoor import ReportDoor
+from events.model import node_key
 from events.signing import SigningKey
 from events.statuslog import read_status, status_partitions
 from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS, STATUS
@@ -134,7 +134,6 @@ class ControllerService:
         self.tick_s = tick_s
         self.txn_gap_s = txn_gap_s
         self._committed_at = 0.0  # time.monotonic() of the last commit
-        self._keys_read_at = time.monotonic()  # of the key ring (RequestJudge made it)
         self.clock = clock
         self.transaction_timeout_s = transaction_timeout_s
         self.model: Model | None = None
@@ -145,6 +144,8 @@ class ControllerService:
         self._version_of = _newest(default_codec())
         self.chains = Chains(signing_key, transactional_id)
         self.require_signatures = require_signatures
+        self.trust = Trust(bootstrap, transactional_id, require_signatures=require_signatures,
+                           model=lambda: self.model)
         self.requests: RequestJudge | None = None
         self.evidence: EvidenceReader | None = None
         self.stats = LoopStats(trusts_unsigned=not require_signatures)
@@ -171,15 +172,13 @@ class ControllerService:
             log.warning("topic %s does not exist (a cluster set up by an older runledger): "
                         "no status summaries are written, and `runledger status` folds %s; "
                         "`runledger stack up` creates it", STATUS, RUNS)
-        door = self._report_door()
+        door = self.trust.report_door()
         follower = Follower(self.bootstrap, self.transactional_id, self.plan_of, door)
         self.model = replace(follower.replay(self.clock(), self.chains),
                              node_policy=self.node_policy)
         log.info("rebuilt %d runs from %s", len(self.model.runs), RUNS)
-        self._say_how_it_signs()
         self.ownership = Ownership(self.transactional_id, partitions)
-        self.requests = RequestJudge(self.bootstrap, require=self.require_signatures,
-                                     name=self.transactional_id)
+        self.requests = self.trust.start(self.chains)
         # Gate evidence from every partition, read up to now before any admission.
         self.evidence = EvidenceReader(self.bootstrap, self.transactional_id,
                                        self.requests.judge)
@@ -209,24 +208,12 @@ class ControllerService:
             self.evidence.close()
         return 0
 
-    def _say_how_it_signs(self) -> None:
-        if self.chains.key is not None:
-            log.info("signing facts and commands with key %s", self.chains.key.key_id)
-        else:
-            log.warning("no signing key: facts and commands are appended unsigned")
-        if not self.require_signatures:
-            # The level is not in the log format: the text says it, loudly.
-            log.warning("WARNING --trust-unsigned: UNSIGNED submit, cancel, resume, node and gate "
-                        "requests are taken on the broker's word, which vouches only for the "
-                        "role: any operator may act as any principal it names; restart "
-                        "without --trust-unsigned to require signed requests")
-
     def _cycle(self, consumer: EventConsumer, follower: Follower,
                writer: TransactionalWriter) -> None:
         """One turn of the loop: inputs, the tail, ownership, decisions, one transaction."""
         assert self.model is not None and self.ownership is not None
         records = self._inputs(consumer)
-        self._keys(records)
+        self.trust.refresh(records)
         started = time.monotonic()
         now = self.clock()
         own = self._reassigned(consumer, follower, self.ownership)
@@ -279,16 +266,6 @@ class ControllerService:
                                   self.allowed_roots)
         self._count(len(records), out, time.monotonic() - started)
 
-    def _keys(self, records: list[Record]) -> None:
-        """Read the key ring again when requests arrive, and every ``REFRESH_S``: a
-        revocation is then judged by, and named by the facts' keys head, soon."""
-        if self.requests is None:
-            return
-        if any(r.topic == REQUESTS for r in records) \
-                or time.monotonic() - self._keys_read_at >= REFRESH_S:
-            self.requests.refresh()
-            self._keys_read_at = time.monotonic()
-
     def _take(self, model: Model, record: Record, now: int,
               own: Ownership) -> tuple[Model, list[Outgoing]]:
         """One input taken (``take_input``); refused instead when what it appends would
@@ -305,20 +282,6 @@ class ControllerService:
         if problem is not None:
             _log_problem(problem, record)
         return new, taken
-
-    def _report_door(self) -> ReportDoor:
-        """The door of agents' reports (events.reportdoor): one believed only under its
-        node's key, by the input door and by the follower's node reader alike."""
-        return ReportDoor(lambda: read_ring_or_empty(
-            self.bootstrap, name=f"{self.transactional_id}-reports"), placed=self._placed)
-
-    def _placed(self, exited: WorkerExited) -> str | None:
-        """The node this controller's model places the exit's member on, when the exit is
-        of the run's current generation (an older one's placement is not kept)."""
-        run = self.model.runs.get(exited.run_id) if self.model is not None else None
-        if run is None or run.generation != exited.header.generation:
-            return None
-        return next((m.node for m in run.members if m.logical_id == exited.logical_id), None)
 
     def _too_large(self, records: list[Outgoing]) -> str | None:
         """Why one of an input's records would not fit one Kafka record (``controller.fit``)."""

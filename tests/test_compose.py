@@ -253,7 +253,7 @@ def test_compose_signs_and_each_key_is_mounted_only_where_it_is_used() -> None:
         if name != "keys":
             assert "admin-key" not in mounts(service).values(), name
     assert mounts(keys) == {"/keys/admin": "admin-key", "/keys/controller": "controller-key",
-                            "/keys/operator": "operator-key"}
+                            "/keys/operator": "operator-key", "/keys/agent": "agent-key"}
     for name, env_name, volume in (("controller", "RUNLEDGER_SIGNING_KEY", "controller-key"),
                                    ("cli", "RUNLEDGER_KEY", "operator-key")):
         path = services[name]["environment"][env_name]
@@ -265,4 +265,10 @@ def test_compose_signs_and_each_key_is_mounted_only_where_it_is_used() -> None:
             "service_completed_successfully"), name
     # Docker copies an image directory's owner into a new named volume: the runledger user's.
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert all(f"/keys/{k}" in dockerfile for k in ("admin", "controller", "operator"))
+    assert all(f"/keys/{k}" in dockerfile for k in ("admin", "controller", "operator", "agent"))
+    # The agent signs its reports with its own node key, enrolled by the keys job
+    # straight into the one volume the agent mounts (read-only).
+    node_key = "/keys/agent/node.agent-1.key"
+    assert f"--node-key {node_key}" in command_text(services["agent"])
+    assert "agent-key:/keys/agent:ro" in services["agent"]["volumes"]
+    assert f"runledger node enroll agent-1 --admin-key /keys/admin/keys/admin.key \\\n    --key {node_key}" in text

@@ -17,11 +17,13 @@
   heartbeats and worker exits to ``runledger.reports``, its workers started
   from the worker role's credentials (never the agent's);
 - ``node``: what the agent says about its node, each report signed with the
-  node's own key (``events.reportdoor``), and its torch version;
+  node's own key (``events.reportdoor``), its torch version, and the node's
+  state it logs at start (read from the controller's facts);
 - ``nodestate``: the pure fold of the node's facts behind the line an agent
   logs about its node when it starts (ready, cordoned, quarantined);
 - ``procs``: the table of worker processes (launch, terminate with a grace
-  period, reap);
+  period, reap), each run's workers given a run key the node key certifies for
+  that run and generation alone (``events.runkeys``);
 - ``sweep``: after a stop, the stopped generations' manifest-less checkpoint
   directories (staging residue no commit can vouch for), removed once this
   node's workers of them exited;

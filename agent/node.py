@@ -7,17 +7,26 @@ Every report the agent sends (``AgentRegistered``, ``AgentHeartbeatRecorded``,
 broker's ACLs say only that some holder of the agent role wrote it. Without a
 key (a plaintext stack, whose keys log has no anchor) reports go out unsigned.
 
-Tested in tests/agent/test_service.py and tests/e2e/test_node_identity.py.
+What the agent logs at start about its node: its state as the controller's facts on
+``runledger.runs`` leave it (:func:`node_state_line`, ``agent.nodestate``), read for
+at most :data:`NODE_STATE_READ_S`.
+
+Tested in tests/agent/test_service.py, tests/agent/test_nodestate.py and
+tests/e2e/test_node_identity.py.
 """
 
 from __future__ import annotations
 
+import time
 from importlib.metadata import PackageNotFoundError, version
 
+from agent import nodestate
+from events.errors import EventsError
 from events.kafka import EventProducer, event_headers
-from events.model import Event
+from events.model import Event, node_key
+from events.reader import LogReader
 from events.signing import SigningKey, sign_report
-from events.topics import REPORTS
+from events.topics import REPORTS, RUNS
 
 
 def send_report(producer: EventProducer, event: Event, key: SigningKey | None) -> None:
@@ -37,3 +46,29 @@ def torch_version() -> str:
         return version("torch")
     except PackageNotFoundError:
         return "-"
+
+
+# How long the start line may wait for the node's facts (read beside the start, never
+# in its way): a log too long to read by then is reported as a state unknown.
+NODE_STATE_READ_S = 10.0
+
+
+def node_state_line(bootstrap: str, node: str, timeout_s: float = NODE_STATE_READ_S) -> str:
+    """The node's start line (``agent.nodestate.line``) from its facts on runledger.runs,
+    or, after about ``timeout_s`` at most, why they could not be read."""
+    deadline = time.monotonic() + timeout_s
+    events: list[Event] = []
+    try:
+        reader = LogReader(bootstrap, [RUNS], key=node_key(node), key_partition=True,
+                           bounded=True, strict=True,
+                           timeout_s=max(timeout_s / 2, 0.1), name=f"agent-{node}-state")
+        try:
+            while not reader.caught_up:
+                if time.monotonic() >= deadline:
+                    return nodestate.unknown(node, f"not read to its end within {timeout_s:g} s")
+                events.extend(r.event for r in reader.read_records(500, 0.2))
+        finally:
+            reader.close()
+    except EventsError as exc:
+        return nodestate.unknown(node, str(exc))
+    return nodestate.line(node, nodestate.fold(node, events))

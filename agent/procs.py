@@ -25,14 +25,17 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from agent.allow import program_problem
+from agent.applied import STATE_DIR
 from agent.decide import REJECTED_EXIT_CODE, Launch, WorkerKey
+from events import runkeys
 from events.launch import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, launch_problem
+from events.signing import SigningKey
 from events.workerenv import compose_environ
 
 log = logging.getLogger("runledger.agent")
@@ -75,8 +78,12 @@ class _Proc:
 class ProcessTable:
     def __init__(self, work_dir: Path, grace_s: float = 5.0,
                  base_env: Mapping[str, str] | None = None, *,
-                 allowed: tuple[str, ...] = (), node: str = "") -> None:
+                 allowed: tuple[str, ...] = (), node: str = "",
+                 node_key: Callable[[], SigningKey | None] = lambda: None) -> None:
         self.work_dir = work_dir
+        # The node's key, which certifies each run's key for its workers (events.runkeys);
+        # asked at each launch: the agent learns it after it is built (an enrollment).
+        self.node_key = node_key
         self.grace_s = grace_s
         # The real paths of the programs workers may run (agent.allow); empty: any.
         self.allowed = allowed
@@ -99,6 +106,11 @@ class ProcessTable:
         path = (self.work_dir / action.log_path).absolute()
         path.parent.mkdir(parents=True, exist_ok=True)
         env = compose_environ(self._base_env, action.command_env, action.worker_env)
+        env.pop(runkeys.ENV, None)  # only ever the one this agent issued, below
+        node_key = self.node_key()
+        if node_key is not None:
+            env[runkeys.ENV] = str(self._run_key(node_key, action.worker_env.run_id,
+                                                 action.worker_env.generation))
         cwd = action.workdir or str(self.work_dir.absolute())
         log_file = path.open("ab")
         problem = launch_problem(action.argv, cwd, env.get("PATH", os.defpath))
@@ -129,6 +141,23 @@ class ProcessTable:
         self._procs[action.key] = _Proc(popen, log_file, path, action.causation_id)
         log.info("%s: started pid %d rank %d/%d in %s, log %s", action.key, popen.pid,
                  action.worker_env.rank, action.worker_env.world_size, cwd, path)
+
+    def _run_key(self, node_key: SigningKey, run_id: str, generation: int) -> Path:
+        """The file of the run key this node's workers of ``run_id`` generation ``generation``
+        sign with: issued once (a restarted agent, a second rank reuse it), 0600 in a 0700
+        directory of the agent's work dir; one certified by an older node key is replaced."""
+        where = self.work_dir.absolute() / STATE_DIR / "runkeys"
+        where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = where / f"{run_id}.g{generation}.json"
+        if path.exists():
+            try:
+                if runkeys.RunKey.load(path).cert.node_key_id == node_key.key_id:
+                    return path
+            except runkeys.RunKeyError as exc:
+                log.warning("%s; issuing a new one", exc)
+            path.unlink()
+        runkeys.RunKey.issue(node_key, run_id, generation, self.node).save(path)
+        return path
 
     def _launch_failed(self, action: Launch, path: Path, log_file: IO[bytes], code: int,
                        message: str) -> None:

@@ -23,7 +23,7 @@ At start, once registered, it logs its node's state as the controller's facts
 on ``runledger.runs`` leave it (``agent.nodestate``): ready, or cordoned or
 quarantined since when and why, with the ``runledger node uncordon`` that
 frees it. The facts are read in a thread of their own, for at most
-``NODE_STATE_READ_S``, so the agent's start never waits for them; a log that
+``agent.node.NODE_STATE_READ_S``, so the agent's start never waits for them; a log that
 cannot be read in time is logged as a state unknown, with the reason.
 
 It reads ``runledger.commands`` in the consumer group ``agent-<node>`` and
@@ -55,7 +55,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import FrameType
 
-from agent import nodestate, sweep
+from agent import sweep
 from agent.allow import allowed_real_paths
 from agent.applied import AppliedLog
 from agent.confine import root_option_problem, workdir_option_problem
@@ -75,11 +75,10 @@ from agent.decide import (
     worker_exited,
 )
 from agent.errors import AgentError
-from agent.node import send_report, torch_version
+from agent.node import node_state_line, send_report, torch_version
 from agent.procs import Exit, ProcessTable
 from agent.verify import CommandVerifier
 from events.consume import EventConsumer
-from events.errors import EventsError
 from events.kafka import EventProducer, Record
 from events.model import (
     AgentHeartbeatRecorded,
@@ -92,41 +91,14 @@ from events.model import (
     node_key,
 )
 from events.names import host_problem
-from events.reader import LogReader
 from events.signing import SigningKey
-from events.topics import COMMANDS, RUNS
+from events.topics import COMMANDS
 
 log = logging.getLogger("runledger.agent")
 
 
-# How long the start line may wait for the node's facts (read beside the start, never
-# in its way): a log too long to read by then is reported as a state unknown.
-NODE_STATE_READ_S = 10.0
-
-
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def node_state_line(bootstrap: str, node: str, timeout_s: float = NODE_STATE_READ_S) -> str:
-    """The node's start line (``agent.nodestate.line``) from its facts on runledger.runs,
-    or, after about ``timeout_s`` at most, why they could not be read."""
-    deadline = time.monotonic() + timeout_s
-    events: list[Event] = []
-    try:
-        reader = LogReader(bootstrap, [RUNS], key=node_key(node), key_partition=True,
-                           bounded=True, strict=True,
-                           timeout_s=max(timeout_s / 2, 0.1), name=f"agent-{node}-state")
-        try:
-            while not reader.caught_up:
-                if time.monotonic() >= deadline:
-                    return nodestate.unknown(node, f"not read to its end within {timeout_s:g} s")
-                events.extend(r.event for r in reader.read_records(500, 0.2))
-        finally:
-            reader.close()
-    except EventsError as exc:
-        return nodestate.unknown(node, str(exc))
-    return nodestate.line(node, nodestate.fold(node, events))
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +139,8 @@ class Agent:
         self.options = options
         self.applied, self.state = AppliedLog.at(options.work_dir, self.config)  # agent.applied
         self.procs = ProcessTable(options.work_dir, options.grace_s, options.worker_env,
-                                  allowed=allowed, node=config.node)
+                                  allowed=allowed, node=config.node,
+                                  node_key=lambda: self.options.node_key)
         if allowed:
             log.info("--allow: workers may run only %s", " ".join(allowed))
         self.producer_id = f"agent/{config.node}"

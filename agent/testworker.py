@@ -66,6 +66,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 
+from events import runkeys
 from events.delivery import drain, report_producer_config
 from events.kafka import EventProducer
 from events.model import (
@@ -78,7 +79,6 @@ from events.model import (
     StepTimesRecorded,
 )
 from events.sdcenv import SdcReplay
-from events.topics import REPORTS
 from events.workerenv import WorkerEnv, WorkerEnvError
 
 MODES = ("none", "crash", "kill", "hang", "fail", "exit", "stall", "corrupt")
@@ -153,6 +153,7 @@ class Worker:
         self._undelivered: list[str] = []  # delivery failures, appended by the producer
         self._times: list[tuple[int, float, float]] = []  # (step, ms, input wait ms) unsent
         self.replay = SdcReplay.from_environ(os.environ)
+        self.run_key = runkeys.from_environ(os.environ)  # what its reports are signed with
 
     def _header(self, suffix: str) -> Header:
         return Header(f"{self._prefix}/{suffix}", self.env.run_id, self.env.generation,
@@ -189,7 +190,7 @@ class Worker:
         return code
 
     def _send(self, event: Event) -> None:
-        self.producer.send(REPORTS, event, on_failure=self._undelivered.append)
+        runkeys.send_report(self.producer, event, self.run_key, self._undelivered.append)
 
     def _flush(self) -> None:
         """Wait until every report sent so far is delivered (the heartbeats go on);

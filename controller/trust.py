@@ -4,7 +4,9 @@ The controller's shell holds one :class:`Trust`. It makes the request judge
 (``controller.signatures``) once the model is rebuilt, reads the key ring again
 when requests arrive and every ``REFRESH_S`` (so a revocation is judged by, and
 named in the facts' keys head, soon), and builds the one door of agents' reports
-(``events.reportdoor``) that the input consumer and the follower share. It says
+(``events.reportdoor``) that the input consumer and the follower share: an agent's
+report believed only under its node's key, a worker's only under its run's key
+certified by a node the model places the run on (``events.runkeys``). It says
 at start how the controller signs and whether it believes unsigned requests:
 ``--trust-unsigned`` is logged as a warning, because the broker vouches only for
 a role, never for the name a request types.
@@ -71,7 +73,7 @@ class Trust:
         """The door of agents' reports: one believed only under its node's key, by the
         input door and by the follower's node reader alike."""
         return ReportDoor(lambda: read_ring_or_empty(self.bootstrap, name=f"{self.name}-reports"),
-                          placed=self._placed)
+                          placed=self._placed, hosts=self._hosts)
 
     def _placed(self, exited: WorkerExited) -> str | None:
         """The node the model places the exit's member on, when the exit is of the run's
@@ -81,3 +83,13 @@ class Trust:
         if run is None or run.generation != exited.header.generation:
             return None
         return next((m.node for m in run.members if m.logical_id == exited.logical_id), None)
+
+    def _hosts(self, run_id: str, generation: int) -> frozenset[str] | None:
+        """The nodes the model places the run's members on, for its current generation (a
+        worker's run key must be certified by one of them); None for another generation or
+        a run the model does not know (the run's own checks fence those)."""
+        model = self._model()
+        run = model.runs.get(run_id) if model is not None else None
+        if run is None or run.generation != generation:
+            return None
+        return frozenset(m.node for m in run.members)

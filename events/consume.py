@@ -210,6 +210,7 @@ def read_log(
     bootstrap: str, topic: str, *, follow: bool = False, quarantine: Quarantine | None = None,
     codec: Codec | None = None, idle_timeout_s: float = 1.0,
     on_quarantine: Callable[[Quarantined], None] | None = None, retry_s: float = 0.0,
+    raw: bool = False,
 ) -> Iterator[Record]:
     """Every record of ``topic`` from the beginning, in offset order per partition.
 
@@ -218,11 +219,12 @@ def read_log(
     tail). No group, nothing committed. An undecodable record goes to
     ``on_quarantine`` (by default it is logged). ``retry_s``: how long a broker
     that is down or failing over is waited for (``LogReader``); a tail waits for
-    it for ever once it has started.
+    it for ever once it has started. ``raw``: keep each record's value bytes and
+    headers (for a reader that judges signatures).
     """
     reader = LogReader(bootstrap, [topic], codec=codec, quarantine=quarantine,
                        on_quarantine=on_quarantine, strict=True, bounded=not follow,
-                       retry_s=retry_s)
+                       retry_s=retry_s, raw=raw)
     try:
         yield from reader.records(follow=follow, timeout_s=idle_timeout_s)
     finally:

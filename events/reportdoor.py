@@ -20,8 +20,10 @@ answers ``None`` (believe it) or ``(reason, detail)``: a reason of
 ``unknown_key``, ``bad_signature``, ``revoked_key``, ``wrong_principal``: a
 live key of another node, or of someone who is no node; ``wrong_role``), or
 :data:`NODE_MISMATCH` (a ``WorkerExited`` signed by the member's node but naming
-another). Reports of other kinds (the workers') pass: their authority is the
-run's own checks in ``controller.inputs``.
+another). A worker's report (every other kind on ``reports``) is believed only
+under its run's own key, certified by a node hosting the run
+(``events.runkeys.judge_worker_report``), and then by the run's own checks in
+``controller.inputs`` (generation fencing).
 
 An unsigned agent report is refused when ``require`` is true, which the
 readers set whenever the keys log has a trust anchor (every secure stack:
@@ -41,9 +43,10 @@ Tested in tests/events/test_reportdoor.py and tests/e2e/test_node_identity.py.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
-from events.authority import admit_input
+from events.authority import SENDERS, Role, admit_input
 from events.errors import DecodeError
 from events.kafka import Record
 from events.keyring import (
@@ -56,13 +59,20 @@ from events.keyring import (
     KeyRing,
     check_headers,
 )
+from events.keys import read_ring_or_empty
 from events.model import AgentHeartbeatRecorded, AgentRegistered, Event, WorkerExited
+from events.runkeys import Hosts, judge_worker_report
 from events.signing import report_message
 
 NODE_PRINCIPAL_PREFIX = "node."
 AGENT_ROLE = "agent"
 # What an agent reports: the node's life and the exits of the processes it ran.
 AGENT_REPORTS = (AgentRegistered, AgentHeartbeatRecorded, WorkerExited)
+# Reads of the keys log for a key the ring lacks: up to REREAD_BURST at once (nodes
+# enrolled together), then one per REREAD_S, so a flood of forged keys costs no flood
+# of reads.
+REREAD_BURST = 8
+REREAD_S = 1.0
 # A WorkerExited signed by the node its member is placed on, naming another node.
 NODE_MISMATCH = "node_mismatch"
 
@@ -94,16 +104,26 @@ def required(ring: KeyRing) -> bool:
     return ring.anchor is not None
 
 
-def judge_report(ring: KeyRing, record: Record, *, require: bool,
-                 placed: Placed = _nowhere) -> tuple[str, str] | None:
-    """None when the report may be believed, else (reason, detail). Pure."""
+def _unhosted(run_id: str, generation: int) -> None:
+    return None
+
+
+def judge_report(ring: KeyRing, record: Record, *, require: bool, placed: Placed = _nowhere,
+                 hosts: Hosts = _unhosted, at: int | None = None) -> tuple[str, str] | None:
+    """None when the report may be believed, else (reason, detail). Pure.
+
+    ``at``: judge the keys as they were at that time (a reader of history, whose
+    ring holds revocations made since); None: as they are now (the controller)."""
     event = record.event
     node = about(event, placed)
     if node is None:
+        sender = SENDERS.get(type(event))
+        if sender is not None and sender.role == Role.WORKER and sender.topic == record.topic:
+            return judge_worker_report(ring, record, require=require, hosts=hosts, at=at)
         return None
     principal = node_principal(node)
     problem = check_headers(ring, record.headers, report_message(record.value),
-                            principal=principal, role=AGENT_ROLE)
+                            principal=principal, role=AGENT_ROLE, at=at)
     if problem == UNSIGNED and not require:
         return None
     if problem is None and isinstance(event, WorkerExited) and event.node != node:
@@ -139,24 +159,43 @@ class ReportDoor:
     """``admit_input`` and :func:`judge_report`, with a key ring kept fresh.
 
     ``read_ring`` reads the keys log to its end (``events.keys.read_ring``);
-    ``placed`` says where a run's member runs, when the reader knows (the
-    controller's model).
+    ``placed`` and ``hosts`` say where a run's members run, when the reader knows
+    (the controller's model). ``historic``: judge each record's keys as of its log
+    time (a projection rebuilt later must believe what was believed then).
     """
 
-    def __init__(self, read_ring: Callable[[], KeyRing], placed: Placed = _nowhere) -> None:
+    def __init__(self, read_ring: Callable[[], KeyRing], placed: Placed = _nowhere,
+                 hosts: Hosts = _unhosted, *, historic: bool = False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._read_ring = read_ring
         self.placed = placed
+        self.hosts = hosts
+        self.historic = historic
+        self._clock = clock
         self.ring = read_ring()
+        self._rereads, self._filled_at = float(REREAD_BURST), clock()
 
     def judge(self, record: Record) -> tuple[str, str] | None:
+        at = record.timestamp_ms if self.historic else None
         refusal = judge_report(self.ring, record, require=required(self.ring),
-                               placed=self.placed)
-        if refusal is not None and refusal[0] in (UNKNOWN_KEY, REVOKED_KEY):
+                               placed=self.placed, hosts=self.hosts, at=at)
+        if refusal is not None and refusal[0] in (UNKNOWN_KEY, REVOKED_KEY) and self._reread():
             # A node enrolled (or a key revoked) since the ring was read: read it again.
             self.ring = self._read_ring()
             refusal = judge_report(self.ring, record, require=required(self.ring),
-                                   placed=self.placed)
+                                   placed=self.placed, hosts=self.hosts, at=at)
         return refusal
+
+    def _reread(self) -> bool:
+        """Whether the keys log may be read again now (a token bucket)."""
+        now = self._clock()
+        self._rereads = min(float(REREAD_BURST),
+                            self._rereads + (now - self._filled_at) / REREAD_S)
+        self._filled_at = now
+        if self._rereads < 1.0:
+            return False
+        self._rereads -= 1.0
+        return True
 
     def admit(self, record: Record, size: int) -> DecodeError | None:
         """The controller's door (``events.kafka.Admit``): ``admit_input``, then the node's key."""
@@ -165,3 +204,10 @@ class ReportDoor:
             return refused
         refusal = self.judge(record)
         return DecodeError(*refusal) if refusal is not None else None
+
+
+def view_door(bootstrap: str, name: str, retry_s: float) -> ReportDoor:
+    """The door a view of past reports uses (``runledger status``, ``logs``): the ring read
+    now, each record judged as the keys were when it was appended."""
+    return ReportDoor(lambda: read_ring_or_empty(bootstrap, name=name, retry_s=retry_s),
+                      historic=True)

@@ -160,9 +160,7 @@ class SigningKey:
 
     def save(self, path: str | Path) -> None:
         """Write the key as PEM PKCS#8, mode 0600; an existing file is never overwritten."""
-        pem = self._key.private_bytes(serialization.Encoding.PEM,
-                                      serialization.PrivateFormat.PKCS8,
-                                      serialization.NoEncryption())
+        pem = self.pem()
         # O_EXCL: refuse a file (or a link) that is already there, atomically; the
         # mode is set at creation so the key is never readable by others, even briefly.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -171,6 +169,19 @@ class SigningKey:
             os.write(fd, pem)
         finally:
             os.close(fd)
+
+    def pem(self) -> bytes:
+        """The key as PEM PKCS#8 (what :meth:`save` writes), for a file of another shape."""
+        return self._key.private_bytes(serialization.Encoding.PEM,
+                                       serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption())
+
+    @classmethod
+    def from_pem(cls, data: bytes) -> SigningKey:
+        key = serialization.load_pem_private_key(data, password=None)
+        if not isinstance(key, Ed25519PrivateKey):
+            raise ValueError("not an Ed25519 private key")
+        return cls(key)
 
     def sign(self, message: bytes) -> bytes:
         return self._key.sign(message)

@@ -13,6 +13,13 @@ when it started, however much keeps arriving. A stored offset that retention or
 stops the projector with :class:`~projectors.errors.ProjectionGap` naming the
 records lost and the rebuild, never a silent skip past them, live or not.
 
+Reports pass the controller's door (``events.reportdoor``) before they are
+projected: an agent's report believed only under its node's key, a worker's only
+under its run's certified key, each judged as the keys were when the record was
+appended (so a projection rebuilt after a revocation believes what was believed
+then). A refused report becomes a ``quarantine`` row with the door's reason, as
+the controller quarantines it: a forged heartbeat never reaches ETTR.
+
 With ``snapshot_every_s`` the loop also publishes a read-only snapshot of the
 file for readers (``projectors.snapshot``) once something changed and at least
 that long after the previous one, and once more when it stops.
@@ -34,8 +41,10 @@ import pyarrow as pa
 from events.codec import Codec, default_codec
 from events.errors import EventsError
 from events.kafka import Quarantined, Record
+from events.keys import read_ring_or_empty
 from events.offsets import LogGap
 from events.reader import LogReader
+from events.reportdoor import ReportDoor
 from events.topics import REPORTS, RUNS
 from projectors.errors import ProjectionGap, ProjectionLayoutError, ProjectorError
 from projectors.rows import EventRow, QuarantineRow, Row
@@ -87,6 +96,8 @@ class Projector:
         # Only a publisher needs it (and must keep it open: projectors.snapshot.LiveFile).
         self._live = LiveFile(self.db_path) if snapshot_every_s is not None else None
         self.applied = 0
+        # The door of reports, made when the loop starts (it reads the keys log).
+        self.door: ReportDoor | None = None
         # Counters for projectors.metrics. Only this thread writes them; a scrape
         # thread reads single attributes, and rebinding a whole dict is atomic.
         self.quarantined = 0
@@ -131,10 +142,16 @@ class Projector:
         below the ends the partitions had when this call started, however many keep
         arriving. ``retry_s``: how long a broker that is down or failing over is
         waited for before ``BrokerUnavailable`` (at the start, and while catching up)."""
+        if self.door is None:
+            self.door = ReportDoor(lambda: read_ring_or_empty(
+                self.bootstrap, name="runledger-projector-keys", retry_s=max(retry_s, 5.0)),
+                historic=True)
         try:
+            # raw: the door judges the exact value bytes and headers of each report.
             reader = LogReader(self.bootstrap, TOPICS, start=self.offsets(), codec=self.codec,
                                name="runledger-projector", bounded=until_caught_up,
-                               strict=until_caught_up and retry_s > 0, retry_s=retry_s)
+                               strict=until_caught_up and retry_s > 0, retry_s=retry_s,
+                               raw=True)
         except LogGap as gap:
             raise self._gap(gap) from None
         try:
@@ -195,12 +212,24 @@ class Projector:
 
     def _apply(self, items: list[Record | Quarantined], decode_s: float = 0.0) -> int:
         started = time.monotonic() - decode_s
+        if self.door is not None:
+            items = [self._judged(item) for item in items]
         quarantined = self._commit_or_isolate(items)
         self.applied += len(items)
         self.quarantined += quarantined
         self.batches += 1
         self.last_batch, self.last_batch_s = len(items), time.monotonic() - started
         return len(items)
+
+    def _judged(self, item: Record | Quarantined) -> Record | Quarantined:
+        """A report the door refuses, as the quarantine row the controller would keep."""
+        if isinstance(item, Quarantined) or item.topic != REPORTS or self.door is None:
+            return item
+        refusal = self.door.judge(item)
+        if refusal is None:
+            return item
+        return Quarantined(item.topic, item.partition, item.offset, refusal[0], refusal[1],
+                           key=item.event.run_id, value=item.value)
 
     def _commit_or_isolate(self, items: list[Record | Quarantined]) -> int:
         """Commit ``items``; when a value in them cannot be stored, find the records

@@ -7,22 +7,33 @@ client in the test, which reads the environment, authenticates to either
 broker. Without session credentials a private stack is plaintext, like the
 session's.
 
-The controller refuses unsigned requests, so a test's CLI signs as a user's
-does: with the session stack's ``keys/operator.key`` (:func:`session_key`,
-passed as ``RUNLEDGER_KEY``), or as another principal with a key the
-session's admin registered to it (:func:`registered_key`).
+Every reader believes a worker's report only under its run's key, certified by
+an enrolled node (``events.runkeys``), so a test that writes reports itself
+sends them as a worker does (:func:`send_report`). The controller refuses
+unsigned requests, so a test's CLI signs as a user's does: with the session
+stack's ``keys/operator.key`` (:func:`session_key`, passed as
+``RUNLEDGER_KEY``), or as another principal with a key the session's admin
+registered to it (:func:`registered_key`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
+from events import runkeys
 from events.connection import ENV_CREDENTIALS
+from events.kafka import EventProducer
+from events.model import Event
 from events.signing import SigningKey
-from runledger import keylog
+from runledger import keylog, nodekeys
 from runledger.stack import Stack
+
+# This process's node keys on the session's keys log, by node, and its run keys.
+_NODE_KEYS: dict[str, SigningKey] = {}
+_RUN_KEYS: dict[tuple[str, int, str], runkeys.RunKey] = {}
 
 
 def session_credentials() -> Path | None:
@@ -61,3 +72,26 @@ def registered_key(bootstrap: str, principal: str, folder: Path) -> Path:
         principal, "operator", key.public, now_ms=1, by="test", reason="a test's operator"),
         SigningKey.load(admin))
     return path
+
+
+def send_report(bootstrap: str, producer: EventProducer, event: Event,
+                node: str = "n1") -> None:
+    """Queue a worker's report as a worker does: signed with a run key for its run and
+    generation, certified by the key of its node (the event's ``node``, else ``node``),
+    which the session's admin enrolls once per process. Unsigned on a plaintext session."""
+    admin = session_key("admin")
+    if admin is None:
+        runkeys.send_report(producer, event, None)
+        return
+    node = getattr(event, "node", None) or node
+    node_key = _NODE_KEYS.get(node)
+    if node_key is None:
+        folder = Path(tempfile.mkdtemp(prefix="runledger-test-node-"))
+        node_key, _ = nodekeys.enroll(bootstrap, node, folder / f"node.{node}.key",
+                                      SigningKey.load(admin), by="test")
+        _NODE_KEYS[node] = node_key
+    at = (event.run_id, event.header.generation, node)
+    run_key = _RUN_KEYS.get(at)
+    if run_key is None:
+        run_key = _RUN_KEYS[at] = runkeys.RunKey.issue(node_key, *at)
+    runkeys.send_report(producer, event, run_key)

@@ -15,16 +15,18 @@ thread, so the session closes its reporter last: a rank tearing down is alive.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from events import runkeys
 from events.delivery import FLUSH_TIMEOUT_S, drain, report_producer_config
 from events.kafka import EventProducer
 from events.model import Event, Header, HeartbeatRecorded, StepTimesRecorded
-from events.topics import REPORTS
+from events.runkeys import RunKey
 from events.workerenv import WorkerEnv
 from worker.errors import WorkerError
 
@@ -47,9 +49,11 @@ class _Flush:
 
 class Reporter:
     def __init__(self, env: WorkerEnv, producer: EventProducer,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, run_key: RunKey | None = None) -> None:
         self.env = env
         self.producer = producer
+        # What every report is signed with (events.runkeys); None: sent unsigned.
+        self.run_key = run_key
         self.clock = clock
         self.step = 0
         self.identity = f"worker/{env.run_id}/{env.logical_id}"
@@ -64,9 +68,11 @@ class Reporter:
 
     @classmethod
     def connect(cls, env: WorkerEnv) -> Reporter:
-        """A reporter with a producer of its own, as a worker session uses."""
+        """A reporter with a producer of its own, as a worker session uses, signing with
+        the run key its agent named (``RUNLEDGER_WORKER_KEY``)."""
         return cls(env, EventProducer(env.bootstrap, client_id=f"worker/{env.run_id}/"
-                                      f"{env.logical_id}", config=report_producer_config()))
+                                      f"{env.logical_id}", config=report_producer_config()),
+                   run_key=runkeys.from_environ(os.environ))
 
     def start(self) -> Reporter:
         self._thread.start()
@@ -146,7 +152,7 @@ class Reporter:
                 continue
             assert isinstance(item, Event)
             try:
-                self.producer.send(REPORTS, item, on_failure=self._undelivered)
+                runkeys.send_report(self.producer, item, self.run_key, self._undelivered)
             except Exception as exc:  # an encode error must surface, not kill the thread
                 with self._lock:
                     self._failures.append(f"{item.event_type}: {exc}")
@@ -180,7 +186,7 @@ class Reporter:
                                   logical_id=env.logical_id, node=env.node, step=self.step,
                                   closing=self.closing)
         try:
-            self.producer.send(REPORTS, event, on_failure=self._undelivered)
+            runkeys.send_report(self.producer, event, self.run_key, self._undelivered)
         except Exception as exc:
             with self._lock:
                 self._failures.append(f"heartbeat: {exc}")

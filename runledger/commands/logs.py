@@ -25,6 +25,7 @@ import typer
 
 from events.model import Event, node_key
 from events.reader import LogReader
+from events.reportdoor import view_door
 from events.topics import REPORTS, RUNS
 from runledger import config
 from runledger.config import Bootstrap, RunArg
@@ -79,11 +80,13 @@ def logs(run: RunArg, rank: Rank = None, generation: Generation = None, follow: 
 
 def _work_dir(address: str, node: str) -> str | None:
     """The work dir ``node``'s agent registered, from its partition of the reports."""
+    # Only what the node's own key signed: a forged registration would point elsewhere.
+    door = view_door(address, "runledger-logs", config.retry_s())
     reader = LogReader(address, [REPORTS], key=node_key(node), key_partition=True,
                        bounded=True, strict=True, retry_s=config.retry_s(),
-                       name="runledger-logs")
+                       name="runledger-logs", raw=True)
     try:
-        return work_dir_of(node, (r.event for r in reader.records()))
+        return work_dir_of(node, (r.event for r in reader.records() if door.judge(r) is None))
     finally:
         reader.close()
 

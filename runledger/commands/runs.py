@@ -35,6 +35,7 @@ from events.consume import read_log
 from events.errors import BrokerUnavailable, KafkaOperationError
 from events.kafka import Quarantined
 from events.model import CancelRequested, Event, Header, ResumeRequested, RunSubmitted
+from events.reportdoor import view_door
 from events.status import RunStatusChanged
 from events.statuslog import read_status
 from events.topics import REPORTS, REQUESTS, RUNS, STATUS
@@ -335,8 +336,14 @@ def _load(bootstrap: str, run: str | None, *, with_reports: bool) -> _View:
             if run is None or q.key == run:
                 skipped.append(q)
 
-        records = read_log(bootstrap, topic, on_quarantine=keep, retry_s=config.retry_s())
-        return [r.event for r in records if run is None or r.event.run_id == run]
+        records = read_log(bootstrap, topic, on_quarantine=keep, retry_s=config.retry_s(),
+                           raw=topic == REPORTS)
+        mine = (r for r in records if run is None or r.event.run_id == run)
+        if topic != REPORTS:
+            return [r.event for r in mine]
+        # A report the controller's door refuses (a forged one) is shown by no view either.
+        door = view_door(bootstrap, "runledger-status", config.retry_s())
+        return [r.event for r in mine if door.judge(r) is None]
 
     view = _View(read(REQUESTS), read(RUNS), read(REPORTS) if with_reports else [])
     # Nothing vanishes silently: say what could not be decoded (events dump shows it).

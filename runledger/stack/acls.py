@@ -16,7 +16,8 @@ is ever written (docs/architecture.md §4):
 - **controller**: reads ``requests``, ``reports``, ``runs`` and ``keys``;
   writes ``runs``, ``commands`` and the ``quarantine``; alone holds the
   transactional ids and consumer groups named ``runledger-controller*``;
-- **projector**: reads ``runs`` and ``reports``; writes nothing.
+- **projector**: reads ``runs``, ``reports`` and ``keys`` (its door of reports
+  judges their signatures, ``events.reportdoor``) and ``status``; writes nothing.
 
 Nobody but the controller writes ``runs`` or ``commands``; nobody but the admin
 (Kafka's super user) writes ``keys``, creates topics or changes ACLs. READ and
@@ -79,7 +80,7 @@ GRANTS: dict[Role, tuple[Grant, ...]] = {
         Grant("group", CONTROLLER_PREFIX, "READ", prefixed=True),
         Grant("transactional_id", CONTROLLER_PREFIX, "WRITE", prefixed=True),
     ),
-    Role.PROJECTOR: _topics("READ", RUNS, REPORTS, STATUS),
+    Role.PROJECTOR: _topics("READ", RUNS, REPORTS, KEYS, STATUS),
 }
 
 

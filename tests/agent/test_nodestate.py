@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent import nodestate
-from agent.service import node_state_line
+from agent.node import node_state_line
 from controller.inventory import EMPTY, Node, observe, state_of
 from events.model import (
     Event,

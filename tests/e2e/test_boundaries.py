@@ -30,10 +30,12 @@ from events.model import (
     StepCommitted,
     WorkerExited,
 )
+from events.runkeys import ENV as RUN_KEY_ENV
+from events.runkeys import RunKey, send_report
 from events.signing import SigningKey
 from events.topics import QUARANTINE, REPORTS, REQUESTS
 from runledger.signer import signed_record
-from tests.e2e.harness import Cluster, of_type, spec, wait
+from tests.e2e.harness import Cluster, _environ, of_type, spec, wait, worker_pids
 
 pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 
@@ -108,8 +110,18 @@ def test_forged_types_claims_floods_and_bad_specs_never_stop_a_healthy_run(
     sends.append((REQUESTS, RunSubmitted(
         header=_h("../escape", 0, "f-9"), spec_digest="sha256:" + "1" * 64,
         spec_json="{}", principal="mallory", world_size=1)))
+    # The claims and the zombie's flood are signed as a job on n1 could sign them: with
+    # the run's own key (read from its worker's environment) and, for generation 0, a
+    # key n1's node key certifies (the job can read that key file too). So they pass
+    # the door of reports and reach the checks of the run itself.
+    pid = wait(lambda: worker_pids(run) or None, 30, "the run's worker")[0]
+    keys = {gen: RunKey.load(_environ(pid)[RUN_KEY_ENV]),
+            0: RunKey.issue(SigningKey.load(cluster.work / "node.n1.key"), run, 0, "n1")}
     for topic, event in sends:
-        producer.send(topic, event)
+        if isinstance(event, StepCommitted | HeartbeatRecorded):
+            send_report(producer, event, keys[event.header.generation])
+        else:
+            producer.send(topic, event)
     producer.flush(30)
 
     # Every stray, the oversize report and the unsigned exit are on the quarantine

@@ -11,6 +11,10 @@ keys (``Cluster.agent`` enrolls each node):
   unsigned, or signed with the sender's own node key: the controller's door
   quarantines it (``unsigned``, ``wrong_principal``), nothing is classified, and
   the run goes on to succeed in its first generation;
+- a worker's report forged for another run by a job holding the worker
+  credentials, unsigned or signed with its own run's key (readable from its
+  environment): quarantined (``unsigned``, ``wrong_run``), and nothing of it
+  reaches the other run's facts;
 - a ``NodeQuarantined`` sent on ``runledger.reports``: quarantined at the door
   as before, and now believed by no reader either: ``runledger nodes`` shows the
   node ready, and a run submitted afterwards is placed there and succeeds.
@@ -28,7 +32,17 @@ import pytest
 
 from events.connection import ENV_CREDENTIALS
 from events.kafka import EventProducer, event_headers
-from events.model import Event, GenerationStarted, Header, NodeQuarantined, WorkerExited, node_key
+from events.model import (
+    Event,
+    GenerationStarted,
+    Header,
+    NodeQuarantined,
+    StepCommitted,
+    WorkerExited,
+    node_key,
+)
+from events.runkeys import ENV as RUN_KEY_ENV
+from events.runkeys import RunKey, send_report
 from events.signing import SigningKey, sign_report
 from events.topics import QUARANTINE, REPORTS
 from tests.e2e.harness import Cluster, _environ, of_type, spec, wait, worker_pids
@@ -114,6 +128,57 @@ def test_an_exit_forged_for_another_nodes_rank_fails_nothing(
     assert of_type(facts, "FailureClassified") == []
     assert [g.generation for g in of_type(facts, "GenerationStarted")] == [gen]
     assert any(s.header.occurred_at > forged_at for s in of_type(facts, "StepCommitted"))
+
+
+def test_a_job_cannot_report_for_another_run_even_on_its_own_node(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster.controller()
+    cluster.agent("n1", 2)
+    one = {"replicas": 1, "slots_per_node": 1}
+    victim = cluster.submit(spec("victim", ["--steps", "200", "--step-time", "0.1"],
+                                 topology=one))
+    attacker = cluster.submit(spec("attacker", ["--steps", "200", "--step-time", "0.1"],
+                                   topology=one))
+    for run in (victim, attacker):
+        cluster.wait_facts(run, lambda f: len(of_type(f, "StepCommitted")) >= 2,
+                           what=f"run {run} committing steps")
+    # Each run's workers hold their own run's key, certified by n1 for that run alone.
+    keys: dict[str, RunKey] = {}
+    for run in (victim, attacker):
+        pid = wait(lambda: worker_pids(run) or None, 30, f"{run}'s worker")[0]  # noqa: B023
+        keys[run] = RunKey.load(_environ(pid)[RUN_KEY_ENV])
+        assert (keys[run].cert.run_id, keys[run].cert.node) == (run, "n1")
+    gen = keys[victim].cert.generation
+    assert keys[victim].key.key_id != keys[attacker].key.key_id
+
+    credentials = cluster.keys.parent / "credentials" / "worker.properties" \
+        if cluster.keys is not None else None
+    assert credentials is not None and credentials.is_file(), "a secure stack"
+    with monkeypatch.context() as env:
+        env.setenv(ENV_CREDENTIALS, str(credentials))
+        producer = EventProducer(cluster.bootstrap, client_id="a-job")
+
+    def forged(step: int) -> StepCommitted:
+        return StepCommitted(header=Header(f"{victim}/g{gen}/forged-{step}", victim, gen,
+                                           _now(), f"worker/{victim}/w0"),
+                             step=step, tokens=1, loss_tokens=1, step_time_ms=1.0,
+                             input_wait_ms=0.0, loss=99.0)
+
+    send_report(producer, forged(7777), None)  # unsigned, with the worker's credentials
+    send_report(producer, forged(7778), keys[attacker])  # the attacker's own run key
+    producer.flush(30)
+    docs = _quarantined(cluster, 2)
+    assert sorted(d["quarantined"]["reason"] for d in docs if d["type"] == "StepCommitted") \
+        == ["unsigned", "wrong_run"], docs
+    human = cluster.cli("events", "dump", "--topic", QUARANTINE).stdout
+    assert "certified by node 'n1' for another run or generation" in human, human[-3000:]
+
+    facts = cluster.wait_facts(victim, lambda f: bool(of_type(f, "RunFinished")), timeout=180,
+                               what="the victim finishing")
+    assert [f.outcome for f in of_type(facts, "RunFinished")] == ["succeeded"]
+    steps = {s.step for s in of_type(facts, "StepCommitted")}
+    assert not steps & {7777, 7778} and max(steps) == 200
 
 
 def _node_state(cluster: Cluster, node: str) -> str | None:

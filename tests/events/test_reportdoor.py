@@ -22,6 +22,8 @@ from events.keyring import (
 from events.model import Event, WorkerExited
 from events.reportdoor import (
     NODE_MISMATCH,
+    REREAD_BURST,
+    REREAD_S,
     ReportDoor,
     about,
     judge_report,
@@ -138,14 +140,17 @@ def test_the_refusal_names_the_node_the_record_and_what_to_do() -> None:
     assert "runledger node enroll n1" in refusal[1]
 
 
-def test_workers_reports_are_not_the_agents_to_sign() -> None:
+def test_workers_reports_are_not_the_agents_to_sign_but_their_runs() -> None:
+    # A worker's report is no node's (events.runkeys judges it: tests/events/test_runkeys.py).
     assert about(EV.heartbeat(1)) is None
-    assert reason(report(EV.heartbeat(1), None)) is None
+    assert reason(report(EV.heartbeat(1), None)) == UNSIGNED
+    assert reason(report(EV.heartbeat(1), None), ring=EMPTY, require=False) is None
 
 
 def test_the_door_also_quarantines_strays_and_reads_the_ring_again_for_a_new_key() -> None:
     reads = [EMPTY, RING]
-    door = ReportDoor(lambda: reads.pop(0))
+    now = [0.0]
+    door = ReportDoor(lambda: reads.pop(0), clock=lambda: now[0])
     assert door.ring is EMPTY
     # n1 enrolled after the ring was read: an unknown key makes the door read it again.
     signed = report(EV.agent_heartbeat("n1"), N1)
@@ -157,3 +162,24 @@ def test_the_door_also_quarantines_strays_and_reads_the_ring_again_for_a_new_key
     unsigned = report(EV.agent_registered("n2"), None)
     refused = door.admit(unsigned, len(unsigned.value))
     assert refused is not None and refused.reason == UNSIGNED
+
+
+def test_a_flood_of_unknown_keys_reads_the_keys_log_a_bounded_number_of_times() -> None:
+    reads: list[int] = []
+    now = [0.0]
+
+    def read() -> KeyRing:
+        reads.append(1)
+        return RING
+
+    door = ReportDoor(read, clock=lambda: now[0])
+    for _ in range(100):  # forged reports, each under a key nobody registered
+        forged = report(EV.agent_heartbeat("n1"), SigningKey.generate())
+        refused = door.admit(forged, len(forged.value))
+        assert refused is not None and refused.reason == UNKNOWN_KEY
+    assert len(reads) == 1 + REREAD_BURST
+    now[0] += 3 * REREAD_S  # three more reads earned, no more
+    for _ in range(10):
+        forged = report(EV.agent_heartbeat("n1"), SigningKey.generate())
+        door.admit(forged, len(forged.value))
+    assert len(reads) == 1 + REREAD_BURST + 3

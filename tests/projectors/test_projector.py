@@ -17,10 +17,11 @@ from confluent_kafka import Producer
 
 from events.connection import client_config
 from events.kafka import EventProducer
-from events.topics import REPORTS, RUNS
+from events.topics import RUNS
 from projectors.projector import UNPROJECTABLE, Projector, table_digests
 from projectors.tables import DDL
 from tests.events.builders import Ev, members
+from tests.stacks import send_report
 
 pytestmark = pytest.mark.kafka
 
@@ -44,7 +45,7 @@ def publish(bootstrap: str, run: str, steps: int, start: int = 0) -> int:
         step = n + i
         p.send(RUNS, ev.step(1, step, tokens=64, loss_tokens=60, step_time_ms=10.0,
                              input_wait_ms=1.0, loss=1.0 / (step + 1), n=100 + step))
-        p.send(REPORTS, ev.heartbeat(1, "r0", step=step, node="n1", n=10_000 + step))
+        send_report(bootstrap, p, ev.heartbeat(1, "r0", step=step, node="n1", n=10_000 + step))
         sent += 2
         if step % 10 == 0:
             p.send(RUNS, ev.committed(1, step, manifest_path=f"m{step}",

@@ -29,7 +29,7 @@ from events.topics import REPORTS
 from projectors.projector import table_digests
 from tests.events.builders import Ev
 from tests.projectors.test_projector import count, publish
-from tests.stacks import private_stack
+from tests.stacks import private_stack, send_report
 
 pytestmark = pytest.mark.kafka
 
@@ -86,7 +86,7 @@ def trickle(bootstrap: str) -> Iterator[None]:
         ev = Ev(f"run-trickle-{uuid.uuid4().hex[:8]}", ids="{run}/{n}")
         n = 0
         while not stop.is_set():
-            producer.send(REPORTS, ev.heartbeat(1, "r0", step=n, node="n1"))
+            send_report(bootstrap, producer, ev.heartbeat(1, "r0", step=n, node="n1"))
             producer.flush()
             n += 1
             time.sleep(0.05)

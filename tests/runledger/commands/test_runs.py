@@ -28,7 +28,7 @@ from events.connection import client_config
 from events.consume import read_log
 from events.kafka import EventProducer
 from events.model import CancelRequested, Event, ResumeRequested, RunSubmitted
-from events.topics import REPORTS, REQUESTS, RUNS
+from events.topics import REQUESTS, RUNS
 from runledger.cli import app
 from runledger.errors import BROKER_HINT
 from runledger.signer import ENV_KEY
@@ -36,7 +36,7 @@ from runledger.specload import DatasetPin
 from runledger.stack import Stack
 from tests.events.builders import Ev, members
 from tests.projectors.test_projector import publish
-from tests.stacks import private_stack, registered_key, session_key
+from tests.stacks import private_stack, registered_key, send_report, session_key
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "run.yaml"
 MEMBERS = members("r0", "r1", node="node-a", domain="rack-1")
@@ -285,7 +285,7 @@ def test_status_and_runs_show_facts_from_the_runs_topic(
     for e in facts:
         producer.send(RUNS, e)
     for e in reports:
-        producer.send(REPORTS, e)
+        send_report(bootstrap, producer, e)
     producer.flush()
 
     out = cli(bootstrap, "status", run_id, "--json")

@@ -11,7 +11,7 @@ at start how the controller signs and whether it believes unsigned requests:
 ``--trust-unsigned`` is logged as a warning, because the broker vouches only for
 a role, never for the name a request types.
 
-Tested through tests/e2e/test_controller.py, tests/e2e/test_signed.py and
+Tested in tests/e2e/test_controller.py, tests/e2e/test_signed.py and
 tests/e2e/test_node_identity.py.
 """
 

@@ -53,6 +53,8 @@ def test_a_signed_run_verifies_through_the_cli_and_a_flipped_byte_is_named(
     listed = cluster.cli("key", "list", "--json")
     assert listed.returncode == 0, listed.stderr
     assert SigningKey.load(keys / "controller.key").key_id in listed.stdout
+    cluster.controller()
+    cluster.agent("n1", 2)  # enrolls node n1 on the keys log before it starts
     retired = SigningKey.generate()  # an old controller key, rotated out and revoked
     for step in (("key", "register", "retired", "--role", "controller", "--public",
                   retired.public.raw.hex(), "--admin-key", str(keys / "admin.key")),
@@ -60,8 +62,6 @@ def test_a_signed_run_verifies_through_the_cli_and_a_flipped_byte_is_named(
                   str(keys / "admin.key"))):
         done = cluster.cli(*step)
         assert done.returncode == 0, done.stderr
-    cluster.controller()
-    cluster.agent("n1", 2)
     path = cluster.work / "audited.yaml"
     path.write_text(yaml.safe_dump(spec("audited", ["--steps", "8", "--step-time", "0.1"])))
     out = cluster.cli("submit", str(path), "--key", str(keys / "operator.key"), "--json")

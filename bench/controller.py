@@ -97,6 +97,7 @@ from bench.common import (
     write_results,
 )
 from bench.controller_parts import finished_section
+from bench.reportkeys import ReportKeys
 from controller.emitter import Out
 from controller.model import Draft, Model
 from controller.reconcile import handle, tick
@@ -822,9 +823,10 @@ class RunWatch:
                 self.rejections.append(f"{event.rejected_event_type}: {event.reason}")
 
 
-def controller_round_trip(bootstrap: str, codec: Codec, mode: Mode,
+def controller_round_trip(bootstrap: str, codec: Codec, mode: Mode, keys: ReportKeys,
                           signed: bool = True) -> dict[str, Any]:
-    """Reports through a ControllerService to ``runledger.runs``, timed per report."""
+    """Reports through a ControllerService to ``runledger.runs``, timed per report; each
+    report signed as its real sender signs it (``keys``), inside the timed path."""
     tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     node = f"bench-node-{tag}"
     spec = make_spec(base_spec(), f"bench-latency-{tag}", 2, f"bench-{tag}")
@@ -859,11 +861,11 @@ def controller_round_trip(bootstrap: str, codec: Codec, mode: Mode,
         h = Header(f"{node_key(node)}/{cls.__name__}/{n[0]}", node_key(node), 0, wall_ms(),
                    f"agent/{node}")
         if cls is AgentRegistered:
-            producer.send(REPORTS, AgentRegistered(header=h, node=node, slots=2,
-                                                   domain=f"bench-{tag}"))
+            keys.send(producer, AgentRegistered(header=h, node=node, slots=2,
+                                                domain=f"bench-{tag}"))
         else:
-            producer.send(REPORTS, AgentHeartbeatRecorded(header=h, node=node, slots=2,
-                                                          domain=f"bench-{tag}", busy_slots=2))
+            keys.send(producer, AgentHeartbeatRecorded(header=h, node=node, slots=2,
+                                                       domain=f"bench-{tag}", busy_slots=2))
 
     def heartbeats() -> None:
         beat = 0
@@ -873,8 +875,8 @@ def controller_round_trip(bootstrap: str, codec: Codec, mode: Mode,
             for m in watch.members:
                 h = Header(f"{run_id}/g{gen}/{m.logical_id}/hb/{beat}", run_id, gen, wall_ms(),
                            f"worker/{run_id}/{m.logical_id}")
-                producer.send(REPORTS, HeartbeatRecorded(header=h, logical_id=m.logical_id,
-                                                         node=m.node, step=0))
+                keys.send(producer, HeartbeatRecorded(header=h, logical_id=m.logical_id,
+                                                      node=m.node, step=0))
             if beat % 5 == 0:
                 agent(AgentHeartbeatRecorded)
             producer.poll(0)
@@ -901,7 +903,7 @@ def controller_round_trip(bootstrap: str, codec: Codec, mode: Mode,
         def send(i: int) -> None:
             event = reports[i]
             lat.sent[event.header.event_id] = time.perf_counter()
-            producer.send(REPORTS, event)
+            keys.send(producer, event, node)
             producer.poll(0)
 
         paced(total, mode.rate_per_s, send)
@@ -912,8 +914,8 @@ def controller_round_trip(bootstrap: str, codec: Codec, mode: Mode,
         for m in watch.members:
             h = Header(f"{run_id}/g{gen}/{m.logical_id}/exit", run_id, gen, wall_ms(),
                        f"worker/{run_id}/{m.logical_id}")
-            producer.send(REPORTS, WorkerExited(header=h, logical_id=m.logical_id, node=m.node,
-                                                exit_code=0))
+            keys.send(producer, WorkerExited(header=h, logical_id=m.logical_id, node=m.node,
+                                             exit_code=0))
         producer.flush()
         watch.finished.wait(10)
     finally:
@@ -934,7 +936,7 @@ def controller_round_trip(bootstrap: str, codec: Codec, mode: Mode,
 
 
 def latency_section(mode: Mode, codec: Codec, explicit: str | None,
-                    signed: bool = True) -> dict[str, Any]:
+                    signed: bool = True, admin_key: str | None = None) -> dict[str, Any]:
     stack: Any = None
     tmp: tempfile.TemporaryDirectory[str] | None = None
     started = time.perf_counter()
@@ -942,6 +944,7 @@ def latency_section(mode: Mode, codec: Codec, explicit: str | None,
         bootstrap = explicit
         brokers = check_broker(bootstrap)
         where = f"existing cluster {bootstrap}"
+        admin = SigningKey.load(admin_key) if admin_key else None
         print(f"   note: the benchmark controller acts on every run in {bootstrap}'s log; "
               f"use a broker of your own", flush=True)
     else:
@@ -954,10 +957,12 @@ def latency_section(mode: Mode, codec: Codec, explicit: str | None,
         os.environ[ENV_CREDENTIALS] = str(info.credentials or "")
         brokers = 1
         where = f"throwaway stack {bootstrap}"
+        admin = SigningKey.load(info.keys / "admin.key") if info.keys else None
     stack_up_s = time.perf_counter() - started
     try:
         raw = raw_round_trip(bootstrap, codec, mode, replication_for(brokers))
-        ctl = controller_round_trip(bootstrap, codec, mode, signed)
+        keys = ReportKeys(bootstrap, admin)
+        ctl = controller_round_trip(bootstrap, codec, mode, keys, signed)
     finally:
         gc.collect()  # close the section's Kafka clients before their broker goes away
         if stack is not None:
@@ -1000,6 +1005,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bootstrap", default=None,
                         help="use this Kafka cluster instead of a throwaway stack (the "
                         "benchmark's controller then acts on every run in its log)")
+    parser.add_argument("--admin-key", default=None,
+                        help="with --bootstrap: the cluster's admin key, to enroll the "
+                        "benchmark's node (a secure cluster refuses unsigned reports)")
     parser.add_argument("--profile", action="store_true",
                         help="also run path (c) under cProfile and print the hot spots")
     parser.add_argument("--skip-latency", action="store_true", help="sections 1 and 2 only")
@@ -1049,7 +1057,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         section = time.perf_counter()
         try:
             results["latency"] = latency_section(mode, codec, args.bootstrap,
-                                                 signed=not args.unsigned)
+                                                 signed=not args.unsigned,
+                                                 admin_key=args.admin_key)
         except Exception as exc:  # keep section 1's numbers when the broker part fails
             print(f"3. latency: FAILED: {exc!r}", flush=True)
             results["latency"] = {"failed": repr(exc)}

@@ -94,10 +94,12 @@ from bench.projector_parts import (
     touch_work,
     watermarks,
 )
+from bench.reportkeys import ReportKeys
 from events.codec import Codec, default_codec
 from events.connection import ENV_CREDENTIALS
 from events.kafka import check_broker
 from events.reader import Watermarks
+from events.signing import SigningKey
 from events.topics import replication_for, topic_specs
 from projectors.projector import TOPICS, Projector, table_digests
 from projectors.snapshot import publish, snapshot_path
@@ -132,15 +134,20 @@ def mib(n: float) -> str:
 # --- setup ----------------------------------------------------------------------
 
 
-def setup(mode: Mode, codec: Codec, bootstrap: str) -> tuple[Log, dict[str, Any]]:
-    log = build_log(codec, mode.events, mode.runs, mode.big_steps, mode.corrupt_each)
+def setup(mode: Mode, codec: Codec, bootstrap: str,
+          admin: SigningKey | None) -> tuple[Log, dict[str, Any]]:
+    keys = ReportKeys(bootstrap, admin)
+    log = build_log(codec, mode.events, mode.runs, mode.big_steps, mode.corrupt_each,
+                    keys.headers)
     produced = produce_log(bootstrap, log)
     marks = watermarks(bootstrap)
     info = {"records": len(log.records), "bytes": log.size_bytes, "runs": log.runs,
             "big_run": log.big_run_id, "big_run_steps": log.big_steps,
             "per_topic": log.per_topic(), "mix": log.mix, "corrupt": log.corrupt,
             "build_s": log.build_s, "checked_with_codec": log.checked_with_codec,
-            "produce": produced, "topic_records_after_produce": marks}
+            "produce": produced, "topic_records_after_produce": marks,
+            "signed": keys.signing, "nodes_enrolled": len(keys.nodes),
+            "run_keys": len(keys.runs), "enroll_s": keys.enroll_s}
     print(f"   log: {len(log.records):,} records ({mib(log.size_bytes)} MiB of values) for "
           f"{log.runs} runs, built in {log.build_s:.0f} s ({log.checked_with_codec:,} checked "
           f"byte-identical to Codec.encode); produced in {produced['seconds']:.0f} s "
@@ -148,6 +155,9 @@ def setup(mode: Mode, codec: Codec, bootstrap: str) -> tuple[Log, dict[str, Any]
     top = ", ".join(f"{k} {v:,}" for k, v in list(log.mix.items())[:6])
     print(f"   mix: {top}, ... ({len(log.mix)} kinds); corrupt: {sum(log.corrupt.values())} "
           f"({', '.join(log.corrupt)})", flush=True)
+    if keys.signing:
+        print(f"   reports signed as their senders sign them: {len(keys.nodes)} node keys "
+              f"enrolled in {keys.enroll_s:.1f} s, {len(keys.runs):,} run keys", flush=True)
     print(f"   on the broker now: {marks}\n", flush=True)
     return log, info
 
@@ -451,6 +461,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bootstrap", default=None,
                         help="use this Kafka cluster instead of a throwaway stack (its existing "
                         "runledger.runs/reports records are projected too)")
+    parser.add_argument("--admin-key", default=None,
+                        help="with --bootstrap: the cluster's admin key, to enroll the nodes "
+                        "whose reports the log holds (a secure cluster refuses unsigned ones)")
     parser.add_argument("--keep-db", type=Path, default=None,
                         help="copy (b)'s projection file here before the temp dir goes")
     parser.add_argument("--explain", action="store_true",
@@ -494,6 +507,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             brokers = check_broker(bootstrap)
             ensure_topics(bootstrap, topic_specs(brokers), replication_for(brokers))
             where = f"existing cluster {bootstrap}"
+            admin = SigningKey.load(args.admin_key) if args.admin_key else None
         else:
             stack = Stack(tmp / "stack")
             info = stack.up()
@@ -501,9 +515,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Its clients act as this stack's admin, whatever $RUNLEDGER_CREDENTIALS says.
             os.environ[ENV_CREDENTIALS] = str(info.credentials or "")
             where = f"throwaway stack {bootstrap}"
+            admin = SigningKey.load(info.keys / "admin.key") if info.keys else None
         print(f"   broker: {where} ({time.perf_counter() - t0:.0f} s)", flush=True)
         results["broker"] = {"where": where, "up_s": time.perf_counter() - t0}
-        log, results["log"] = setup(mode, codec, bootstrap)
+        log, results["log"] = setup(mode, codec, bootstrap, admin)
         section = time.perf_counter()
 
         def partial(section_1: dict[str, Any]) -> None:

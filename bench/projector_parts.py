@@ -77,6 +77,7 @@ from events.model import (
     WorkerExited,
     WriteRejected,
 )
+from events.signing import Headers as SignedHeaders
 from events.topics import REPORTS, RUNS
 from projectors.projector import BATCH, TOPICS
 from projectors.tables import rows_for
@@ -102,6 +103,8 @@ ONLY_RUNS = (RUNS,)
 Headers = list[tuple[str, str | bytes | None]]
 # (topic, key, value, headers): one Kafka record, value None for a tombstone.
 LogRecord = tuple[str, bytes, bytes | None, Headers]
+# (event, its value, the member's node): the headers its real sender signs it with.
+Signer = Callable[[Event, bytes, str | None], SignedHeaders]
 # (occurred_at, run index, sequence, topics, event): merged across runs by time.
 Item = tuple[int, int, int, tuple[str, ...], Event]
 
@@ -184,12 +187,16 @@ def with_budgets(plans: list[RunPlan], total: int) -> list[RunPlan]:
     return out
 
 
+def member_node(index: int, rank: int) -> str:
+    """The node run ``index``'s member ``r<rank>`` is placed on: two members per node."""
+    return f"node-{((index * 3) % NODES + rank // 2) % NODES:03d}"
+
+
 def run_items(plan: RunPlan) -> Iterator[Item]:
     """One run's records in time order; exactly ``plan.budget`` of them when it has one."""
     rng = random.Random(plan.seed)
     run_id, ws = plan.run_id, plan.world_size
-    first = (plan.index * 3) % NODES
-    members = tuple(Member(f"r{j}", f"node-{(first + j // 2) % NODES:03d}", j % 2, "rack-1")
+    members = tuple(Member(f"r{j}", member_node(plan.index, j), j % 2, "rack-1")
                     for j in range(ws))
     seq = emitted = 0
 
@@ -466,8 +473,10 @@ class Log:
         return dict(Counter(r[0] for r in self.records))
 
 
-def build_log(codec: Codec, events: int, runs: int, big_steps: int, corrupt_each: int) -> Log:
-    """Exactly ``events`` records: the big run, typical runs, corrupt records."""
+def build_log(codec: Codec, events: int, runs: int, big_steps: int, corrupt_each: int,
+              sign: Signer | None = None) -> Log:
+    """Exactly ``events`` records: the big run, typical runs, corrupt records; each
+    report signed as its sender would (``sign``: ``bench.reportkeys.ReportKeys.headers``)."""
     started = time.perf_counter()
     plans = plan_runs(runs, big_steps)
     big_items = list(run_items(plans[0]))
@@ -487,6 +496,12 @@ def build_log(codec: Codec, events: int, runs: int, big_steps: int, corrupt_each
     for _at, run, _seq, topics, event in merged:
         value, headers = encoder.encode(event)
         for topic in topics:
+            if topic == REPORTS and sign is not None:
+                # a worker's report names its member in its producer: worker/<run>/<rank id>
+                rank = event.header.producer.rsplit("/", 1)[-1]
+                node = member_node(run, int(rank[1:])) if rank[:1] == "r" else None
+                records.append((topic, keys[run], value, [*headers, *sign(event, value, node)]))
+                continue
             records.append((topic, keys[run], value, headers))
             mix[f"{topic} {event.event_type}"] += 1
     # Corrupt records at random places, made from a good StepCommitted's bytes.

@@ -2,14 +2,14 @@
 
 Usage: ``.venv/bin/python bench/run_all.py [--quick] [--only NAME ...] [--timeout S]``
 
-Each ``bench/<name>.py`` (not ``common``, ``*_parts``, ``run_all``) runs as its own
-subprocess, as ``make bench-smoke`` runs it: ``--quick`` when asked, and
-``--bootstrap $RUNLEDGER_BOOTSTRAP`` for those that take one, except
-``controller.py``, which starts a stack of its own (its controller would act on
-every run of a shared broker's log). Without ``RUNLEDGER_BOOTSTRAP`` the script
-re-runs itself under ``scripts/with-broker.sh`` (a throwaway secure broker,
-stopped on every exit path); ``--no-broker`` skips that and the broker parts
-skip themselves.
+Each ``bench/<name>.py`` (not the helpers ``common``, ``reportkeys`` and
+``*_parts``, nor ``run_all``) runs as its own subprocess, as ``make
+bench-smoke`` runs it: ``--quick`` when asked, and ``--bootstrap
+$RUNLEDGER_BOOTSTRAP`` for those that take one, except ``controller.py``, which
+starts a stack of its own (its controller would act on every run of a shared
+broker's log). Without ``RUNLEDGER_BOOTSTRAP`` the script re-runs itself under
+``scripts/with-broker.sh`` (a throwaway secure broker, stopped on every exit
+path); ``--no-broker`` skips that and the broker parts skip themselves.
 
 Every benchmark writes ``bench/results/<name>[-variant].json``; the files a
 benchmark wrote while it ran are read back. Where one has a ``summary`` table
@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import RESULTS_DIR, format_table, write_results  # noqa: E402
 
 NAME = "run_all"
-SKIP = {"common", "run_all", "__init__"}
+SKIP = {"common", "reportkeys", "run_all", "__init__"}
 OWN_STACK = {"controller"}  # starts its own stack: never handed the shared broker
 # Issue #18's goals, by (benchmark, regular expression on the measure's key path).
 GOALS: list[tuple[str, str, str]] = [

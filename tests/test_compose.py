@@ -9,12 +9,19 @@ volume holds. tests/test_docs.py checks the topics and the roles.
 from __future__ import annotations
 
 import base64
+import os
 import re
 import shlex
-from pathlib import PurePosixPath
+import stat
+import subprocess
+import sys
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
+from cryptography import x509
+
+from events.connection import load_credentials
 
 from tests.test_docs import ROOT
 
@@ -43,6 +50,8 @@ BROKER_CONFIGS = {
     "transaction.state.log.min.isr", "share.coordinator.state.topic.replication.factor",
     "share.coordinator.state.topic.min.isr", "group.initial.rebalance.delay.ms",
     "min.insync.replicas", "default.replication.factor", "auto.create.topics.enable",
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.truststore.type",
+    "ssl.truststore.location",
 }
 # "JAAS configuration for Kafka brokers": one login per listener and mechanism.
 LISTENER_JAAS = re.compile(r"listener\.name\.([a-z0-9_]+)\.([a-z0-9-]+)\.sasl\.jaas\.config")
@@ -253,7 +262,8 @@ def test_compose_signs_and_each_key_is_mounted_only_where_it_is_used() -> None:
         if name != "keys":
             assert "admin-key" not in mounts(service).values(), name
     assert mounts(keys) == {"/keys/admin": "admin-key", "/keys/controller": "controller-key",
-                            "/keys/operator": "operator-key", "/keys/agent": "agent-key"}
+                            "/keys/operator": "operator-key", "/keys/agent": "agent-key",
+                            "/tls-ca": "tls-ca"}
     for name, env_name, volume in (("controller", "RUNLEDGER_SIGNING_KEY", "controller-key"),
                                    ("cli", "RUNLEDGER_KEY", "operator-key")):
         path = services[name]["environment"][env_name]
@@ -274,3 +284,80 @@ def test_compose_signs_and_each_key_is_mounted_only_where_it_is_used() -> None:
     enroll = " ".join(text.replace("\\\n", " ").split())
     assert ("runledger node enroll agent-1 --admin-key /keys/admin/keys/admin.key "
             f"--key {node_key}") in enroll
+
+
+def test_compose_speaks_tls_on_every_listener_and_every_client_trusts_the_stacks_ca() -> None:
+    """SASL/PLAIN sends passwords as they are: only inside TLS. The broker's key is in a
+    volume only the tls job and the broker mount; every client mounts the CA it trusts."""
+    services = compose()["services"]
+    kafka = services["kafka"]
+    env = kafka["environment"]
+    protocols = dict(p.split(":") for p in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert set(protocols.values()) == {"SASL_SSL"}
+    # The image's scripts demand a JKS keystore when an advertised listener reads *SSL://.
+    assert "SSL" not in env["KAFKA_ADVERTISED_LISTENERS"]
+    assert env["KAFKA_SSL_KEYSTORE_TYPE"] == env["KAFKA_SSL_TRUSTSTORE_TYPE"] == "PEM"
+    for name in ("KAFKA_SSL_KEYSTORE_LOCATION", "KAFKA_SSL_TRUSTSTORE_LOCATION"):
+        assert volume_of(env[name], kafka) == "broker-tls", name
+    assert "broker-tls:/broker-tls:ro" in kafka["volumes"]
+    assert kafka["depends_on"]["tls"]["condition"] == "service_completed_successfully"
+    holders = {name for name, s in services.items() if "broker-tls" in mounts(s).values()}
+    assert holders == {"kafka", "tls"}
+    tls = services["tls"]
+    assert tls["entrypoint"] == ["scripts/compose-tls.sh"] and str(tls["user"]) == "0"
+    # Every client of the broker trusts the CA where compose-credentials.sh names it.
+    for name, service in services.items():
+        talks = "RUNLEDGER_BOOTSTRAP" in service.get("environment", {}) or name == "topics"
+        if talks:
+            assert volume_of("/tls-ca/ca.pem", service) == "tls-ca", name
+    for check in (command_text(services["topics"]),
+                  " ".join(kafka["healthcheck"]["test"])):
+        assert "security.protocol=SASL_SSL" in check
+        assert "ssl.truststore.location=/tls-ca/ca.pem" in check
+
+
+def test_the_tls_job_makes_a_keystore_for_the_broker_and_a_ca_for_everyone(
+        tmp_path: Path) -> None:
+    """scripts/compose-tls.sh run for real (its two volumes as two folders): the
+    certificate names the broker as the services reach it; a second run keeps it."""
+    broker, ca_dir = tmp_path / "broker-tls", tmp_path / "tls-ca"
+    broker.mkdir()
+    ca_dir.mkdir()
+    env = {**os.environ, "KAFKA_UID": str(os.getuid()), "BROKER_TLS": str(broker),
+           "TLS_CA": str(ca_dir),
+           # `python` is the image's; here, this interpreter's (its venv's packages)
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+    def run() -> None:
+        done = subprocess.run([str(ROOT / "scripts" / "compose-tls.sh")], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+
+    run()
+    keystore, ca = broker / "tls" / "broker.pem", ca_dir / "ca.pem"
+    assert stat.S_IMODE(keystore.stat().st_mode) == 0o600
+    assert stat.S_IMODE((broker / "tls" / "ca.key").stat().st_mode) == 0o600
+    assert keystore.stat().st_uid == os.getuid()
+    assert stat.S_IMODE(ca.stat().st_mode) == 0o644  # public: every client reads it
+    assert b"PRIVATE KEY" not in ca.read_bytes()
+    leaf = x509.load_pem_x509_certificates(keystore.read_bytes())[0]
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["kafka", "localhost"]
+    assert leaf.issuer == x509.load_pem_x509_certificate(ca.read_bytes()).subject
+    first = ca.read_bytes()
+    run()
+    assert ca.read_bytes() == first  # kept: clients keep trusting the same CA
+
+
+def test_each_services_credentials_file_speaks_tls_to_the_stacks_ca(tmp_path: Path) -> None:
+    path = tmp_path / "credentials.properties"
+    env = {**os.environ, "ROLE": "agent", "PASSWORD": "secret",
+           "RUNLEDGER_CREDENTIALS": str(path)}
+    done = subprocess.run([str(ROOT / "scripts" / "compose-credentials.sh")], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    settings = load_credentials(path)  # what every runledger client reads
+    assert settings["security.protocol"] == "SASL_SSL"
+    assert settings["ssl.ca.location"] == "/tls-ca/ca.pem"
+    assert settings["sasl.username"] == "agent"

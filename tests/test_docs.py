@@ -53,7 +53,7 @@ def test_compose_is_secure_and_runs_each_service_as_its_role() -> None:
     assert kafka["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
     assert kafka["KAFKA_SUPER_USERS"] == "User:admin"
     protocols = dict(p.split(":") for p in kafka["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
-    assert set(protocols.values()) == {"SASL_PLAINTEXT"}
+    assert set(protocols.values()) == {"SASL_SSL"}  # SASL/PLAIN only inside TLS
     roles = {name: services[name]["environment"]["ROLE"]
              for name in ("acls", "controller", "projector", "agent")}
     assert roles == {"acls": "admin", "controller": "controller", "projector": "projector",

@@ -1,0 +1,89 @@
+"""Keys for a benchmark's hand-written reports, as real agents and workers hold them.
+
+A secure stack's controller and projector believe an agent's report only under
+its node's enrolled key, and a worker's only under a run key that a node hosting
+the run certified (``events.reportdoor``, ``events.runkeys``); an unsigned one is
+refused, so a benchmark that writes reports itself must sign them as the real
+senders do, or it would time the door's refusal instead of the work.
+:class:`ReportKeys` makes one node key per node when a report first needs it,
+registers it on ``runledger.keys`` with the stack's admin key (the same record
+as ``runledger node enroll``) and issues one run key per run, generation and
+node. On a cluster whose keys log has no trust anchor (a plaintext stack)
+nothing is signed, as agents there sign nothing, and an unknown key would be
+refused even there.
+
+Signing happens where the real sender signs: a benchmark that times a report's
+path from its producer includes it, as it includes the door's verification.
+
+Tested in tests/test_run_all.py (every benchmark's --quick form runs).
+"""
+
+from __future__ import annotations
+
+import time
+
+from events.kafka import EventProducer, event_headers
+from events.keyring import KeyRing
+from events.model import Event
+from events.reportdoor import AGENT_ROLE, about, node_principal
+from events.runkeys import RunKey
+from events.signing import Headers, SigningKey, sign_report
+from events.topics import REPORTS
+from runledger import keylog
+
+
+class ReportKeys:
+    """Node keys enrolled on first use and run keys per (run, generation, node)."""
+
+    def __init__(self, bootstrap: str, admin: SigningKey | None) -> None:
+        self.bootstrap = bootstrap
+        self.admin = admin
+        self.ring: KeyRing = keylog.load_ring(bootstrap).ring
+        self.signing = self.ring.anchor is not None
+        if self.signing and admin is None:
+            raise SystemExit(
+                f"{bootstrap}'s keys log has a trust anchor, so its controller refuses unsigned "
+                "reports: pass --admin-key with its admin key (a stack's keys/admin.key) so "
+                "the benchmark can enroll its nodes, or use a throwaway stack")
+        self.nodes: dict[str, SigningKey] = {}
+        self.runs: dict[tuple[str, int, str], RunKey] = {}
+        self.enroll_s = 0.0
+
+    def node(self, name: str) -> SigningKey:
+        key = self.nodes.get(name)
+        if key is None:
+            assert self.admin is not None  # __init__ refuses a signing cluster without one
+            started = time.perf_counter()
+            key = SigningKey.generate()
+            event = keylog.registration(node_principal(name), AGENT_ROLE, key.public,
+                                        now_ms=time.time_ns() // 1_000_000, by="bench",
+                                        reason=f"benchmark node {name}")
+            self.ring = keylog.append(self.bootstrap, self.ring, event, self.admin).ring
+            self.nodes[name] = key
+            self.enroll_s += time.perf_counter() - started
+        return key
+
+    def headers(self, event: Event, value: bytes, node: str | None = None) -> Headers:
+        """What the real sender attaches to ``event``'s ``value`` on ``runledger.reports``:
+        the node's signature on an agent's report, the run key's on a worker's (``node``:
+        the member's node, when the event names none). Nothing on a plaintext cluster."""
+        if not self.signing:
+            return ()
+        agent_node = about(event)
+        if agent_node is not None:
+            return sign_report(self.node(agent_node), value)
+        on = getattr(event, "node", None) or node
+        if not isinstance(on, str):
+            raise ValueError(f"{event.event_type} of {event.run_id} names no node to sign for")
+        at = (event.run_id, event.header.generation, on)
+        run_key = self.runs.get(at)
+        if run_key is None:
+            run_key = self.runs[at] = RunKey.issue(self.node(on), *at)
+        return run_key.headers(value)
+
+    def send(self, producer: EventProducer, event: Event, node: str | None = None) -> None:
+        """Queue ``event`` on ``runledger.reports`` as its real sender does, signed."""
+        value = producer.codec.encode(event)
+        version = producer.codec.registry.latest(event.event_type).version
+        producer.send_bytes(REPORTS, event.run_id, value,
+                            [*event_headers(event, version), *self.headers(event, value, node)])

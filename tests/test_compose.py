@@ -22,7 +22,6 @@ import yaml
 from cryptography import x509
 
 from events.connection import load_credentials
-
 from tests.test_docs import ROOT
 
 KAFKA_IMAGE = "apache/kafka:"

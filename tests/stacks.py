@@ -31,9 +31,12 @@ from events.signing import SigningKey
 from runledger import keylog, nodekeys
 from runledger.stack import Stack
 
-# This process's node keys on the session's keys log, by node, and its run keys.
-_NODE_KEYS: dict[str, SigningKey] = {}
-_RUN_KEYS: dict[tuple[str, int, str], runkeys.RunKey] = {}
+# This process's node keys, by (broker, node), and its run keys, by (broker, run,
+# generation, node): a private stack has a keys log of its own.
+_NODE_KEYS: dict[tuple[str, str], SigningKey] = {}
+_RUN_KEYS: dict[tuple[str, str, int, str], runkeys.RunKey] = {}
+# The data dirs of this process's private stacks, where their admin keys are.
+_PRIVATE_DIRS: list[Path] = []
 
 
 def session_credentials() -> Path | None:
@@ -49,6 +52,7 @@ def private_stack(data_dir: Path, brokers: int = 1) -> Stack:
         target.mkdir(mode=0o700, parents=True, exist_ok=True)
         for source in creds.parent.glob("*.properties"):
             shutil.copy2(source, target / source.name)
+    _PRIVATE_DIRS.append(data_dir)
     return Stack(data_dir, brokers=brokers, secure=creds is not None)
 
 
@@ -78,20 +82,33 @@ def send_report(bootstrap: str, producer: EventProducer, event: Event,
                 node: str = "n1") -> None:
     """Queue a worker's report as a worker does: signed with a run key for its run and
     generation, certified by the key of its node (the event's ``node``, else ``node``),
-    which the session's admin enrolls once per process. Unsigned on a plaintext session."""
-    admin = session_key("admin")
-    if admin is None:
+    which the admin of the stack at ``bootstrap`` (the session's or a private one's)
+    enrolls once per process. Unsigned on a plaintext session."""
+    if session_key("admin") is None:
         runkeys.send_report(producer, event, None)
         return
     node = getattr(event, "node", None) or node
-    node_key = _NODE_KEYS.get(node)
+    node_key = _NODE_KEYS.get((bootstrap, node))
     if node_key is None:
         folder = Path(tempfile.mkdtemp(prefix="runledger-test-node-"))
         node_key, _ = nodekeys.enroll(bootstrap, node, folder / f"node.{node}.key",
-                                      SigningKey.load(admin), by="test")
-        _NODE_KEYS[node] = node_key
+                                      _admin_of(bootstrap), by="test")
+        _NODE_KEYS[(bootstrap, node)] = node_key
     at = (event.run_id, event.header.generation, node)
-    run_key = _RUN_KEYS.get(at)
+    run_key = _RUN_KEYS.get((bootstrap, *at))
     if run_key is None:
-        run_key = _RUN_KEYS[at] = runkeys.RunKey.issue(node_key, *at)
+        run_key = _RUN_KEYS[(bootstrap, *at)] = runkeys.RunKey.issue(node_key, *at)
     runkeys.send_report(producer, event, run_key)
+
+
+def _admin_of(bootstrap: str) -> SigningKey:
+    """The admin key whose registration anchors the keys log at ``bootstrap``: the
+    session stack's or one of this process's private stacks'."""
+    anchor = keylog.load_ring(bootstrap).ring.anchor
+    admin = session_key("admin")
+    candidates = [admin] if admin is not None else []
+    candidates += [d / "keys" / "admin.key" for d in reversed(_PRIVATE_DIRS)]
+    for path in candidates:
+        if path.is_file() and (key := SigningKey.load(path)).key_id == anchor:
+            return key
+    raise AssertionError(f"no admin key of this test process anchors {bootstrap}'s keys log")

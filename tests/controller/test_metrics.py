@@ -21,8 +21,9 @@ from controller.shelf import Shelf
 from events.consume import read_log
 from events.kafka import EventProducer
 from events.model import Member
+from events.runkeys import send_report
 from events.state import Checkpoint, RunState, Status
-from events.topics import COMMANDS, REPORTS, RUNS
+from events.topics import COMMANDS, RUNS
 from runledger.metricsserver import MetricsServer, parse_address
 from tests.e2e.harness import PY, Cluster, of_type, spec
 from tests.events.builders import Ev
@@ -204,19 +205,22 @@ def start_controller(cluster: Cluster) -> tuple[subprocess.Popen[bytes], str]:
     return proc, url
 
 
-def propose_checkpoint(bootstrap: str, run: str, gen: int, members: tuple[Member, ...],
+def propose_checkpoint(cluster: Cluster, run: str, gen: int, members: tuple[Member, ...],
                        step: int) -> None:
-    """What a coordinator sends for a checkpoint: every member's shard, then the manifest."""
-    p = EventProducer(bootstrap)
+    """What a coordinator sends for a checkpoint: every member's shard, then the manifest,
+    each signed with the run key its node's agent would give it."""
+    p = EventProducer(cluster.bootstrap)
     ev = Ev(run, start=int(time.time() * 1000), tick=0)
     for m in members:
-        p.send(REPORTS, ev.shard(gen, step, m.logical_id, path=f"ckpt/{step}/{m.logical_id}",
-                                 bytes=1, crc32c=0, producer=f"worker/{run}/{m.logical_id}",
-                                 event_id=f"{run}/g{gen}/{m.logical_id}/shard/{step}"))
-    p.send(REPORTS, ev.proposed(gen, step, manifest_path=f"ckpt/{step}/m.json",
-                                manifest_digest="sha256:" + "cd" * 32, dataset_id=None,
-                                producer=f"worker/{run}/r0",
-                                event_id=f"{run}/g{gen}/manifest/{step}"))
+        send_report(p, ev.shard(gen, step, m.logical_id, path=f"ckpt/{step}/{m.logical_id}",
+                                bytes=1, crc32c=0, producer=f"worker/{run}/{m.logical_id}",
+                                event_id=f"{run}/g{gen}/{m.logical_id}/shard/{step}"),
+                    cluster.run_key(run, gen, m.node))
+    send_report(p, ev.proposed(gen, step, manifest_path=f"ckpt/{step}/m.json",
+                               manifest_digest="sha256:" + "cd" * 32, dataset_id=None,
+                               producer=f"worker/{run}/r0",
+                               event_id=f"{run}/g{gen}/manifest/{step}"),
+                cluster.run_key(run, gen, members[0].node))
     p.flush()
 
 
@@ -245,7 +249,7 @@ def test_a_controller_serves_a_run_from_running_to_succeeded(cluster: Cluster) -
     assert set(ages) == {(("member", m.logical_id),) for m in members}
     assert all(0 <= age < 3.0 for age in ages.values())  # the spec's heartbeat timeout
 
-    propose_checkpoint(cluster.bootstrap, run, 1, members, 2)
+    propose_checkpoint(cluster, run, 1, members, 2)
     cluster.wait_facts(run, lambda f: bool(of_type(f, "ManifestCommitted")),
                        what="the checkpoint committed")
     got = until(lambda: (s if of_run(s := scrape(url), "runledger_run_checkpoint_step", run)

@@ -24,6 +24,7 @@ import yaml
 from events.consume import read_log
 from events.kafka import Record
 from events.model import Event
+from events.runkeys import RunKey
 from events.signing import SigningKey
 from events.topics import COMMANDS, RUNS
 from runledger.nodekeys import enroll
@@ -118,6 +119,16 @@ class Cluster:
         path = self.work / f"node.{node}.key"
         enroll(self.bootstrap, node, path, SigningKey.load(self.keys / "admin.key"))
         return ["--node-key", str(path)]
+
+    def run_key(self, run: str, generation: int, node: str) -> RunKey | None:
+        """A run key for ``run``'s ``generation`` certified by ``node``'s enrolled key, as
+        that node's agent gives its workers (``events.runkeys``): what a test that writes
+        a worker's reports itself signs them with. None on a plaintext stack."""
+        path = self.work / f"node.{node}.key"
+        if self.keys is None:
+            return None
+        assert path.is_file(), f"node {node} has no key yet: start its agent first"
+        return RunKey.issue(SigningKey.load(path), run, generation, node)
 
     def agent(self, node: str, slots: int, grace: float = 3.0) -> subprocess.Popen[bytes]:
         return self._spawn(

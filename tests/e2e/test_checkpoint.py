@@ -17,6 +17,7 @@ from events.model import (
     StepCommitted,
     node_key,
 )
+from events.runkeys import send_report
 from events.topics import REPORTS
 from runledger.terminalcheck import CHECKS, judge_terminal, list_run
 from tests.e2e.ckpt_setup import dataset, tiny_spec
@@ -269,12 +270,14 @@ def test_a_stale_generation_that_wakes_and_publishes_is_rejected(cluster: Cluste
         on_shard=lambda _: None)
     producer = EventProducer(cluster.bootstrap)
     zombie = Ev(run, start=int(time.time() * 1000), tick=0, producer=f"worker/{run}/r0")
-    producer.send(REPORTS, zombie.shard(1, 40, "r0", path=ckdir.file("__0_0.distcp"), bytes=1,
-                                        crc32c=1, event_id=f"{run}/g1/r0/zombie/shard"))
+    # Signed with the run key its agent gave it for generation 1: still a valid key.
+    key = cluster.run_key(run, 1, "n1")
+    send_report(producer, zombie.shard(1, 40, "r0", path=ckdir.file("__0_0.distcp"), bytes=1,
+                                       crc32c=1, event_id=f"{run}/g1/r0/zombie/shard"), key)
     proposal = zombie.proposed(1, 40, manifest_path=written.manifest_url,
                                manifest_digest=written.digest, dataset_id=ds,
                                event_id=f"{run}/g1/r0/zombie/proposed")
-    producer.send(REPORTS, proposal)
+    send_report(producer, proposal, key)
     producer.flush()
     facts = cluster.wait_facts(
         run, lambda f: any(isinstance(e, WriteRejected)

@@ -86,10 +86,25 @@ def benchmarks(only: Sequence[str]) -> list[Path]:
 
 def command(script: Path, quick: bool, bootstrap: str | None) -> list[str]:
     args = [sys.executable, str(script)] + (["--quick"] if quick else [])
-    takes_broker = '"--bootstrap"' in script.read_text("utf-8")
-    if bootstrap and takes_broker and script.stem not in OWN_STACK:
+    text = script.read_text("utf-8")
+    if bootstrap and '"--bootstrap"' in text and script.stem not in OWN_STACK:
         args += ["--bootstrap", bootstrap]
+        admin = stack_admin_key()
+        if admin is not None and '"--admin-key"' in text:
+            args += ["--admin-key", str(admin)]
     return args
+
+
+def stack_admin_key() -> Path | None:
+    """The admin key of the stack whose credentials ``RUNLEDGER_CREDENTIALS`` names
+    (``<data dir>/credentials/<role>.properties`` beside ``<data dir>/keys/admin.key``,
+    as scripts/with-broker.sh's throwaway stack has them), if there is one: benchmarks
+    that write reports enroll their nodes with it (bench/reportkeys.py)."""
+    credentials = os.environ.get("RUNLEDGER_CREDENTIALS")
+    if not credentials:
+        return None
+    key = Path(credentials).parent.parent / "keys" / "admin.key"
+    return key if key.is_file() else None
 
 
 def run_one(script: Path, quick: bool, bootstrap: str | None, timeout: float) -> Outcome:

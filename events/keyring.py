@@ -41,7 +41,7 @@ Tested in tests/events/test_keyring.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from events.model import Event, PrincipalKeyRegistered, PrincipalKeyRevoked, principal_key
@@ -131,20 +131,30 @@ class Refusal:
         return f"{self.reason} ({self.detail})"
 
 
+# (public key, message, signature) -> whether the signature is that key's over it.
+Verify = Callable[[PublicKey, bytes, bytes], bool]
+
+
+def _verify(public: PublicKey, message: bytes, signature: bytes) -> bool:
+    return public.verify(message, signature)
+
+
 def check(ring: KeyRing, *, principal: str | None, key_id: str | None, message: bytes,
-          signature: bytes | None, role: str | None = None, at: int | None = None) -> str | None:
+          signature: bytes | None, role: str | None = None, at: int | None = None,
+          verify: Verify = _verify) -> str | None:
     """``None`` when ``signature`` over ``message`` is valid from ``key_id``, else why not.
 
     ``principal`` (None: anyone's key) and ``role`` (None: any role) are what the
     signed record claims its signer is; ``at`` is its time (see the module
-    docstring), None for a live check.
+    docstring), None for a live check. ``verify``: the signature check itself, which
+    a caller that sees the same signed message again and again may memoize.
     """
     if not key_id or not signature:
         return UNSIGNED
     entry = ring.keys.get(key_id)
     if entry is None:
         return UNKNOWN_KEY
-    if not entry.public.verify(message, signature):
+    if not verify(entry.public, message, signature):
         return BAD_SIGNATURE
     if not entry.live_at(at):
         return REVOKED_KEY

@@ -30,6 +30,7 @@ Tested in tests/events/test_runkeys.py and tests/e2e/test_node_identity.py.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -206,22 +207,20 @@ def _problem(ring: KeyRing, record: Record, hosts: Hosts,
     certs = header_values(headers, CERT_HEADER)
     if isinstance(found, str):
         return (UNSIGNED if not certs else BAD_CERT), ""
-    cert = Cert.from_bytes(certs[0]) if len(certs) == 1 else None
-    if cert is None:
+    read = _read_cert(bytes(certs[0])) if len(certs) == 1 else None
+    if read is None:
         return BAD_CERT, ""
+    cert, public, node_sig = read
     if (cert.run_id, cert.generation) != (event.run_id, event.header.generation):
         return WRONG_RUN, cert.node
     named = getattr(event, "node", None)
     if isinstance(named, str) and named != cert.node:
         return NODE_MISMATCH, cert.node
-    try:
-        public = PublicKey(bytes.fromhex(cert.public))
-        node_sig = bytes.fromhex(cert.signature)
-    except ValueError:
+    if public is None:
         return BAD_CERT, cert.node
     vouched = check(ring, principal=f"node.{cert.node}", key_id=cert.node_key_id,
                     message=cert_message(cert.run_id, cert.generation, cert.node, cert.public),
-                    signature=node_sig, role=AGENT_ROLE, at=at)
+                    signature=node_sig, role=AGENT_ROLE, at=at, verify=_node_signed)
     if vouched is not None:
         return vouched, cert.node
     key_id, signature = found
@@ -231,6 +230,34 @@ def _problem(ring: KeyRing, record: Record, hosts: Hosts,
     if placed is not None and cert.node not in placed:
         return NOT_PLACED, cert.node
     return None, cert.node
+
+
+# Every report of one run key carries the same certificate: its parsing and the node
+# key's signature over it are pure functions of their bytes, memoized here (one
+# verification per certificate instead of one per report); the node key's status is
+# still judged per record, against the ring as of the record (``check``).
+CERT_CACHE = 4096
+
+
+@functools.lru_cache(maxsize=CERT_CACHE)
+def _read_cert(data: bytes) -> tuple[Cert, PublicKey | None, bytes] | None:
+    """The certificate, its run key (None: garbled) and the node's signature."""
+    cert = Cert.from_bytes(data)
+    if cert is None:
+        return None
+    try:
+        return cert, PublicKey(bytes.fromhex(cert.public)), bytes.fromhex(cert.signature)
+    except ValueError:
+        return cert, None, b""
+
+
+@functools.lru_cache(maxsize=CERT_CACHE)
+def _signed_by(public: bytes, message: bytes, signature: bytes) -> bool:
+    return PublicKey(public).verify(message, signature)
+
+
+def _node_signed(public: PublicKey, message: bytes, signature: bytes) -> bool:
+    return _signed_by(public.raw, message, signature)
 
 
 def _meaning(problem: str, node: str) -> str:

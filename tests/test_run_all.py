@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.run_all import BENCH_DIR, Outcome, benchmarks, command, goal, ratios, rows_of
 
 
@@ -44,6 +46,21 @@ def test_the_shared_broker_goes_to_those_that_take_one_except_controller() -> No
     assert "--bootstrap" not in controller
     assert "--quick" not in command(BENCH_DIR / "dataplane.py", quick=False, bootstrap=None)
     assert Path(events[1]).name == "events.py"
+
+
+def test_a_benchmark_that_writes_reports_gets_the_shared_stacks_admin_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its reports must be signed by nodes it enrolls (bench/reportkeys.py)."""
+    (tmp_path / "credentials").mkdir()
+    (tmp_path / "keys").mkdir()
+    monkeypatch.setenv("RUNLEDGER_CREDENTIALS", str(tmp_path / "credentials" / "admin.properties"))
+    assert "--admin-key" not in command(BENCH_DIR / "projector.py", quick=True, bootstrap="h:1")
+    (tmp_path / "keys" / "admin.key").write_text("")
+    projector = command(BENCH_DIR / "projector.py", quick=True, bootstrap="h:1")
+    assert projector[-2:] == ["--admin-key", str(tmp_path / "keys" / "admin.key")]
+    assert "--admin-key" not in command(BENCH_DIR / "events.py", quick=True, bootstrap="h:1")
+    monkeypatch.delenv("RUNLEDGER_CREDENTIALS")
+    assert "--admin-key" not in command(BENCH_DIR / "projector.py", quick=True, bootstrap="h:1")
 
 
 def test_a_summary_table_is_taken_as_it_is(tmp_path: Path) -> None:

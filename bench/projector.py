@@ -21,9 +21,10 @@ plain confluent_kafka Producer into a throwaway single-broker stack
    a. baseline: bare consume + ``Codec.decode`` of each value, no DuckDB
       (measured twice, before and after the projector passes; the faster one
       is the baseline);
-   plus, to show where the time goes, bare consume (no decode) and consume +
+   plus, to show where the time goes, bare consume (no decode), consume +
    ``decode_message`` + ``rows_for`` (the projector's Python work without
-   DuckDB); then
+   DuckDB) and the same with each report judged by the report door first
+   (its signatures, as the projector checks them); then
    b. ``Projector(db, bootstrap).run(until_caught_up=True)`` into a fresh file.
    Ratio = (b) records/s / (a) records/s.
 2. Replay: what ``runledger replay --db NEW`` does (a Projector into an empty
@@ -85,6 +86,7 @@ from bench.projector_parts import (
     build_log,
     consume_pass,
     decode_work,
+    door_work,
     ettr_cte_profile,
     explain_analyze,
     latencies,
@@ -241,6 +243,8 @@ def projection_section(log: Log, codec: Codec, bootstrap: str, tmp: Path,
     passes["consume"] = consume_pass(bootstrap, touch_work, f"bench-projector-raw-{tag}")
     passes["decode_1"] = consume_pass(bootstrap, decode_work(codec), f"bench-projector-a1-{tag}")
     passes["rows"] = consume_pass(bootstrap, rows_work(codec), f"bench-projector-rows-{tag}")
+    passes["door"] = consume_pass(bootstrap, door_work(codec, bootstrap),
+                                  f"bench-projector-door-{tag}")
     live_db = tmp / "live.duckdb"
     live = project_into(Projector, live_db, bootstrap, codec)
     print(f"   (b) done: {live.run_s:.0f} s", flush=True)
@@ -253,8 +257,9 @@ def projection_section(log: Log, codec: Codec, bootstrap: str, tmp: Path,
     labels = {"consume": "bare consume (no decode)",
               "decode_1": "(a) consume + Codec.decode, before",
               "decode_2": "(a) consume + Codec.decode, after",
-              "rows": "consume + decode_message + rows_for"}
-    for key in ("consume", "decode_1", "decode_2", "rows"):
+              "rows": "consume + decode_message + rows_for",
+              "door": "... + the report door (signatures)"}
+    for key in ("consume", "decode_1", "decode_2", "rows", "door"):
         p = passes[key]
         rows.append([labels[key] + (" *" if key == base_key else ""), f"{p.records:,}",
                      f"{p.seconds:.1f}", fmt_num(p.records_per_s),
@@ -265,19 +270,22 @@ def projection_section(log: Log, codec: Codec, bootstrap: str, tmp: Path,
                  "vs (a)"], rows,
                 title=f"1. projection throughput: {len(log.records):,} records, consume batches "
                 f"of {CONSUME_BATCH}, read_committed; * = the baseline (faster (a) pass)")
-    duck_s = live.run_s - passes["rows"].seconds
+    duck_s = live.run_s - passes["door"].seconds
+    door_s = passes["door"].seconds - passes["rows"].seconds
     print(f"   (b) wrote {live.batches:,} transactions, quarantined {live.quarantined} "
           f"(corrupt records sent: {sum(log.corrupt.values())}); construct "
           f"{live.construct_s:.2f} s, close {live.close_s:.2f} s; projection file "
           f"{mib(live.file_bytes)} MiB ({live.file_bytes / max(live.records, 1):.0f} B/record)")
     print(f"   where (b)'s time goes: consume {passes['consume'].seconds:.1f} s, + decode "
           f"{passes[base_key].seconds - passes['consume'].seconds:.1f} s, + rows_for "
-          f"{passes['rows'].seconds - passes[base_key].seconds:.1f} s, + DuckDB (inserts, "
-          f"commits) ~{duck_s:.1f} s = {duck_s / live.run_s:.0%} of (b)\n", flush=True)
+          f"{passes['rows'].seconds - passes[base_key].seconds:.1f} s, + the report door "
+          f"{door_s:.1f} s ({door_s / live.run_s:.0%}), + DuckDB (inserts, commits) "
+          f"~{duck_s:.1f} s = {duck_s / live.run_s:.0%} of (b)\n", flush=True)
     out: dict[str, Any] = {
         "passes": {k: p.to_json() for k, p in passes.items()}, "baseline_pass": base_key,
         "baseline_records_per_s": base, "projector": live.to_json(),
         "ratio": ratio(live.records_per_s, base), "duckdb_share_estimate": duck_s / live.run_s,
+        "door_s": door_s, "door_share": door_s / live.run_s,
         "consumer_settings": CONSUMER_SETTINGS, "consume_batch": CONSUME_BATCH}
     partial(out)
 

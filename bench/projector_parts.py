@@ -50,6 +50,7 @@ from events.connection import client_config
 from events.convert import to_record
 from events.errors import DecodeError
 from events.kafka import decode_message
+from events.keys import read_ring_or_empty
 from events.model import (
     EVENT_TYPES,
     AlertRaised,
@@ -77,6 +78,7 @@ from events.model import (
     WorkerExited,
     WriteRejected,
 )
+from events.reportdoor import ReportDoor
 from events.signing import Headers as SignedHeaders
 from events.topics import REPORTS, RUNS
 from projectors.projector import BATCH, TOPICS
@@ -667,6 +669,22 @@ def rows_work(codec: Codec) -> Work:
 
     def work(msg: Message) -> int:
         return len(rows_for(decode_message(codec, msg)))
+
+    return work
+
+
+def door_work(codec: Codec, bootstrap: str) -> Work:
+    """``rows_work`` with each report first judged by the projector's report door
+    (``events.reportdoor.ReportDoor``, keys as of each record's log time), as
+    ``Projector._judged`` does: what the signatures cost a reader of history."""
+    door = ReportDoor(lambda: read_ring_or_empty(bootstrap, name="bench-projector-keys",
+                                                 retry_s=5.0), historic=True)
+
+    def work(msg: Message) -> int:
+        record = decode_message(codec, msg, raw=True)
+        if record.topic == REPORTS and door.judge(record) is not None:
+            return 0
+        return len(rows_for(record))
 
     return work
 

@@ -210,7 +210,7 @@ def _problem(ring: KeyRing, record: Record, hosts: Hosts,
     read = _read_cert(bytes(certs[0])) if len(certs) == 1 else None
     if read is None:
         return BAD_CERT, ""
-    cert, public, node_sig = read
+    cert, public, node_sig, vouched_message = read
     if (cert.run_id, cert.generation) != (event.run_id, event.header.generation):
         return WRONG_RUN, cert.node
     named = getattr(event, "node", None)
@@ -219,8 +219,8 @@ def _problem(ring: KeyRing, record: Record, hosts: Hosts,
     if public is None:
         return BAD_CERT, cert.node
     vouched = check(ring, principal=f"node.{cert.node}", key_id=cert.node_key_id,
-                    message=cert_message(cert.run_id, cert.generation, cert.node, cert.public),
-                    signature=node_sig, role=AGENT_ROLE, at=at, verify=_node_signed)
+                    message=vouched_message, signature=node_sig, role=AGENT_ROLE, at=at,
+                    verify=_node_signed)
     if vouched is not None:
         return vouched, cert.node
     key_id, signature = found
@@ -240,15 +240,18 @@ CERT_CACHE = 4096
 
 
 @functools.lru_cache(maxsize=CERT_CACHE)
-def _read_cert(data: bytes) -> tuple[Cert, PublicKey | None, bytes] | None:
-    """The certificate, its run key (None: garbled) and the node's signature."""
+def _read_cert(data: bytes) -> tuple[Cert, PublicKey | None, bytes, bytes] | None:
+    """The certificate, its run key (None: garbled), the node's signature and the
+    message that signature is over."""
     cert = Cert.from_bytes(data)
     if cert is None:
         return None
+    message = cert_message(cert.run_id, cert.generation, cert.node, cert.public)
     try:
-        return cert, PublicKey(bytes.fromhex(cert.public)), bytes.fromhex(cert.signature)
+        return (cert, PublicKey(bytes.fromhex(cert.public)), bytes.fromhex(cert.signature),
+                message)
     except ValueError:
-        return cert, None, b""
+        return cert, None, b"", message
 
 
 @functools.lru_cache(maxsize=CERT_CACHE)

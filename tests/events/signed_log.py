@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from events.audit import LoggedRecord
+from events.audit import LoggedRecord, fold_keys
 from events.codec import default_codec
+from events.keyring import KeyRing
 from events.model import Event, RunSubmitted
+from events.reportdoor import node_principal
 from events.signing import (
     GENESIS,
     Headers,
@@ -85,6 +87,19 @@ def cast_keys() -> KeysLog:
     keys.register("bob", "operator", CAST.bob)
     keys.register("node-a", "agent", CAST.agent)
     return keys
+
+
+def node_rings(nodes: dict[str, SigningKey], revoked: str) -> tuple[KeyRing, KeyRing]:
+    """The cast's ring with each node's agent key registered as ``node.<name>``; and the
+    same after node ``revoked``'s key is revoked."""
+    keys = cast_keys()
+    for name, key in nodes.items():
+        keys.register(node_principal(name), "agent", key)
+    ring, problems = fold_keys(keys.records)
+    keys.revoke(node_principal(revoked), nodes[revoked])
+    after, more = fold_keys(keys.records)
+    assert problems == [] and more == []
+    return ring, after
 
 
 class RunsLog:

@@ -33,25 +33,14 @@ from events.reportdoor import (
 from events.signing import SigningKey, sign_report, sign_request
 from events.topics import REPORTS
 from tests.events.builders import Ev
-from tests.events.signed_log import CAST, cast_keys
+from tests.events.signed_log import CAST, cast_keys, node_rings
 
 CODEC = default_codec()
 N1, N2 = SigningKey.generate(), SigningKey.generate()
 
 
-def _keys() -> tuple[KeyRing, KeyRing]:
-    """The ring with n1's and n2's node keys; and the same after n2's is revoked."""
-    keys = cast_keys()
-    keys.register(node_principal("n1"), "agent", N1)
-    keys.register(node_principal("n2"), "agent", N2)
-    ring, problems = fold_keys(keys.records)
-    keys.revoke(node_principal("n2"), N2)
-    revoked, more = fold_keys(keys.records)
-    assert problems == [] and more == []
-    return ring, revoked
-
-
-RING, REVOKED = _keys()
+# The ring with n1's and n2's node keys; and the same after n2's is revoked.
+RING, REVOKED = node_rings({"n1": N1, "n2": N2}, revoked="n2")
 EV = Ev("r1")
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from events.audit import fold_keys
 from events.codec import default_codec
 from events.kafka import Record
 from events.keyring import (
@@ -26,7 +25,7 @@ from events.keyring import (
     KeyRing,
 )
 from events.model import Event
-from events.reportdoor import judge_report, node_principal
+from events.reportdoor import judge_report
 from events.runkeys import (
     BAD_CERT,
     CERT_HEADER,
@@ -42,24 +41,13 @@ from events.runkeys import (
 from events.signing import SigningKey, sign_report
 from events.topics import REPORTS
 from tests.events.builders import Ev
-from tests.events.signed_log import cast_keys
+from tests.events.signed_log import node_rings
 
 CODEC = default_codec()
 N1, N2, N3 = SigningKey.generate(), SigningKey.generate(), SigningKey.generate()
 
 
-def _rings() -> tuple[KeyRing, KeyRing]:
-    keys = cast_keys()
-    for name, key in (("node-a", N1), ("node-b", N2), ("node-c", N3)):
-        keys.register(node_principal(name), "agent", key)
-    ring, problems = fold_keys(keys.records)
-    keys.revoke(node_principal("node-c"), N3)
-    revoked, more = fold_keys(keys.records)
-    assert problems == [] and more == []
-    return ring, revoked
-
-
-RING, REVOKED = _rings()
+RING, REVOKED = node_rings({"node-a": N1, "node-b": N2, "node-c": N3}, revoked="node-c")
 R1, R2 = Ev("r1"), Ev("r2")
 KEY_A = RunKey.issue(N1, "r1", 1, "node-a")
 

@@ -1,7 +1,11 @@
 """runledger: the command line, the local Kafka stack and the demo.
 
-- ``cli``: the ``runledger`` console script; assembles the commands and is the
-  one place where an error becomes a message and an exit status;
+- ``cli``: the ``runledger`` console script: the table of every command (in the
+  order a user meets them, with its summary), ``--help`` and ``--version``
+  answered from it with nothing else loaded;
+- ``app``: the Typer application behind it: loads a command's module when that
+  command is asked for, and is the one place where an error becomes a message
+  and an exit status;
 - ``commands``: one module per command or command group, each with ``register(app)``;
 - ``config``: the shared edge: option types, configuration from the environment
   (``RUNLEDGER_HOME``, ``RUNLEDGER_BOOTSTRAP``, ``RUNLEDGER_DATASETS``) and the

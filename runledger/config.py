@@ -30,16 +30,19 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dataplane.catalog import Catalog, default_catalog_url, runledger_home
+from dataplane.home import default_catalog_url, runledger_home
 from events.connection import ENV_CREDENTIALS
 from events.errors import BrokerUnavailable
 from events.kafka import ENV_BOOTSTRAP, bootstrap_from_env, check_broker
 from runledger import current
 from runledger.errors import UsageError
+
+if TYPE_CHECKING:  # the data plane loads numpy: only the commands that use it pay
+    from dataplane.catalog import Catalog
 
 BROKER_CHECK_S = 5.0  # one try's wait: a fast, clear failure instead of librdkafka's
 RETRY_ENV = "RUNLEDGER_RETRY_S"
@@ -176,4 +179,6 @@ def connect(explicit: str | None = None, role: str = current.ROLE) -> str:
 
 def catalog(explicit: str | None = None) -> Catalog:
     """The dataset catalog at ``--catalog``, else ``$RUNLEDGER_DATASETS`` or its default."""
+    from dataplane.catalog import Catalog
+
     return Catalog(explicit if explicit is not None else default_catalog_url())

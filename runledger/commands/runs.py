@@ -30,7 +30,6 @@ from typing import Annotated, Any
 import typer
 
 from controller.errors import ControllerError
-from controller.spec import load_spec, parse_spec_json, run_id_for
 from events.consume import read_log
 from events.errors import BrokerUnavailable, KafkaOperationError
 from events.kafka import Quarantined
@@ -45,7 +44,6 @@ from runledger.errors import RunledgerError
 from runledger.interrupt import follow_ctrl_c
 from runledger.runview import UNSEEN, list_rows, status_document, status_lines
 from runledger.signer import ENV_KEY, request_signer, send_request
-from runledger.specload import DatasetPin, check_code
 
 WATCH_S = 1.0  # how often `status --watch` reads the run's summary
 Refold = Annotated[bool, typer.Option(
@@ -107,6 +105,11 @@ def submit(
     program or script does not exist here (unless --remote-code). The request
     is signed (--key, $RUNLEDGER_KEY, else the local stack's operator key).
     """
+    # Specs, their checks and the catalog (pydantic, the controller's rules): loaded
+    # by the commands that read a spec, never by status or runs.
+    from controller.spec import load_spec, run_id_for
+    from runledger.specload import DatasetPin, check_code
+
     pin = DatasetPin(catalog)
     spec = load_spec(spec_path, resolve_dataset=pin)
     if not remote_code:
@@ -357,6 +360,8 @@ def _load(bootstrap: str, run: str | None, *, with_reports: bool) -> _View:
 
 
 def _may_cancel(events: Iterable[Event], principal: str) -> bool:
+    from controller.spec import parse_spec_json
+
     for event in events:
         if isinstance(event, RunSubmitted):
             try:
@@ -379,4 +384,4 @@ def _unknown(run: str) -> RunledgerError:
     return RunledgerError(f"unknown run {run!r}: not on {REQUESTS} or {RUNS}")
 
 
-__all__ = ["DatasetPin", "cancel", "register", "resume", "runs", "status", "submit"]
+__all__ = ["cancel", "register", "resume", "runs", "status", "submit"]

@@ -22,6 +22,19 @@ import typer
 import typer.main
 from typer.core import TyperGroup
 
+try:  # typer 0.2x vendors click; earlier versions use the click package
+    from typer._click.exceptions import (  # type: ignore[import-not-found,unused-ignore]
+        ClickException,
+        NoArgsIsHelpError,
+        UsageError,
+    )
+except ImportError:  # pragma: no cover
+    from click.exceptions import (  # type: ignore[import-not-found,no-redef,unused-ignore]
+        ClickException,
+        NoArgsIsHelpError,
+        UsageError,
+    )
+
 from runledger.cli import ABOUT, COMMANDS, PROG, root_help
 from runledger.errors import REPORTED, Interrupted, exit_status, message
 
@@ -80,5 +93,35 @@ def _root() -> None:
     pass
 
 
+def run(args: list[str]) -> None:
+    """Run one command line: a usage error (an unknown command or option, a missing or
+    bad argument: Typer's) is one line naming what to fix and ``--help``, exit status 2,
+    like every other error here; the rest is :class:`_Runledger`'s policy."""
+    try:
+        status = app(prog_name=PROG, args=args, standalone_mode=False)
+    except NoArgsIsHelpError as exc:  # a group named without its command: its help
+        exc.show()
+        raise SystemExit(2) from None
+    except UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else PROG
+        typer.echo(f"{PROG}: {usage_line(exc.format_message(), where)}", err=True)
+        raise SystemExit(2) from None
+    except ClickException as exc:
+        typer.echo(f"{PROG}: {exc.format_message()}", err=True)
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        typer.echo(f"{PROG}: interrupted", err=True)
+        raise SystemExit(130) from None
+    raise SystemExit(status if isinstance(status, int) else 0)
+
+
+def usage_line(problem: str, command_path: str) -> str:
+    """One line: what is wrong with the command line, and where its usage is told."""
+    flat = " ".join(problem.split()).rstrip(".")
+    return f"{flat} (in `{command_path}`); `{command_path} --help` says what it takes"
+
+
 def main() -> None:
-    app(prog_name=PROG)
+    import sys
+
+    run(sys.argv[1:])

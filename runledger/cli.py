@@ -161,9 +161,9 @@ def main(argv: list[str] | None = None) -> None:
     if args == ["--version"]:
         sys.stdout.write(f"{PROG} {version()}\n")
         raise SystemExit(0)
-    from runledger.app import app
+    from runledger.app import run
 
-    app(prog_name=PROG, args=args)
+    run(args)
 
 
 def __getattr__(name: str) -> Any:

@@ -106,6 +106,23 @@ def test_real_commands_follow_the_policy(tmp_path: Path) -> None:
     assert typer_usage.returncode == 2 and "No such command" in typer_usage.stderr
 
 
+def test_a_usage_error_is_one_line_naming_the_fix_with_status_2() -> None:
+    """Typer's usage errors speak as every other error does: one line, no box."""
+    for args, said in ((["no-such-command"], "No such command 'no-such-command'"),
+                       (["status"], "Missing argument 'run'"),
+                       (["status", "r", "--bogus"], "No such option: --bogus"),
+                       (["stack", "no-such-verb"], "No such command 'no-such-verb'")):
+        done = run(*args)
+        assert (done.returncode, done.stdout) == (2, ""), args
+        [line] = done.stderr.splitlines()
+        where = "runledger " + " ".join(a for a in args[:1] if a != "no-such-command")
+        where = where.strip()
+        assert line.startswith(f"runledger: {said} (in `{where}`)"), (args, line)
+        assert line.endswith(f"`{where} --help` says what it takes"), line
+    grouped = run("stack")  # a group without its command: its help, as before
+    assert grouped.returncode == 2 and "up" in grouped.stdout + grouped.stderr
+
+
 @pytest.mark.kafka
 def test_ctrl_c_ends_a_tail_with_130(bootstrap: str, run_id: str) -> None:
     beat = Ev(run_id).heartbeat(1, "r0", step=1, node="n", at=int(time.time() * 1000),

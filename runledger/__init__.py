@@ -1,8 +1,9 @@
 """runledger: the command line, the local Kafka stack and the demo.
 
-- ``cli``: the ``runledger`` console script: the table of every command (in the
-  order a user meets them, with its summary), ``--help`` and ``--version``
-  answered from it with nothing else loaded;
+- ``cli``: the ``runledger`` console script: ``--help`` and ``--version``
+  answered from ``commandtable`` with nothing else loaded, the rest handed to ``app``;
+- ``commandtable``: every top-level command, in the order a user meets them,
+  with the module that registers it and its summary; the root help;
 - ``app``: the Typer application behind it: loads a command's module when that
   command is asked for, and is the one place where an error becomes a message
   and an exit status;

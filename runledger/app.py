@@ -2,7 +2,7 @@
 
 Each module of :mod:`runledger.commands` registers its commands on a Typer app
 (``register(app)``). The root group (:class:`_Runledger`) lists the commands of
-``runledger.cli.SECTIONS`` and imports a command's module only when that
+``runledger.commandtable.SECTIONS`` and imports a command's module only when that
 command is asked for, so a command pays only for what it uses; commands
 registered on :data:`app` directly are found first. Commands raise; this module
 alone turns an error into output: every error of
@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover
         UsageError,
     )
 
-from runledger.cli import ABOUT, COMMANDS, PROG, root_help
+from runledger.commandtable import ABOUT, COMMANDS, PROG, root_help
 from runledger.errors import REPORTED, Interrupted, exit_status, message
 
 

@@ -20,6 +20,7 @@ Tested in tests/e2e/test_jobs.py and tests/runledger/test_logview.py.
 from __future__ import annotations
 
 import codecs
+import json
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
@@ -30,8 +31,8 @@ from events.reader import LogReader
 from events.reportdoor import view_door
 from events.topics import REPORTS, RUNS
 from runledger import config
-from runledger.config import Bootstrap, RunArg
-from runledger.errors import RunledgerError
+from runledger.config import AsJson, Bootstrap, RunArg
+from runledger.errors import RunledgerError, UsageError
 from runledger.interrupt import follow_ctrl_c
 from runledger.logview import (
     LogNotFound,
@@ -66,8 +67,11 @@ def register(app: typer.Typer) -> None:
 
 
 def logs(run: RunArg, rank: Rank = None, generation: Generation = None, follow: Follow = False,
-         tail: Tail = None, bootstrap: Bootstrap = None) -> None:
+         tail: Tail = None, as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
     """Print a worker's output: its log file, running or exited; --follow tails it."""
+    if as_json and follow:
+        raise UsageError("--json prints the log as it is now, in one object; it cannot "
+                         "--follow (drop one of them)")
     address = config.connect(bootstrap)
     # Bounded (a dump) unless following: then the same reader goes on to watch for the exit.
     reader = LogReader(address, [RUNS], key=run, key_partition=True, bounded=not follow,
@@ -86,6 +90,8 @@ def logs(run: RunArg, rank: Rank = None, generation: Generation = None, follow: 
         if picked.live and follow:
             follow_ctrl_c()
             _follow(reader, run, picked, path, work_dir or "", tail)
+        elif as_json:
+            _print_json(run, picked, path, tail)
         else:
             _print_now(run, picked, path, tail)
     finally:
@@ -114,6 +120,21 @@ def _print_now(run: str, picked: Picked, path: Path, tail: int | None) -> None:
         f.seek(tail_start(f, tail) if tail is not None else 0)
         _copy(f, decoder)
     typer.echo(decoder.decode(b"", final=True), nl=False)
+
+
+def _print_json(run: str, picked: Picked, path: Path, tail: int | None) -> None:
+    if not path.is_file():
+        raise _unreachable(picked, path)
+    with path.open("rb") as f:
+        f.seek(tail_start(f, tail) if tail is not None else 0)
+        text = f.read().decode("utf-8", errors="replace")
+    ex = picked.exited
+    typer.echo(json.dumps({
+        "run_id": run, "generation": picked.generation, "logical_id": picked.logical_id,
+        "rank": picked.rank, "node": picked.node, "path": str(path),
+        "state": "exited" if ex is not None else "running" if picked.live else "stopped",
+        "exit_code": None if ex is None else ex.exit_code,
+        "signal": None if ex is None else ex.signal, "tail": tail, "text": text}))
 
 
 def _follow(reader: LogReader, run: str, picked: Picked, path: Path, work_dir: str,

@@ -36,7 +36,7 @@ import typer
 
 from dataplane.home import default_catalog_url, runledger_home
 from events.connection import ENV_CREDENTIALS
-from events.errors import BrokerUnavailable
+from events.errors import BrokerUnavailable, NoBootstrapAddress
 from events.kafka import ENV_BOOTSTRAP, bootstrap_from_env, check_broker
 from runledger import current
 from runledger.errors import UsageError
@@ -122,7 +122,7 @@ def bootstrap(explicit: str | None = None, role: str = current.ROLE) -> str:
         return bootstrap_from_env(explicit)
     stack = current.recall(home(), role)
     if stack is None:
-        raise BrokerUnavailable(
+        raise NoBootstrapAddress(
             f"no Kafka bootstrap address: pass --bootstrap, set {ENV_BOOTSTRAP}, or start a"
             f" local stack with `runledger stack up` (it is remembered in"
             f" {current.pointer(home())})")

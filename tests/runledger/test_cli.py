@@ -97,6 +97,8 @@ def test_real_commands_follow_the_policy(tmp_path: Path) -> None:
     unset = run("status", "some-run")  # an EventsError: no bootstrap address
     assert unset.returncode == 1
     assert unset.stderr.startswith("runledger: no Kafka bootstrap address")
+    # It says every way to give one; "is the broker up?" would only repeat them (#34).
+    assert "is the broker up" not in unset.stderr and unset.stderr.count("\n") == 1
     missing = tmp_path / "none.duckdb"
     query = run("report", "r", "--html", str(tmp_path / "r.html"), "--db", str(missing))
     assert (query.returncode, query.stderr.splitlines()) == (

@@ -31,3 +31,8 @@
 - ``stack``: a local Apache Kafka (KRaft) cluster;
 - ``demo``: ``runledger demo``, the whole system end to end on one machine.
 """
+
+# pyproject.toml's version, here too so that `runledger --version` answers without
+# scanning the installed distributions (tests/runledger/test_cli_imports.py checks
+# the two agree).
+__version__ = "0.1.0"

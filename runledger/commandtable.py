@@ -106,13 +106,10 @@ COMMANDS: dict[str, Command] = {c.name: c for _, group in SECTIONS for c in grou
 
 
 def version() -> str:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
+    """The installed version (pyproject.toml's, kept in ``runledger.__version__``)."""
+    from runledger import __version__
 
-    try:
-        return installed(PROG)
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown (not installed)"
+    return __version__
 
 
 def root_help(width: int | None = None) -> str:

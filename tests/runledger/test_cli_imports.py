@@ -13,13 +13,15 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 import typer
 import typer.main
 
-from runledger.cli import COMMANDS, SECTIONS, root_help
+from runledger.cli import COMMANDS, SECTIONS, root_help, version
 from tests.test_docs import ROOT
 
 HEAVY = ("numpy", "duckdb", "pyarrow", "torch")
@@ -53,8 +55,10 @@ def test_help_and_version_load_nothing_but_the_table() -> None:
     assert out.startswith("Usage: runledger COMMAND [ARGS]...")
     for name in COMMANDS:
         assert f"\n  {name} " in out, name
-    _, version = loaded("--version")
-    assert version.startswith("runledger ")
+    _, said = loaded("--version")
+    assert said.splitlines()[0] == f"runledger {metadata.version('runledger')}"  # installed
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert version() == project
 
 
 @pytest.mark.kafka

@@ -44,6 +44,7 @@ from runledger.errors import UsageError
 if TYPE_CHECKING:  # the data plane loads numpy: only the commands that use it pay
     from dataplane.catalog import Catalog
 
+ENV_KEY = "RUNLEDGER_KEY"  # an operator's signing key file (runledger.signer)
 BROKER_CHECK_S = 5.0  # one try's wait: a fast, clear failure instead of librdkafka's
 RETRY_ENV = "RUNLEDGER_RETRY_S"
 # Long enough for a broker restart or a partition leader's failover, short enough

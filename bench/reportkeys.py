@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import time
 
-from events.kafka import EventProducer, event_headers
+from agent.node import send_report as agent_send
+from events import runkeys
+from events.kafka import EventProducer
 from events.keyring import KeyRing
 from events.model import Event
 from events.reportdoor import AGENT_ROLE, about, node_principal
 from events.runkeys import RunKey
 from events.signing import Headers, SigningKey, sign_report
-from events.topics import REPORTS
 from runledger import keylog
 
 
@@ -72,6 +73,10 @@ class ReportKeys:
         agent_node = about(event)
         if agent_node is not None:
             return sign_report(self.node(agent_node), value)
+        return self.run_key(event, node).headers(value)
+
+    def run_key(self, event: Event, node: str | None = None) -> RunKey:
+        """The key a worker of ``event``'s run and generation on its node signs with."""
         on = getattr(event, "node", None) or node
         if not isinstance(on, str):
             raise ValueError(f"{event.event_type} of {event.run_id} names no node to sign for")
@@ -79,11 +84,16 @@ class ReportKeys:
         run_key = self.runs.get(at)
         if run_key is None:
             run_key = self.runs[at] = RunKey.issue(self.node(on), *at)
-        return run_key.headers(value)
+        return run_key
 
     def send(self, producer: EventProducer, event: Event, node: str | None = None) -> None:
-        """Queue ``event`` on ``runledger.reports`` as its real sender does, signed."""
-        value = producer.codec.encode(event)
-        version = producer.codec.registry.latest(event.event_type).version
-        producer.send_bytes(REPORTS, event.run_id, value,
-                            [*event_headers(event, version), *self.headers(event, value, node)])
+        """Queue ``event`` on ``runledger.reports`` through its real sender's own path:
+        an agent's (``agent.node.send_report``) or a worker's (``events.runkeys``)."""
+        if not self.signing:
+            runkeys.send_report(producer, event, None)
+            return
+        agent_node = about(event)
+        if agent_node is not None:
+            agent_send(producer, event, self.node(agent_node))
+        else:
+            runkeys.send_report(producer, event, self.run_key(event, node))

@@ -54,6 +54,10 @@ DEFAULT_LAG_INTERVALS = 3
 DEFAULT_MIXTURE_DRIFT = 0.02
 DEFAULT_REPEATED_FAILURE = 2
 MIN_SAMPLES = 4  # per rank (stragglers) and per run (input wait) before a verdict
+# A straggler is also this much slower than the others, not only straggler_ratio times:
+# steps of a few ms jitter past any ratio (a 4-step run of 25 ms steps raised one),
+# while a real straggler of a real job (steps of 100 ms and more) clears it easily.
+MIN_STRAGGLER_GAP_MS = 50.0
 
 RAISE = "raise"
 RESOLVE = "resolve"
@@ -190,7 +194,8 @@ def _stragglers(state: RunState, cfg: AlertConfig, watch: Watch) -> Iterator[Dec
         # all ranks', a 2-rank run could never have a straggler above 1.33x.
         others = _median_without(ordered, bisect.bisect_left(ordered, mine))
         ratio = mine / others if others > 0 else 0.0
-        if others <= 0 or _moot(state, STRAGGLER_RANK, lid, firing := ratio > cfg.straggler_ratio):
+        slow = ratio > cfg.straggler_ratio and mine - others >= MIN_STRAGGLER_GAP_MS
+        if others <= 0 or _moot(state, STRAGGLER_RANK, lid, firing := slow):
             continue
         n = min(len(watch.ranks[lid].times), cfg.window_steps)
         yield _decide(STRAGGLER_RANK, lid, firing,

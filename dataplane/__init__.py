@@ -8,8 +8,9 @@
 - ``shards``: the ``rltok-v1`` tokenized-document format (token array plus
   offsets index, memory-mappable, range-readable through fsspec).
 - ``catalog``: stored manifests and aliases (``corpus/latest`` -> id); building
-  a manifest from shard files; ``RUNLEDGER_HOME`` and its default, under which the
-  default catalog lives (``runledger.config`` takes them from here).
+  a manifest from shard files.
+- ``home``: ``RUNLEDGER_HOME`` and its default, under which the default catalog
+  lives (standard library only: ``runledger.config`` takes them from here).
 - ``synth``: a deterministic synthetic multi-source corpus for tests and the demo.
 - ``permute``: the keyed O(1)-memory Feistel permutation and identity hashes.
 - ``mixing``: pure source-selection rules (exact EDF quotas, expected categorical).

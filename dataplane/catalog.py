@@ -22,7 +22,6 @@ import os
 import posixpath
 import re
 import uuid
-from pathlib import Path
 from typing import Any
 
 import fsspec
@@ -31,32 +30,20 @@ from pydantic import ValidationError
 
 from dataplane.documents import sha256_digest
 from dataplane.errors import CatalogError, ManifestError
+from dataplane.home import (  # re-exported: where the catalog lives by default
+    DATASETS_ENV,
+    DEFAULT_HOME,
+    HOME_ENV,
+    default_catalog_url,
+    runledger_home,
+)
 from dataplane.manifest import DatasetManifest, in_scope, join_url
-from dataplane.shards import ShardFormatError, shard_info
 
 _ID = re.compile(r"sha256:([0-9a-f]{64})")
 _ALIAS = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
 _MAGIC = re.compile(r"[*?\[]")
 
 
-# Everything runledger keeps lives under RUNLEDGER_HOME unless a variable names
-# another place. Both are defined here, the lowest layer that keeps anything there
-# (runledger.config takes them from here), so the catalog's default cannot drift
-# from the home the rest of runledger uses.
-HOME_ENV = "RUNLEDGER_HOME"
-DEFAULT_HOME = "~/.local/state/runledger"
-DATASETS_ENV = "RUNLEDGER_DATASETS"
-
-
-def runledger_home() -> Path:
-    """``$RUNLEDGER_HOME``, else ``~/.local/state/runledger``."""
-    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser()
-
-
-def default_catalog_url() -> str:
-    """``$RUNLEDGER_DATASETS``, else ``$RUNLEDGER_HOME/datasets``: one stack's home, not a
-    directory every stack and user of the machine would share."""
-    return os.environ.get(DATASETS_ENV) or str(runledger_home() / "datasets")
 
 
 def is_manifest_id(ref: str) -> bool:
@@ -199,6 +186,10 @@ def _entry(label: str, path: str, given: dict[str, Any], root: str, access: list
         # Checked before reading: the scope says what may be read at all.
         problems.append(f"{label}: {url} is outside the access scope {access}")
         return None
+    # numpy, which shards needs, only when a dataset is built: a command that merely
+    # names the catalog (every runledger command through runledger.config) starts fast.
+    from dataplane.shards import ShardFormatError, shard_info
+
     try:
         info = shard_info(url)
     except FileNotFoundError:

@@ -17,10 +17,11 @@ import hashlib
 import json
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from pydantic import ValidationError
-from pydantic_core import ErrorDetails
+if TYPE_CHECKING:  # annotations only: every error module imports this one, pydantic is slow
+    from pydantic import ValidationError
+    from pydantic_core import ErrorDetails
 
 
 def canonical_json(value: Any) -> str:

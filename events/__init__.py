@@ -39,7 +39,8 @@
   and ``read_log`` (a dump or a tail of one topic, over ``LogReader``).
 - ``signing``: Ed25519 keys, the domain-separated message each use signs, fact
   and key-record digests (each run's hash chain, and the keys log's) and the
-  signature headers; ``keyring``: the pure fold of key records and the one
+  signature headers; ``keyids``: key ids and sizes, which the event model checks
+  without loading any cryptography; ``keyring``: the pure fold of key records and the one
   signature judge (``check``); ``audit``: offline verification of the keys log
   and every run's signed chain; ``loghead``: the signed heads an exported copy
   carries, judged against the copy; ``keys``: the ring read live from

@@ -40,6 +40,10 @@ class BrokerUnavailable(EventsError):
     """No Kafka broker answered at the configured bootstrap address."""
 
 
+class NoBootstrapAddress(BrokerUnavailable):
+    """No bootstrap address was given at all; the message says every way to give one."""
+
+
 class Fenced(EventsError):
     """A newer instance with the same identity has taken over; stop writing."""
 

@@ -20,7 +20,13 @@ from confluent_kafka.admin import AdminClient
 
 from events.codec import Codec, default_codec
 from events.connection import ENV_CREDENTIALS, client_config, refused, security_settings
-from events.errors import BrokerUnavailable, DecodeError, KafkaOperationError, NotAuthorized
+from events.errors import (
+    BrokerUnavailable,
+    DecodeError,
+    KafkaOperationError,
+    NoBootstrapAddress,
+    NotAuthorized,
+)
 from events.limits import quarantine_value
 from events.model import Event
 from events.partition import PARTITIONER
@@ -39,7 +45,7 @@ def bootstrap_from_env(explicit: str | None = None) -> str:
     """The bootstrap address: an explicit one, else ``RUNLEDGER_BOOTSTRAP``."""
     value = explicit or os.environ.get(ENV_BOOTSTRAP, "")
     if not value:
-        raise BrokerUnavailable(
+        raise NoBootstrapAddress(
             f"no Kafka bootstrap address: pass --bootstrap, set {ENV_BOOTSTRAP}, or start"
             " `runledger stack up`"
         )

@@ -18,8 +18,8 @@ from typing import ClassVar
 
 from events.base import Event, one_of
 from events.errors import InvalidEvent
+from events.keyids import PUBLIC_KEY_BYTES, is_key_id
 from events.names import name_problem
-from events.signing import PUBLIC_KEY_BYTES, is_key_id
 from events.topics import KEYS
 
 KEY_PREFIX = "key/"

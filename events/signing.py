@@ -49,6 +49,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
+# Re-exported (X as X): sizes and ids, which need no cryptography.
+from events.keyids import KEY_ID_CHARS as KEY_ID_CHARS
+from events.keyids import PUBLIC_KEY_BYTES as PUBLIC_KEY_BYTES
+from events.keyids import SIGNATURE_BYTES as SIGNATURE_BYTES
+from events.keyids import is_key_id as is_key_id
+from events.keyids import key_id_of as key_id_of
+
 SIG_HEADER = "runledger-sig"
 KEY_HEADER = "runledger-key"
 PREV_HEADER = "runledger-prev"
@@ -58,9 +65,6 @@ REQUEST_KEY_HEADER = "runledger-request-key"
 
 # The prev of a run's first fact: the digest of nothing.
 GENESIS = "0" * 64
-PUBLIC_KEY_BYTES = 32
-SIGNATURE_BYTES = 64
-KEY_ID_CHARS = 16
 
 REQUEST_TAG = b"runledger/request/v1"
 COMMAND_TAG = b"runledger/command/v1"
@@ -77,17 +81,8 @@ HEADS_TAG = b"runledger/log-heads/v1"
 
 Headers = tuple[tuple[str, bytes], ...]
 
-_KEY_ID = re.compile(r"[0-9a-f]{16}")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
-
-def key_id_of(raw: bytes) -> str:
-    """The id of a raw public key: the first 16 hex characters of its SHA-256."""
-    return hashlib.sha256(raw).hexdigest()[:KEY_ID_CHARS]
-
-
-def is_key_id(value: str) -> bool:
-    return isinstance(value, str) and _KEY_ID.fullmatch(value) is not None
 
 
 def is_digest(value: str) -> bool:

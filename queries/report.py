@@ -5,7 +5,9 @@ queries (``timeline``, ``ettr``, ``goodput``, ``stragglers``, ``mixture``,
 ``incidents``, ``alerts``, ``audit``, ``provenance``, ``recovery``) plus one small lookup for
 the header; :func:`render` turns that into the page, a pure function of the
 data, so the same projection always gives the same bytes; :func:`render_text`
-into the text form (the header and the silent-data-corruption section). The data
+into the text form (the header, why a failed run failed, and the
+silent-data-corruption section). A failed run's page opens with why
+(``report_why``). The data
 (``ReportData``) and the sections live in ``report_sections``, their building
 blocks in ``report_html`` (tables, formats, CSS) and ``report_svg`` (the
 charts). The page loads nothing: inline CSS and
@@ -22,6 +24,7 @@ from queries.recovery import recovery
 from queries.report_html import CSS, esc
 from queries.report_sdc import text_section
 from queries.report_sections import ReportData, Rows
+from queries.report_why import why, why_lines
 from queries.runner import check_run, run_query
 
 _SUMMARY = """
@@ -84,13 +87,17 @@ def render_text(data: ReportData, *, freshness: str | None = None) -> str:
             f"{f' ({r})' if (r := s.get('reason')) else ''}; {s.get('generations') or 0}"
             f" generation(s), final step {s.get('final_step') or 0}\n")
     lag = f"{freshness}\n" if freshness else ""
-    return f"{head}{lag}\n{text_section(s.get('sdc_spec'), data.incidents)}"
+    failed = "".join(f"{line}\n" for line in why_lines(s.get("outcome"), data.incidents))
+    return f"{head}{failed}{lag}\n{text_section(s.get('sdc_spec'), data.incidents)}"
 
 
 def render(data: ReportData, *, max_audit_rows: int = 2000,
            freshness: str | None = None) -> str:
     """The page for gathered data; the audit table keeps both ends of a longer trail."""
-    body = sections.body(data, max_audit_rows)
+    # A failed run opens with why: the failure it ended on, its log and last lines.
+    body = [why(data.run_id, data.summary.get("outcome"), data.summary.get("reason"),
+                data.incidents),
+            *sections.body(data, max_audit_rows)]
     outcome = data.summary.get("outcome") or "live"
     return (
         "<!DOCTYPE html>\n"

@@ -195,6 +195,12 @@ th, td { padding:5px 8px; border-bottom:1px solid var(--line); text-align:left;
 th { background:#f0f4f8; font-weight:600; white-space:nowrap; }
 td { white-space:nowrap; }
 td[data-col=detail], td[data-col=summary], td[data-col=what] { white-space:normal; }
+/* A worker's output wraps where it is shown: no horizontal scroll hides an error. */
+td[data-col=stderr_tail] { white-space:normal; min-width:320px; }
+td pre, section.why pre { white-space:pre-wrap; overflow-wrap:anywhere; margin:0;
+                          font:12px "DejaVu Sans Mono", ui-monospace, monospace; }
+section.why { border-left:4px solid var(--bad); }
+section.why pre { background:#fff5f5; padding:8px 10px; border-radius:4px; margin-top:8px; }
 td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
 tbody tr:nth-child(even) { background:#fafbfc; }
 tfoot td { font-weight:600; border-top:2px solid var(--ink); border-bottom:none; }

@@ -96,6 +96,19 @@ class Freshness:
         return (f"projection: {self.path} (no projector running; at its last snapshot{when}"
                 f" {lag}; records appended since are not in it)")
 
+    def short(self) -> str:
+        """A few words for a query's stderr: which file, how old, how far behind."""
+        source = "snapshot" if self.snapshot else "live file"
+        age = "" if self.age_s is None else f", {_age(self.age_s)} old"
+        if self.behind is None:
+            lag = ", lag unknown"
+        else:
+            behind = sum(self.behind.values())
+            lag = ", caught up" if behind == 0 else f", {behind:,} records behind"
+        catch_up = "" if self.snapshot or self.projector_running else (
+            "; `runledger project` catches it up")
+        return f"projection: {source}{age}{lag}{catch_up} ({self.path})"
+
     def as_json(self) -> dict[str, Any]:
         return {"path": self.path, "source": "snapshot" if self.snapshot else "live",
                 "projector_running": self.projector_running,

@@ -1,7 +1,12 @@
 """runledger: the command line, the local Kafka stack and the demo.
 
-- ``cli``: the ``runledger`` console script; assembles the commands and is the
-  one place where an error becomes a message and an exit status;
+- ``cli``: the ``runledger`` console script: ``--help`` and ``--version``
+  answered from ``commandtable`` with nothing else loaded, the rest handed to ``app``;
+- ``commandtable``: every top-level command, in the order a user meets them,
+  with the module that registers it and its summary; the root help;
+- ``app``: the Typer application behind it: loads a command's module when that
+  command is asked for, and is the one place where an error becomes a message
+  and an exit status;
 - ``commands``: one module per command or command group, each with ``register(app)``;
 - ``config``: the shared edge: option types, configuration from the environment
   (``RUNLEDGER_HOME``, ``RUNLEDGER_BOOTSTRAP``, ``RUNLEDGER_DATASETS``) and the
@@ -26,3 +31,8 @@
 - ``stack``: a local Apache Kafka (KRaft) cluster;
 - ``demo``: ``runledger demo``, the whole system end to end on one machine.
 """
+
+# pyproject.toml's version, here too so that `runledger --version` answers without
+# scanning the installed distributions (tests/runledger/test_cli_imports.py checks
+# the two agree).
+__version__ = "0.1.0"

@@ -1,75 +1,50 @@
-"""The ``runledger`` console script: assembles the commands and applies one error policy.
+"""The ``runledger`` console script: every command named in one table, each loaded on demand.
 
-Each module of :mod:`runledger.commands` registers its commands on :data:`app`.
-Commands raise; this module alone turns an error into output: every error of
-:data:`runledger.errors.EXIT_STATUS` becomes ``runledger: <message>`` on stderr
-and the exit status that table gives, Ctrl-C becomes ``runledger: interrupted``
-and 130. Anything else is a bug and keeps its traceback.
+A user waits for the whole process, imports included, so this module imports
+nothing beyond the standard library and ``runledger.commandtable``, whose
+``SECTIONS`` lists every command in the order a user meets them, with the
+summary ``runledger --help`` prints; ``--help`` (and no command at all) and
+``--version`` are answered from it without loading Typer or any command. Any
+other command line goes to :data:`runledger.app.app`, whose root group imports
+only the module of the command asked for (``runledger.commands.<module>``), so
+``runledger status RUN`` never loads DuckDB, pyarrow, numpy or torch
+(tests/runledger/test_cli_imports.py holds that true). ``app`` is importable
+from here as before (``from runledger.cli import app``), loaded on first use.
+
+Tested in tests/runledger/test_cli.py and tests/runledger/test_cli_imports.py.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-import typer
-from typer.core import TyperGroup
+from runledger.commandtable import COMMANDS, PROG, SECTIONS, root_help, version
 
-from runledger.commands import (
-    agent,
-    audit,
-    checkpoint,
-    controller,
-    dataset,
-    demo,
-    drill,
-    events,
-    interval,
-    keys,
-    logs,
-    nodes,
-    pilot,
-    preflight,
-    project,
-    query,
-    report,
-    runs,
-    security,
-    stack,
-)
-from runledger.errors import REPORTED, Interrupted, exit_status, message
+__all__ = ["COMMANDS", "PROG", "SECTIONS", "main", "root_help", "version"]
 
 
-class _Runledger(TyperGroup):
-    """The root command group; every command runs inside its :meth:`invoke`."""
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if args in ([], ["--help"]):
+        sys.stdout.write(root_help())
+        # No command at all is a usage error, as it always was (exit status 2).
+        raise SystemExit(0 if args else 2)
+    if args == ["--version"]:
+        sys.stdout.write(f"{PROG} {version()}\n")
+        raise SystemExit(0)
+    from runledger.app import run
 
-    def invoke(self, ctx: Any) -> Any:
-        error: Exception
-        try:
-            return super().invoke(ctx)
-        except KeyboardInterrupt:
-            error = Interrupted()
-        except REPORTED as exc:
-            error = exc
-        typer.echo(f"runledger: {message(error)}", err=True)
-        raise typer.Exit(exit_status(error))
-
-
-app = typer.Typer(
-    name="runledger",
-    cls=_Runledger,
-    help="Operate event-sourced distributed training runs over Apache Kafka.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
-# Registration order is the order `runledger --help` lists the commands in.
-for command in (stack, security, keys, audit, events, checkpoint, project, query, report,
-                dataset, runs, preflight, pilot, drill, logs, nodes, agent, controller, interval,
-                demo):
-    command.register(app)
+    run(args)
 
 
-def main() -> None:
-    app(prog_name="runledger")
+def __getattr__(name: str) -> Any:
+    # ``from runledger.cli import app`` (tests, embedders): the Typer app, loaded on use.
+    if name == "app":
+        from runledger.app import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

@@ -30,17 +30,21 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dataplane.catalog import Catalog, default_catalog_url, runledger_home
+from dataplane.home import default_catalog_url, runledger_home
 from events.connection import ENV_CREDENTIALS
-from events.errors import BrokerUnavailable
+from events.errors import BrokerUnavailable, NoBootstrapAddress
 from events.kafka import ENV_BOOTSTRAP, bootstrap_from_env, check_broker
 from runledger import current
 from runledger.errors import UsageError
 
+if TYPE_CHECKING:  # the data plane loads numpy: only the commands that use it pay
+    from dataplane.catalog import Catalog
+
+ENV_KEY = "RUNLEDGER_KEY"  # an operator's signing key file (runledger.signer)
 BROKER_CHECK_S = 5.0  # one try's wait: a fast, clear failure instead of librdkafka's
 RETRY_ENV = "RUNLEDGER_RETRY_S"
 # Long enough for a broker restart or a partition leader's failover, short enough
@@ -119,7 +123,7 @@ def bootstrap(explicit: str | None = None, role: str = current.ROLE) -> str:
         return bootstrap_from_env(explicit)
     stack = current.recall(home(), role)
     if stack is None:
-        raise BrokerUnavailable(
+        raise NoBootstrapAddress(
             f"no Kafka bootstrap address: pass --bootstrap, set {ENV_BOOTSTRAP}, or start a"
             f" local stack with `runledger stack up` (it is remembered in"
             f" {current.pointer(home())})")
@@ -176,4 +180,6 @@ def connect(explicit: str | None = None, role: str = current.ROLE) -> str:
 
 def catalog(explicit: str | None = None) -> Catalog:
     """The dataset catalog at ``--catalog``, else ``$RUNLEDGER_DATASETS`` or its default."""
+    from dataplane.catalog import Catalog
+
     return Catalog(explicit if explicit is not None else default_catalog_url())

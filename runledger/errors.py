@@ -15,7 +15,7 @@ from __future__ import annotations
 from agent.errors import AgentError
 from controller.errors import ControllerError
 from dataplane.errors import DataPlaneError
-from events.errors import BrokerUnavailable, EventsError
+from events.errors import BrokerUnavailable, EventsError, NoBootstrapAddress
 from projectors.errors import ProjectorError
 from queries.errors import QueryError
 from worker.errors import WorkerError
@@ -84,8 +84,8 @@ BROKER_HINT = ("is the broker up? `runledger stack up` starts a local one; --boo
 def message(exc: Exception) -> str:
     """The one line a user reads for ``exc``: its message, and what to do next where
     the error alone does not say."""
-    if isinstance(exc, BrokerUnavailable):
-        return f"{exc}; {BROKER_HINT}"
+    if isinstance(exc, BrokerUnavailable) and not isinstance(exc, NoBootstrapAddress):
+        return f"{exc}; {BROKER_HINT}"  # a bare "no address" already says what to do
     return str(exc)
 
 

@@ -16,10 +16,20 @@ Tested in tests/runledger/test_logview.py.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import BinaryIO
 
-from events.model import AgentRegistered, Event, GenerationStarted, Member, WorkerExited
+from events.model import (
+    AgentRegistered,
+    Event,
+    GenerationStarted,
+    Member,
+    RunCancelled,
+    RunFinished,
+    WorkerExited,
+)
 from events.workerlog import worker_log_file, worker_log_path
 
 
@@ -34,18 +44,24 @@ class Picked:
     rank: int | None
     node: str
     log_path: str
-    exited: WorkerExited | None  # None: the member has not exited (it may be running)
+    exited: WorkerExited | None  # None: no exit of the member is on the log
+    # Whether it may still be running: no exit, its generation the newest, the run not
+    # ended (a member of an older generation, or of a run that ended, was stopped).
+    live: bool = False
 
 
 def pick(run_id: str, facts: Sequence[Event], rank: str | None,
          generation: int | None) -> Picked:
     gens: dict[int, tuple[Member, ...]] = {}
     exits: dict[int, dict[str, WorkerExited]] = {}
+    ended = False
     for e in facts:
         if isinstance(e, GenerationStarted):
             gens[e.generation] = tuple(e.members)
         elif isinstance(e, WorkerExited):
             exits.setdefault(e.generation, {}).setdefault(e.logical_id, e)
+        elif isinstance(e, RunFinished | RunCancelled):
+            ended = True
     if not gens:
         raise LogNotFound(f"run {run_id} has started no generation, so no worker has a log")
     # The newest generation: its members are running, or the last to have run.
@@ -59,7 +75,9 @@ def pick(run_id: str, facts: Sequence[Event], rank: str | None,
     ex = done.get(lid)
     index = ids.index(lid) if lid in ids else None
     node = ex.node if ex is not None else members[index].node if index is not None else ""
-    return Picked(generation, lid, index, node, ex.log_path if ex is not None else "", ex)
+    live = ex is None and generation == max(gens) and not ended
+    return Picked(generation, lid, index, node, ex.log_path if ex is not None else "", ex,
+                  live)
 
 
 def exit_of(picked: Picked, facts: Iterable[Event]) -> WorkerExited | None:
@@ -103,6 +121,28 @@ def log_file(run_id: str, picked: Picked, work_dir: str | None) -> str:
                           f" {picked.node}, whose agent predates work dir reports; its log is"
                           f" {relative} under that agent's --work-dir")
     return worker_log_file(work_dir, run_id, picked.generation, picked.logical_id)
+
+
+def tail_start(f: BinaryIO, lines: int, chunk: int = 1 << 16) -> int:
+    """The offset in ``f`` where its last ``lines`` lines begin (0: it has no more than
+    that). A final newline ends the last line; it does not start an empty one."""
+    end = f.seek(0, os.SEEK_END)
+    if lines <= 0:
+        return end
+    pos, seen = end, 0
+    last_newline = end - 1  # a newline there closes the last line
+    while pos > 0:
+        step = min(chunk, pos)
+        pos -= step
+        f.seek(pos)
+        block = f.read(step)
+        at = len(block)
+        while (at := block.rfind(b"\n", 0, at)) != -1:
+            if pos + at != last_newline:
+                seen += 1
+                if seen == lines:
+                    return pos + at + 1
+    return 0
 
 
 def describe(picked: Picked) -> str:

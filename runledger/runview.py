@@ -140,16 +140,20 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
     ]
     if doc["queue_reason"]:
         lines.append(f"queued      {doc['queue_reason']}")
+    summarized = doc.get("source") == "runledger.status"
     for i, m in enumerate(doc["members"]):
         where = f"{m['node']}/{m['slot']}" + (f" ({m['domain']})" if m["domain"] else "")
-        if m["heartbeat_age_ms"] is None and doc.get("source") == "runledger.status":
-            beat = "heartbeat age: `status --refold` reads the reports"
+        if m["heartbeat_age_ms"] is None and summarized:
+            beat = ""  # said once, below the members
         elif m["heartbeat_age_ms"] is None:
             beat = "no heartbeat in this generation"
         else:
             age_s = m["heartbeat_age_ms"] / 1000
             beat = f"heartbeat {age_s:.1f} s ago (step {m['heartbeat_step']})"
-        lines.append(f"{'members' if i == 0 else '':<11} {m['logical_id']:<8} {where:<24} {beat}")
+        lines.append(f"{'members' if i == 0 else '':<11} {m['logical_id']:<8} {where:<24} "
+                     f"{beat}".rstrip())
+    if doc["members"] and summarized:
+        lines.append(f"{'':<11} (heartbeat ages: `status --refold` reads the reports)")
     lines.append(f"step        {doc['step']}  ({doc['tokens']} tokens)")
     ckpt = doc["checkpoint"]
     if ckpt is None:
@@ -165,7 +169,11 @@ def status_lines(doc: dict[str, Any]) -> list[str]:
     lines.append(f"failures    {doc['failure_count']} ({sigs}); retries {doc['retries']}")
     for f in doc["failure_history"]:
         lines += _failure_lines(f, doc["run_id"])
-    lines.append(f"rejections  {doc['rejections']}")
+    rejected = doc["rejections"]
+    lines.append(f"rejections  {rejected}" + (
+        " (records the controller refused, each kept as a WriteRejected fact: a stopped "
+        "generation's late report is one and harms nothing; `runledger query audit "
+        f"{doc['run_id']}` names each with its reason)" if rejected else ""))
     for c in doc["cancel_requests"]:
         lines.append(f"cancel      requested by {c['principal']} at {_iso(c['at'])}: {c['reason']}")
     if doc["outcome_reason"]:

@@ -41,7 +41,7 @@ from events.topics import REQUESTS
 from runledger import config, keylog
 from runledger.errors import RunledgerError, UsageError
 
-ENV_KEY = "RUNLEDGER_KEY"
+ENV_KEY = config.ENV_KEY  # declared with the configuration, which loads no cryptography
 OPERATOR = "operator"
 
 

@@ -113,7 +113,7 @@ def _copy_report(copy: logcopy.Copy, source: Path, trust: str | None,
 
 
 def export(target: Target, keys_topic: KeysTopic = KEYS, runs_topic: RunsTopic = RUNS,
-           key: ExportKey = None, bootstrap: Bootstrap = None) -> None:
+           key: ExportKey = None, as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
     """Copy the raw records of the keys and runs topics into DIR, for `audit verify --from`,
     with every chain's head signed by your key."""
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
@@ -131,6 +131,10 @@ def export(target: Target, keys_topic: KeysTopic = KEYS, runs_topic: RunsTopic =
                 "exported_at_ms": time.time_ns() // 1_000_000}
     heads = loghead.sign(signer, loghead.heads_of(report, len(keys)))
     counts = logcopy.write(target, keys, runs, manifest, heads)
+    if as_json:
+        typer.echo(json.dumps({"directory": str(target), "key_records": counts[0],
+                               "facts": counts[1], "heads_signed_by": signer.key_id}))
+        return
     typer.echo(f"exported {counts[0]} key records and {counts[1]} facts to {target}, their "
                f"heads signed by {signer.key_id}")
 

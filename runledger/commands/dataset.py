@@ -63,6 +63,7 @@ def _io_errors() -> Iterator[None]:
 def synth(
     directory: Annotated[Path, typer.Argument(metavar="DIR", help="Where to write the corpus.")],
     seed: Annotated[int, typer.Option("--seed", min=0, help="Generator seed.")] = 0,
+    as_json: AsJson = False,
 ) -> None:
     """Write the synthetic three-source corpus and its manifest template DIR/dataset.yaml."""
     root = os.path.abspath(directory)
@@ -73,7 +74,8 @@ def synth(
         write_corpus(root, seed=seed)
         body = yaml.safe_dump(template(root, seed=seed), sort_keys=False)
         path.write_text(header + body, encoding="utf-8")
-    typer.echo(str(path))
+    typer.echo(json.dumps({"directory": root, "template": str(path), "seed": seed})
+               if as_json else str(path))
 
 
 def build(

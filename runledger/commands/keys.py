@@ -79,7 +79,7 @@ def create(principal: PrincipalArg, out: Out = None, as_json: AsJson = False) ->
 
 def register_key(principal: PrincipalArg, role: RoleOption, admin_key: AdminKey,
                  public: PublicHex = None, key: KeyFile = None, reason: Reason = None,
-                 bootstrap: Bootstrap = None) -> None:
+                 as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
     """Register a public key as PRINCIPAL's for ROLE, signed by the admin key.
 
     Needs the admin's Kafka credentials. The first key of an empty keys log
@@ -96,12 +96,17 @@ def register_key(principal: PrincipalArg, role: RoleOption, admin_key: AdminKey,
                                 reason=reason or "runledger key register")
     written = keylog.append(address, ring, event, admin)
     anchor = " (the trust anchor)" if written.ring.anchor == registered.key_id else ""
+    if as_json:
+        typer.echo(json.dumps({"registered": registered.key_id, "principal": principal,
+                               "role": role, "anchor": written.ring.anchor == registered.key_id,
+                               "at": written.where}))
+        return
     typer.echo(f"registered key {registered.key_id} of {principal} ({role}){anchor} at "
                f"{written.where}")
 
 
 def revoke(principal: PrincipalArg, key_id: KeyIdArg, admin_key: AdminKey,
-           reason: Reason = None, bootstrap: Bootstrap = None) -> None:
+           reason: Reason = None, as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
     """Revoke PRINCIPAL's key KEY_ID: from now on it verifies nothing it signs."""
     _check_principal(principal)
     if not is_key_id(key_id):
@@ -114,6 +119,9 @@ def revoke(principal: PrincipalArg, key_id: KeyIdArg, admin_key: AdminKey,
                               by=f"cli/{principal_of(admin, ring)}",
                               reason=reason or "runledger key revoke")
     written = keylog.append(address, ring, event, admin)
+    if as_json:
+        typer.echo(json.dumps({"revoked": key_id, "principal": principal, "at": written.where}))
+        return
     typer.echo(f"revoked key {key_id} of {principal} at {written.where}")
 
 

@@ -8,6 +8,8 @@ host, or a shared filesystem); otherwise the command says on which node and at
 which path it is. Without ``--follow`` it prints what the file holds now;
 with it, it goes on printing what is appended, as ``tail -f`` does, until the
 worker's ``WorkerExited`` is on the log, then prints the rest and ends.
+``--tail N`` starts at the file's last N lines (read backwards from its end,
+so a chatty worker's 20 MB file costs only those lines).
 
 Only the run's partition of ``runledger.runs`` and the node's of
 ``runledger.reports`` are read (``LogReader`` ``key_partition``).
@@ -18,6 +20,7 @@ Tested in tests/e2e/test_jobs.py and tests/runledger/test_logview.py.
 from __future__ import annotations
 
 import codecs
+import json
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
@@ -28,10 +31,19 @@ from events.reader import LogReader
 from events.reportdoor import view_door
 from events.topics import REPORTS, RUNS
 from runledger import config
-from runledger.config import Bootstrap, RunArg
-from runledger.errors import RunledgerError
+from runledger.config import AsJson, Bootstrap, RunArg
+from runledger.errors import RunledgerError, UsageError
 from runledger.interrupt import follow_ctrl_c
-from runledger.logview import LogNotFound, Picked, describe, exit_of, log_file, pick, work_dir_of
+from runledger.logview import (
+    LogNotFound,
+    Picked,
+    describe,
+    exit_of,
+    log_file,
+    pick,
+    tail_start,
+    work_dir_of,
+)
 
 Rank = Annotated[str | None, typer.Option(
     "--rank", metavar="R", help="A rank number or logical id (default: the first that failed,"
@@ -40,6 +52,9 @@ Generation = Annotated[int | None, typer.Option(
     "--generation", metavar="G", help="The generation (default: the newest).")]
 Follow = Annotated[bool, typer.Option(
     "--follow", "-f", help="Go on printing what the worker writes until it has exited.")]
+Tail = Annotated[int | None, typer.Option(
+    "--tail", "-n", metavar="N", min=0,
+    help="Only the last N lines (with --follow: then what is appended).")]
 
 # How long one wait for new facts lasts while the file has nothing new: the
 # pace at which a followed file is read again.
@@ -52,8 +67,11 @@ def register(app: typer.Typer) -> None:
 
 
 def logs(run: RunArg, rank: Rank = None, generation: Generation = None, follow: Follow = False,
-         bootstrap: Bootstrap = None) -> None:
+         tail: Tail = None, as_json: AsJson = False, bootstrap: Bootstrap = None) -> None:
     """Print a worker's output: its log file, running or exited; --follow tails it."""
+    if as_json and follow:
+        raise UsageError("--json prints the log as it is now, in one object; it cannot "
+                         "--follow (drop one of them)")
     address = config.connect(bootstrap)
     # Bounded (a dump) unless following: then the same reader goes on to watch for the exit.
     reader = LogReader(address, [RUNS], key=run, key_partition=True, bounded=not follow,
@@ -69,11 +87,13 @@ def logs(run: RunArg, rank: Rank = None, generation: Generation = None, follow: 
             path = Path(log_file(run, picked, work_dir))
         except LogNotFound as exc:
             raise RunledgerError(str(exc)) from None
-        if picked.exited is None and follow:
+        if picked.live and follow:
             follow_ctrl_c()
-            _follow(reader, run, picked, path, work_dir or "")
+            _follow(reader, run, picked, path, work_dir or "", tail)
+        elif as_json:
+            _print_json(run, picked, path, tail)
         else:
-            _print_now(run, picked, path)
+            _print_now(run, picked, path, tail)
     finally:
         reader.close()
 
@@ -91,17 +111,34 @@ def _work_dir(address: str, node: str) -> str | None:
         reader.close()
 
 
-def _print_now(run: str, picked: Picked, path: Path) -> None:
+def _print_now(run: str, picked: Picked, path: Path, tail: int | None) -> None:
     if not path.is_file():
         raise _unreachable(picked, path)
-    _banner(run, picked, path)
+    _banner(run, picked, path, tail)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     with path.open("rb") as f:
+        f.seek(tail_start(f, tail) if tail is not None else 0)
         _copy(f, decoder)
     typer.echo(decoder.decode(b"", final=True), nl=False)
 
 
-def _follow(reader: LogReader, run: str, picked: Picked, path: Path, work_dir: str) -> None:
+def _print_json(run: str, picked: Picked, path: Path, tail: int | None) -> None:
+    if not path.is_file():
+        raise _unreachable(picked, path)
+    with path.open("rb") as f:
+        f.seek(tail_start(f, tail) if tail is not None else 0)
+        text = f.read().decode("utf-8", errors="replace")
+    ex = picked.exited
+    typer.echo(json.dumps({
+        "run_id": run, "generation": picked.generation, "logical_id": picked.logical_id,
+        "rank": picked.rank, "node": picked.node, "path": str(path),
+        "state": "exited" if ex is not None else "running" if picked.live else "stopped",
+        "exit_code": None if ex is None else ex.exit_code,
+        "signal": None if ex is None else ex.signal, "tail": tail, "text": text}))
+
+
+def _follow(reader: LogReader, run: str, picked: Picked, path: Path, work_dir: str,
+            tail: int | None) -> None:
     """Print the file and what is appended to it until the worker's exit is on the log."""
     if not Path(work_dir).is_dir():
         raise _unreachable(picked, path)
@@ -110,9 +147,10 @@ def _follow(reader: LogReader, run: str, picked: Picked, path: Path, work_dir: s
         if exited:
             raise _unreachable(picked, path)
         exited = _exited(reader, run, picked)
-    _banner(run, picked, path)
+    _banner(run, picked, path, tail)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     with path.open("rb") as f:
+        f.seek(tail_start(f, tail) if tail is not None else 0)
         while True:
             if _copy(f, decoder):
                 continue
@@ -138,8 +176,12 @@ def _copy(f: BinaryIO, decoder: codecs.IncrementalDecoder) -> bool:
     return any_read
 
 
-def _banner(run: str, picked: Picked, path: Path) -> None:
-    state = "" if picked.exited is not None else ", running"
+def _banner(run: str, picked: Picked, path: Path, tail: int | None = None) -> None:
+    # Running only while it may be: a member of an older generation, or of a run that
+    # ended, without an exit on the log was stopped with its group.
+    state = ("" if picked.exited is not None else ", running" if picked.live
+             else ", stopped with its group")
+    state += f", its last {tail} lines" if tail is not None else ""
     typer.echo(f"==> {path} (node {picked.node}, {describe(picked)} of {run}, generation"
                f" {picked.generation}{state}) <==", err=True)
 

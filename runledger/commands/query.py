@@ -77,7 +77,7 @@ def query(name: QueryName, run: ProjectedRun, db: Db = None, as_json: AsRows = F
     finally:
         con.close()
     if fmt != "json":  # prov and openlineage are standard documents: no field of ours
-        typer.echo(fresh.line(), err=True)
+        typer.echo(fresh.short(), err=True)  # the whole story: --json's "projection"
     if name == "provenance":
         _provenance(result, fmt, checkpoint, fresh)
     elif fmt == "json":

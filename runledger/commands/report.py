@@ -12,6 +12,7 @@ tests/runledger/commands/test_live_queries.py.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -21,7 +22,7 @@ from queries.report import report as build_report
 from queries.report import text as build_text
 from queries.source import open_projection
 from runledger import config
-from runledger.config import Db, ProjectedRun
+from runledger.config import AsJson, Db, ProjectedRun
 from runledger.errors import RunledgerError
 
 Html = Annotated[Path | None, typer.Option("--html", help="Write the page to this file.",
@@ -34,11 +35,14 @@ def register(app: typer.Typer) -> None:
     app.command()(report)
 
 
-def report(run: ProjectedRun, html: Html = None, text: Text = False, db: Db = None) -> None:
+def report(run: ProjectedRun, html: Html = None, text: Text = False, db: Db = None,
+           as_json: AsJson = False) -> None:
     """Write a run's postmortem as one HTML file: timeline, ETTR, incidents, provenance.
 
     The page needs no network and no script: open it in any browser, or attach it
-    to the incident ticket. ``--text`` prints the text form instead (or as well).
+    to the incident ticket. ``--text`` prints the text form instead (or as well);
+    ``--json`` prints one object: the file written, its size, the text form (with
+    ``--text``) and the projection's freshness.
     """
     if html is None and not text:
         raise RunledgerError("runledger report needs --html FILE (the page) or --text"
@@ -49,14 +53,21 @@ def report(run: ProjectedRun, html: Html = None, text: Text = False, db: Db = No
         plain = build_text(con, run, freshness=fresh.line()) if text else None
     finally:
         con.close()
-    if plain is not None:
+    if plain is not None and not as_json:
         typer.echo(plain, nl=False)
+    if html is not None and page is not None:
+        try:
+            html.write_text(page, encoding="utf-8")
+        except OSError as exc:
+            raise RunledgerError(f"cannot write {html}: {exc.strerror or exc}") from None
+    if as_json:
+        typer.echo(json.dumps({
+            "run_id": run, "html": None if html is None else str(html),
+            "bytes": None if page is None else len(page.encode()), "text": plain,
+            "projection": fresh.as_json()}, indent=2))
+        return
     if html is None or page is None:
         return
-    try:
-        html.write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise RunledgerError(f"cannot write {html}: {exc.strerror or exc}") from None
     typer.echo(f"wrote {html} ({len(page.encode()):,} bytes): run {run}", err=True)
     typer.echo(fresh.line(), err=True)
 

@@ -25,27 +25,27 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from controller.errors import ControllerError
-from controller.spec import load_spec, parse_spec_json, run_id_for
-from events.consume import read_log
 from events.errors import BrokerUnavailable, KafkaOperationError
-from events.kafka import Quarantined
 from events.model import CancelRequested, Event, Header, ResumeRequested, RunSubmitted
-from events.reportdoor import view_door
 from events.status import RunStatusChanged
 from events.statuslog import read_status
 from events.topics import REPORTS, REQUESTS, RUNS, STATUS
 from runledger import config, statusview
-from runledger.config import AsJson, Bootstrap, Principal, RunArg, catalog_option
+from runledger.config import ENV_KEY, AsJson, Bootstrap, Principal, RunArg, catalog_option
 from runledger.errors import RunledgerError
 from runledger.interrupt import follow_ctrl_c
 from runledger.runview import UNSEEN, list_rows, status_document, status_lines
-from runledger.signer import ENV_KEY, request_signer, send_request
-from runledger.specload import DatasetPin, check_code
+
+if TYPE_CHECKING:
+    from events.kafka import Quarantined
+
+# status and runs read summaries: the log's readers, its report door and the request
+# signer (cryptography) are imported where a command needs them, not at start.
 
 WATCH_S = 1.0  # how often `status --watch` reads the run's summary
 Refold = Annotated[bool, typer.Option(
@@ -107,6 +107,11 @@ def submit(
     program or script does not exist here (unless --remote-code). The request
     is signed (--key, $RUNLEDGER_KEY, else the local stack's operator key).
     """
+    # Specs, their checks and the catalog (pydantic, the controller's rules): loaded
+    # by the commands that read a spec, never by status or runs.
+    from controller.spec import load_spec, run_id_for
+    from runledger.specload import DatasetPin, check_code
+
     pin = DatasetPin(catalog)
     spec = load_spec(spec_path, resolve_dataset=pin)
     if not remote_code:
@@ -119,6 +124,8 @@ def submit(
         doc = {"spec_digest": spec.digest(), "spec": json.loads(spec.canonical_json())}
         typer.echo(json.dumps(doc) if as_json else json.dumps(doc, indent=2, sort_keys=True))
         return
+    from runledger.signer import request_signer, send_request
+
     address = config.connect(bootstrap)
     signed = request_signer(address, key, principal, bootstrap)
     who = signed.principal
@@ -257,6 +264,8 @@ def _ask(verb: str, run: str, reason: str, principal: str | None, as_json: bool,
     """One operator request about a run (``cancel``, ``resume``), signed when keyed."""
     if not reason.strip():
         raise RunledgerError("--reason must say why")
+    from runledger.signer import request_signer, send_request
+
     address = config.connect(bootstrap)
     signed = request_signer(address, key, principal, bootstrap)
     who = signed.principal
@@ -329,6 +338,9 @@ class _View:
 
 def _load(bootstrap: str, run: str | None, *, with_reports: bool) -> _View:
     """The run's events (all runs' when ``run`` is None) from each topic, in offset order."""
+    from events.consume import read_log
+    from events.reportdoor import view_door
+
     skipped: list[Quarantined] = []
 
     def read(topic: str) -> list[Event]:
@@ -357,6 +369,8 @@ def _load(bootstrap: str, run: str | None, *, with_reports: bool) -> _View:
 
 
 def _may_cancel(events: Iterable[Event], principal: str) -> bool:
+    from controller.spec import parse_spec_json
+
     for event in events:
         if isinstance(event, RunSubmitted):
             try:
@@ -379,4 +393,4 @@ def _unknown(run: str) -> RunledgerError:
     return RunledgerError(f"unknown run {run!r}: not on {REQUESTS} or {RUNS}")
 
 
-__all__ = ["DatasetPin", "cancel", "register", "resume", "runs", "status", "submit"]
+__all__ = ["cancel", "register", "resume", "runs", "status", "submit"]

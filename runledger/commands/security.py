@@ -47,7 +47,8 @@ def register(app: typer.Typer) -> None:
 
 
 def add(name: Annotated[str, typer.Argument(help="The principal's name.")],
-        role: RoleOption, out: Out = None, bootstrap: Bootstrap = None) -> None:
+        role: RoleOption, out: Out = None, as_json: AsJson = False,
+        bootstrap: Bootstrap = None) -> None:
     """Create a principal with a new password and its role's ACLs; write its credentials file.
 
     The password goes into the file (mode 0600) and nowhere else; the file is
@@ -69,6 +70,10 @@ def add(name: Annotated[str, typer.Argument(help="The principal's name.")],
            if k.startswith("ssl.") and k not in ("ssl.key.location", "ssl.key.password",
                                                  "ssl.certificate.location")}
     write_private(target, render(name, password, protocol, ssl))
+    if as_json:  # never the password: it is in the file alone
+        typer.echo(json.dumps({"principal": name, "role": kind.value, "acls": len(grants),
+                               "credentials": str(target)}))
+        return
     typer.echo(f"principal {name} ({kind.value}, {len(grants)} ACLs); credentials in {target}")
 
 

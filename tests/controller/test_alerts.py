@@ -105,6 +105,11 @@ def test_straggler_is_the_rank_slower_than_the_ratio_times_the_others() -> None:
     (d,) = evaluate(state(), CFG, w, 0)
     assert d.value == 1.575 and d.cause == "r3/t/1" and "r3: median step time" in d.detail
     assert decided(state(), watch_of(*fast, times("r3", 1, 149, 150, 148, 150))) == []
+    # Tiny steps: 3x the others, but 10 ms apart is jitter, not a straggler (#34).
+    tiny = [times(lid, 1, 5, 5, 5, 5) for lid in ("r0", "r1", "r2")]
+    assert decided(state(), watch_of(*tiny, times("r3", 1, 15, 15, 15, 15))) == []
+    assert decided(state(), watch_of(*tiny, times("r3", 1, 60, 60, 60, 60))) == [
+        ("raise", "straggler_rank", "r3")]
     # Fewer than 4 samples for a rank, or a single rank: no verdict.
     assert decided(state(), watch_of(*fast[:1], times("r3", 1, 900, 900, 900))) == []
     assert decided(state(), watch_of(times("r3", 1, 900, 900, 900, 900))) == []

@@ -72,6 +72,12 @@ def test_a_script_that_raises_at_import_fails_fast_as_the_job_s_own_error(
     logs = cluster.cli("logs", run)
     assert logs.returncode == 0, logs.stderr
     assert "loading config" in logs.stdout and "Traceback" in logs.stdout
+    last = cluster.cli("logs", run, "--tail", "2")
+    assert last.returncode == 0, last.stderr
+    assert last.stdout.splitlines() == logs.stdout.splitlines()[-2:]
+    assert "its last 2 lines" in last.stderr
+    doc = json.loads(cluster.cli("logs", run, "--tail", "2", "--json").stdout)
+    assert (doc["state"], doc["path"], doc["text"]) == ("exited", str(log_path), last.stdout)
     unknown = cluster.cli("logs", run, "--rank", "9")
     assert unknown.returncode != 0 and "its ranks are 0 (r0), 1 (r1)" in unknown.stderr
 

@@ -23,6 +23,7 @@ import pytest
 
 from queries.errors import QueryError
 from queries.report import report
+from queries.report import text as report_text
 from tests.queries.timeline import Timeline, crash_and_recover, project
 
 # The parts the crash-and-recover log has (no elastic resize: the resize_* parts are 0).
@@ -336,3 +337,41 @@ def png_rows(data: bytes, count: int) -> tuple[int, int, list[list[tuple[int, ..
         rows.append([tuple(cur[i:i + 3]) for i in range(0, len(cur), bpp)])
         prev = cur
     return width, height, rows
+
+
+def failed_run() -> Timeline:
+    """Admitted, a few steps, then r1's crash escalated: the run ends failed."""
+    tl = Timeline(run_id="run-f")
+    tl.submit()
+    tl.admit()
+    tl.start(1)
+    tl.confirm(1)
+    for step in range(1, 4):
+        tl.step(1, step)
+    tl.exit(1)
+    tl.fail(1, action="escalate")
+    tl.finish(1, outcome="failed")
+    return tl
+
+
+def test_a_failed_run_opens_with_what_failed_where_and_its_last_lines() -> None:
+    """#34: the traceback sat in the incidents table's last column, behind a scroll."""
+    con = duckdb.connect()
+    project(con, failed_run())
+    html = report(con, "run-f")
+    doc = parse(html)
+    sections = [n.attrs.get("id") for n in doc.find("section")]
+    assert sections[0] == "why", sections  # before the summary and everything else
+    why = doc.by_id("why").text()
+    assert "crash:r1:signal 9" in why and "escalate" in why and "r1" in why
+    assert "Fatal Python error: Segmentation fault" in doc.by_id("why-output").text()
+    assert doc.by_id("why-log").text() == "/agent/run/g1/r1.log"
+    assert "runledger logs run-f --tail 100" in why
+    assert "white-space:pre-wrap" in html  # wrapped, never behind a horizontal scroll
+    text = report_text(con, "run-f")
+    assert text.splitlines()[1] == ("Why it failed: worker_crash crash:r1:signal 9 -> escalate, "
+                                    "r1 on node node-a, generation 1")
+
+
+def test_a_run_that_did_not_fail_has_no_why(page: str) -> None:
+    assert not parse(page).find("section", id="why")

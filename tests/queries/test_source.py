@@ -103,3 +103,16 @@ def test_a_held_file_is_never_opened_and_only_a_fitting_snapshot_is_read(
         assert isinstance(live, LiveOpen) and live.layout_problem is None
     if isinstance(got, Refuse):
         assert "runledger" in got.message or snap == SnapBad("bad")
+
+
+def test_the_short_form_says_which_file_how_old_and_how_far_behind() -> None:
+    """#34: every query printed the long sentence; a query's stderr gets a few words."""
+    fresh = Freshness(SNAP, snapshot=True, projector_running=True, taken_at=100.0, age_s=3.5,
+                      behind={"runledger.runs": 0, "runledger.reports": 0})
+    assert fresh.short() == f"projection: snapshot, 3.5 s old, caught up ({SNAP})"
+    behind = Freshness("/p.duckdb", snapshot=False, projector_running=False, taken_at=None,
+                       age_s=None, behind={"runledger.runs": 1200, "runledger.reports": 34})
+    assert behind.short() == ("projection: live file, 1,234 records behind; `runledger "
+                              "project` catches it up (/p.duckdb)")
+    assert "lag unknown" in Freshness("/p.duckdb", snapshot=False,
+                                      projector_running=False).short()

@@ -97,6 +97,8 @@ def test_real_commands_follow_the_policy(tmp_path: Path) -> None:
     unset = run("status", "some-run")  # an EventsError: no bootstrap address
     assert unset.returncode == 1
     assert unset.stderr.startswith("runledger: no Kafka bootstrap address")
+    # It says every way to give one; "is the broker up?" would only repeat them (#34).
+    assert "is the broker up" not in unset.stderr and unset.stderr.count("\n") == 1
     missing = tmp_path / "none.duckdb"
     query = run("report", "r", "--html", str(tmp_path / "r.html"), "--db", str(missing))
     assert (query.returncode, query.stderr.splitlines()) == (
@@ -104,6 +106,23 @@ def test_real_commands_follow_the_policy(tmp_path: Path) -> None:
             " first"])
     typer_usage = run("no-such-command")
     assert typer_usage.returncode == 2 and "No such command" in typer_usage.stderr
+
+
+def test_a_usage_error_is_one_line_naming_the_fix_with_status_2() -> None:
+    """Typer's usage errors speak as every other error does: one line, no box."""
+    for args, said in ((["no-such-command"], "No such command 'no-such-command'"),
+                       (["status"], "Missing argument 'run'"),
+                       (["status", "r", "--bogus"], "No such option: --bogus"),
+                       (["stack", "no-such-verb"], "No such command 'no-such-verb'")):
+        done = run(*args)
+        assert (done.returncode, done.stdout) == (2, ""), args
+        [line] = done.stderr.splitlines()
+        where = "runledger " + " ".join(a for a in args[:1] if a != "no-such-command")
+        where = where.strip()
+        assert line.startswith(f"runledger: {said} (in `{where}`)"), (args, line)
+        assert line.endswith(f"`{where} --help` says what it takes"), line
+    grouped = run("stack")  # a group without its command: its help, as before
+    assert grouped.returncode == 2 and "up" in grouped.stdout + grouped.stderr
 
 
 @pytest.mark.kafka

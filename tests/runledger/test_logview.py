@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from events.model import WorkerExited
-from runledger.logview import LogNotFound, exit_of, log_file, pick, work_dir_of
+from runledger.logview import LogNotFound, exit_of, log_file, pick, tail_start, work_dir_of
 from tests.events.builders import Ev, members
 
 EV = Ev("run-1")
@@ -71,3 +75,31 @@ def test_the_followed_member_s_exit_is_recognised_among_new_facts() -> None:
     assert exit_of(running, [exited(2, "r1", 0), exited(1, "r0", 0)]) is None
     ended = exited(1, "r1", 143)
     assert exit_of(running, [G2, ended]) is ended
+
+
+def test_only_a_member_of_the_newest_generation_of_a_live_run_may_be_running() -> None:
+    """`logs` says "running" only where it may be: an older generation's member with no
+    exit on the log was stopped with its group, and so is every member of a run that
+    ended (#34: a failed run's stopped generation was labelled running)."""
+    assert pick("run-1", [G1], "r1", None).live
+    older = pick("run-1", [G1, exited(1, "r0", 1), G2], "r1", 1)
+    assert older.exited is None and not older.live
+    assert pick("run-1", [G1, exited(1, "r0", 1), G2], "r1", 2).live
+    ended = [G1, exited(1, "r0", 1), EV.finished(1, outcome="failed", reason="r0 failed")]
+    assert not pick("run-1", ended, "r1", None).live
+    assert not pick("run-1", [G1, EV.cancelled(1)], "r0", None).live
+    assert not pick("run-1", [G1, exited(1, "r0", 0)], "r0", None).live  # it exited
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="ab\n", max_size=12), max_size=12), st.booleans(),
+       st.integers(min_value=0, max_value=15), st.integers(min_value=1, max_value=7))
+def test_tail_start_leaves_exactly_the_last_n_lines(
+        parts: list[str], final_newline: bool, n: int, chunk: int) -> None:
+    text = "".join(parts).encode()
+    if final_newline and not text.endswith(b"\n"):
+        text += b"\n"
+    f = io.BytesIO(text)
+    got = text[tail_start(f, n, chunk=chunk):]
+    lines = text.splitlines(keepends=True)
+    assert got == b"".join(lines[max(0, len(lines) - n):] if n else [])

@@ -51,3 +51,26 @@ def test_facts_decide_the_state_and_only_current_heartbeats_count() -> None:
     assert cancelled is not None
     assert (cancelled["state"], cancelled["terminal"]) == ("Cancelled", True)
     assert [r["state"] for r in list_rows([SUBMITTED], facts)] == ["Running"]
+
+
+def test_a_summary_says_once_where_heartbeat_ages_are_and_explains_rejections() -> None:
+    """#34: every member line read `heartbeat age: status --refold reads the reports`,
+    and `rejections 1` on a successful run explained nothing."""
+    facts: list[Event] = [
+        SUBMITTED,
+        EV.admitted(members=MEMBERS, n=1),
+        EV.generation_started(1, members=MEMBERS, reason="admitted", n=2),
+        EV.rejected(1, n=3),
+    ]
+    doc = status_document(RUN, [SUBMITTED], facts, [], T0 + 10_000)
+    assert doc is not None and doc["rejections"] == 1
+    summarized = {**doc, "source": "runledger.status", "summarized_at": T0}
+    lines = status_lines(summarized)
+    member_lines = [x for x in lines if x.split()[:1] in (["members"], ["r1"])]
+    assert member_lines and not any("refold" in x for x in member_lines)
+    assert sum("heartbeat ages: `status --refold` reads the reports" in x for x in lines) == 1
+    [rejected] = [x for x in lines if x.startswith("rejections")]
+    assert rejected.startswith("rejections  1 (records the controller refused")
+    assert f"`runledger query audit {RUN}`" in rejected
+    clean = status_lines({**doc, "rejections": 0})
+    assert "rejections  0" in clean

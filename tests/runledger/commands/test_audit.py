@@ -148,6 +148,11 @@ def test_an_exported_copy_verifies_offline_and_names_each_tampering(
                                   f"facts to {copy}, their heads signed by {CAST.alice.key_id}")
     report = cli("audit", "verify", "--from", str(copy), "--json", env=NO_BROKER)
     assert report.returncode == 0, report.stderr
+    again = cli("audit", "export", str(tmp_path / "again"), *log.topics, "--key",
+                key_file(tmp_path), "--json")
+    assert json.loads(again.stdout) == {
+        "directory": str(tmp_path / "again"), "key_records": len(log.keys),
+        "facts": len(log.runs), "heads_signed_by": CAST.alice.key_id}
     (tmp_path / "report.json").write_text(report.stdout)
     lines = (copy / RUNS_FILE).read_text().splitlines()
     index = {from_line(line, "x").where: i for i, line in enumerate(lines)}

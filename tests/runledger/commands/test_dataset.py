@@ -36,6 +36,9 @@ def built(tmp_path: Path) -> tuple[str, str, Path]:
     assert out.exit_code == 0, out.stderr
     template = Path(out.stdout.strip())
     assert template == tmp_path / "corpus" / "dataset.yaml"
+    doc = json.loads(cli("dataset", "synth", str(tmp_path / "again"), "--json").stdout)
+    assert doc == {"directory": str(tmp_path / "again"),
+                   "template": str(tmp_path / "again" / "dataset.yaml"), "seed": 0}
     catalog = str(tmp_path / "cat")
     out = cli("dataset", "build", str(template), "--catalog", catalog, "--alias", "corpus/latest")
     assert out.exit_code == 0, out.stderr

@@ -99,8 +99,11 @@ def test_register_list_and_revoke_a_key(bootstrap: str, tmp_path: Path) -> None:
                                  f"{KEYS}[0]@")
     cli("key", "create", other, "--out", str(tmp_path / "o"))
     out = cli("key", "register", other, "--role", "agent", "--key", str(tmp_path / "o"),
-              "--admin-key", admin_key())
+              "--admin-key", admin_key(), "--json")
     assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert (doc["principal"], doc["role"], doc["anchor"]) == (other, "agent", False)
+    assert doc["at"].startswith(f"{KEYS}[0]@")
 
     listed = json.loads(cli("key", "list", "--json").stdout)
     mine = {k["principal"]: k for k in listed["keys"] if k["principal"] in (who, other)}
@@ -120,6 +123,9 @@ def test_register_list_and_revoke_a_key(bootstrap: str, tmp_path: Path) -> None:
     listed = json.loads(cli("key", "list", "--json").stdout)
     [entry] = [k for k in listed["keys"] if k["key_id"] == made["key_id"]]
     assert entry["revoked_at"] >= before - 60_000 and entry["revoked_by"] == admin
+    gone = json.loads(cli("key", "revoke", other, doc["registered"], "--admin-key", admin_key(),
+                          "--json").stdout)
+    assert (gone["revoked"], gone["principal"]) == (doc["registered"], other)
 
     count = keys_log(bootstrap, who, other)
     assert count >= 3  # two registrations and a revocation: the filter sees them

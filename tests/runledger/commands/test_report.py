@@ -3,6 +3,7 @@ missing. The page itself is tests/queries/test_report.py."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import duckdb
@@ -55,3 +56,18 @@ def test_cli_prints_the_text_form_and_needs_one_form(
     assert res.exit_code == 0 and out.is_file() and res.stdout.startswith("Run run-a:")
     res = runner.invoke(app, ["report", "run-a", "--db", str(db)])
     assert res.exit_code == 1 and "--html FILE" in res.output and "--text" in res.output
+
+
+def test_cli_json_says_what_was_written_and_how_fresh(
+        projection: tuple[Path, dict[str, int]], tmp_path: Path) -> None:
+    db, out = projection[0], tmp_path / "j.html"
+    res = CliRunner().invoke(app, ["report", "run-a", "--html", str(out), "--db", str(db),
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["run_id"] == "run-a" and doc["html"] == str(out)
+    assert doc["bytes"] == len(out.read_bytes()) and doc["text"] is None
+    assert doc["projection"]["path"].endswith("p.duckdb")
+    both = json.loads(CliRunner().invoke(app, ["report", "run-a", "--text", "--db", str(db),
+                                               "--json"]).stdout)
+    assert both["html"] is None and both["text"].startswith("Run run-a:")

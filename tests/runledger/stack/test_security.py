@@ -9,6 +9,7 @@ client-side check would not produce a Kafka authorization error).
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -54,12 +55,19 @@ def principals(admin: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[Ro
     where = tmp_path_factory.mktemp("principals")
     suffix = os.urandom(3).hex()
     out: dict[Role, Path] = {}
-    for role in Role:
+    for i, role in enumerate(Role):
         name = f"{role.value}-{suffix}"
-        done = runledger("principal", "add", name, "--role", role.value, credentials=admin,
-                         cwd=where)
+        as_json = ["--json"] if i % 2 else []  # both forms of the command's answer
+        done = runledger("principal", "add", name, "--role", role.value, *as_json,
+                         credentials=admin, cwd=where)
         assert done.returncode == 0, done.stderr
-        assert f"principal {name} ({role.value}" in done.stdout
+        if as_json:
+            doc = json.loads(done.stdout)
+            assert (doc["principal"], doc["role"], doc["credentials"]) == (
+                name, role.value, f"{name}.properties") and doc["acls"] > 0
+            assert "password" not in done.stdout
+        else:
+            assert f"principal {name} ({role.value}" in done.stdout
         out[role] = where / f"{name}.properties"
     return out
 

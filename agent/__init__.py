@@ -24,6 +24,9 @@
 - ``procs``: the table of worker processes (launch, terminate with a grace
   period, reap), each run's workers given a run key the node key certifies for
   that run and generation alone (``events.runkeys``);
+- ``logrelay``: the process between a worker's output pipe and its log file,
+  rotating the file at a cap so the output stays bounded on disk; ``logfiles``:
+  the rotated files read as one (an exit's last output, ``runledger logs``);
 - ``sweep``: after a stop, the stopped generations' manifest-less checkpoint
   directories (staging residue no commit can vouch for), removed once this
   node's workers of them exited;

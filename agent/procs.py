@@ -1,8 +1,17 @@
 """Worker processes of one node agent: launch, terminate with a grace period, reap.
 
 Each worker runs in its workdir (the start command's, else the agent's work
-dir), with its stdout and stderr in one log file under the agent's work dir;
-an exit names that file and carries its last ``TAIL_BYTES``. Before a launch
+dir), its stdout and stderr one pipe that a relay process (``agent.logrelay``,
+in a session of its own) writes to the worker's log file under the agent's
+work dir, rotated at ``log_cap`` bytes with ``log_keep`` older files kept, so
+a chatty worker's output stays bounded on disk. The agent keeps a copy of the
+pipe's reading end: a relay that dies while its worker runs is started again
+on it, and the worker, meanwhile, at worst waits on a full pipe (never a broken
+one). Once the worker has exited, its exit waits (at most ``DRAIN_S``) for the
+relay to write what was still in the pipe; then it names the log file and
+carries its last ``TAIL_BYTES``, read across the rotated files
+(``agent.logfiles``). A relay that cannot start at all leaves the worker
+writing the file directly, unbounded, as before there was one (logged). Before a launch
 the workdir, program and script are checked (``events.launch``): one that
 cannot start is an exit with ``launch_error`` set, never a crash. With an
 ``--allow`` list, the program is then resolved with the worker's own
@@ -14,7 +23,7 @@ Each worker runs in its own session (so its process group id is its pid): a
 stop reaches whatever the worker spawned, and a Ctrl-C at the agent's terminal
 reaches only the agent, which then stops its workers in order.
 
-Tested in tests/agent/test_procs.py and tests/agent/test_service.py.
+Tested in tests/agent/test_procs.py, tests/agent/test_service.py and tests/e2e/test_jobs.py.
 """
 
 from __future__ import annotations
@@ -28,11 +37,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
+from agent import logrelay
 from agent.allow import program_problem
 from agent.applied import STATE_DIR
 from agent.decide import REJECTED_EXIT_CODE, Launch, WorkerKey
+from agent.logfiles import TAIL_BYTES, tail
 from events import runkeys
 from events.launch import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, launch_problem
 from events.signing import SigningKey
@@ -40,8 +50,13 @@ from events.workerenv import compose_environ
 
 log = logging.getLogger("runledger.agent")
 
-# The output an exit report carries: enough for a traceback, small for the log.
-TAIL_BYTES = 4096
+__all__ = ["TAIL_BYTES", "Exit", "ProcessTable", "tail"]
+
+# How long an ended worker's exit waits for its relay to write the rest of the pipe
+# (it ends at once, unless a process that escaped the worker's group holds the pipe).
+DRAIN_S = 5.0
+# How many times a relay that died while its worker ran is started again.
+RELAY_RESTARTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,19 +83,29 @@ class Exit:
 @dataclass(slots=True)
 class _Proc:
     popen: subprocess.Popen[bytes]
-    log_file: IO[bytes]
     log_path: Path
     causation_id: str
+    # The relay writing its output (None: it writes its file directly) and the agent's
+    # copy of the pipe's reading end, for a relay started again (-1: none).
+    relay: subprocess.Popen[bytes] | None = None
+    pipe: int = -1
     kill_at: float | None = None  # monotonic deadline for SIGKILL once terminated
     killed: bool = False
+    ended: int | None = None  # its return code, once it ended (its relay draining)
+    drain_until: float = 0.0
+    restarts: int = 0
 
 
 class ProcessTable:
     def __init__(self, work_dir: Path, grace_s: float = 5.0,
                  base_env: Mapping[str, str] | None = None, *,
                  allowed: tuple[str, ...] = (), node: str = "",
-                 node_key: Callable[[], SigningKey | None] = lambda: None) -> None:
+                 node_key: Callable[[], SigningKey | None] = lambda: None,
+                 log_cap: int = logrelay.DEFAULT_CAP,
+                 log_keep: int = logrelay.DEFAULT_KEEP) -> None:
         self.work_dir = work_dir
+        # Each worker's log: rotated at log_cap bytes, log_keep older files kept.
+        self.log_cap, self.log_keep = log_cap, log_keep
         # The node's key, which certifies each run's key for its workers (events.runkeys);
         # asked at each launch: the agent learns it after it is built (an enrollment).
         self.node_key = node_key
@@ -105,6 +130,7 @@ class ProcessTable:
     def launch(self, action: Launch) -> None:
         path = (self.work_dir / action.log_path).absolute()
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()  # there from the launch on: `runledger logs` finds it at once
         env = compose_environ(self._base_env, action.command_env, action.worker_env)
         env.pop(runkeys.ENV, None)  # only ever the one this agent issued, below
         node_key = self.node_key()
@@ -112,10 +138,9 @@ class ProcessTable:
             env[runkeys.ENV] = str(self._run_key(node_key, action.worker_env.run_id,
                                                  action.worker_env.generation))
         cwd = action.workdir or str(self.work_dir.absolute())
-        log_file = path.open("ab")
         problem = launch_problem(action.argv, cwd, env.get("PATH", os.defpath))
         if problem is not None:
-            self._launch_failed(action, path, log_file, problem.exit_code, problem.message)
+            self._launch_failed(action, path, problem.exit_code, problem.message)
             return
         argv = list(action.argv)
         if self.allowed:
@@ -124,21 +149,25 @@ class ProcessTable:
             program, refused = program_problem(argv[0], cwd, env.get("PATH", os.defpath),
                                                self.allowed, self.node)
             if refused is not None:
-                self._launch_failed(action, path, log_file, REJECTED_EXIT_CODE,
+                self._launch_failed(action, path, REJECTED_EXIT_CODE,
                                     f"the agent on {self.node} refused the start: {refused}")
                 return
             argv[0] = program
+        output = _Output.open(path, self.log_cap, self.log_keep)
         try:
             popen = subprocess.Popen(
                 argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=output.worker_end, stderr=subprocess.STDOUT, start_new_session=True,
             )
         except OSError as exc:
+            output.abandon()
             code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
-            self._launch_failed(action, path, log_file, code,
+            self._launch_failed(action, path, code,
                                 f"cannot start {list(action.argv)!r} in {cwd}: {exc}")
             return
-        self._procs[action.key] = _Proc(popen, log_file, path, action.causation_id)
+        output.started()
+        self._procs[action.key] = _Proc(popen, path, action.causation_id, output.relay,
+                                        output.pipe)
         log.info("%s: started pid %d rank %d/%d in %s, log %s", action.key, popen.pid,
                  action.worker_env.rank, action.worker_env.world_size, cwd, path)
 
@@ -159,11 +188,10 @@ class ProcessTable:
         runkeys.RunKey.issue(node_key, run_id, generation, self.node).save(path)
         return path
 
-    def _launch_failed(self, action: Launch, path: Path, log_file: IO[bytes], code: int,
-                       message: str) -> None:
+    def _launch_failed(self, action: Launch, path: Path, code: int, message: str) -> None:
         """Report a worker that never started: ``message`` names the path or field."""
-        log_file.write(f"runledger agent: launch failed: {message}\n".encode())
-        log_file.close()
+        with path.open("ab") as log_file:
+            log_file.write(f"runledger agent: launch failed: {message}\n".encode())
         log.error("%s: launch failed: %s", action.key, message)
         self._failed.append(Exit(action.key, code, action.causation_id, None, str(path),
                                  tail(path), message))
@@ -181,50 +209,95 @@ class ProcessTable:
             self.terminate(key, reason)
 
     def reap(self) -> list[Exit]:
-        """Collect ended workers; SIGKILL those past their grace period."""
+        """Collect ended workers (their output written); SIGKILL those past their grace."""
         out, self._failed = self._failed, []
         now = time.monotonic()
         for key, proc in list(self._procs.items()):
-            rc = proc.popen.poll()
-            if rc is None:
-                if proc.kill_at is not None and now >= proc.kill_at and not proc.killed:
-                    log.warning("%s: still alive %.1fs after SIGTERM, SIGKILL pid %d",
-                                key, self.grace_s, proc.popen.pid)
-                    _signal_group(proc.popen.pid, signal.SIGKILL)
-                    proc.killed = True
-                continue
-            # The leader is gone; nothing it spawned may outlive it and hold the slot.
-            _signal_group(proc.popen.pid, signal.SIGKILL)
-            proc.log_file.close()
+            if proc.ended is None:
+                rc = proc.popen.poll()
+                if rc is None:
+                    self._overdue(key, proc, now)
+                    self._keep_relaying(key, proc)
+                    continue
+                # The leader is gone; nothing it spawned may outlive it and hold the slot
+                # (nor the pipe: the relay reads to its end once they are all gone).
+                _signal_group(proc.popen.pid, signal.SIGKILL)
+                proc.ended, proc.drain_until = rc, now + DRAIN_S
+                if proc.relay is not None:  # it reads the pipe's end at once, as a rule
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.relay.wait(0.05)
+            if proc.relay is not None and proc.relay.poll() is None:
+                if now < proc.drain_until:
+                    continue  # its last words are still on their way to the file
+                log.warning("%s: its log relay (pid %d) still reads %.0fs after the worker"
+                            " ended (a process outside its group holds its output?); the"
+                            " exit goes with the output written so far", key, proc.relay.pid,
+                            DRAIN_S)
+            if proc.pipe >= 0:
+                os.close(proc.pipe)
             del self._procs[key]
-            out.append(Exit(key, rc, proc.causation_id, proc.popen.pid, str(proc.log_path),
-                            tail(proc.log_path)))
+            out.append(Exit(key, proc.ended, proc.causation_id, proc.popen.pid,
+                            str(proc.log_path), tail(proc.log_path)))
         return out
 
+    def _overdue(self, key: WorkerKey, proc: _Proc, now: float) -> None:
+        if proc.kill_at is not None and now >= proc.kill_at and not proc.killed:
+            log.warning("%s: still alive %.1fs after SIGTERM, SIGKILL pid %d",
+                        key, self.grace_s, proc.popen.pid)
+            _signal_group(proc.popen.pid, signal.SIGKILL)
+            proc.killed = True
 
-def tail(path: Path, limit: int = TAIL_BYTES) -> str:
-    """The last at most ``limit`` bytes of a log, from a line start, as text.
+    def _keep_relaying(self, key: WorkerKey, proc: _Proc) -> None:
+        """Start a relay again on the pipe when it died while its worker runs (one that
+        ended with 0 read the pipe's end: the worker closed its output)."""
+        if proc.relay is None or proc.relay.poll() in (None, 0) or proc.pipe < 0 \
+                or proc.restarts >= RELAY_RESTARTS:
+            return
+        proc.restarts += 1
+        log.error("%s: its log relay (pid %d) died (%s); starting another (%d of %d)", key,
+                  proc.relay.pid, proc.relay.returncode, proc.restarts, RELAY_RESTARTS)
+        try:
+            proc.relay = logrelay.spawn(proc.log_path, self.log_cap, self.log_keep, proc.pipe)
+        except OSError as exc:
+            log.error("%s: cannot start a log relay: %s", key, exc)
 
-    Cut at a line (or, for one long line, a UTF-8 character) boundary, so the
-    text is valid UTF-8 and starts where a line does; bytes that are not UTF-8
-    come out as U+FFFD.
-    """
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - limit))
-            data = f.read(limit)
-    except OSError:
-        return ""
-    if size > limit:
-        newline = data.find(b"\n")
-        if 0 <= newline < len(data) - 1:
-            data = data[newline + 1:]
-        else:
-            while data and data[0] & 0xC0 == 0x80:  # a continuation byte: mid-character
-                data = data[1:]
-    return data.decode("utf-8", errors="replace")
+
+@dataclass(slots=True)
+class _Output:
+    """Where a worker about to start writes: a pipe into a relay, or (when no relay can
+    start) its log file itself."""
+
+    worker_end: int
+    relay: subprocess.Popen[bytes] | None
+    pipe: int  # the agent's copy of the reading end (-1: none)
+
+    @classmethod
+    def open(cls, path: Path, cap: int, keep: int) -> _Output:
+        read_end, write_end = os.pipe()
+        logrelay.grow_pipe(write_end)
+        try:
+            relay = logrelay.spawn(path, cap, keep, read_end)
+        except OSError as exc:
+            os.close(read_end)
+            os.close(write_end)
+            log.error("cannot start a log relay (%s): %s is written directly, unbounded", exc,
+                      path)
+            return cls(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
+                               0o666), None, -1)
+        return cls(write_end, relay, read_end)
+
+    def started(self) -> None:
+        """The worker has its copy of the writing end: the agent lets its own go."""
+        os.close(self.worker_end)
+
+    def abandon(self) -> None:
+        """The worker did not start: the relay reads the pipe's end and exits."""
+        os.close(self.worker_end)
+        if self.pipe >= 0:
+            os.close(self.pipe)
+        if self.relay is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.relay.wait(DRAIN_S)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

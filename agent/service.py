@@ -34,8 +34,14 @@ SIGKILL after the grace period), reports their exits, flushes and returns 0.
 Each command applied is written to the node's applied-commands file
 (``agent.applied``) before it is acted on; a restarted agent loads it first.
 
+Each worker's output goes through a log relay process of its own
+(``agent.logrelay``) into its log file, rotated at ``log_cap`` bytes with
+``log_keep`` older files (``--log-cap``, ``--log-keep``), so a chatty worker's
+output stays bounded on disk.
+
 Known limits, all after the agent itself dies: a worker survives a ``kill -9``
-of its agent (it runs in its own session) and its exit is never reported, so
+of its agent (it runs in its own session, its log relay in another, so its
+output stays bounded) and its exit is never reported, so
 the controller learns of its end only from its heartbeats stopping; and a start
 deferred for busy slots (its offset already committed) is lost if the agent
 dies while it waits, which the controller sees as members that never heartbeat.
@@ -75,6 +81,7 @@ from agent.decide import (
     worker_exited,
 )
 from agent.errors import AgentError
+from agent.logrelay import DEFAULT_CAP, DEFAULT_KEEP, limits_problem
 from agent.node import node_state_line, send_report, torch_version
 from agent.procs import Exit, ProcessTable
 from agent.verify import CommandVerifier
@@ -117,6 +124,10 @@ class AgentOptions:
     node_key: SigningKey | None = None
     # The environment workers start from (the worker's credentials); None: the agent's.
     worker_env: Mapping[str, str] | None = None
+    # Each worker's log on disk (agent.logrelay): rotated at log_cap bytes, log_keep
+    # older files kept, so at most (log_keep + 1) * log_cap bytes per worker.
+    log_cap: int = DEFAULT_CAP
+    log_keep: int = DEFAULT_KEEP
 
 
 class Agent:
@@ -126,7 +137,8 @@ class Agent:
         problems = [host_problem(config.node, "--node"),
                     host_problem(options.domain, "--domain"),
                     *(root_option_problem(r) for r in config.allowed_roots),
-                    *(workdir_option_problem(r) for r in config.allowed_workdirs)]
+                    *(workdir_option_problem(r) for r in config.allowed_workdirs),
+                    limits_problem(options.log_cap, options.log_keep)]
         if any(problems):
             raise AgentError("; ".join(p for p in problems if p))
         # What --allow names, as real files (agent.allow): the agent refuses to start on
@@ -140,7 +152,8 @@ class Agent:
         self.applied, self.state = AppliedLog.at(options.work_dir, self.config)  # agent.applied
         self.procs = ProcessTable(options.work_dir, options.grace_s, options.worker_env,
                                   allowed=allowed, node=config.node,
-                                  node_key=lambda: self.options.node_key)
+                                  node_key=lambda: self.options.node_key,
+                                  log_cap=options.log_cap, log_keep=options.log_keep)
         if allowed:
             log.info("--allow: workers may run only %s", " ".join(allowed))
         self.producer_id = f"agent/{config.node}"

@@ -52,8 +52,8 @@ import yaml
 
 from bench.common import REPO_ROOT, machine_info, percentile, print_table, ratio, write_results
 from bench.status import FULL, SMALL, write_log
+from events.broker import ENV_BOOTSTRAP, check_broker
 from events.connection import ENV_CREDENTIALS
-from events.kafka import ENV_BOOTSTRAP, check_broker
 from events.partition import partition_for
 from events.statuslog import read_status, status_partitions
 from events.topics import STATUS

@@ -104,11 +104,12 @@ from controller.reconcile import handle, tick
 from controller.runplan import plan_from_submission
 from controller.service import ControllerService
 from controller.spec import RunSpec, run_id_for
+from events.broker import check_broker
 from events.codec import MAGIC, Codec, default_codec
 from events.connection import ENV_CREDENTIALS, client_config
 from events.convert import to_record
 from events.fold import apply
-from events.kafka import EventProducer, check_broker
+from events.kafka import EventProducer
 from events.model import (
     EVENT_TYPES,
     AgentHeartbeatRecorded,

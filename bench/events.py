@@ -56,12 +56,13 @@ from bench.common import (
     time_interleaved,
     write_results,
 )
+from events.broker import ENV_BOOTSTRAP, check_broker
 from events.codec import PREFIX_LEN, Codec, default_codec
 from events.connection import client_config
 from events.consume import EventConsumer, read_log
 from events.convert import to_record
 from events.errors import BrokerUnavailable
-from events.kafka import ENV_BOOTSTRAP, EventProducer, check_broker
+from events.kafka import EventProducer
 from events.model import EVENT_TYPES, Event, Header
 from tests.events.sample_events import one_of_each
 

@@ -97,9 +97,9 @@ from bench.projector_parts import (
     watermarks,
 )
 from bench.reportkeys import ReportKeys
+from events.broker import check_broker
 from events.codec import Codec, default_codec
 from events.connection import ENV_CREDENTIALS
-from events.kafka import check_broker
 from events.reader import Watermarks
 from events.signing import SigningKey
 from events.topics import replication_for, topic_specs

@@ -28,7 +28,8 @@
   it leaves a request and a spec once the controller's copy adds its headers.
 - ``kafka``: idempotent producer, the decoded ``Record``, the quarantine for
   undecodable or refused records, and the one decode-or-quarantine step;
-  ``transactions``: the controller's ``TransactionalWriter``.
+  ``transactions``: the controller's ``TransactionalWriter``; ``broker``: the
+  bootstrap address and whether a broker answers.
 - ``reader``: ``LogReader``, the one group-less reader (assignment from the
   beginning, the end or stored offsets; positions; end of log; quarantine), and
   ``Watermarks``; ``offsets``: where it starts, and ``LogGap``, the records

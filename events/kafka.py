@@ -1,4 +1,5 @@
-"""Kafka at the edge: producers, records, quarantine (transactions: ``events.transactions``).
+"""Kafka at the edge: producers, records, quarantine (transactions: ``events.transactions``;
+the bootstrap address and the broker check: ``events.broker``).
 
 Every record is keyed by ``run_id``, placed by Kafka's murmur2 partitioner
 (``events.partition``), and carries the Kafka header ``event_type``; the
@@ -10,21 +11,17 @@ into this package's exceptions.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
-from confluent_kafka.admin import AdminClient
 
 from events.codec import Codec, default_codec
-from events.connection import ENV_CREDENTIALS, client_config, refused, security_settings
+from events.connection import client_config, refused
 from events.errors import (
-    BrokerUnavailable,
     DecodeError,
     KafkaOperationError,
-    NoBootstrapAddress,
     NotAuthorized,
 )
 from events.limits import quarantine_value
@@ -34,50 +31,10 @@ from events.topics import QUARANTINE
 
 log = logging.getLogger("runledger.events.kafka")
 
-ENV_BOOTSTRAP = "RUNLEDGER_BOOTSTRAP"
 # The transactional id that appended a controller record: who decided it.
 WRITER_HEADER = "writer"
 # The headers a quarantined copy carries besides the original's own.
 QUARANTINE_HEADERS = ("origin_topic", "origin_partition", "origin_offset", "reason", "detail")
-
-
-def bootstrap_from_env(explicit: str | None = None) -> str:
-    """The bootstrap address: an explicit one, else ``RUNLEDGER_BOOTSTRAP``."""
-    value = explicit or os.environ.get(ENV_BOOTSTRAP, "")
-    if not value:
-        raise NoBootstrapAddress(
-            f"no Kafka bootstrap address: pass --bootstrap, set {ENV_BOOTSTRAP}, or start"
-            " `runledger stack up`"
-        )
-    return value
-
-
-def check_broker(bootstrap: str, timeout_s: float = 5.0) -> int:
-    """Number of brokers that answer; ``BrokerUnavailable`` when none does,
-    ``NotAuthorized`` when one answers but refuses the credentials."""
-    seen: list[KafkaError] = []  # librdkafka reports a failed login here, not in the call's error
-    admin = AdminClient(client_config(
-        bootstrap, {"socket.connection.setup.timeout.ms": 3000, "log_level": 0,
-                    "error_cb": seen.append}))
-    try:
-        metadata = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        admin.poll(0)  # serves the error callbacks queued meanwhile
-        for err in [exc.args[0], *seen]:
-            refusal = refused(err.code(), "connect to", bootstrap)
-            if refusal is not None:
-                raise NotAuthorized(refusal) from None
-        tls = next((e for e in seen if e.code() == KafkaError._SSL), None)
-        if tls is not None:  # no retry mends a certificate that cannot be verified
-            raise KafkaOperationError(
-                f"the TLS handshake with {bootstrap} failed ({tls.str()}); put the "
-                "cluster's CA in the credentials file as ssl.ca.location (a local stack's "
-                "is <data dir>/tls/ca.pem)") from None
-        hint = ("" if security_settings() else
-                f"; if the cluster requires authentication, set {ENV_CREDENTIALS}")
-        raise BrokerUnavailable(f"no Kafka broker answered at {bootstrap}: "
-                                f"{exc.args[0]}{hint}") from None
-    return len(metadata.brokers)
 
 
 Headers = list[tuple[str, str | bytes | None]]

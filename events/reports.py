@@ -48,13 +48,18 @@ class StepCommitted(Event):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepTimesRecorded(Event):
     """One rank's own times for consecutive steps, batched; the coordinator's
-    ``StepCommitted`` carries only its own view, so stragglers need these."""
+    ``StepCommitted`` carries only its own view, so stragglers need these.
+
+    v2 adds ``device``: what the rank stepped on (``cpu``, or ``cuda: <name>``), so
+    the report names device hours by the devices a run had; v1 records read None.
+    """
 
     logical_id: str
     node: str
     first_step: int
     step_time_ms: tuple[float, ...]
     input_wait_ms: tuple[float, ...]
+    device: str | None = None
     TOPIC: ClassVar[str] = "runledger.reports"
 
     def __post_init__(self) -> None:

@@ -50,8 +50,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from events.broker import ENV_BOOTSTRAP
 from events.errors import EventsError
-from events.kafka import ENV_BOOTSTRAP
 
 RUN_ID = "RUNLEDGER_RUN_ID"
 GENERATION = "RUNLEDGER_GENERATION"

@@ -316,6 +316,7 @@ class RankStepRow(NamedTuple):
     step_time_ms: Double
     input_wait_ms: Double
     occurred_at: Bigint
+    device: OptVarchar  # StepTimesRecorded v2; NULL from v1 writers
 
 
 class ExitRow(NamedTuple):

@@ -266,7 +266,8 @@ def _rank_steps(e: StepTimesRecorded, p: Pos) -> list[Row]:
     topic, part, ofs = p
     run_id, gen, lid, node, first, at = (h.run_id, h.generation, e.logical_id, e.node,
                                          e.first_step, h.occurred_at)
-    return [RankStepRow(topic, part, ofs, run_id, gen, lid, node, first + i, t, w, at)
+    return [RankStepRow(topic, part, ofs, run_id, gen, lid, node, first + i, t, w, at,
+                        e.device)
             for i, (t, w) in enumerate(zip(e.step_time_ms, e.input_wait_ms, strict=True))]
 
 

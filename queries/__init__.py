@@ -11,6 +11,8 @@
 - ``recovery``: RPO and RTO per failure domain over time, ``recovery.sql``'s facts
   folded through ``events.recovery`` (what ``runledger query recovery`` shows).
 - ``lineage``: provenance as W3C PROV-JSON and as an OpenLineage run event.
+- ``consumed``: what the provenance chain says the run consumed, each part known or
+  why not (a job with its own loader records a dataset id, no positions).
 - ``render``: results as aligned text for a terminal.
 - ``report`` (with ``report_sections``, ``report_html``, ``report_svg``,
   ``report_sdc`` and ``timeline.sql``): the self-contained HTML postmortem of a

@@ -6,7 +6,10 @@
 -- generation's resume_step, or the step before its first step when that is
 -- earlier: a restore that fell back to an older checkpoint). End to end
 -- runs from submission to the run's end (or its latest event while it lives);
--- GPU hours are the world size times the allocated time (admission to end).
+-- GPU hours are the world size times the allocated time (admission to end): the
+-- unit budget.price_per_gpu_hour prices, whatever the devices were; devices names
+-- them, from the ranks' own step times ('2 x cpu', '8 x cuda: <name>'; NULL when
+-- no rank said, as StepTimesRecorded v1 writers do not).
 --
 -- DuckDB CLI: SET VARIABLE run_id = '<run>'; .read queries/goodput.sql
 WITH
@@ -40,6 +43,11 @@ accepted AS (
       AND NOT EXISTS (SELECT 1 FROM gens g WHERE g.generation > s.generation
                       AND g.resume_step < s.step)
 ),
+devs AS (
+    SELECT string_agg(n || ' x ' || device, ', ' ORDER BY device) AS devices
+    FROM (SELECT device, count(DISTINCT logical_id) AS n FROM rank_steps
+          WHERE run_id = getvariable('run_id') AND device IS NOT NULL GROUP BY device)
+),
 all_steps AS (
     SELECT coalesce(sum(loss_tokens), 0) AS loss_tokens FROM steps
     WHERE run_id = getvariable('run_id')
@@ -53,7 +61,8 @@ SELECT
     round(a.loss_tokens / nullif((b.ended - run.submitted_at) / 1000.0, 0), 1)
         AS loss_tokens_per_s,
     round(run.world_size * (b.ended - b.admitted) / 3600000.0, 6) AS gpu_hours,
+    devs.devices,
     run.price AS price_per_gpu_hour,
     run.price * run.world_size * (b.ended - b.admitted) / 3600000.0
         / nullif(a.loss_tokens, 0) AS cost_per_loss_token
-FROM accepted a, all_steps, bounds b, run;
+FROM accepted a, all_steps, bounds b, run, devs;

@@ -11,6 +11,14 @@
 -- run. The tokenizer is part of the dataset manifest, which the dataset id
 -- pins; `runledger query provenance` adds it from the catalog.
 --
+-- A job that loads its own data commits checkpoints without a data cursor: the
+-- dataset id is then the one the run was submitted with (runs.dataset_id;
+-- dataset_from says which: 'cursor' or 'run_spec', NULL when neither names one),
+-- positions_recorded is false and the positions and per-source counts are NULL
+-- (not recorded, never guessed). The last three columns, the same on every row,
+-- say how the run ended: run_outcome is succeeded, failed, cancelled or
+-- unfinished, run_ended_at and run_end_reason NULL while it is unfinished.
+--
 -- DuckDB CLI: SET VARIABLE run_id = '<run>'; SET VARIABLE checkpoint_step = NULL;
 --             .read queries/provenance.sql   (NULL: the latest committed checkpoint)
 WITH RECURSIVE
@@ -62,6 +70,10 @@ linked AS (
     FROM chain c JOIN parents x USING (manifest_digest)
     LEFT JOIN parents p ON p.manifest_digest = x.parent_digest
 ),
+ending AS (  -- the run's end: its first RunFinished or RunCancelled (none while it runs)
+    SELECT outcome, occurred_at, reason FROM endings WHERE run_id = getvariable('run_id')
+    ORDER BY topic, part, ofs LIMIT 1
+),
 counts AS (
     SELECT l.manifest_digest,
            to_json(map_from_entries(list((sc.source, sc.count) ORDER BY sc.source)))
@@ -76,13 +88,25 @@ counts AS (
 )
 SELECT
     l.depth, l.generation, l.step, coalesce(l.parent_step, 0) AS step_from,
-    l.dataset_id, l.epoch,
-    coalesce(l.parent_position, 0) AS position_from, l.position AS position_to,
+    coalesce(l.dataset_id, (SELECT r.dataset_id FROM runs r
+                            WHERE r.run_id = getvariable('run_id') LIMIT 1)) AS dataset_id,
+    l.epoch,
+    -- the root starts at 0; a link without a cursor, or whose parent has none, has no range
+    CASE WHEN l.position IS NULL THEN NULL WHEN l.parent_digest IS NULL THEN 0
+         ELSE l.parent_position END AS position_from,
+    l.position AS position_to,
     k.source_counts, k.source_delta,
     (SELECT json_extract_string(json_extract_string(e.payload, '$.spec_json'), '$.code_version')
        FROM events e WHERE e.run_id = getvariable('run_id') AND e.event_type = 'RunSubmitted'
        AND e.topic = 'runledger.runs' LIMIT 1) AS code_version,
     l.manifest_digest, l.parent_digest, l.manifest_path, epoch_ms(l.committed_at) AS committed_at,
-    epoch_ms(l.began_at) AS started_at
+    epoch_ms(l.began_at) AS started_at,
+    CASE WHEN l.dataset_id IS NOT NULL THEN 'cursor'
+         WHEN (SELECT r.dataset_id FROM runs r WHERE r.run_id = getvariable('run_id')
+               LIMIT 1) IS NOT NULL THEN 'run_spec' END AS dataset_from,
+    l.position IS NOT NULL AS positions_recorded,
+    coalesce(e.outcome, 'unfinished') AS run_outcome, epoch_ms(e.occurred_at) AS run_ended_at,
+    e.reason AS run_end_reason
 FROM linked l LEFT JOIN counts k USING (manifest_digest)
+LEFT JOIN ending e ON true
 ORDER BY l.depth;

@@ -26,7 +26,13 @@ def cell(value: Any) -> str:
     if isinstance(value, dict | list):
         value = json.dumps(value, separators=(",", ":"))
     text = str(value)
-    return text if len(text) <= MAX_CELL else text[:MAX_CELL - 1] + "…"
+    lines = [ln.strip() for ln in text.replace("\t", " ").splitlines() if ln.strip()]
+    # One row per record: a traceback keeps its last line, the error itself (the whole
+    # text is in --json, and in `runledger logs`).
+    text = lines[-1] if lines else ""
+    more = f" (last of {len(lines)} lines)" if len(lines) > 1 else ""
+    room = MAX_CELL - len(more)
+    return (text if len(text) <= room else text[:room - 1] + "…") + more
 
 
 def table(result: Result) -> str:

@@ -2,16 +2,18 @@
 
 :func:`gather` reads everything from a projection through the package's
 queries (``timeline``, ``ettr``, ``goodput``, ``stragglers``, ``mixture``,
-``incidents``, ``alerts``, ``audit``, ``provenance``, ``recovery``) plus one small lookup for
+``incidents``, ``alerts``, ``audit``, ``provenance``, ``recovery``, ``curves``) plus one small
+lookup for
 the header; :func:`render` turns that into the page, a pure function of the
 data, so the same projection always gives the same bytes; :func:`render_text`
 into the text form (the header, why a failed run failed, and the
 silent-data-corruption section). A failed run's page opens with why
 (``report_why``). The data
 (``ReportData``) and the sections live in ``report_sections``, their building
-blocks in ``report_html`` (tables, formats, CSS) and ``report_svg`` (the
-charts). The page loads nothing: inline CSS and
-SVG, no script, every string from the log escaped.
+blocks in ``report_html`` (tables, formats, CSS), ``report_svg`` (the
+timeline and ETTR charts) and ``report_curves`` (loss and step time). The
+page loads nothing: inline CSS and SVG, no script, every string from the log
+escaped.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def gather(con: duckdb.DuckDBPyConnection, run_id: str) -> ReportData:
     return ReportData(run_id, summary, ettr(con, run_id), q("timeline"),
                       goodput[0] if goodput else None, q("stragglers"), q("mixture"),
                       q("incidents"), q("alerts"), q("audit"), q("provenance"),
-                      recovery(con, run_id).records())
+                      recovery(con, run_id).records(), q("curves"))
 
 
 def report(con: duckdb.DuckDBPyConnection, run_id: str, *, max_audit_rows: int = 2000,
@@ -113,8 +115,8 @@ def render(data: ReportData, *, max_audit_rows: int = 2000,
         + "\n".join(body) +
         '\n<p class="note">Every number on this page comes from the projection of the event'
         " log: <code>runledger query NAME RUN</code> reproduces each section (timeline, ettr,"
-        " goodput, stragglers, mixture, incidents, recovery, alerts, audit, provenance); the"
-        " silent-data-corruption section is <code>incidents</code> plus the spec.</p>"
+        " curves, goodput, stragglers, mixture, incidents, recovery, alerts, audit, provenance);"
+        " the silent-data-corruption section is <code>incidents</code> plus the spec.</p>"
         "\n</main></body></html>\n")
 
 

@@ -229,6 +229,10 @@ details summary { cursor:pointer; font-weight:600; font-size:15px; }
 details[open] summary { margin-bottom:8px; }
 .cols { display:grid; grid-template-columns:1fr 1fr; gap:0 16px; }
 .cols > section { margin:16px 0 0; }
+.curves { display:grid; grid-template-columns:repeat(auto-fit, minmax(340px, 1fr)); gap:8px 16px; }
+.curves figure { margin:0; min-width:0; }
+.curves figcaption { font-size:13px; color:var(--muted); }
+svg.curve { width:100%; height:auto; display:block; }
 @media (max-width:900px) { .cols { grid-template-columns:1fr; } }
 @media print { body { background:#fff; } section { break-inside:avoid; } }
 """

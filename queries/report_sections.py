@@ -1,6 +1,7 @@
 """The sections of the run report (``queries.report``), each from its query's rows.
 
-Every section is a ``<section>`` with a stable id (summary, timeline, ettr,
+Every section is a ``<section>`` with a stable id (summary, timeline, curves
+(``report_curves``), ettr,
 incidents, sdc (``report_sdc``), recovery, goodput, mixture, stragglers, alerts,
 provenance, audit), and says what is missing ("no failures", "no alerts")
 rather than disappearing. Tables carry ``data-*`` attributes (``data-part``,
@@ -16,7 +17,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from queries import consumed
 from queries.ettr import PARTS, Ettr
+from queries.report_curves import section as curves_section
 from queries.report_html import (
     PART_COLORS,
     PART_HELP,
@@ -57,6 +60,7 @@ class ReportData:
     audit: Rows
     provenance: Rows
     recovery: Rows = field(default_factory=list)
+    curves: Rows = field(default_factory=list)
 
     @property
     def origin_ms(self) -> int:
@@ -68,7 +72,8 @@ class ReportData:
 
 def body(data: ReportData, max_audit_rows: int) -> list[str]:
     """The sections in reading order: what happened, what it cost, then the evidence."""
-    return [_summary(data), _timeline(data), _ettr(data), _incidents(data),
+    return [_summary(data), _timeline(data), curves_section(data.curves), _ettr(data),
+            _incidents(data),
             sdc_section(data.summary.get("sdc_spec"), data.incidents, data.origin_ms),
             _recovery(data),
             f'<div class="cols">{_goodput(data)}{_mixture(data)}</div>',
@@ -160,11 +165,21 @@ def _goodput(data: ReportData) -> str:
         ("accepted loss tokens", num(g["accepted_loss_tokens"])),
         ("discarded loss tokens", num(g["discarded_loss_tokens"])),
         ("end to end", seconds(g["end_to_end_s"])),
-        ("GPU hours", num(g["gpu_hours"], 4)),
-        ("price / GPU hour", num(g["price_per_gpu_hour"], 2)),
+        _device_hours(g.get("devices"), g["gpu_hours"]),
+        ("price / hour", num(g["price_per_gpu_hour"], 2)),
         ("cost / 1M loss tokens", "-" if cost is None else num(cost * 1e6, 4))]
     return _section("goodput", "Goodput", facts(pairs, dl_id="goodput-facts"),
                     "accepted loss-bearing tokens per end-to-end second")
+
+
+def _device_hours(devices: str | None, hours: float | None) -> tuple[str, str]:
+    """Allocated slot hours, named for the devices the ranks said they stepped on."""
+    if not devices:
+        return "slot hours", f"{num(hours, 4)} (devices not reported)"
+    kinds = {d.split(" x ", 1)[-1].split(":", 1)[0].strip() for d in devices.split(", ")}
+    label = {frozenset({"cpu"}): "CPU hours",
+             frozenset({"cuda"}): "GPU hours"}.get(frozenset(kinds), "device hours")
+    return label, f"{num(hours, 4)} ({devices})"
 
 
 def _mixture(data: ReportData) -> str:
@@ -294,11 +309,25 @@ def _n(value: int | None) -> str:
     return "?" if value is None else f"{value:,}"
 
 
-def _consumed(position_to: int | None, segments: int) -> str:
-    # A checkpoint committed without a cursor (no data-plane position) has no range.
-    if position_to is None:
-        return f"not recorded (no cursor committed with the checkpoint); {segments} segment(s)"
-    return f"[0, {position_to:,}) in {segments} segment(s)"
+def _dataset(head: dict[str, Any]) -> object:
+    ds = consumed.dataset(head)
+    if not ds["known"]:
+        return ds["reason"]
+    if ds["recorded_by"] == "cursor":
+        return code(ds["id"])
+    return Safe(f"{code(ds['id'])} (as submitted: the job loads its own data)")
+
+
+def _positions(chain: Rows) -> str:
+    pos = consumed.positions(chain)
+    if not pos["known"]:
+        return f"{pos['reason']}; {len(chain)} segment(s)"
+    return f"[0, {pos['to']:,}) in {pos['segments']} segment(s)"
+
+
+def _link_positions(row: dict[str, Any]) -> str:
+    pos = consumed.segment_positions(row)
+    return f"[{_n(pos['from'])}, {_n(pos['to'])})" if pos["known"] else "not recorded"
 
 
 def _provenance(data: ReportData) -> str:
@@ -310,16 +339,18 @@ def _provenance(data: ReportData) -> str:
         ("checkpoint", f"step {head['step']:,} (g{head['generation']})"),
         ("manifest digest", code(head["manifest_digest"])),
         ("manifest", code(head["manifest_path"])),
-        ("dataset", code(head["dataset_id"])), ("code version", code(head["code_version"])),
-        ("positions consumed", _consumed(head["position_to"], len(data.provenance))),
-        ("per-source counts", counts(head["source_counts"])),
+        ("dataset", _dataset(head)),
+        ("code version", code(head["code_version"]) if head["code_version"] else consumed.NO_CODE),
+        ("positions consumed", _positions(data.provenance)),
+        ("per-source counts", counts(c["counts"]) if (c := consumed.source_counts(head))["known"]
+         else c["reason"]),
         ("committed", utc(head["committed_at"]))]
     cols = [Col("depth", "depth", num, True), Col("generation", "gen", num, True),
             Col("steps", "steps (from, to]"), Col("positions", "positions [from, to)"),
             Col("source_delta", "per-source since parent", counts),
             Col("manifest_digest", "checkpoint", short), Col("parent_digest", "parent", short)]
     rows = [{**r, "steps": f"({_n(r['step_from'])}, {_n(r['step'])}]",
-             "positions": f"[{_n(r['position_from'])}, {_n(r['position_to'])})"}
+             "positions": _link_positions(r)}
             for r in data.provenance]
     chain = table(cols, rows, table_id="provenance-table", cls="chain",
                   row_attrs=lambda r: {"data-step": r["step"]})

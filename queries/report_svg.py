@@ -14,9 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from queries.report_html import PART_COLORS, attrs, esc, pct
+from queries.report_labels import Lanes, Placed
 
-W, H = 1180, 330
-LEFT, RIGHT, TOP, BOTTOM = 62, 18, 30, 48
+W, H = 1180, 344
+LEFT, RIGHT, TOP, BOTTOM = 62, 18, 48, 48
+LANE = 17  # px between two lanes of labels: a 12 px label's box is about 14 px tall
 MAX_POINTS = 1500  # per polyline: enough for the eye, small enough for a long run
 _BANDS = ("#e8f0fb", "#f4f6f8")
 Point = tuple[float, float]  # (seconds since admission, step)
@@ -64,21 +66,19 @@ def timeline(marks: Sequence[Mapping[str, Any]]) -> str:
 
     out = [f'<svg id="timeline-svg" viewBox="0 0 {W} {H}" role="img" '
            'aria-label="run timeline">']
-    gens = [m for m in marks if m["kind"] == "generation"]
-    for i, g in enumerate(gens):
-        x0, x1 = x(g["t_s"]), x(g["t_end_s"] if g["t_end_s"] is not None else t_max)
-        label = f"g{g['generation']} {g['label'] or ''}".strip()
-        if g["step"]:
-            label += f" from step {g['step']}"
-        out.append(f'<rect class="band" data-generation="{esc(g["generation"])}" x="{x0}" '
-                   f'y="{TOP}" width="{max(x1 - x0, 0.5)}" height="{ph}" '
-                   f'fill="{_BANDS[i % 2]}"><title>{esc(label)}: {g["t_s"]:.3f}-'
-                   f'{g["t_end_s"] or t_max:.3f} s</title></rect>')
-        out.append(f'<text x="{x0 + 4}" y="{TOP - 8}" font-size="12" fill="#334e68">'
-                   f"{esc(label)}</text>")
+    # Labels share lanes so that none overlaps another: generations above the plot,
+    # faults along its top, the end and the recoveries along its bottom.
+    above = Lanes(2, 0.0, W - RIGHT)
+    top = Lanes(3, LEFT, W - RIGHT, bold=True)
+    bottom = Lanes(2, LEFT, W - RIGHT, bold=True)
+    out.extend(_bands([m for m in marks if m["kind"] == "generation"], x, t_max, ph, above))
+    ends = [m for m in marks if m["kind"] == "end"]
+    end_at = {id(m): bottom.put((str(m["label"]),), (("end", x(m["t_s"]) - 5),
+                                                       ("start", x(m["t_s"]) + 5)))
+              for m in ends}
     for m in marks:
         if m["kind"] == "recovery":
-            out.append(_recovery(m, x, t_max, ph))
+            out.append(_recovery(m, x, t_max, ph, bottom))
     out.extend(_axes(xt, yt, x, y, pw, ph))
     # Where each generation resumed training: (its first step's start, the resume step).
     resumed: dict[Any, Point] = {}
@@ -93,16 +93,43 @@ def timeline(marks: Sequence[Mapping[str, Any]]) -> str:
         if m["kind"] == "checkpoint":
             out.append(_checkpoint(m, x(m["t_s"]), y(m["step"] or 0)))
         elif m["kind"] == "failure":
-            out.append(_failure(m, x(m["t_s"]), y(m["step"] or 0), ph))
+            out.append(_failure(m, x(m["t_s"]), y(m["step"] or 0), ph, top))
         elif m["kind"] == "end":
             xe = x(m["t_s"])
             out.append(f'<line class="end" x1="{xe}" y1="{TOP}" x2="{xe}" y2="{TOP + ph}" '
                        f'stroke="#102a43" stroke-width="2"><title>{esc(m["label"])} at '
                        f'{m["t_s"]:.3f} s</title></line>')
-            out.append(f'<text x="{xe - 5}" y="{TOP + ph - 8}" font-size="12" text-anchor="end" '
-                       f'font-weight="bold" fill="#102a43">{esc(m["label"])}</text>')
+            out.append(_text(end_at[id(m)], TOP + ph - 8, -LANE, "end-label",
+                             'font-size="12" font-weight="bold" fill="#102a43"'))
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _bands(gens: Sequence[Mapping[str, Any]], x: Any, t_max: float, ph: int,
+           lanes: Lanes) -> list[str]:
+    """A band per generation, labelled above the plot with why it started."""
+    out = []
+    for i, g in enumerate(gens):
+        x0, x1 = x(g["t_s"]), x(g["t_end_s"] if g["t_end_s"] is not None else t_max)
+        label = f"g{g['generation']} {g['label'] or ''}".strip()
+        if g["step"]:
+            label += f" from step {g['step']}"
+        out.append(f'<rect class="band" data-generation="{esc(g["generation"])}" x="{x0}" '
+                   f'y="{TOP}" width="{max(x1 - x0, 0.5)}" height="{ph}" '
+                   f'fill="{_BANDS[i % 2]}"><title>{esc(label)}: {g["t_s"]:.3f}-'
+                   f'{g["t_end_s"] or t_max:.3f} s</title></rect>')
+        placed = lanes.put((label, f"g{g['generation']}"), (("start", x0 + 4),))
+        out.append(_text(placed, TOP - 8, -LANE, "gen-label", 'font-size="12" fill="#334e68"'))
+    return out
+
+
+def _text(placed: Placed | None, y0: float, dy: float, cls: str, style: str) -> str:
+    """A placed label on its lane (lane 0 at ``y0``, each next one ``dy`` further);
+    '' for one that fitted nowhere (its mark's hover title still says it)."""
+    if placed is None:
+        return ""
+    return (f'<text class="label {cls}" x="{placed.x}" y="{y0 + dy * placed.lane}" '
+            f'text-anchor="{placed.anchor}" {style}>{esc(placed.text)}</text>')
 
 
 def _axes(xt: list[float], yt: list[float], x: Any, y: Any, pw: int, ph: int) -> list[str]:
@@ -166,7 +193,7 @@ def _checkpoint(m: Mapping[str, Any], cx: float, cy: float) -> str:
             f'{esc(m["label"])}</title></path>')
 
 
-def _failure(m: Mapping[str, Any], cx: float, cy: float, ph: int) -> str:
+def _failure(m: Mapping[str, Any], cx: float, cy: float, ph: int, lanes: Lanes) -> str:
     red = PART_COLORS["detection"]
     classified = m["t_end_s"]
     tip = (f"fault in g{m['generation']} at {m['t_s']:.3f} s, classified at "
@@ -177,13 +204,15 @@ def _failure(m: Mapping[str, Any], cx: float, cy: float, ph: int) -> str:
             f'<circle cx="{cx}" cy="{cy}" r="7" fill="{red}" stroke="#fff" stroke-width="1.5"/>'
             f'<path d="M{cx - 3} {cy - 3}L{cx + 3} {cy + 3}M{cx + 3} {cy - 3}L{cx - 3} {cy + 3}" '
             f'stroke="#fff" stroke-width="1.8"/>'
-            # Label right of the marker, or left of it near the chart's right edge.
-            f'<text x="{cx + 10 if cx < W - 160 else cx - 10}" y="{cy - 9}" font-size="12" '
-            f'text-anchor="{"start" if cx < W - 160 else "end"}" fill="{red}" font-weight="bold">'
-            f'{esc(str(m["label"]).split(" ")[0])}</text><title>{esc(tip)}</title></g>')
+            # The class along the plot's top, beside the fault's dashed line.
+            + _text(lanes.put((str(m["label"]).split(" ")[0],), (("start", cx + 5),
+                                                                 ("end", cx - 5))),
+                    TOP + 14, LANE, "fault-label",
+                    f'font-size="12" fill="{red}" font-weight="bold"')
+            + f"<title>{esc(tip)}</title></g>")
 
 
-def _recovery(m: Mapping[str, Any], x: Any, t_max: float, ph: int) -> str:
+def _recovery(m: Mapping[str, Any], x: Any, t_max: float, ph: int, lanes: Lanes) -> str:
     end = m["t_end_s"]
     x0, x1 = x(m["t_s"]), x(end if end is not None else t_max)
     what = (f"recovery {end - m['t_s']:.3f} s (fault to first step of the next generation,"
@@ -192,8 +221,10 @@ def _recovery(m: Mapping[str, Any], x: Any, t_max: float, ph: int) -> str:
     return (f'<g class="recovery" data-generation="{esc(m["generation"])}">'
             f'<rect x="{x0}" y="{TOP}" width="{max(x1 - x0, 1.0)}" height="{ph}" '
             f'fill="{PART_COLORS["recovery"]}" fill-opacity="0.16"/>'
-            f'<text x="{(x0 + x1) / 2}" y="{TOP + ph - 8}" font-size="11" text-anchor="middle" '
-            f'fill="{PART_COLORS["recovery"]}">recovery</text><title>{esc(what)}</title></g>')
+            + _text(lanes.put(("recovery",), (("start", x0 + 3), ("end", x1 - 3))),
+                    TOP + ph - 8, -LANE, "recovery-label",
+                    f'font-size="11" fill="{PART_COLORS["recovery"]}"')
+            + f"<title>{esc(what)}</title></g>")
 
 
 def stacked_bar(parts: Mapping[str, float], allocated: float) -> str:

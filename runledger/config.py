@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from dataplane.home import default_catalog_url, runledger_home
+from events.broker import ENV_BOOTSTRAP, bootstrap_from_env, check_broker
 from events.connection import ENV_CREDENTIALS
 from events.errors import BrokerUnavailable, NoBootstrapAddress
-from events.kafka import ENV_BOOTSTRAP, bootstrap_from_env, check_broker
 from runledger import current
 from runledger.errors import UsageError
 

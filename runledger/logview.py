@@ -16,10 +16,8 @@ Tested in tests/runledger/test_logview.py.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from events.model import (
     AgentRegistered,
@@ -121,28 +119,6 @@ def log_file(run_id: str, picked: Picked, work_dir: str | None) -> str:
                           f" {picked.node}, whose agent predates work dir reports; its log is"
                           f" {relative} under that agent's --work-dir")
     return worker_log_file(work_dir, run_id, picked.generation, picked.logical_id)
-
-
-def tail_start(f: BinaryIO, lines: int, chunk: int = 1 << 16) -> int:
-    """The offset in ``f`` where its last ``lines`` lines begin (0: it has no more than
-    that). A final newline ends the last line; it does not start an empty one."""
-    end = f.seek(0, os.SEEK_END)
-    if lines <= 0:
-        return end
-    pos, seen = end, 0
-    last_newline = end - 1  # a newline there closes the last line
-    while pos > 0:
-        step = min(chunk, pos)
-        pos -= step
-        f.seek(pos)
-        block = f.read(step)
-        at = len(block)
-        while (at := block.rfind(b"\n", 0, at)) != -1:
-            if pos + at != last_newline:
-                seen += 1
-                if seen == lines:
-                    return pos + at + 1
-    return 0
 
 
 def describe(picked: Picked) -> str:

@@ -81,6 +81,15 @@ def stage_of(what: str) -> str:
     return "shards"
 
 
+def device_name(local_rank: int) -> str:
+    """What this rank trains on, as its step times report it: ``cpu``, or ``cuda:``
+    and the name of the device the process group gave it (NCCL with GPUs)."""
+    if not torch.cuda.is_available():
+        return "cpu"
+    index = local_rank % max(torch.cuda.device_count(), 1)
+    return f"cuda: {torch.cuda.get_device_name(index)}"
+
+
 def init_distributed(env: WorkerEnv) -> None:
     """Join the training group the agent described (NCCL with GPUs, gloo otherwise)."""
     if env.world_size == 1 or dist.is_initialized():

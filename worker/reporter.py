@@ -28,6 +28,7 @@ from events.kafka import EventProducer
 from events.model import Event, Header, HeartbeatRecorded, StepTimesRecorded
 from events.runkeys import RunKey
 from events.workerenv import WorkerEnv
+from worker.comm import device_name
 from worker.errors import WorkerError
 
 _STOP = object()
@@ -65,14 +66,19 @@ class Reporter:
         self._next_beat = 0.0  # time.monotonic() of the next heartbeat; 0: at once
         # Set by close: the beats from then on say the process is on its way out.
         self.closing = False
+        # What this rank steps on (worker.comm.device_name), carried by its step times.
+        self.device: str | None = None
 
     @classmethod
     def connect(cls, env: WorkerEnv) -> Reporter:
         """A reporter with a producer of its own, as a worker session uses, signing with
-        the run key its agent named (``RUNLEDGER_WORKER_KEY``)."""
-        return cls(env, EventProducer(env.bootstrap, client_id=f"worker/{env.run_id}/"
-                                      f"{env.logical_id}", config=report_producer_config()),
-                   run_key=runkeys.from_environ(os.environ))
+        the run key its agent named (``RUNLEDGER_WORKER_KEY``), and naming the device
+        this rank steps on in its step times."""
+        reporter = cls(env, EventProducer(env.bootstrap, client_id=f"worker/{env.run_id}/"
+                                          f"{env.logical_id}", config=report_producer_config()),
+                       run_key=runkeys.from_environ(os.environ))
+        reporter.device = device_name(env.local_rank)
+        return reporter
 
     def start(self) -> Reporter:
         self._thread.start()
@@ -98,7 +104,7 @@ class Reporter:
                 header=self.header(f"steptimes/{run[0][0]}"), logical_id=self.env.logical_id,
                 node=self.env.node, first_step=run[0][0],
                 step_time_ms=tuple(t for _, t, _ in run),
-                input_wait_ms=tuple(w for _, _, w in run)))
+                input_wait_ms=tuple(w for _, _, w in run), device=self.device))
 
     def report(self, event: Event) -> None:
         """Enqueue; never blocks."""

@@ -3,7 +3,10 @@
 The node's key, which signs every report, is ``--node-key`` or, on the local
 stack, one the agent enrolls itself (``runledger.nodekeys.agent_key``). Its
 workers get the worker role's credentials (``--worker-credentials``, by default
-``worker.properties`` beside the agent's own file), never the agent's.
+``worker.properties`` beside the agent's own file), never the agent's. Each
+worker's log is bounded on disk: rotated at ``--log-cap`` (default 64 MiB) with
+``--log-keep`` older files (default 3), or ``RUNLEDGER_WORKER_LOG_CAP`` and
+``RUNLEDGER_WORKER_LOG_KEEP`` when the options are not given (``agent.logrelay``).
 
 Tested in tests/agent/test_service.py.
 """
@@ -19,6 +22,7 @@ from typing import Annotated
 import typer
 
 from agent.decide import AgentConfig
+from agent.logrelay import DEFAULT_KEEP
 from agent.service import Agent, AgentOptions
 from events.connection import ENV_CREDENTIALS
 from events.workerenv import CHECKPOINT_ROOT
@@ -28,6 +32,11 @@ from runledger.errors import UsageError
 
 # The stack's worker principal's file, beside the agent's (runledger.stack.principals).
 WORKER_CREDENTIALS = "worker.properties"
+# --log-cap and --log-keep from the environment when not given (a fleet's setting).
+LOG_CAP_ENV = "RUNLEDGER_WORKER_LOG_CAP"
+LOG_KEEP_ENV = "RUNLEDGER_WORKER_LOG_KEEP"
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
+          "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
 
 Node = Annotated[str, typer.Option("--node", help="This node's name, unique in the cluster.")]
 Slots = Annotated[int, typer.Option("--slots", min=1, help="Worker slots (e.g. GPUs).")]
@@ -110,6 +119,19 @@ WorkerCredentials = Annotated[
                       "runs), never the agent's own. Default: worker.properties beside the "
                       "agent's RUNLEDGER_CREDENTIALS file."),
 ]
+LogCap = Annotated[
+    str,
+    typer.Option("--log-cap", metavar="SIZE", envvar=LOG_CAP_ENV,
+                 help="Each worker's log file is rotated at this size (bytes, or with K, M, "
+                      "G, KiB, MiB, GiB: binary units; at least 64KiB): a worker's output "
+                      "takes at most (--log-keep + 1) x SIZE on disk, the oldest dropped."),
+]
+LogKeep = Annotated[
+    int,
+    typer.Option("--log-keep", metavar="N", min=1, envvar=LOG_KEEP_ENV,
+                 help="Rotated files kept per worker log (<log>.1 .. <log>.N) besides the "
+                      "current one."),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -133,6 +155,8 @@ def agent(
     allow_workdir: AllowWorkdir = None,
     node_key: NodeKeyFile = None,
     worker_credentials: WorkerCredentials = None,
+    log_cap: LogCap = "64MiB",
+    log_keep: LogKeep = DEFAULT_KEEP,
 ) -> None:
     """Run a node agent: register slots, heartbeat, launch and stop worker groups on command.
 
@@ -152,11 +176,27 @@ def agent(
     options = AgentOptions(domain=domain, address=address,
                            work_dir=work_dir or config.agent_work_dir(node), grace_s=grace,
                            trust_unsigned=trust_unsigned,
-                           worker_env=worker_environ(worker_credentials))
+                           worker_env=worker_environ(worker_credentials),
+                           log_cap=parse_size(log_cap, "--log-cap"), log_keep=log_keep)
     node_agent = Agent(agent_config, options)  # its options are checked first
     key = nodekeys.agent_key(kafka, node, node_key, bootstrap)
     node_agent.options = replace(options, node_key=key)
     raise typer.Exit(node_agent.run())
+
+
+def parse_size(text: str, option: str) -> int:
+    """``64MiB``, ``512k``, ``1048576``: a size in bytes (K, M, G are binary units)."""
+    spelled = text.strip().lower().replace(" ", "")
+    digits = spelled.rstrip("kmgib")
+    unit = spelled[len(digits):]
+    try:
+        value = float(digits)
+    except ValueError:
+        value = -1.0
+    if unit not in _UNITS or value < 0:
+        raise UsageError(f"{option} {text!r} is not a size: say bytes, or a number with K, M"
+                         " or G (KiB, MiB, GiB), e.g. 64MiB")
+    return int(value * _UNITS[unit])
 
 
 def worker_environ(explicit: Path | None) -> dict[str, str] | None:

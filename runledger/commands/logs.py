@@ -11,6 +11,12 @@ worker's ``WorkerExited`` is on the log, then prints the rest and ends.
 ``--tail N`` starts at the file's last N lines (read backwards from its end,
 so a chatty worker's 20 MB file costs only those lines).
 
+The agent rotates a worker's log at its cap (``agent.logrelay``): the command
+reads ``<log>.N`` .. ``<log>.1`` and then ``<log>`` as one output, the newest
+last (``agent.logfiles.LogStream``; ``--tail`` counts its lines across them, and
+``--follow`` goes on into the new file when the agent rotates the one it reads),
+and says on stderr when older output was dropped by the cap.
+
 Only the run's partition of ``runledger.runs`` and the node's of
 ``runledger.reports`` are read (``LogReader`` ``key_partition``).
 
@@ -22,10 +28,11 @@ from __future__ import annotations
 import codecs
 import json
 from pathlib import Path
-from typing import Annotated, BinaryIO
+from typing import Annotated
 
 import typer
 
+from agent.logfiles import LogStream, dropped
 from events.model import Event, node_key
 from events.reader import LogReader
 from events.reportdoor import view_door
@@ -41,7 +48,6 @@ from runledger.logview import (
     exit_of,
     log_file,
     pick,
-    tail_start,
     work_dir_of,
 )
 
@@ -112,26 +118,28 @@ def _work_dir(address: str, node: str) -> str | None:
 
 
 def _print_now(run: str, picked: Picked, path: Path, tail: int | None) -> None:
-    if not path.is_file():
-        raise _unreachable(picked, path)
-    _banner(run, picked, path, tail)
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    with path.open("rb") as f:
-        f.seek(tail_start(f, tail) if tail is not None else 0)
-        _copy(f, decoder)
+    with LogStream(path, tail) as stream:
+        if not stream.paths:
+            raise _unreachable(picked, path)
+        _banner(run, picked, path, tail, stream)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        _copy(stream, decoder)
     typer.echo(decoder.decode(b"", final=True), nl=False)
 
 
 def _print_json(run: str, picked: Picked, path: Path, tail: int | None) -> None:
-    if not path.is_file():
-        raise _unreachable(picked, path)
-    with path.open("rb") as f:
-        f.seek(tail_start(f, tail) if tail is not None else 0)
-        text = f.read().decode("utf-8", errors="replace")
+    with LogStream(path, tail) as stream:
+        if not stream.paths:
+            raise _unreachable(picked, path)
+        text = b"".join(iter(lambda: stream.read(CHUNK), b"")).decode("utf-8",
+                                                                        errors="replace")
     ex = picked.exited
+    cut = dropped(path)
     typer.echo(json.dumps({
         "run_id": run, "generation": picked.generation, "logical_id": picked.logical_id,
         "rank": picked.rank, "node": picked.node, "path": str(path),
+        "files": [str(p) for p in stream.paths],
+        "dropped_bytes": cut.bytes if cut is not None else 0,
         "state": "exited" if ex is not None else "running" if picked.live else "stopped",
         "exit_code": None if ex is None else ex.exit_code,
         "signal": None if ex is None else ex.signal, "tail": tail, "text": text}))
@@ -139,7 +147,8 @@ def _print_json(run: str, picked: Picked, path: Path, tail: int | None) -> None:
 
 def _follow(reader: LogReader, run: str, picked: Picked, path: Path, work_dir: str,
             tail: int | None) -> None:
-    """Print the file and what is appended to it until the worker's exit is on the log."""
+    """Print the log and what is appended to it until the worker's exit is on the log;
+    across the agent's rotations of the file."""
     if not Path(work_dir).is_dir():
         raise _unreachable(picked, path)
     exited = False
@@ -147,12 +156,11 @@ def _follow(reader: LogReader, run: str, picked: Picked, path: Path, work_dir: s
         if exited:
             raise _unreachable(picked, path)
         exited = _exited(reader, run, picked)
-    _banner(run, picked, path, tail)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    with path.open("rb") as f:
-        f.seek(tail_start(f, tail) if tail is not None else 0)
+    with LogStream(path, tail, follow=True) as stream:
+        _banner(run, picked, path, tail, stream)
         while True:
-            if _copy(f, decoder):
+            if _copy(stream, decoder):
                 continue
             if exited:  # the worker had ended before this read: that was the rest
                 break
@@ -167,7 +175,7 @@ def _exited(reader: LogReader, run: str, picked: Picked) -> bool:
     return exit_of(picked, news) is not None
 
 
-def _copy(f: BinaryIO, decoder: codecs.IncrementalDecoder) -> bool:
+def _copy(f: LogStream, decoder: codecs.IncrementalDecoder) -> bool:
     """Print what ``f`` holds from where it stands; whether there was anything."""
     any_read = False
     for chunk in iter(lambda: f.read(CHUNK), b""):
@@ -176,14 +184,20 @@ def _copy(f: BinaryIO, decoder: codecs.IncrementalDecoder) -> bool:
     return any_read
 
 
-def _banner(run: str, picked: Picked, path: Path, tail: int | None = None) -> None:
+def _banner(run: str, picked: Picked, path: Path, tail: int | None,
+            stream: LogStream) -> None:
     # Running only while it may be: a member of an older generation, or of a run that
     # ended, without an exit on the log was stopped with its group.
     state = ("" if picked.exited is not None else ", running" if picked.live
              else ", stopped with its group")
     state += f", its last {tail} lines" if tail is not None else ""
+    files = len(stream.paths)
+    state += f", its output in {files} files (rotated at its cap)" if files > 1 else ""
     typer.echo(f"==> {path} (node {picked.node}, {describe(picked)} of {run}, generation"
                f" {picked.generation}{state}) <==", err=True)
+    cut = dropped(path)
+    if cut is not None and stream.from_oldest:
+        typer.echo(f"==> {cut}: what follows starts later <==", err=True)
 
 
 def _unreachable(picked: Picked, path: Path) -> RunledgerError:

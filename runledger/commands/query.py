@@ -20,9 +20,10 @@ from typing import Annotated, Any
 import typer
 
 from dataplane.errors import DataPlaneError
+from dataplane.home import default_catalog_url
 from events.consume import read_log
 from events.topics import RUNS
-from queries import lineage, render
+from queries import consumed, lineage, render
 from queries.recovery import recovery
 from queries.runner import Result, names, run_query
 from queries.source import Freshness, open_projection
@@ -35,7 +36,7 @@ FORMATS = ("table", "json", "prov", "openlineage")
 
 QueryName = Annotated[str, typer.Argument(help="ettr, goodput, provenance, audit, incidents,"
                                           " recovery, stragglers, alerts, mixture,"
-                                          " timeline or manifest (read from the log).")]
+                                          " timeline, curves or manifest (read from the log).")]
 AsRows = Annotated[bool, json_option("Rows as JSON objects.")]
 Format = Annotated[str, typer.Option("--format", help="table, json, or for provenance"
                                      " also prov (W3C PROV-JSON) or openlineage.")]
@@ -115,17 +116,22 @@ def _ettr_line(result: Result) -> str:
             f" of {allocated:.3f} s allocated)")
 
 
-def _dataset(dataset_id: str | None) -> dict[str, Any] | None:
-    """What the catalog says about the dataset the id pins (tokenizer, sources), if reachable."""
+def _catalog(dataset_id: str | None) -> consumed.Known:
+    """What the catalog says about the dataset the id pins (tokenizer, sources), or why
+    it says nothing: no dataset recorded, the id not in it, or the catalog unreachable."""
     if not dataset_id:
-        return None
+        return consumed.unknown(consumed.NO_DATASET)
+    url = default_catalog_url()
     try:
-        manifest = config.catalog().get(dataset_id)
-    except (DataPlaneError, OSError):
-        return None
+        manifest = config.catalog(url).get(dataset_id)
+    except DataPlaneError as exc:  # not held there, not a manifest id, an altered copy
+        return consumed.unknown(f"not known here: {exc}; set RUNLEDGER_DATASETS to the"
+                                " catalog the dataset was built in (the dataset id pins it)")
+    except OSError as exc:
+        return consumed.unknown(f"not known here: the catalog {url} is not reachable ({exc})")
     tok = manifest.tokenizer
-    return {"name": manifest.name, "tokenizer": tok.name, "tokenizer_version": tok.version,
-            "tokenizer_vocab_digest": tok.vocab_digest,
+    return {"known": True, "name": manifest.name, "tokenizer": tok.name,
+            "tokenizer_version": tok.version, "tokenizer_vocab_digest": tok.vocab_digest,
             "sources": sorted(manifest.mixture.weights),
             "mixture_mode": manifest.mixture.mode, "mixture_unit": manifest.mixture.unit}
 
@@ -135,33 +141,23 @@ def _provenance(result: Result, fmt: str, checkpoint: int | None, fresh: Freshne
     if not chain:
         which = f"at step {checkpoint}" if checkpoint is not None else "committed yet"
         raise RunledgerError(f"run {result.run_id} has no checkpoint {which}")
-    dataset = _dataset(chain[0].get("dataset_id"))
+    catalog = _catalog(chain[0].get("dataset_id"))
+    facts = {k: v for k, v in catalog.items() if k != "known"} if catalog["known"] else None
     if fmt == "prov":
-        typer.echo(json.dumps(lineage.prov(result.run_id, chain, dataset), indent=2))
+        typer.echo(json.dumps(lineage.prov(result.run_id, chain, facts), indent=2))
     elif fmt == "openlineage":
-        doc = lineage.openlineage(result.run_id, chain, dataset,
-                                  event_time=str(chain[0]["committed_at"]))
-        typer.echo(json.dumps(doc, indent=2))
+        typer.echo(json.dumps(lineage.openlineage(result.run_id, chain, facts), indent=2))
     elif fmt == "json":
-        typer.echo(json.dumps({"run_id": result.run_id, "dataset": dataset, "chain": chain,
-                               "projection": fresh.as_json()}, indent=2))
+        doc = consumed.document(result.run_id, chain, catalog)
+        typer.echo(json.dumps(doc | {"projection": fresh.as_json()}, indent=2))
     else:
-        head = chain[0]
-        typer.echo(f"checkpoint step {head['step']} (generation {head['generation']})"
-                   f" {head['manifest_digest']}\n  manifest  {head['manifest_path']}\n"
-                   f"  dataset   {head['dataset_id']}\n  code      {head['code_version']}")
-        if dataset:
-            typer.echo(f"  tokenizer {dataset['tokenizer']} {dataset['tokenizer_version']}"
-                       f" ({dataset['tokenizer_vocab_digest']})")
-        else:
-            typer.echo("  tokenizer (catalog not reachable: set RUNLEDGER_DATASETS; the"
-                       " dataset id pins it)")
-        typer.echo(f"  consumed  positions [0, {head['position_to']}) in"
-                   f" {len(chain)} segment(s); per-source counts {head['source_counts']}")
-        typer.echo(render.table(Result(result.name, result.run_id,
-                                       [c for c in result.columns if c in _LINEAGE_COLUMNS],
-                                       [tuple(r[c] for c in result.columns
-                                              if c in _LINEAGE_COLUMNS)
+        typer.echo("\n".join(consumed.lines(chain, catalog)))
+        # Columns no link has a value in (a job's own loader: no positions) are left out:
+        # the "consumed" line above says why.
+        cols = [c for c in result.columns if c in _LINEAGE_COLUMNS
+                and any(r[c] is not None for r in chain)]
+        typer.echo(render.table(Result(result.name, result.run_id, cols,
+                                       [tuple(r[c] for c in cols)
                                         for r in result.records()])))
 
 

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from controller.service import ENV_SIGNING_KEY
+from events.broker import check_broker
 from events.connection import ENV_CREDENTIALS
 from events.errors import EventsError
-from events.kafka import check_broker
 from events.signing import SigningKey
 from events.state import Status
 from projectors.snapshot import snapshot_path

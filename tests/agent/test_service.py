@@ -322,6 +322,7 @@ def test_a_forged_start_with_a_climbing_run_id_starts_nothing_and_is_reported(
     ("--allow-workdir", "code", "--allow-workdir 'code' must be an absolute path"),
     # Resolved when the agent starts: a name that finds no program allows nothing.
     ("--allow", "no-such-program-b7f1", "--allow 'no-such-program-b7f1': no executable file"),
+    ("--log-cap", "1KiB", "--log-cap must be at least 65536 bytes (64 KiB), got 1024"),
 ])
 def test_a_bad_node_name_or_root_is_one_line_and_exit_1(
     bootstrap: str, tmp_path: Path, option: str, value: str, problem: str
@@ -346,3 +347,14 @@ def test_default_roots_are_runledger_s_own_places(
     assert default_roots() == [str(tmp_path / "home"), "s3://bucket/ckpt"]
     monkeypatch.setenv("RUNLEDGER_CHECKPOINT_ROOT", str(tmp_path / "ckpt"))
     assert str(tmp_path / "ckpt") in default_roots()
+
+
+def test_a_log_cap_is_bytes_or_a_number_with_a_binary_unit() -> None:
+    from runledger.commands.agent import parse_size
+    from runledger.errors import UsageError
+
+    assert [parse_size(t, "--log-cap") for t in ("65536", "64KiB", "64k", "1.5 MiB", "2G")] \
+        == [65536, 65536, 65536, 3 << 19, 2 << 30]
+    for bad in ("lots", "-1M", "64 TB", ""):
+        with pytest.raises(UsageError, match="is not a size"):
+            parse_size(bad, "--log-cap")

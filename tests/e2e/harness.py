@@ -130,7 +130,8 @@ class Cluster:
         assert path.is_file(), f"node {node} has no key yet: start its agent first"
         return RunKey.issue(SigningKey.load(path), run, generation, node)
 
-    def agent(self, node: str, slots: int, grace: float = 3.0) -> subprocess.Popen[bytes]:
+    def agent(self, node: str, slots: int, grace: float = 3.0,
+              *extra: str) -> subprocess.Popen[bytes]:
         return self._spawn(
             [
                 "agent",
@@ -149,6 +150,7 @@ class Cluster:
                 str(grace),
                 *self._trust,
                 *self.node_key(node),
+                *extra,
             ],
             f"agent-{node}.log",
         )

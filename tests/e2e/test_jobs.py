@@ -10,6 +10,9 @@ fails the run as the job's error too, with nothing counted against the node.
 One outside the controller's roots is refused by the controller before any
 start, and the controller writes nothing there (it once wrote the run's
 ``run-manifest.json``).
+A chatty job writes 25 times its agent's log cap per rank: each worker's files
+on disk stay within (keep + 1) x cap, its exit report still carries its last
+lines, and ``logs --tail`` prints them while ``logs`` says what the cap dropped.
 """
 
 from __future__ import annotations
@@ -190,3 +193,50 @@ def test_a_checkpoint_root_outside_the_controller_s_roots_is_refused_and_nothing
     assert listed.returncode == 0, listed.stderr
     (n1,) = json.loads(listed.stdout)["nodes"]
     assert (n1["node"], n1["state"], n1["failures"]) == ("n1", "ready", 0)
+
+
+def test_a_chatty_job_s_log_stays_bounded_on_disk_and_logs_shows_its_last_lines(
+        cluster: Cluster) -> None:
+    code = cluster.work / "code"
+    code.mkdir()
+    (code / "chatty.py").write_text(
+        "import os, sys\n"
+        "me = os.environ['RUNLEDGER_LOGICAL_ID']\n"
+        "for i in range(30000):\n"  # about 1.6 MB: 25 times the cap
+        "    print(f'{me} line {i:06d} ' + 'x' * 40)\n"
+        "sys.stdout.flush()\n"
+        "print(f'{me}: the last line', flush=True)\n"
+        "raise SystemExit(f'{me}: chatty gives up')\n")
+    cluster.controller()
+    cluster.agent("n1", 2, 3.0, "--log-cap", "64KiB", "--log-keep", "2")
+    chatty = code / "chatty.yaml"
+    chatty.write_text(yaml.safe_dump(spec("chatty", [], command=[PY, "chatty.py"])))
+    submitted = cluster.cli("submit", str(chatty), *cluster.signed_as("alice"))
+    assert submitted.returncode == 0, submitted.stderr
+    run = submitted.stdout.strip()
+    facts = cluster.wait_facts(run, finished, timeout=120, what="the chatty run's end")
+    (failure,) = of_type(facts, "FailureClassified")
+    assert failure.stderr_tail.endswith("r0: the last line\nr0: chatty gives up\n") or \
+        failure.stderr_tail.endswith("r1: the last line\nr1: chatty gives up\n")
+    cap = 64 << 10
+    for lid in ("r0", "r1"):
+        log = cluster.work / "n1" / run / "g1" / f"{lid}.log"
+        files = [log.with_name(f"{lid}.log.2"), log.with_name(f"{lid}.log.1"), log]
+        assert sorted(p.name for p in log.parent.iterdir() if p.name.startswith(lid)) == [
+            f"{lid}.log", f"{lid}.log.1", f"{lid}.log.2", f"{lid}.log.dropped"]
+        assert all(p.stat().st_size <= cap for p in files)
+        assert sum(p.stat().st_size for p in files) <= 3 * cap
+
+    last = cluster.cli("logs", run, "--rank", "0", "--tail", "3")
+    assert last.returncode == 0, last.stderr
+    assert last.stdout.splitlines() == [f"r0 line 029999 {'x' * 40}", "r0: the last line",
+                                        "r0: chatty gives up"]
+    assert "its output in 3 files (rotated at its cap)" in last.stderr
+    whole = cluster.cli("logs", run, "--rank", "0")
+    assert whole.returncode == 0, whole.stderr
+    assert "were dropped by the log cap" in whole.stderr and "64 KiB" in whole.stderr
+    assert whole.stdout.endswith(last.stdout) and len(whole.stdout) <= 3 * cap
+    assert not whole.stdout.startswith("r0 line 000000")
+    doc = json.loads(cluster.cli("logs", run, "--rank", "0", "--json").stdout)
+    assert len(doc["files"]) == 3 and doc["dropped_bytes"] > 20 * cap
+    assert doc["text"] == whole.stdout

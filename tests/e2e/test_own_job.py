@@ -13,12 +13,17 @@ by a relative path; the run must end ``Succeeded``.
 The block's script and spec are also run on a private broker (a controller
 and an agent of the e2e harness) with every rank killed right after the
 checkpoint of the last step committed: the restart restores that step, has
-nothing left to train, and must exit 0 (it once died of a ``NameError``).
+nothing left to train, and must exit 0 (it once died of a ``NameError``). Its
+log, replayed into a projection, gives that run's provenance: the dataset it
+was submitted with, positions not recorded (its own loader reports none), and
+PROV and OpenLineage exports that ``prov`` and ``openlineage-python`` read back
+with no warning.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -31,8 +36,10 @@ import pytest
 import yaml
 
 from events.model import GenerationStarted, RunFinished
+from queries import consumed
 from tests.e2e.ckpt_setup import dataset
 from tests.e2e.harness import PY, Cluster, of_type
+from tests.queries.lineage_check import prov_document, run_event
 
 pytestmark = [pytest.mark.e2e]
 
@@ -119,8 +126,9 @@ def test_the_readme_job_restarted_after_its_last_step_resumes_there_and_exits_0(
     assert doc["checkpoint"]["interval_steps"] == 10, "the last step (20) is checkpointed"
     # The harness's agent: checkpoints beside its work dir, the dataset in a catalog,
     # and this interpreter (the README's `python` is the activated venv's).
+    ds = dataset(cluster)
     doc.update(
-        command=[PY, "train.py"], dataset=dataset(cluster),
+        command=[PY, "train.py"], dataset=ds,
         checkpoint={**doc["checkpoint"], "root": str(cluster.work / "ckpt")},
         # Every rank of the first generation dies once step 20's checkpoint committed.
         env={"RUNLEDGER_FAULT": "after_commit@20:gen=1"})
@@ -146,3 +154,28 @@ def test_the_readme_job_restarted_after_its_last_step_resumes_there_and_exits_0(
     assert logs.returncode == 0, logs.stderr
     assert "rank 0: step 20, restored: nothing left to train" in logs.stdout, logs.stdout
     assert "NameError" not in logs.stdout
+    _assert_the_provenance_of_an_own_loader(cluster, run, ds)
+
+
+def _assert_the_provenance_of_an_own_loader(cluster: Cluster, run: str, ds: str) -> None:
+    db = str(cluster.work / "projection.duckdb")
+    done = cluster.cli("replay", "--db", db)
+    assert done.returncode == 0, done.stderr
+
+    def provenance(*fmt: str) -> str:
+        out = cluster.cli("query", "provenance", run, "--db", db, *fmt)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    text = provenance()
+    assert f"dataset   {ds} (as submitted: the job loads its own data)" in text, text
+    assert f"positions {consumed.NO_POSITIONS}" in text and "None" not in text, text
+    assert "not known" not in text, text  # the tokenizer: from the catalog it was built in
+    event = json.loads(provenance("--format", "openlineage"))
+    run_event(event)
+    assert event["eventType"] == "COMPLETE"
+    (data,) = event["inputs"]
+    assert data["name"] == ds and data["inputFacets"]["runledger_consumption"][
+        "positions"] == {"known": False, "reason": consumed.NO_POSITIONS}
+    prov = prov_document(provenance("--format", "prov"))
+    assert len(prov.get_records()) > 10

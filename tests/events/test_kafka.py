@@ -15,9 +15,10 @@ from pathlib import Path
 import fastavro
 import pytest
 
+from events.broker import check_broker
 from events.consume import read_log
 from events.errors import BrokerUnavailable, ProducerFenced
-from events.kafka import EventProducer, check_broker
+from events.kafka import EventProducer
 from events.transactions import TransactionalWriter
 from tests.events.broker import new_topic, raw_values
 from tests.events.builders import Ev

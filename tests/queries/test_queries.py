@@ -342,7 +342,13 @@ _EXPECTED: dict[str, Callable[[list[dict[str, Any]]], bool]] = {
     "ettr": lambda rows: {r["part"] for r in rows} >= {"allocated", "productive", "lost_work"}
     and sum(r["seconds"] for r in rows if r["part"] != "allocated")
     == pytest.approx(next(r["seconds"] for r in rows if r["part"] == "allocated")),
-    "goodput": lambda rows: len(rows) == 1 and rows[0]["accepted_steps"] == 30,
+    "goodput": lambda rows: len(rows) == 1 and rows[0]["accepted_steps"] == 30
+    and rows[0]["devices"] == "2 x cpu",
+    # Steps 1-25 of g1 (21-25 redone by g2) and 21-30 of g2, with the falling loss.
+    "curves": lambda rows: [(r["generation"], r["step"], r["lost"]) for r in rows]
+    == [(1, s, s > 20) for s in range(1, 26)] + [(2, s, False) for s in range(21, 31)]
+    and [r["loss"] for r in rows] == [4.0 / (1 + s / 10) for s in
+                                      [*range(1, 26), *range(21, 31)]],
     "incidents": lambda rows: [(r["generation"], r["action"], r["rpo_steps"]) for r in rows]
     == [(1, "restart", 5)],
     "mixture": lambda rows: bool(rows) and all(r["count"] >= 0 for r in rows),

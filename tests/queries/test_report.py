@@ -37,7 +37,8 @@ class SlowR1(Timeline):
     """crash_and_recover's log with rank r1 reporting 1.9x r0's step time (a straggler);
     the controller's StepCommitted times, and so the ETTR parts, are unchanged."""
 
-    def step(self, gen: int, step: int, ms: int = 100, wait: int = 10, loss: float = 2.0,
+    def step(self, gen: int, step: int, ms: int = 100, wait: int = 10,
+             loss: float | None = None,
              rank_ms: tuple[float, float] | None = None) -> None:
         super().step(gen, step, ms, wait, loss, rank_ms or (float(ms), 1.9 * ms))
 
@@ -375,3 +376,22 @@ def test_a_failed_run_opens_with_what_failed_where_and_its_last_lines() -> None:
 
 def test_a_run_that_did_not_fail_has_no_why(page: str) -> None:
     assert not parse(page).find("section", id="why")
+
+
+def test_an_own_loader_runs_provenance_says_what_is_not_recorded() -> None:
+    """#34: the README's own job showed `positions [0, None)` and a bare dataset None."""
+    from tests.queries.lineage_check import own_loader
+
+    tl = Timeline(run_id="run-o")
+    crash_and_recover(tl)
+    own_loader(tl)
+    con = duckdb.connect()
+    project(con, tl)
+    doc = parse(report(con, "run-o"))
+    facts = doc.by_id("provenance-facts").text()
+    assert "sha256:d (as submitted: the job loads its own data)" in facts
+    assert "not recorded: the job's own loader reports no positions; 3 segment(s)" in facts
+    assert "not recorded: the job's own loader reports no per-source counts" in facts
+    chain = doc.by_id("provenance-table").find("tr")[1:]
+    assert [r.cell("positions") for r in chain] == ["not recorded"] * 3
+    assert "None" not in doc.by_id("provenance").text()

@@ -43,6 +43,7 @@ class Timeline:
     start_ms: int = 1_000_000  # the clock when the log begins
     events: list[Event] = field(default_factory=list)
     batch: int = 8  # global batch size: positions per step
+    device: str | None = "cpu"  # what the ranks say they step on (None: a v1 writer)
     ev: Ev = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -82,15 +83,17 @@ class Timeline:
         self.add(self.ev.node_lost(gen, node, last_seen_at=seen))
 
     def step(self, gen: int, step: int, ms: int = 100, wait: int = 10,
-             loss: float = 2.0, rank_ms: tuple[float, float] | None = None) -> None:
-        """A step of ``ms`` starting now; the clock moves to its end."""
+             loss: float | None = None, rank_ms: tuple[float, float] | None = None) -> None:
+        """A step of ``ms`` starting now; the clock moves to its end. ``loss`` by default
+        falls with the step, as a training loss does: 4 / (1 + step / 10)."""
+        loss = 4.0 / (1 + step / 10) if loss is None else loss
         self.advance(ms)
         self.add(self.ev.step(gen, step, tokens=4096, loss_tokens=4000, step_time_ms=float(ms),
                               input_wait_ms=float(wait), loss=loss))
         times = rank_ms or (float(ms), float(ms))
         for m, t in zip(MEMBERS, times, strict=True):
             self.add(self.ev.step_times(gen, step, m.logical_id, times=(t,), node=m.node,
-                                        input_wait_ms=(float(wait),)))
+                                        input_wait_ms=(float(wait),), device=self.device))
 
     def checkpoint(self, gen: int, step: int, stall: int = 50,
                    counts: dict[str, int] | None = None) -> None:

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import io
-
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from events.model import WorkerExited
-from runledger.logview import LogNotFound, exit_of, log_file, pick, tail_start, work_dir_of
+from runledger.logview import LogNotFound, exit_of, log_file, pick, work_dir_of
 from tests.events.builders import Ev, members
 
 EV = Ev("run-1")
@@ -89,17 +85,3 @@ def test_only_a_member_of_the_newest_generation_of_a_live_run_may_be_running() -
     assert not pick("run-1", ended, "r1", None).live
     assert not pick("run-1", [G1, EV.cancelled(1)], "r0", None).live
     assert not pick("run-1", [G1, exited(1, "r0", 0)], "r0", None).live  # it exited
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.text(alphabet="ab\n", max_size=12), max_size=12), st.booleans(),
-       st.integers(min_value=0, max_value=15), st.integers(min_value=1, max_value=7))
-def test_tail_start_leaves_exactly_the_last_n_lines(
-        parts: list[str], final_newline: bool, n: int, chunk: int) -> None:
-    text = "".join(parts).encode()
-    if final_newline and not text.endswith(b"\n"):
-        text += b"\n"
-    f = io.BytesIO(text)
-    got = text[tail_start(f, n, chunk=chunk):]
-    lines = text.splitlines(keepends=True)
-    assert got == b"".join(lines[max(0, len(lines) - n):] if n else [])

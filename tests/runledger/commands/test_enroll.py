@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from events.broker import ENV_BOOTSTRAP
 from events.connection import ENV_CREDENTIALS
-from events.kafka import ENV_BOOTSTRAP
 from events.model import AgentRegistered, node_key
 from events.signing import SigningKey
 from runledger import current, keylog

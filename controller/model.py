@@ -251,7 +251,7 @@ class Draft:
         if before is None:
             assert isinstance(event, RunSubmitted)  # the fold accepts nothing else first
             self._put(Tracked(state, self._plan(event), status=note(NO_NOTES, event),
-                              tally=runmanifest.observe(runmanifest.EMPTY, event)))
+                              tally=runmanifest.observe(runmanifest.EMPTY, event, state)))
             return transition.verdict
         if (isinstance(event, FailureClassified) and event.node
                 and policy.counts_against_node(event.failure_class, event.signature)):
@@ -304,7 +304,7 @@ def _noted(before: Tracked, state: RunState, event: Event) -> Tracked:
             staged = checkpoints.Staged(event.step, event.header.occurred_at, event.stall_ms)
     return Tracked(state, before.plan, observe_run(before.watch, event, before.state), staged,
                    shards, note(before.status, event), exits.observe(before.evidence, event),
-                   runmanifest.observe(before.tally, event))
+                   runmanifest.observe(before.tally, event, state))
 
 
 def replay(events: Iterable[Event], since: int, plan_of: PlanOf) -> Model:

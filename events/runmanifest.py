@@ -14,7 +14,10 @@ checkpoint with its per-source counts, code version, spec digest); tokens
 accepted and discarded, as ``queries/goodput.sql`` counts them: a step is
 accepted while the run's lineage still contains it, and a restart from step r
 discards the steps after r of the generations before; the incidents
-(``FailureClassified``); the cost when the spec has
+(``FailureClassified``); the alerts raised and the rejections up to the fact that
+ended the run (a late report's rejection, or a rejection window closed after the
+end, is appended after the document was published, and changes nothing in it);
+the cost when the spec has
 ``budget.price_per_gpu_hour`` (world size x admission-to-end hours, as
 goodput); and the committed checkpoints retained: those the spec's retention
 (``checkpoint.keep_last``, the first tier's own, ``keep_every``) keeps, as the
@@ -98,6 +101,9 @@ class Tally:
     resume_step: int = 0  # the current generation's, as GenerationStarted said
     keep_last: int = 3  # the first tier's retention (worker.gc), from the spec
     keep_every: int | None = None
+    # The run's alerts raised and rejections when it ended: the facts after its end
+    # (rejections of late reports, a window's count) never change the published document.
+    ended_counts: tuple[int, int] | None = None
 
 
 EMPTY = Tally()
@@ -105,8 +111,8 @@ _OBSERVED = (GenerationStarted, CheckpointStaged, ManifestCommitted, RunSubmitte
              RunFinished, RunCancelled, FailureClassified)
 
 
-def observe(tally: Tally, event: Event) -> Tally:
-    """The tally after an accepted fact."""
+def observe(tally: Tally, event: Event, state: RunState) -> Tally:
+    """The tally after an accepted fact; ``state``: the run's state after it."""
     if type(event) is StepCommitted:  # most facts: built field by field, not by replace
         a = tally.accepted
         if event.generation != tally.generation and event.step - 1 < tally.resume_step:
@@ -115,7 +121,7 @@ def observe(tally: Tally, event: Event) -> Tally:
                      tally.ended_at, Counts(a.steps + 1, a.tokens + event.tokens,
                                             a.loss_tokens + event.loss_tokens),
                      tally.marks, tally.incidents, event.generation, tally.resume_step,
-                     tally.keep_last, tally.keep_every)
+                     tally.keep_last, tally.keep_every, tally.ended_counts)
     if not isinstance(event, _OBSERVED):
         return tally
     match event:
@@ -132,8 +138,9 @@ def observe(tally: Tally, event: Event) -> Tally:
             return replace(tally, **_from_spec(event.spec_json))
         case RunAdmitted() if tally.admitted_at is None:
             return replace(tally, admitted_at=event.header.occurred_at)
-        case RunFinished() | RunCancelled():
-            return replace(tally, ended_at=event.header.occurred_at)
+        case RunFinished() | RunCancelled():  # accepted once: the fold refuses a second end
+            return replace(tally, ended_at=event.header.occurred_at,
+                           ended_counts=(state.alerts, state.rejections))
         case FailureClassified():
             incident = Incident(event.generation, event.header.occurred_at, event.failure_class,
                                 event.signature, event.action, event.attempt, event.logical_id,
@@ -192,6 +199,7 @@ def _count(value: object) -> bool:
 def document(state: RunState, tally: Tally) -> dict[str, Any]:
     """The manifest of a run whose state and tally are these (meant for an ended run)."""
     accepted = tally.accepted
+    alerts, rejections = tally.ended_counts or (state.alerts, state.rejections)
     cursor = state.cursor
     at_ckpt = cursor is not None and state.checkpoint is not None \
         and cursor.step == state.checkpoint.step
@@ -226,8 +234,8 @@ def document(state: RunState, tally: Tally) -> dict[str, Any]:
             "discarded_loss_tokens": state.loss_tokens - accepted.loss_tokens,
         },
         "incidents": [_incident(i) for i in tally.incidents],
-        "alerts_raised": state.alerts,
-        "rejections": state.rejections,
+        "alerts_raised": alerts,
+        "rejections": rejections,
         "cost": _cost(state, tally),
         "retained_checkpoints": [_checkpoint(c) for c in _retained(state, tally)],
     }
@@ -279,8 +287,8 @@ def build(facts: Iterable[Event]) -> dict[str, Any] | None:
     for event in facts:
         transition = apply(state, event)
         if transition.verdict.accepted and transition.state is not None:
-            tally = observe(tally, event)
             state = transition.state
+            tally = observe(tally, event, state)
     return document(state, tally) if state is not None else None
 
 

@@ -48,6 +48,21 @@ def test_the_file_holds_the_bytes_the_log_digests(tmp_path: Path) -> None:
     assert write_published(model, log) == [published.path]  # the same bytes: left alone
 
 
+def test_a_rejection_after_the_end_in_the_same_cycle_still_writes_the_file(
+        tmp_path: Path) -> None:
+    # A worker's report that reaches the controller in the cycle that cancelled its run is
+    # refused after RunManifestPublished; the file is written from the model all the same.
+    model, log = _cancelled(f"file://{tmp_path}/ckpt")
+    ev = Ev("run-7", start=2_000, tick=10)
+    model, out = handle(model, ev.heartbeat(0, "w0"), ev.now, lambda _: RunPlan(
+        world_size=1, argv=("train",)))
+    assert [e.event_type for _, e in out] == ["WriteRejected"]
+    log += [e for topic, e in out if topic == RUNS]
+    (published,) = [e for e in log if isinstance(e, RunManifestPublished)]
+    assert write_published(model, log) == [published.path]
+    assert runmanifest.digest(runmanifest.build(log) or {}) == published.digest
+
+
 def test_a_file_with_other_contents_is_never_replaced(tmp_path: Path,
                                                       caplog: pytest.LogCaptureFixture) -> None:
     model, log = _cancelled(str(tmp_path))

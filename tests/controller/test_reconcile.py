@@ -209,6 +209,44 @@ def test_the_end_of_a_run_publishes_the_manifest_the_log_rebuilds() -> None:
     assert sim.tick(100_000) == []  # published once
 
 
+def test_rejections_recorded_after_the_end_leave_the_published_manifest_as_rebuilt() -> None:
+    """A zombie's rejections counted in a window that closes after the run ended, and a
+    late report refused as the run is over: both are facts after RunManifestPublished,
+    and the document the log rebuilds (and the model's, which the file is written from)
+    is still the one the fact digests."""
+    sim = running()
+    for _ in range(3):
+        sim.step()
+    sim.send(sim.ev.exited(1, "r0", exit_code=13, node="n1"))
+    sim.tick()
+    for _ in range(3):  # generation 1's r1 beats on: recorded once, then only counted
+        out = sim.beat(1, "r1")
+    assert types(out) == []
+    sim.tick(1_000)
+    sim.beat(2)
+    sim.tick()
+    sim.step()
+    for lid in ("r0", "r1"):
+        sim.send(sim.ev.exited(2, lid, exit_code=0, node="n1"))
+    out = sim.tick()
+    assert types(out) == ["RunFinished", "RunManifestPublished"]
+    published = out[1][1]
+    assert isinstance(published, RunManifestPublished)
+    assert types(sim.send(sim.ev.step(2, 9, tokens=1, loss_tokens=1, step_time_ms=1.0,
+                                      input_wait_ms=0.0, loss=None))) == ["WriteRejected"]
+    assert types(sim.tick(60_000)) == ["WriteRejected"]  # the window's 2 suppressed ones
+    assert sim.state.rejections == 1 + 1 + 2
+    facts = [e for topic, e in sim.log if topic == RUNS]
+    doc = runmanifest.build(facts)
+    assert doc is not None and runmanifest.digest(doc) == published.digest
+    assert doc["rejections"] == 1  # counted up to the end
+    run = sim.model.tracked(RUN)
+    assert run is not None
+    assert runmanifest.digest(runmanifest.document(run.state, run.tally)) == published.digest
+    again = replay(facts, since=0, plan_of=plan_of).tracked(RUN)
+    assert again is not None and again.tally == run.tally
+
+
 def test_same_failure_every_time_backs_off_growing_then_fails() -> None:
     sim = running()
     backoffs = []

@@ -164,6 +164,21 @@ def test_refused_facts_count_for_nothing() -> None:
     assert runmanifest.build([ev.step(1, 1)]) is None  # no RunSubmitted
 
 
+def test_rejections_and_alerts_after_the_end_change_nothing() -> None:
+    """The document is published right after the end: the facts after it (a late
+    report's rejection, a rejection window closed later, an alert) are not in it."""
+    ev, log = _restarted_run()
+    during = [ev.rejected(1, repeats=2), ev.alert(2)]
+    doc = runmanifest.build([*log[:-1], *during, log[-1]])
+    assert doc is not None and (doc["rejections"], doc["alerts_raised"]) == (3, 1)
+    after = [ev.manifest_published(2), ev.rejected(2, reason="run_terminal"),
+             ev.rejected(1, repeats=5), ev.alert(2, alert="late")]
+    assert runmanifest.build([*log[:-1], *during, log[-1], *after]) == doc
+    # a run that has not ended shows its counts so far
+    going = runmanifest.build([*log[:-1], *during, ev.rejected(2)])
+    assert going is not None and going["rejections"] == 4
+
+
 def test_the_file_goes_under_the_first_checkpoint_root() -> None:
     assert runmanifest.path_for("s3://b/ckpt/", "r1") == "s3://b/ckpt/r1/run-manifest.json"
     assert runmanifest.path_for(None, "r1") == ""

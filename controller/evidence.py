@@ -65,7 +65,7 @@ class EvidenceReader:
         self.judge = judge
         self.book = gates.EMPTY
         self._reader = LogReader(bootstrap, [REQUESTS], name=f"{name}-evidence", raw=True,
-                                 keys=lambda key: key.startswith(_SPEC_PREFIX))
+                                 select=lambda m: (m.key() or b"").startswith(_SPEC_PREFIX))
 
     def catch_up(self) -> gates.GateBook:
         """Everything written before now (a controller decides nothing before it has it)."""

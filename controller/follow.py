@@ -69,8 +69,9 @@ class Follower:
         self.plan_of = plan_of
         self.door = door
         self._runs: LogReader | None = None
-        self._nodes = LogReader(bootstrap, [REPORTS], start=END, name=f"{name}-nodes",
-                                keys=lambda key: key.startswith(_NODE_PREFIX), raw=True)
+        self._nodes = LogReader(
+            bootstrap, [REPORTS], start=END, name=f"{name}-nodes", raw=True,
+            select=lambda m: (m.key() or b"").startswith(_NODE_PREFIX))
         # The end of each partition of runs as a transactional writer sees it: past
         # open transactions, which a read_committed reader reaches once they settle.
         self._ends = Watermarks(bootstrap, [RUNS], name=f"{name}-ends",

@@ -52,6 +52,12 @@ def header_items(msg: Message) -> list[tuple[str, bytes]]:
     return out
 
 
+def event_type_of(msg: Message) -> str:
+    """The ``event_type`` header of a message, read without decoding it ('' if none)."""
+    return next((v.decode(errors="replace") for k, v in header_items(msg)
+                 if k == "event_type"), "")
+
+
 # Called with librdkafka's reason when a record could not be delivered.
 OnFailure = Callable[[str], None]
 

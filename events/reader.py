@@ -123,8 +123,9 @@ class LogReader:
 
     ``start``: ``BEGINNING``, ``END`` or stored next offsets. ``key``: only the
     records with this key (or none) are decoded and handed out; the others are
-    passed over undecoded (every topic is keyed by run id). ``keys``: the same
-    with a predicate on the raw key (the controller's node records: ``node/``). ``quarantine``: a
+    passed over undecoded (every topic is keyed by run id). ``select``: the same
+    with a predicate on the raw message, its key or headers (the controller's node
+    records: ``node/``; ``runledger nodes``: by ``event_type``). ``quarantine``: a
     byte-exact copy of each undecodable record goes there (it also reports it).
     ``on_quarantine``: what ``read_records`` does with an undecodable record;
     by default it is logged, unless ``quarantine`` has reported it already.
@@ -149,7 +150,8 @@ class LogReader:
         on_quarantine: OnQuarantine | None = None, key: str | None = None,
         strict: bool = False, bounded: bool = False, retry_s: float = 0.0,
         name: str = "runledger-reader", timeout_s: float = 10.0,
-        config: Mapping[str, Any] | None = None, keys: Callable[[bytes], bool] | None = None,
+        config: Mapping[str, Any] | None = None,
+        select: Callable[[Message], bool] | None = None,
         raw: bool = False, key_partition: bool = False,
     ) -> None:
         self.codec = codec or default_codec()
@@ -160,7 +162,7 @@ class LogReader:
         self.strict, self.bounded, self.retry_s = strict, bounded, retry_s
         self.bootstrap = bootstrap
         self._key = key.encode() if key is not None else None
-        self._keys = keys
+        self._select = select
         self._only = key if key_partition else None
         self._consumer = _consumer(bootstrap, name, config)
         try:
@@ -266,7 +268,8 @@ class LogReader:
     def _take(self, messages: list[Message]) -> list[Record | Quarantined]:
         started = time.perf_counter()
         out: list[Record | Quarantined] = []
-        positions, pending, wanted, keys = self._positions, self._pending, self._key, self._keys
+        positions, pending, wanted = self._positions, self._pending, self._key
+        select = self._select
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -284,7 +287,7 @@ class LogReader:
                 key = msg.key()
                 if key is not None and key != wanted:
                     continue
-            if keys is not None and not keys(msg.key() or b""):
+            if select is not None and not select(msg):
                 continue
             out.append(decode_or_quarantine(self.codec, msg, self.quarantine, raw=self.raw))
         self.last_read_s = time.perf_counter() - started

@@ -27,11 +27,11 @@ from typing import Annotated
 
 import typer
 
+from controller.inventory import NODE_RECORDS
 from controller.replays import epoch_of
-from events.consume import read_log
-from events.kafka import Quarantined
+from events.kafka import Quarantined, event_type_of
 from events.keys import read_ring_or_empty
-from events.model import Event, Header, NodeOperationRequested, node_key
+from events.model import Event, FailureClassified, Header, NodeOperationRequested, node_key
 from events.reader import LogReader
 from events.reportdoor import ReportDoor
 from events.topics import REPORTS, RUNS
@@ -120,6 +120,10 @@ def _request(operation: str, name: str, reason: str, principal: str | None, as_j
                    "decides: `runledger nodes` shows the result")
 
 
+# What nodeview folds of runledger.runs: the node facts and the failures it counts.
+_FACT_TYPES = frozenset({t.__name__ for t in NODE_RECORDS} | {FailureClassified.__name__})
+
+
 def _passed_over(_: Quarantined) -> None:
     return None
 
@@ -138,13 +142,20 @@ def node_events(bootstrap: str) -> list[Event]:
     # quarantined and reported it; a view of the nodes passes over it quietly.
     reader = LogReader(bootstrap, [REPORTS], on_quarantine=_passed_over, strict=True,
                        bounded=True, retry_s=patience, raw=True, name="runledger-nodes",
-                       keys=lambda key: key.startswith(prefix))
+                       select=lambda m: (m.key() or b"").startswith(prefix))
     try:
         reports = [r.event for r in reader.records() if door.admit(r, len(r.value)) is None]
     finally:
         reader.close()
-    facts = [r.event for r in read_log(bootstrap, RUNS, retry_s=patience,
-                                       on_quarantine=_passed_over)]
+    # Of the runs' facts only the node facts and failures count here: the others (most
+    # of a long log) are passed over by their event_type header, never decoded.
+    reader = LogReader(bootstrap, [RUNS], on_quarantine=_passed_over, strict=True,
+                       bounded=True, retry_s=patience, name="runledger-nodes-facts",
+                       select=lambda m: event_type_of(m) in _FACT_TYPES)
+    try:
+        facts = [r.event for r in reader.records()]
+    finally:
+        reader.close()
     # Facts keep their log order; an agent's records go by when they happened.
     return sorted([*reports, *facts], key=lambda e: e.header.occurred_at)
 

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from events.connection import client_config
 from events.errors import BrokerUnavailable, KafkaOperationError
-from events.kafka import EventProducer, Quarantined, Record
+from events.kafka import EventProducer, Quarantined, Record, event_type_of
 from events.model import HeartbeatRecorded
 from events.partition import partition_for
 from events.reader import BEGINNING, END, LogReader, Watermarks
@@ -206,6 +206,28 @@ def test_a_key_filter_passes_other_keys_over_undecoded(bootstrap: str, topic_nam
     assert [(r.offset, r.event.run_id) for r in got] == [(0, mine), (3, mine)]
     assert seen == []  # another run's garbage is not this reader's business
     assert positions == {(topic, 0): 4}
+
+
+def test_a_select_by_event_type_passes_other_types_over_undecoded(
+    bootstrap: str, topic_name: str,
+) -> None:
+    """`runledger nodes` reads only the node facts and failures of runledger.runs: the
+    rest of a long log is judged by its event_type header, never decoded."""
+    topic = make_topic(bootstrap, topic_name, 1)
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    producer = EventProducer(bootstrap)
+    producer.send(topic, beat(run, 0))
+    producer.send_bytes(topic, run, b"not avro", [("event_type", b"StepCommitted")])
+    producer.send_bytes(topic, run, b"not avro either", [("event_type", b"HeartbeatRecorded")])
+    producer.send(topic, beat(run, 3))
+    producer.flush()
+    seen: list[Quarantined] = []
+    with LogReader(bootstrap, [topic], on_quarantine=seen.append, bounded=True,
+                   select=lambda m: event_type_of(m) == "HeartbeatRecorded") as reader:
+        got = list(reader.records())
+    assert [r.offset for r in got] == [0, 3]
+    # The selected type is decoded, so its garbage is still caught; the other is not read.
+    assert [q.offset for q in seen] == [2]
 
 
 def test_a_key_partition_reader_reads_only_the_partition_of_its_key(

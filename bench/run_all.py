@@ -199,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     title = (f"run_all ({'quick' if args.quick else 'full'}): {len(outcomes)} benchmarks in "
              f"{total:.0f} s, load average {os.getloadavg()[0]:.1f}; ratio = runledger / "
              f"baseline in the same run (see each benchmark's table for which way is better)")
-    table = format_table(["benchmark", "measure", "ratio", "goal (#18)"], rows)
+    table = format_table(["benchmark", "measure", "ratio", "goal (#18, #34)"], rows)
     print(f"\n{title}\n{table}")
     failed = [o for o in outcomes if o.status != "ok"]
     for o in failed:

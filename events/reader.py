@@ -268,8 +268,7 @@ class LogReader:
     def _take(self, messages: list[Message]) -> list[Record | Quarantined]:
         started = time.perf_counter()
         out: list[Record | Quarantined] = []
-        positions, pending, wanted = self._positions, self._pending, self._key
-        select = self._select
+        positions, pending, wanted, pick = self._positions, self._pending, self._key, self._select
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -287,7 +286,7 @@ class LogReader:
                 key = msg.key()
                 if key is not None and key != wanted:
                     continue
-            if select is not None and not select(msg):
+            if pick is not None and not pick(msg):
                 continue
             out.append(decode_or_quarantine(self.codec, msg, self.quarantine, raw=self.raw))
         self.last_read_s = time.perf_counter() - started

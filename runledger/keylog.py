@@ -8,9 +8,10 @@ key record with an admin key, chained to the ring's head (the digest of the
 last key record it read: ``runledger-prev``), asks ``events.keyring.apply``
 whether the ring would take it, and writes it only then: a record the ring would refuse (the
 last admin key revoked, a key registered twice, a signer that is no admin) is
-reported in one line and never reaches the log. Two admins writing at once
-can still race past the check; both then name the same prev, and
-``runledger audit verify`` names the later record's broken chain (and its
+reported in one line and never reaches the log. Writers on one machine take
+turns and chain to the head read in their turn; two admins writing at once from
+different machines can still race past the check; both then name the same prev,
+and ``runledger audit verify`` names the later record's broken chain (and its
 refusal, if the fold refuses it).
 
 Tested in tests/runledger/commands/test_keys.py and tests/runledger/stack/test_keys.py.
@@ -18,7 +19,14 @@ Tested in tests/runledger/commands/test_keys.py and tests/runledger/stack/test_k
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -119,20 +127,42 @@ def append(bootstrap: str, ring: KeyRing, event: KeyRecord, admin: SigningKey, *
            credentials: str | None = None, topic: str = KEYS) -> Written:
     """Write ``event`` signed by ``admin`` once the ring would take it; the ring after it.
 
-    Raises :class:`KeyRefused` (nothing written) when the fold refuses it.
+    Raises :class:`KeyRefused` (nothing written) when the fold refuses it. Writers on
+    this machine take turns (:func:`_turn`), and each chains to the log's head as read
+    in its turn, not to ``ring`` (read before it), which another writer may have
+    moved on meanwhile; when the log is as ``ring`` says, the two are the same.
     """
-    codec = default_codec()
-    value = codec.encode(event)
-    headers = sign_key_record(admin, ring.head, value)
-    after = keyring.apply(ring, event, admin.key_id, headers[0][1], value, ring.head)
-    if isinstance(after, Refusal):
-        hint = _HINTS.get(after.reason)
-        raise KeyRefused(f"{topic} would refuse this {event.event_type}: {after}"
-                         + (f"; {hint}" if hint else ""))
-    version = codec.registry.latest(event.event_type).version
-    where = _produce(bootstrap, topic, event.run_id, value,
-                     [*event_headers(event, version), *headers], credentials)
+    with _turn(bootstrap, topic):
+        fresh = load_ring(bootstrap, credentials=credentials, topic=topic).ring
+        ring = fresh if fresh.head != ring.head else ring
+        codec = default_codec()
+        value = codec.encode(event)
+        headers = sign_key_record(admin, ring.head, value)
+        after = keyring.apply(ring, event, admin.key_id, headers[0][1], value, ring.head)
+        if isinstance(after, Refusal):
+            hint = _HINTS.get(after.reason)
+            raise KeyRefused(f"{topic} would refuse this {event.event_type}: {after}"
+                             + (f"; {hint}" if hint else ""))
+        version = codec.registry.latest(event.event_type).version
+        where = _produce(bootstrap, topic, event.run_id, value,
+                         [*event_headers(event, version), *headers], credentials)
     return Written(after, where)
+
+
+@contextmanager
+def _turn(bootstrap: str, topic: str) -> Iterator[None]:
+    """An exclusive lock per keys log (its address and topic) among this machine's
+    processes: an admin's `runledger key`, `stack up`, and agents enrolling themselves
+    on a local stack. It lives in the system's temporary directory (no home is
+    written); writers on other machines can still race, which `audit verify` names."""
+    digest = hashlib.sha256(f"{bootstrap}\n{topic}".encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"runledger-keys-{digest}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
 
 
 def _produce(bootstrap: str, topic: str, key: str, value: bytes,

@@ -16,6 +16,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -194,3 +195,38 @@ def test_an_empty_keys_log_takes_a_self_signed_admin_key_first(
     assert second.where == f"{topic}[0]@1"
     again = keylog.load_ring(bootstrap, topic=topic)
     assert (again.records, again.problems, again.ring) == (2, (), second.ring)
+
+
+@pytest.mark.kafka
+def test_writers_on_one_machine_take_turns_and_never_break_the_chain(
+        bootstrap: str, unique: str) -> None:
+    """Agents enrolling themselves and an admin registering keys at once, each from a
+    ring it read before the others wrote: every record chains to the one before it."""
+    topic = f"test.{unique}.keys"
+    create_topics(bootstrap, {topic: 1})
+    root = SigningKey.generate()
+    empty = keylog.load_ring(bootstrap, topic=topic).ring
+    first = keylog.append(bootstrap, empty, keylog.registration(
+        "root", "admin", root.public, now_ms=1, by="test", reason="t"), root, topic=topic)
+    stale = first.ring  # every writer below starts from this head
+    errors: list[BaseException] = []
+
+    def register(i: int) -> None:
+        key = SigningKey.generate()
+        try:
+            keylog.append(bootstrap, stale, keylog.registration(
+                f"node.n{i}", "agent", key.public, now_ms=2, by="test", reason="t"),
+                root, topic=topic)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=register, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    ring = keylog.load_ring(bootstrap, topic=topic)
+    assert (ring.records, ring.problems) == (7, ())
+    assert {e.principal for e in ring.ring.keys.values() if e.role == "agent"} == {
+        f"node.n{i}" for i in range(6)}

@@ -46,6 +46,22 @@ def test_consecutive_steps_are_batched_and_a_gap_starts_a_new_report() -> None:
     assert queued(reporter) == []
 
 
+def test_step_times_name_the_device_the_rank_steps_on() -> None:
+    """StepTimesRecorded v2: the report names its device hours by what ranks said."""
+    import torch
+
+    from worker.comm import device_name
+
+    here = device_name(ENV.local_rank)
+    assert here == "cpu" if not torch.cuda.is_available() else here.startswith("cuda: ")
+    reporter = Reporter(ENV, producer=None, clock=lambda: 1700000000.0)  # type: ignore[arg-type]
+    reporter.step_times([(1, 100.0, 1.0)])
+    assert [r.device for r in queued(reporter)] == [None]  # not told: a v1-like report
+    reporter.device = here
+    reporter.step_times([(2, 100.0, 1.0)])
+    assert [r.device for r in queued(reporter)] == [here]
+
+
 FAST = replace(ENV, heartbeat_interval_s=0.05)
 
 

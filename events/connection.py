@@ -128,7 +128,9 @@ _REFUSED = {
     # An idempotent producer with no WRITE on any topic is refused a producer id.
     KafkaError.CLUSTER_AUTHORIZATION_FAILED: "cluster",
 }
-_AUTHENTICATION = frozenset({KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._AUTHENTICATION})
+# A login the broker refused (a wrong password, an unknown user).
+AUTHENTICATION_CODES = frozenset({KafkaError.SASL_AUTHENTICATION_FAILED,
+                                  KafkaError._AUTHENTICATION})
 
 
 def refused(code: int, operation: str, resource: str) -> str | None:
@@ -138,7 +140,7 @@ def refused(code: int, operation: str, resource: str) -> str | None:
     the broker's, and what to do: ask for a role, or fix the credentials.
     """
     who = principal()
-    if code in _AUTHENTICATION:
+    if code in AUTHENTICATION_CODES:
         return (f"the broker did not accept the credentials of principal {who!r}; check the "
                 f"file {ENV_CREDENTIALS} names (`runledger principal add` writes one)")
     kind = _REFUSED.get(code)

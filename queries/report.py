@@ -48,8 +48,9 @@ FROM runs r WHERE r.run_id = ? ORDER BY r.submitted_at LIMIT 1
 """
 
 
-def gather(con: duckdb.DuckDBPyConnection, run_id: str) -> ReportData:
-    """Run every query the page needs; QueryError for an unknown run."""
+def gather(con: duckdb.DuckDBPyConnection, run_id: str, *, audit: bool = True) -> ReportData:
+    """Run every query the page needs (the audit trail's only with ``audit``); QueryError
+    for an unknown run."""
     check_run(con, run_id)
     cur = con.cursor()
     try:
@@ -66,7 +67,7 @@ def gather(con: duckdb.DuckDBPyConnection, run_id: str) -> ReportData:
     goodput = q("goodput")
     return ReportData(run_id, summary, ettr(con, run_id), q("timeline"),
                       goodput[0] if goodput else None, q("stragglers"), q("mixture"),
-                      q("incidents"), q("alerts"), q("audit"), q("provenance"),
+                      q("incidents"), q("alerts"), q("audit") if audit else [], q("provenance"),
                       recovery(con, run_id).records(), q("curves"))
 
 
@@ -118,6 +119,13 @@ def render(data: ReportData, *, max_audit_rows: int = 2000,
         " curves, goodput, stragglers, mixture, incidents, recovery, alerts, audit, provenance);"
         " the silent-data-corruption section is <code>incidents</code> plus the spec.</p>"
         "\n</main></body></html>\n")
+
+
+def sections_html(data: ReportData) -> str:
+    """The page's sections without its shell or the audit trail: what the live view
+    (``runledger ui``) shows of a run from the projection, under its live header."""
+    return "\n".join([why(data.run_id, data.summary.get("outcome"), data.summary.get("reason"),
+                           data.incidents), *sections.body(data, 0, audit=False)])
 
 
 def _freshness(line: str | None) -> str:

@@ -70,15 +70,16 @@ class ReportData:
 
 
 
-def body(data: ReportData, max_audit_rows: int) -> list[str]:
-    """The sections in reading order: what happened, what it cost, then the evidence."""
+def body(data: ReportData, max_audit_rows: int, *, audit: bool = True) -> list[str]:
+    """The sections in reading order: what happened, what it cost, then the evidence
+    (the audit trail last; the live view leaves it out)."""
     return [_summary(data), _timeline(data), curves_section(data.curves), _ettr(data),
             _incidents(data),
             sdc_section(data.summary.get("sdc_spec"), data.incidents, data.origin_ms),
             _recovery(data),
             f'<div class="cols">{_goodput(data)}{_mixture(data)}</div>',
             _stragglers(data), _alerts(data), _provenance(data),
-            _audit(data, max_audit_rows)]
+            *([_audit(data, max_audit_rows)] if audit else [])]
 
 
 def _d1(value: Any) -> str:

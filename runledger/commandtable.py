@@ -61,6 +61,8 @@ SECTIONS: tuple[tuple[str, tuple[Command, ...]], ...] = (
            "first."),
         _c("logs", "logs", "Print a worker's output: its log file, running or exited; --follow "
            "tails it."),
+        _c("ui", "ui", "Serve a live, read-only web view: runs, a run's progress, curves, "
+           "failures and recovery, nodes, and a worker's output, updated every few seconds."),
         _c("cancel", "runs", "Ask the controller to cancel a run."),
         _c("resume", "runs", "Ask the controller to resume a run that an alert's pause action "
            "paused."),

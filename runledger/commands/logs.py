@@ -33,23 +33,14 @@ from typing import Annotated
 import typer
 
 from agent.logfiles import LogStream, dropped
-from events.model import Event, node_key
+from events.model import Event
 from events.reader import LogReader
-from events.reportdoor import view_door
-from events.topics import REPORTS, RUNS
 from runledger import config
 from runledger.config import AsJson, Bootstrap, RunArg
 from runledger.errors import RunledgerError, UsageError
 from runledger.interrupt import follow_ctrl_c
-from runledger.logview import (
-    LogNotFound,
-    Picked,
-    describe,
-    exit_of,
-    log_file,
-    pick,
-    work_dir_of,
-)
+from runledger.logfind import locate, run_facts, run_reader
+from runledger.logview import Picked, describe, exit_of
 
 Rank = Annotated[str | None, typer.Option(
     "--rank", metavar="R", help="A rank number or logical id (default: the first that failed,"
@@ -80,19 +71,11 @@ def logs(run: RunArg, rank: Rank = None, generation: Generation = None, follow: 
                          "--follow (drop one of them)")
     address = config.connect(bootstrap)
     # Bounded (a dump) unless following: then the same reader goes on to watch for the exit.
-    reader = LogReader(address, [RUNS], key=run, key_partition=True, bounded=not follow,
-                       strict=True, retry_s=config.retry_s(), name="runledger-logs")
+    reader = run_reader(address, run, bounded=not follow, retry_s=config.retry_s())
     try:
-        facts = [r.event for r in reader.records() if r.event.run_id == run]
-        if not facts:
-            raise RunledgerError(f"unknown run {run!r}: not on {RUNS}"
-                                 " (`runledger runs` lists the runs)")
-        try:
-            picked = pick(run, facts, rank, generation)
-            work_dir = None if picked.exited is not None else _work_dir(address, picked.node)
-            path = Path(log_file(run, picked, work_dir))
-        except LogNotFound as exc:
-            raise RunledgerError(str(exc)) from None
+        facts = run_facts(reader, run)
+        picked, path, work_dir = locate(address, run, facts, rank, generation,
+                                        config.retry_s())
         if picked.live and follow:
             follow_ctrl_c()
             _follow(reader, run, picked, path, work_dir or "", tail)
@@ -100,19 +83,6 @@ def logs(run: RunArg, rank: Rank = None, generation: Generation = None, follow: 
             _print_json(run, picked, path, tail)
         else:
             _print_now(run, picked, path, tail)
-    finally:
-        reader.close()
-
-
-def _work_dir(address: str, node: str) -> str | None:
-    """The work dir ``node``'s agent registered, from its partition of the reports."""
-    # Only what the node's own key signed: a forged registration would point elsewhere.
-    door = view_door(address, "runledger-logs", config.retry_s())
-    reader = LogReader(address, [REPORTS], key=node_key(node), key_partition=True,
-                       bounded=True, strict=True, retry_s=config.retry_s(),
-                       name="runledger-logs", raw=True)
-    try:
-        return work_dir_of(node, (r.event for r in reader.records() if door.judge(r) is None))
     finally:
         reader.close()
 

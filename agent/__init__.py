@@ -27,6 +27,9 @@
 - ``logrelay``: the process between a worker's output pipe and its log file,
   rotating the file at a cap so the output stays bounded on disk; ``logfiles``:
   the rotated files read as one (an exit's last output, ``runledger logs``);
+- ``stats``: what the agent counts as it works (heartbeats, commands by
+  decision, worker exits by outcome, bytes the log cap dropped); ``metrics``:
+  its Prometheus collector over them and its state (``runledger agent --metrics``);
 - ``sweep``: after a stop, the stopped generations' manifest-less checkpoint
   directories (staging residue no commit can vouch for), removed once this
   node's workers of them exited;

@@ -127,6 +127,11 @@ class ProcessTable:
     def pids(self) -> dict[WorkerKey, int]:
         return {k: p.popen.pid for k, p in self._procs.items()}
 
+    def log_paths(self) -> list[Path]:
+        """The log files of the workers not yet reaped; safe from another thread (a scrape):
+        the table is copied in one step before it is read."""
+        return [p.log_path for p in list(self._procs.values())]
+
     def launch(self, action: Launch) -> None:
         path = (self.work_dir / action.log_path).absolute()
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,8 @@ Each worker's output goes through a log relay process of its own
 ``log_keep`` older files (``--log-cap``, ``--log-keep``), so a chatty worker's
 output stays bounded on disk.
 
+What it does is counted in ``stats`` (``agent.stats``), for ``--metrics`` (``agent.metrics``).
+
 Known limits, all after the agent itself dies: a worker survives a ``kill -9``
 of its agent (it runs in its own session, its log relay in another, so its
 output stays bounded) and its exit is never reported, so
@@ -84,6 +86,7 @@ from agent.errors import AgentError
 from agent.logrelay import DEFAULT_CAP, DEFAULT_KEEP, limits_problem
 from agent.node import node_state_line, send_report, torch_version
 from agent.procs import Exit, ProcessTable
+from agent.stats import UNVERIFIED, AgentStats, decided
 from agent.verify import CommandVerifier
 from events.consume import EventConsumer
 from events.kafka import EventProducer, Record
@@ -168,6 +171,7 @@ class Agent:
         # agent.sweep: each run's checkpoint root, and the stops whose residue is due
         self._roots: dict[str, str] = {}
         self._sweeps: dict[str, int] = {}
+        self.stats = AgentStats()  # read by a scrape thread (agent.metrics)
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -252,6 +256,7 @@ class Agent:
         log.error("refused %s %s[%d]@%d (%s g%d): %s; nothing done", command.event_type,
                   record.topic, record.partition, record.offset, command.run_id,
                   command.generation, problem)
+        self.stats.command(command, UNVERIFIED)
         if isinstance(command, GroupStartCommanded):
             for member in command.members:
                 if member.node == self.config.node:
@@ -262,6 +267,8 @@ class Agent:
     def _handle(self, command: Event, retry: bool = False) -> None:
         decision = decide(self.config, self.state, command, now_ms())
         self.applied.record(self.state, decision.state, command)  # before acting on it
+        if not retry:  # what a deferred start became shows in its exits
+            self.stats.command(command, decided(decision.actions))
         self.state = decision.state
         for action in decision.actions:
             if isinstance(action, Defer):
@@ -365,6 +372,7 @@ class Agent:
                                 node=self.config.node, exit_code=exit_code, signal=sig,
                                 log_path=ev.log_path, stderr_tail=ev.stderr_tail,
                                 launch_error=ev.launch_error))
+        self.stats.exited(exit_code, sig, ev.pid is not None, ev.log_path)
 
     def _node_header(self, what: str) -> Header:
         event_id = f"{node_key(self.config.node)}/{self.incarnation}/{what}"
@@ -375,12 +383,14 @@ class Agent:
         while not self._stopping.wait(self.config.heartbeat_interval_s):
             beat += 1
             try:
+                header = self._node_header(f"hb/{beat}")
                 self._send(AgentHeartbeatRecorded(
-                    header=self._node_header(f"hb/{beat}"), node=self.config.node,
-                    slots=self.config.slots, domain=self.options.domain,
-                    address=self.options.address, busy_slots=self._busy,
-                ))
+                    header=header, node=self.config.node, slots=self.config.slots,
+                    domain=self.options.domain, address=self.options.address,
+                    busy_slots=self._busy))
                 self._producer_or_fail().poll(0)
+                self.stats.heartbeat(header.occurred_at)
             except Exception:
                 # A missed heartbeat is reported by its absence; never kill the agent.
+                self.stats.heartbeat_failed()
                 log.exception("heartbeat %d not sent", beat)

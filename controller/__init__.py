@@ -35,10 +35,12 @@ The contract is docs/architecture.md §7. Pure core first, then the shell:
   root judged at admission, and each file path again at the write, which
   ``manifests`` (a shell) does for a run's ``run-manifest.json``.
 - ``service``: the process shell (transactions, fencing, the consume loop);
-  ``metrics``: its Prometheus collector; ``fit``: whether what an input makes it
-  append fits one Kafka record once signed (``too_large`` otherwise); ``trust``:
-  whom it believes (the request judge of ``signatures``, read again as keys
-  change, and the one door of agents' reports, ``events.reportdoor``).
+  ``metrics``: its Prometheus collector; ``latency``: the histogram of the wait
+  from each report to the commit of its facts, which the shell fills; ``fit``:
+  whether what an input makes it append fits one Kafka record once signed
+  (``too_large`` otherwise); ``trust``: whom it believes (the request judge of
+  ``signatures``, read again as keys change, and the one door of agents'
+  reports, ``events.reportdoor``).
 - ``changelog``: the status summaries a cycle appends to ``runledger.status`` in its
   transaction; ``narrate``: the log line for each record the controller appends.
 - ``errors``: ``ControllerError`` and its leaves.

@@ -7,9 +7,19 @@ over HTTP). The model
 is an immutable value the loop replaces whole, so a scrape thread reads a
 consistent snapshot without locking.
 
+Nodes (``node_families``): the inventory's nodes by state (``ready``,
+``cordoned``, ``draining``, ``quarantined``, ``lost``: ``controller.inventory.state_of``,
+lost judged by the scrape's clock against the controller's node timeout), each
+node's state, slots, busy slots, heartbeat age and the failures counted against
+it. ``runledger_controller_report_to_fact_seconds`` is the loop's histogram of
+the wait from each report to the commit of its consequences (``controller.latency``).
+
 Cardinality: every run keeps its per-run series (status, progress, counts);
 the per-member heartbeat series and the clock-driven ages exist only while a
 run is not terminal, so finished runs add a fixed handful of series each.
+Nodes are few (one per agent ever registered) and each has a fixed handful.
+
+Tested in tests/controller/test_metrics.py and tests/test_grafana.py.
 """
 
 from __future__ import annotations
@@ -18,10 +28,18 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
+from controller.inventory import CORDONED, DRAINING, LOST, QUARANTINED, READY, state_of
+from controller.latency import Counts
 from controller.model import Model
+from controller.run_decide import NODE_TIMEOUT_MS
 from controller.service import ControllerService, LoopStats
 from events.state import RunState, Status
 
@@ -119,7 +137,8 @@ def run_families(runs: Iterable[RunState], now_ms: int) -> list[Metric]:
 
 
 def loop_families(model: Model | None, stats: LoopStats) -> list[Metric]:
-    """The controller's own series: how much it has done and how many runs it holds."""
+    """The controller's own series: how much it has done, how many runs it holds, and how
+    long reports wait for their facts."""
     by_status = GaugeMetricFamily(
         "runledger_controller_runs", "Runs in the model by status.", labels=["status"])
     counts = {status: 0 for status in Status}
@@ -147,13 +166,66 @@ def loop_families(model: Model | None, stats: LoopStats) -> list[Metric]:
                           "1 when started --trust-unsigned: unsigned requests are taken on the "
                           "broker's word (any operator may name any principal).",
                           value=1 if stats.trusts_unsigned else 0),
+        latency_family(stats.report_to_fact.snapshot()),
     ]
+
+
+def latency_family(counts: Counts) -> HistogramMetricFamily:
+    """The report-to-fact histogram (``controller.latency``)."""
+    # As prometheus_client writes its own buckets' bounds: 0.001, 1.0, 60.0.
+    buckets = [(repr(float(b)), n)
+               for b, n in zip(counts.bounds, counts.cumulative[:-1], strict=True)]
+    return HistogramMetricFamily(
+        "runledger_controller_report_to_fact_seconds",
+        "Per report taken in, seconds from its occurred_at (the sender's clock) to the "
+        "commit of the transaction that carries what the controller made of it.",
+        buckets=[*buckets, ("+Inf", counts.count)], sum_value=counts.sum)
+
+
+NODE_STATES = (READY, CORDONED, DRAINING, QUARANTINED, LOST)
+
+
+def node_families(model: Model | None, now_ms: int) -> list[Metric]:
+    """The inventory: nodes by state (every state, 0 included) and per node."""
+    by_state = GaugeMetricFamily(
+        "runledger_controller_nodes", "Nodes in the inventory by state.", labels=["state"])
+    state = GaugeMetricFamily(
+        "runledger_node_state", "1 for the node's current state (one series per node).",
+        labels=["node", "state"])
+    slots = GaugeMetricFamily("runledger_node_slots", "Slots the node's agent offers.",
+                              labels=["node"])
+    busy = GaugeMetricFamily("runledger_node_busy_slots",
+                             "Busy slots, as the agent's last heartbeat said.", labels=["node"])
+    age = GaugeMetricFamily("runledger_node_heartbeat_age_seconds", "Seconds since the "
+                            "node's agent was last heard from.", labels=["node"])
+    failures = GaugeMetricFamily(
+        "runledger_node_failures", "Failures counted against the node toward a quarantine "
+        "(an uncordon clears them, a quarantine's expiry leaves the probation count).",
+        labels=["node"])
+    counts = dict.fromkeys(NODE_STATES, 0)
+    nodes = model.inventory.nodes if model is not None else {}
+    failed = model.node_failures if model is not None else {}
+    for name in sorted(nodes.keys() | failed.keys()):
+        failures.add_metric([name], failed.get(name, 0))
+        node = nodes.get(name)
+        if node is None:
+            continue  # a failure named a node no agent registered
+        now_state = state_of(node, now_ms, NODE_TIMEOUT_MS)[0]
+        counts[now_state] += 1
+        state.add_metric([name, now_state], 1)
+        slots.add_metric([name], node.slots)
+        busy.add_metric([name], node.busy_slots)
+        if node.last_seen:
+            age.add_metric([name], _seconds_since(now_ms, node.last_seen))
+    for key, n in counts.items():
+        by_state.add_metric([key], n)
+    return [by_state, state, slots, busy, age, failures]
 
 
 def families(model: Model | None, stats: LoopStats, now_ms: int) -> list[Metric]:
     """Everything one scrape exposes, as a pure function of its inputs."""
     runs = model.runs.values() if model is not None else ()
-    return loop_families(model, stats) + run_families(runs, now_ms)
+    return loop_families(model, stats) + node_families(model, now_ms) + run_families(runs, now_ms)
 
 
 def wall_ms() -> int:

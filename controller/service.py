@@ -14,7 +14,8 @@ controller's key; without one (``signing_key=None``) they go out unsigned.
 Operator requests are believed only when signed (``controller.signatures``)
 unless ``require_signatures=False`` (``--trust-unsigned``), which is logged as
 a warning at start (``controller.trust``) and shown on every scrape
-(``LoopStats.trusts_unsigned``).
+(``LoopStats.trusts_unsigned``). Right after each commit it observes, for every
+report of the cycle, the wait from the report to that commit (``controller.latency``).
 
 Any number of controllers (any transactional ids) share one consumer group:
 each decides only for the runs of the partitions the group gave it, from the
@@ -33,7 +34,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from controller import manifests, narrate
 from controller.chains import Chains, Outgoing, outgoing
@@ -43,6 +44,7 @@ from controller.fit import VersionOf, too_large
 from controller.follow import Follower, held, partition_count
 from controller.gates import EMPTY as NO_GATES
 from controller.guard import Encode, Problem, encoded, refuse_input, take_input, take_tick
+from controller.latency import Histogram, report_delays
 from controller.model import Model, NodePolicy, PlanOf
 from controller.ownership import Ownership, assign, catch_up, follow
 from controller.signatures import RequestJudge
@@ -106,6 +108,8 @@ class LoopStats:
     # Started --trust-unsigned: unsigned requests are taken on the broker's word. Kept
     # here so every scrape shows it (controller.metrics), not only the start-up log.
     trusts_unsigned: bool = False
+    # Per report, from its occurred_at to the commit of its consequences (controller.latency).
+    report_to_fact: Histogram = field(default_factory=Histogram)
 
 
 class ControllerService:
@@ -261,6 +265,7 @@ class ControllerService:
         out += self._summaries(model, out, facts, ready, now)
         if (out or records) and not self._commit(out, consumer, follower, writer, now):
             return
+        self.stats.report_to_fact.observe_all(report_delays(records, self.clock()))
         self.model = model
         manifests.write_published(model, (o.event for o in out if o.topic == RUNS),
                                   self.allowed_roots)

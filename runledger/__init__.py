@@ -27,7 +27,7 @@
   what a drill run showed (both pure); ``drillrun``: one fault on the live stack;
   ``drillview``: the drill's matrix as a table, JSON or HTML;
 - ``interrupt``: Ctrl-C that always ends a command following the log;
-- ``metricsserver``: the HTTP server of ``controller|project --metrics``;
+- ``metricsserver``: the HTTP server of ``controller|project|agent --metrics``;
 - ``stack``: a local Apache Kafka (KRaft) cluster;
 - ``demo``: ``runledger demo``, the whole system end to end on one machine.
 """

@@ -1,12 +1,14 @@
-"""Serving a Prometheus collector over HTTP: ``runledger controller|project --metrics``.
+"""Serving a Prometheus collector over HTTP: ``runledger controller|project|agent --metrics``.
 
 The collectors live with what they measure (``controller.metrics``,
-``projectors.metrics``), which may not import each other; serving them is the
-command line's job, so the one HTTP server both use lives here. Each server has
-a private registry (never the process-wide default one) and runs in a daemon
-thread; port 0 binds an ephemeral port, and ``url`` reports the one bound.
+``projectors.metrics``, ``agent.metrics``), which may not import each other;
+serving them is the command line's job, so the one HTTP server they all use
+lives here. Each server has a private registry (never the process-wide default
+one) and runs in a daemon thread; port 0 binds an ephemeral port, and ``url``
+reports the one bound.
 
-Tested in tests/controller/test_metrics.py and tests/projectors/test_metrics.py.
+Tested in tests/controller/test_metrics.py, tests/projectors/test_metrics.py and
+tests/agent/test_metrics.py.
 """
 
 from __future__ import annotations

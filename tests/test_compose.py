@@ -3,7 +3,10 @@
 What a broken file would cost: the broker writing outside its volume (the
 runs log lost on ``docker compose down``), an env name the image ignores, a
 service installing packages at every start, a dataset or checkpoint path no
-volume holds. tests/test_docs.py checks the topics and the roles.
+volume holds, a port open beyond this machine, a live view that could write the
+projection or serve without TLS, a Prometheus scraping a port nothing serves.
+tests/test_docs.py checks the topics and the roles; tests/test_grafana.py the
+dashboard's series.
 """
 
 from __future__ import annotations
@@ -20,11 +23,16 @@ from typing import Any
 
 import yaml
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from events.connection import load_credentials
 from tests.test_docs import ROOT
 
 KAFKA_IMAGE = "apache/kafka:"
+# Images compose.yaml runs that are not the one it builds: the broker, and the
+# metrics' Prometheus and Grafana.
+OTHER_IMAGES = (KAFKA_IMAGE, "prom/prometheus:", "grafana/grafana:")
 
 # Names the apache/kafka image reads besides the broker's own configs: its
 # docker/examples/README.md ("Using Environment Variables": CLUSTER_ID,
@@ -109,6 +117,12 @@ def mounts(service: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def read_only(service: dict[str, Any], target: str) -> bool:
+    """Whether ``service`` mounts something at ``target`` read-only."""
+    return any(entry.split(":")[1] == target and "ro" in entry.split(":")[2:]
+               for entry in service.get("volumes", []))
+
+
 def volume_of(path: str, service: dict[str, Any]) -> str | None:
     """The named volume that holds ``path`` in ``service``'s container, if any."""
     declared = set(compose()["volumes"])
@@ -140,7 +154,7 @@ def test_the_cluster_id_is_fixed_and_a_valid_kafka_uuid() -> None:
 
 def python_services() -> dict[str, dict[str, Any]]:
     return {name: s for name, s in compose()["services"].items()
-            if not str(s.get("image", "")).startswith(KAFKA_IMAGE)}
+            if not str(s.get("image", "")).startswith(OTHER_IMAGES)}
 
 
 def command_text(service: dict[str, Any]) -> str:
@@ -150,7 +164,8 @@ def command_text(service: dict[str, Any]) -> str:
 
 def test_every_python_service_runs_the_one_built_image_and_installs_nothing() -> None:
     services = python_services()
-    assert {"acls", "dataset", "controller", "projector", "agent", "query", "cli"} <= set(services)
+    assert {"acls", "dataset", "controller", "projector", "agent", "query", "cli",
+            "ui"} <= set(services)
     builders = [name for name, s in services.items() if "build" in s]
     assert len(builders) == 1, builders
     build = services[builders[0]]["build"]
@@ -302,6 +317,10 @@ def test_compose_speaks_tls_on_every_listener_and_every_client_trusts_the_stacks
     assert kafka["depends_on"]["tls"]["condition"] == "service_completed_successfully"
     holders = {name for name, s in services.items() if "broker-tls" in mounts(s).values()}
     assert holders == {"kafka", "tls"}
+    # The live view's key likewise: made by the tls job, read by the ui alone.
+    holders = {name for name, s in services.items() if "ui-tls" in mounts(s).values()}
+    assert holders == {"tls", "ui"}
+    assert read_only(services["ui"], "/ui-tls")
     tls = services["tls"]
     assert tls["entrypoint"] == ["scripts/compose-tls.sh"] and str(tls["user"]) == "0"
     # Every client of the broker trusts the CA where compose-credentials.sh names it.
@@ -317,13 +336,15 @@ def test_compose_speaks_tls_on_every_listener_and_every_client_trusts_the_stacks
 
 def test_the_tls_job_makes_a_keystore_for_the_broker_and_a_ca_for_everyone(
         tmp_path: Path) -> None:
-    """scripts/compose-tls.sh run for real (its two volumes as two folders): the
-    certificate names the broker as the services reach it; a second run keeps it."""
-    broker, ca_dir = tmp_path / "broker-tls", tmp_path / "tls-ca"
+    """scripts/compose-tls.sh run for real (its three volumes as three folders): the
+    certificate names the broker as the services reach it, the live view's is signed by the
+    same CA; a second run keeps both, a new CA gets the view a new certificate."""
+    broker, ca_dir, ui_dir = tmp_path / "broker-tls", tmp_path / "tls-ca", tmp_path / "ui-tls"
     broker.mkdir()
     ca_dir.mkdir()
+    ui_dir.mkdir()
     env = {**os.environ, "KAFKA_UID": str(os.getuid()), "BROKER_TLS": str(broker),
-           "TLS_CA": str(ca_dir),
+           "TLS_CA": str(ca_dir), "UI_UID": str(os.getuid()), "UI_TLS": str(ui_dir),
            # `python` is the image's; here, this interpreter's (its venv's packages)
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
@@ -343,9 +364,46 @@ def test_the_tls_job_makes_a_keystore_for_the_broker_and_a_ca_for_everyone(
     names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert names.get_values_for_type(x509.DNSName) == ["kafka", "localhost"]
     assert leaf.issuer == x509.load_pem_x509_certificate(ca.read_bytes()).subject
-    first = ca.read_bytes()
+    first, ui_first = ca.read_bytes(), (ui_dir / "ui.pem").read_bytes()
+    check_ui_certificate(ui_dir, ca)
     run()
     assert ca.read_bytes() == first  # kept: clients keep trusting the same CA
+    assert (ui_dir / "ui.pem").read_bytes() == ui_first
+    # A new CA (its volume lost): the live view's certificate is made again, by it.
+    for name in ("broker.pem", "ca.key", "ca.pem"):
+        (broker / "tls" / name).unlink()
+    run()
+    assert ca.read_bytes() != first
+    assert (ui_dir / "ui.pem").read_bytes() != ui_first
+    check_ui_certificate(ui_dir, ca)
+
+
+def check_ui_certificate(ui_dir: Path, ca: Path) -> None:
+    """ui.pem and ui.key where the ui service reads them: a server certificate for the
+    names a browser reaches it by, issued by the stack's CA, and the key that goes with it."""
+    ui = compose()["services"]["ui"]
+    words = command_text(ui).split()
+    cert_path = words[words.index("--tls-cert") + 1]
+    key_path = words[words.index("--tls-key") + 1]
+    assert volume_of(cert_path, ui) == volume_of(key_path, ui) == "ui-tls"
+    cert_file = ui_dir / PurePosixPath(cert_path).relative_to("/ui-tls")
+    key_file = ui_dir / PurePosixPath(key_path).relative_to("/ui-tls")
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert key_file.stat().st_uid == os.getuid()  # UI_UID: the image's user reads it
+    assert b"PRIVATE KEY" not in cert_file.read_bytes()
+    leaf, *chain = x509.load_pem_x509_certificates(cert_file.read_bytes())
+    authority = x509.load_pem_x509_certificate(ca.read_bytes())
+    assert chain == [authority]
+    leaf.verify_directly_issued_by(authority)
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["localhost", "ui"]
+    assert [str(a) for a in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    usage = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.SERVER_AUTH in usage
+    key = serialization.load_pem_private_key(key_file.read_bytes(), None)
+    pem = serialization.Encoding.PEM
+    info = serialization.PublicFormat.SubjectPublicKeyInfo
+    assert key.public_key().public_bytes(pem, info) == leaf.public_key().public_bytes(pem, info)
 
 
 def test_each_services_credentials_file_speaks_tls_to_the_stacks_ca(tmp_path: Path) -> None:
@@ -360,3 +418,146 @@ def test_each_services_credentials_file_speaks_tls_to_the_stacks_ca(tmp_path: Pa
     assert settings["security.protocol"] == "SASL_SSL"
     assert settings["ssl.ca.location"] == "/tls-ca/ca.pem"
     assert settings["sasl.username"] == "agent"
+
+
+# -- the live view and the metrics ---------------------------------------------------
+
+
+def published(service: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """(host address, host port, container port) of each ``ports`` entry."""
+    out = []
+    for entry in service.get("ports", []):
+        parts = str(entry).split(":")
+        assert len(parts) == 3, f"{entry!r}: name the address it binds on this machine"
+        out.append((parts[0], int(parts[1]), int(parts[2])))
+    return out
+
+
+def test_every_published_port_is_on_this_machine_only() -> None:
+    """Metrics name runs and principals, the brokers' and the view's ports ask for
+    passwords: nothing is published beyond 127.0.0.1."""
+    services = compose()["services"]
+    for name, service in services.items():
+        for address, host, container in published(service):
+            assert address == "127.0.0.1", name
+            assert host == container, name  # the documented ports are the same inside
+    assert [p[1] for p in published(services["ui"])] == [8265]
+    assert [p[1] for p in published(services["grafana"])] == [3000]
+
+
+def test_the_live_view_reads_as_the_operator_and_never_writes() -> None:
+    services = compose()["services"]
+    ui = services["ui"]
+    text = command_text(ui)
+    assert ui["entrypoint"][-1].startswith("scripts/compose-credentials.sh && exec runledger ui ")
+    words = shlex.split(ui["entrypoint"][-1].split("&& exec ", 1)[1])
+    options = dict(zip(words[2::2], words[3::2], strict=True))
+    assert set(options) == {"--host", "--port", "--db", "--tls-cert", "--tls-key"}, words
+    # Reachable from the published port, so TLS (the server refuses without it).
+    assert options["--host"] == "0.0.0.0"
+    assert [(h, c) for _, h, c in published(ui)] == [(int(options["--port"]),) * 2]
+    # The projection the projector writes, in a volume mounted read-only here.
+    db = re.search(r"--db (\S+)", command_text(services["projector"]))
+    assert db
+    assert options["--db"] == db[1]
+    assert volume_of(db[1], ui) == "state"
+    assert read_only(ui, "/state")
+    assert all(read_only(ui, target) for target in mounts(ui))
+    # Kafka as the operator (read and log in), with no key to sign anything.
+    env = ui["environment"]
+    assert env["ROLE"] == "operator"
+    assert env["PASSWORD"] == services["cli"]["environment"]["PASSWORD"]
+    assert env["RUNLEDGER_BOOTSTRAP"] == services["controller"]["environment"][
+        "RUNLEDGER_BOOTSTRAP"]
+    assert "RUNLEDGER_KEY" not in env and "RUNLEDGER_SIGNING_KEY" not in env
+    assert not any(source.endswith("-key") for source in mounts(ui).values())
+    assert "--trust" not in text and "--insecure" not in text
+    # The operator's key must be registered before a login can be checked against it.
+    assert ui["depends_on"]["keys"]["condition"] == "service_completed_successfully"
+    assert "ui-tls" in compose()["volumes"]
+    tls = services["tls"]
+    assert "ui-tls:/ui-tls" in tls["volumes"]
+    # The ui's key is owned by the user the runledger image runs as.
+    uid = re.search(r"useradd --uid (\d+) .* runledger", (ROOT / "Dockerfile").read_text())
+    assert uid
+    assert str(tls["environment"]["UI_UID"]) == uid[1]
+
+
+def metrics_ports() -> dict[str, int]:
+    """Service -> the port its ``--metrics`` serves, for those that serve one to the
+    compose network (not loopback inside its own container)."""
+    out = {}
+    for name, service in compose()["services"].items():
+        m = re.search(r"--metrics (\S+)", command_text(service))
+        if m:
+            host, _, port = m[1].rpartition(":")
+            assert host not in ("", "127.0.0.1", "localhost"), f"{name}: unreachable"
+            out[name] = int(port)
+    return out
+
+
+def test_prometheus_scrapes_exactly_the_metrics_ports_the_services_serve() -> None:
+    services = compose()["services"]
+    prometheus = services["prometheus"]
+    config_mount = "./deploy/prometheus.yml:/etc/prometheus/prometheus.yml:ro"
+    assert config_mount in prometheus["volumes"]
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
+    targets = {t for job in config["scrape_configs"] for c in job["static_configs"]
+               for t in c["targets"]}
+    served = {f"{name}:{port}" for name, port in metrics_ports().items()}
+    assert served == {"controller:9464", "projector:9465", "agent:9466"}
+    assert targets == served
+    jobs = [job["job_name"] for job in config["scrape_configs"]]
+    assert len(set(jobs)) == len(jobs)
+    # Published ports of the metrics services are the ones they serve.
+    for name, port in metrics_ports().items():
+        assert [c for _, _, c in published(services[name])] == [port], name
+    assert set(prometheus["depends_on"]) == set(metrics_ports())
+
+
+def test_grafana_is_provisioned_from_the_repository_read_only() -> None:
+    services = compose()["services"]
+    grafana = services["grafana"]
+    binds: dict[str, Path] = {}
+    for entry in grafana["volumes"]:
+        source, target, *flags = entry.split(":")
+        if source.startswith("./"):
+            assert flags == ["ro"], entry
+            assert (ROOT / source).exists(), entry
+            binds[target] = ROOT / source
+    assert binds["/etc/grafana/provisioning/datasources/runledger.yaml"] == (
+        ROOT / "deploy" / "grafana" / "provisioning" / "datasources.yaml")
+    assert binds["/etc/grafana/provisioning/dashboards/runledger.yaml"] == (
+        ROOT / "deploy" / "grafana" / "provisioning" / "dashboards.yaml")
+
+    def in_container(path: str) -> Path:
+        """The repository file a path inside the grafana container is."""
+        for target, source in binds.items():
+            if PurePosixPath(path).is_relative_to(target):
+                return source / PurePosixPath(path).relative_to(target)
+        raise AssertionError(f"{path} is in no mount of the grafana service")
+
+    provider = yaml.safe_load(
+        (ROOT / "deploy/grafana/provisioning/dashboards.yaml").read_text())["providers"]
+    (folder,) = [p["options"]["path"] for p in provider]
+    assert (in_container(folder) / "runledger.json").is_file()
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert in_container(home) == ROOT / "deploy" / "grafana" / "runledger.json"
+    sources = yaml.safe_load(
+        (ROOT / "deploy/grafana/provisioning/datasources.yaml").read_text())["datasources"]
+    (source,) = sources
+    assert source["type"] == "prometheus"
+    url = re.fullmatch(r"http://([a-z-]+):(\d+)", source["url"])
+    assert url
+    assert url[1] == "prometheus" and url[1] in services
+    assert [c for _, _, c in published(services["prometheus"])] == [int(url[2])]
+    assert grafana["environment"]["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+    assert "grafana-data:/var/lib/grafana" in grafana["volumes"]
+
+
+def test_the_env_recipe_names_every_password_compose_asks_for() -> None:
+    text = (ROOT / "compose.yaml").read_text()
+    recipe = re.search(r"^#\s+for r in ([A-Z ]+); do$", text, flags=re.M)
+    assert recipe
+    asked = set(re.findall(r"\$\{RUNLEDGER_([A-Z]+)_PASSWORD", text))
+    assert asked == set(recipe[1].split())

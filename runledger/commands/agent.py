@@ -7,8 +7,10 @@ workers get the worker role's credentials (``--worker-credentials``, by default
 worker's log is bounded on disk: rotated at ``--log-cap`` (default 64 MiB) with
 ``--log-keep`` older files (default 3), or ``RUNLEDGER_WORKER_LOG_CAP`` and
 ``RUNLEDGER_WORKER_LOG_KEEP`` when the options are not given (``agent.logrelay``).
+With ``--metrics HOST:PORT`` the agent's own counters and state are served at
+``http://HOST:PORT/metrics`` for Prometheus (``agent.metrics``).
 
-Tested in tests/agent/test_service.py.
+Tested in tests/agent/test_service.py and tests/agent/test_metrics.py.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ import typer
 
 from agent.decide import AgentConfig
 from agent.logrelay import DEFAULT_KEEP
+from agent.metrics import AgentCollector
 from agent.service import Agent, AgentOptions
 from events.connection import ENV_CREDENTIALS
 from events.workerenv import CHECKPOINT_ROOT
 from runledger import config, nodekeys
-from runledger.config import Bootstrap
+from runledger.config import Bootstrap, MetricsAddress
 from runledger.errors import UsageError
+from runledger.metricsserver import MetricsServer, serve_metrics
 
 # The stack's worker principal's file, beside the agent's (runledger.stack.principals).
 WORKER_CREDENTIALS = "worker.properties"
@@ -157,6 +161,7 @@ def agent(
     worker_credentials: WorkerCredentials = None,
     log_cap: LogCap = "64MiB",
     log_keep: LogKeep = DEFAULT_KEEP,
+    metrics_address: MetricsAddress = None,
 ) -> None:
     """Run a node agent: register slots, heartbeat, launch and stop worker groups on command.
 
@@ -181,7 +186,15 @@ def agent(
     node_agent = Agent(agent_config, options)  # its options are checked first
     key = nodekeys.agent_key(kafka, node, node_key, bootstrap)
     node_agent.options = replace(options, node_key=key)
-    raise typer.Exit(node_agent.run())
+    server: MetricsServer | None = None
+    try:
+        if metrics_address is not None:
+            server = serve_metrics(AgentCollector(node_agent), metrics_address)
+        code = node_agent.run()
+    finally:
+        if server is not None:
+            server.close()
+    raise typer.Exit(code)
 
 
 def parse_size(text: str, option: str) -> int:

@@ -13,21 +13,24 @@ from typing import Any
 
 import pytest
 
-from controller.metrics import ControllerCollector, families
+from controller.inventory import Inventory, Node
+from controller.latency import BUCKETS_S, Histogram, report_delays
+from controller.metrics import NODE_STATES, ControllerCollector, families
 from controller.model import Model, Tracked
+from controller.run_decide import NODE_TIMEOUT_MS
 from controller.runplan import RunPlan, plan_from_submission
 from controller.service import ControllerService, LoopStats
 from controller.shelf import Shelf
 from events.consume import read_log
-from events.kafka import EventProducer
+from events.kafka import EventProducer, Record
 from events.model import Member
 from events.runkeys import send_report
 from events.state import Checkpoint, RunState, Status
-from events.topics import COMMANDS, RUNS
+from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS
 from runledger.metricsserver import MetricsServer, parse_address
 from tests.e2e.harness import PY, Cluster, of_type, spec
 from tests.events.builders import Ev
-from tests.promtext import Labels, Samples, render, scrape, until
+from tests.promtext import Labels, Samples, named, render, scrape, until
 
 NOW = 1_700_000_000_000
 
@@ -142,6 +145,111 @@ def test_before_the_model_is_rebuilt_there_are_no_run_series() -> None:
     got = render(families(None, LoopStats(), NOW))
     assert got[("runledger_controller_model_loaded", ())] == 0
     assert not [n for n, _ in got if n.startswith("runledger_run_")]
+
+
+# -- nodes ------------------------------------------------------------------------
+
+
+def nodes_model() -> Model:
+    """One node in each state, judged at NOW, and a failure count on two of them."""
+    fresh = NOW - 1_000
+    nodes = {
+        "a": Node("a", 4, "rack-1", fresh, busy_slots=3),
+        "b": Node("b", 2, "rack-1", fresh, cordon="cordon", cordon_reason="disk"),
+        "c": Node("c", 2, "rack-2", fresh, cordon="drain", busy_slots=1),
+        "d": Node("d", 2, "rack-2", fresh, quarantined=True, quarantine_reason="xid"),
+        "e": Node("e", 8, "rack-3", NOW - NODE_TIMEOUT_MS - 1),  # silent past the timeout
+        "f": Node("f", 2, "rack-3", fresh),
+    }
+    return Model(since=0, inventory=Inventory(nodes), node_failures={"d": 3, "a": 1})
+
+
+def test_nodes_by_state_and_per_node() -> None:
+    got = render(families(nodes_model(), LoopStats(), NOW))
+    assert {dict(k)["state"]: v for k, v in named(got, "runledger_controller_nodes").items()} \
+        == {"ready": 2, "cordoned": 1, "draining": 1, "quarantined": 1, "lost": 1}
+    assert {tuple(sorted(dict(k).items())): v
+            for k, v in named(got, "runledger_node_state").items()} == {
+        (("node", n), ("state", s)): 1 for n, s in (
+            ("a", "ready"), ("b", "cordoned"), ("c", "draining"), ("d", "quarantined"),
+            ("e", "lost"), ("f", "ready"))}
+    per_node = {name: {dict(k)["node"]: v for k, v in named(got, name).items()}
+                for name in ("runledger_node_slots", "runledger_node_busy_slots",
+                             "runledger_node_failures", "runledger_node_heartbeat_age_seconds")}
+    assert per_node["runledger_node_slots"] == {"a": 4, "b": 2, "c": 2, "d": 2, "e": 8, "f": 2}
+    assert per_node["runledger_node_busy_slots"]["a"] == 3
+    assert per_node["runledger_node_failures"] == {"a": 1, "b": 0, "c": 0, "d": 3, "e": 0,
+                                                   "f": 0}
+    assert per_node["runledger_node_heartbeat_age_seconds"]["a"] == 1.0
+    assert per_node["runledger_node_heartbeat_age_seconds"]["e"] == (NODE_TIMEOUT_MS + 1) / 1000
+
+
+def test_lost_is_judged_by_the_scrape_clock_and_no_nodes_is_every_state_at_0() -> None:
+    service = ControllerService("127.0.0.1:1", plan_from_submission)  # never run
+    service.model = nodes_model()
+    now = [NOW]
+    collector = ControllerCollector(service, clock=lambda: now[0])
+    server = MetricsServer(collector, "127.0.0.1", 0)
+    try:
+        ready = ("runledger_node_state", (("node", "a"), ("state", "ready")))
+        assert scrape(server.url)[ready] == 1
+        now[0] = NOW + NODE_TIMEOUT_MS  # a's last heartbeat is now past the timeout
+        got = scrape(server.url)
+        assert ready not in got
+        assert got[("runledger_node_state", (("node", "a"), ("state", "lost")))] == 1
+        assert got[("runledger_controller_nodes", (("state", "lost"),))] == 3  # a, e, f
+    finally:
+        server.close()
+    for model in (None, Model(since=0)):
+        got = render(families(model, LoopStats(), NOW))
+        assert named(got, "runledger_controller_nodes") == {
+            (("state", s),): 0 for s in NODE_STATES}
+        assert not named(got, "runledger_node_state")
+
+
+# -- report to fact ---------------------------------------------------------------
+
+
+def record(topic: str, occurred_at: int) -> Record:
+    event = Ev("run-x", start=occurred_at, tick=0).heartbeat(1)
+    return Record(topic, 0, 0, occurred_at, event, 1)
+
+
+def test_report_delays_count_reports_only_and_clamp_a_clock_ahead_to_0() -> None:
+    records = [record(REPORTS, NOW - 40), record(REQUESTS, NOW - 5_000),
+               record(REPORTS, NOW + 2_000), record(REPORTS, NOW - 3_000)]
+    assert report_delays(records, NOW) == [0.04, 0.0, 3.0]
+    assert report_delays([], NOW) == []
+
+
+def test_the_histogram_buckets_are_cumulative_and_inclusive() -> None:
+    h = Histogram()
+    h.observe_all([0.001, 0.0011, 0.04, 3.0, -1.0, 61.0])
+    counts = h.snapshot()
+    assert counts.bounds == BUCKETS_S and counts.bounds[0] == 0.001 and counts.bounds[-1] == 60
+    by_bound = dict(zip(counts.bounds, counts.cumulative, strict=False))
+    # -1 clamps to 0 and 0.001 lies on the first bound: both in le="0.001".
+    assert by_bound[0.001] == 2
+    assert by_bound[0.0025] == 3
+    assert by_bound[0.025] == 3 and by_bound[0.05] == 4
+    assert by_bound[2.5] == 4 and by_bound[5.0] == 5 and by_bound[60.0] == 5
+    assert counts.count == 6  # +Inf holds 61 s too
+    assert counts.sum == pytest.approx(0.001 + 0.0011 + 0.04 + 3.0 + 61.0)
+
+
+def test_the_loop_observes_each_report_at_commit_and_a_scrape_exposes_it() -> None:
+    stats = LoopStats()
+    stats.report_to_fact.observe_all(report_delays(
+        [record(REPORTS, NOW - 7), record(REPORTS, NOW - 700), record(REQUESTS, NOW - 70)],
+        NOW))
+    got = render(families(None, stats, NOW))
+    name = "runledger_controller_report_to_fact_seconds"
+    buckets = {dict(k)["le"]: v for k, v in named(got, f"{name}_bucket").items()}
+    assert buckets["0.005"] == 0 and buckets["0.01"] == 1 and buckets["0.5"] == 1
+    assert buckets["1.0"] == 2 and buckets["+Inf"] == 2
+    assert len(buckets) == len(BUCKETS_S) + 1
+    assert got[(f"{name}_count", ())] == 2
+    assert got[(f"{name}_sum", ())] == pytest.approx(0.707)
 
 
 def test_addresses() -> None:
@@ -279,6 +387,10 @@ def test_a_controller_serves_a_run_from_running_to_succeeded(cluster: Cluster) -
     assert got[("runledger_controller_inputs_total", ())] > 0
     assert got[("runledger_controller_ticks_total", ())] > 0
     assert got[("runledger_controller_last_tick_seconds", ())] >= 0
+    # Its agent's node, heard from within the node timeout.
+    assert got[("runledger_node_state", (("node", "n1"), ("state", "ready")))] == 1
+    assert got[("runledger_controller_nodes", (("state", "ready"),))] == 1
+    assert got[("runledger_node_slots", (("node", "n1"),))] == 2
 
     # This controller wrote every record of the private runs and commands topics.
     def appended_all() -> bool | None:
@@ -289,5 +401,22 @@ def test_a_controller_serves_a_run_from_running_to_succeeded(cluster: Cluster) -
                 == len(list(read_log(cluster.bootstrap, COMMANDS)))) or None
 
     until(appended_all, 30, "appended counts equal to the log")
+
+    # Every report it took in was observed once, at the commit that carried its facts: the
+    # inputs are the requests (on their own topic) and the reports.
+    name = "runledger_controller_report_to_fact_seconds"
+    requests = len(list(read_log(cluster.bootstrap, REQUESTS)))
+
+    def observed_every_report() -> Samples | None:
+        s = scrape(url)
+        return s if (s[(f"{name}_count", ())]
+                     == s[("runledger_controller_inputs_total", ())] - requests) else None
+
+    got = until(observed_every_report, 30, "one observation per report")
+    assert got[(f"{name}_count", ())] > 10  # heartbeats, steps, a checkpoint, exits
+    assert got[(f"{name}_bucket", (("le", "+Inf"),))] == got[(f"{name}_count", ())]
+    # Same machine, one clock: every report was committed within a minute.
+    assert got[(f"{name}_bucket", (("le", "60.0"),))] == got[(f"{name}_count", ())]
+    assert 0 < got[(f"{name}_sum", ())] < 60 * got[(f"{name}_count", ())]
     os.killpg(proc.pid, signal.SIGTERM)
     assert proc.wait(30) == 0

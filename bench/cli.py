@@ -50,9 +50,17 @@ if __name__ == "__main__":
 
 import yaml
 
-from bench.common import REPO_ROOT, machine_info, percentile, print_table, ratio, write_results
+from bench.common import (
+    REPO_ROOT,
+    broker,
+    machine_info,
+    percentile,
+    print_table,
+    ratio,
+    write_results,
+)
 from bench.status import FULL, SMALL, write_log
-from events.broker import ENV_BOOTSTRAP, check_broker
+from events.broker import ENV_BOOTSTRAP
 from events.connection import ENV_CREDENTIALS
 from events.partition import partition_for
 from events.statuslog import read_status, status_partitions
@@ -183,19 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     stack: Stack | None = None
     started = time.perf_counter()
     try:
-        if args.bootstrap:
-            bootstrap = args.bootstrap
-            check_broker(bootstrap)
-            creds = os.environ.get(ENV_CREDENTIALS, "")
-            where = f"existing cluster {bootstrap}"
-        else:
-            stack = Stack(tmp / "stack")
-            info = stack.up()
-            bootstrap = info.bootstrap
-            os.environ[ENV_CREDENTIALS] = str(info.credentials or "")  # the log's writer
-            operator = tmp / "stack" / "credentials" / "operator.properties"
-            creds = str(operator) if operator.is_file() else str(info.credentials or "")
-            where = f"throwaway stack {bootstrap}"
+        bootstrap, creds, where, stack = broker(args.bootstrap, tmp, "the log's writer")
         written = write_log(bootstrap, mode)
         partitions = status_partitions(bootstrap) or 1
         runs = sorted(read_status(bootstrap))

@@ -197,3 +197,24 @@ def write_results(name: str, data: Mapping[str, Any]) -> Path:
     tmp.write_text(text + "\n", "utf-8")
     tmp.replace(path)
     return path
+
+
+def broker(explicit: str | None, tmp: Path, writer: str) -> tuple[str, str, str, Any]:
+    """The broker a benchmark uses: ``explicit`` (an existing cluster, with the credentials
+    ``RUNLEDGER_CREDENTIALS`` names), else a throwaway secure stack under ``tmp`` whose admin
+    becomes this process's ``writer`` (the environment's credentials) and whose operator
+    the commands run as. Returns (bootstrap, the commands' credentials, a description,
+    the stack to stop or None)."""
+    from events.broker import check_broker
+    from events.connection import ENV_CREDENTIALS
+    from runledger.stack import Stack
+
+    if explicit:
+        check_broker(explicit)
+        return explicit, os.environ.get(ENV_CREDENTIALS, ""), f"existing cluster {explicit}", None
+    stack = Stack(tmp / "stack")
+    info = stack.up()
+    os.environ[ENV_CREDENTIALS] = str(info.credentials or "")  # this process writes as the admin
+    operator = tmp / "stack" / "credentials" / "operator.properties"
+    creds = str(operator) if operator.is_file() else str(info.credentials or "")
+    return info.bootstrap, creds, f"throwaway stack {info.bootstrap} ({writer})", stack

@@ -49,6 +49,9 @@ Queries = Annotated[bool, typer.Option(
                                    " write the HTML report at the end.")]
 KeepStack = Annotated[bool, typer.Option(
     "--keep-stack", help="Leave the broker the demo started running, for inspection.")]
+UiPort = Annotated[int, typer.Option(
+    "--ui-port", metavar="P", help="Port of the live view (runledger ui) the demo starts; when"
+    " it is taken, any free one (the demo prints the URL).")]
 SummaryJson = Annotated[bool, typer.Option(
     "--json", help="Print the summary as JSON on stdout (progress goes to stderr).")]
 SummaryFile = Annotated[Path | None, typer.Option(
@@ -70,6 +73,7 @@ def demo(
     stall_timeout: StallTimeout = _D.stall_s,
     queries: Queries = True,
     keep_stack: KeepStack = False,
+    ui_port: UiPort = _D.ui_port,
     as_json: SummaryJson = False,
     summary_file: SummaryFile = None,
     old_workdir: OldWorkdir = None,
@@ -80,7 +84,7 @@ def demo(
     opts = DemoOptions(workdir=workdir or old_workdir, bootstrap=bootstrap or None, steps=steps,
                        interval=interval, kill_step=kill_step, step_sleep_s=step_sleep,
                        timeout_s=timeout, stall_s=stall_timeout, queries=queries,
-                       keep_stack=keep_stack)
+                       keep_stack=keep_stack, ui_port=ui_port)
 
     def say(line: str) -> None:
         typer.echo(line, err=as_json)

@@ -36,6 +36,7 @@ from events.signing import SigningKey
 from events.state import Status
 from projectors.snapshot import snapshot_path
 from runledger import stack
+from runledger.demo.look import epilogue, start_ui
 from runledger.demo.procs import DemoError, Services, cli_ok, kill_workers
 from runledger.demo.setup import (
     DemoOptions,
@@ -75,6 +76,7 @@ class Summary:
     checkpoints: list[dict[str, int]] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
     logs: dict[str, str] = field(default_factory=dict)
+    ui_url: str | None = None
     timings_s: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -109,7 +111,7 @@ def run_demo(opts: DemoOptions, say: Say) -> Summary:
             demo.close()
         summary.timings_s["total"] = round(time.monotonic() - t0, 1)
         layout.summary.write_text(json.dumps(summary.to_json(), indent=2) + "\n")
-        _epilogue(summary, layout, say, opts.keep_stack)
+        epilogue(summary, layout.root, layout.stack, say, opts.keep_stack)
     return summary
 
 
@@ -147,7 +149,7 @@ class _Demo:
         domain = write_spec(layout, opts)
         self._lap("dataset")
         self.services = services = Services(env)
-        logs = {name: layout.log(name) for name in ("controller", "projector", "agent")}
+        logs = {name: layout.log(name) for name in ("controller", "projector", "agent", "ui")}
         summary.logs = {name: str(path) for name, path in logs.items()}
         summary.logs["workers"] = str(layout.agent)
         summary.db = str(layout.db)
@@ -173,12 +175,15 @@ class _Demo:
                        logs["agent"], env=agent_env)
         say(f"started controller, projector and agent {opts.node} (2 slots); logs in"
             f" {layout.root / 'logs'}")
+        summary.ui_url = url = start_ui(services, opts.ui_port, layout.db, logs["ui"], env)
+        say(f"live view: {url}  (read-only; open it now: it follows the run as it trains)")
         say(f"$ runledger submit {layout.spec}")
         out = cli_ok(["submit", str(layout.spec), *self._signer(), "--json"], env)
         run_id = str(json.loads(out)["run_id"])
         summary.run_id = run_id
         say(f"  run {run_id}: {opts.steps} steps, a checkpoint every {opts.interval},"
             f" rank 1 killed after step {opts.kill_step} of generation 1")
+        say(f"  watch it live: {url}/runs/{run_id}")
         self._lap("services_and_submit")
         self._follow(run_id, bootstrap, logs["controller"], logs["agent"])
         self._check_recovery()
@@ -358,30 +363,6 @@ class _Demo:
                          f" stack down --data-dir {self.layout.stack}")
             else:
                 self.stack.down()
-
-
-def _epilogue(summary: Summary, layout: Layout, say: Say, kept: bool) -> None:
-    say("")
-    if summary.ok:
-        gens = len(summary.generations)
-        say(f"demo succeeded: run {summary.run_id} {summary.state} at step {summary.final_step}"
-            f" after {gens - 1} recovery(ies), in {summary.timings_s.get('total')} s")
-    else:
-        say(f"demo FAILED: {summary.error}")
-    say(f"workdir  {layout.root}")
-    say(f"report   {summary.report or 'not written'}")
-    say(f"summary  {layout.summary}")
-    if summary.run_id is None:
-        return
-    # How to look further: the projection needs no broker, status and events do.
-    creds = (f" RUNLEDGER_CREDENTIALS={layout.stack}/credentials/operator.properties"
-             if summary.stack_started else "")
-    say(f"explore  export RUNLEDGER_HOME={layout.root} RUNLEDGER_BOOTSTRAP={summary.bootstrap}"
-        f"{creds}")
-    if summary.stack_started and not kept:
-        say(f"         runledger stack up --data-dir {layout.stack}   # the broker, again")
-    say(f"         runledger query audit {summary.run_id}; runledger events dump --topic"
-        f" runledger.runs --run {summary.run_id}")
 
 
 @contextmanager

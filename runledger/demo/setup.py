@@ -42,6 +42,7 @@ class DemoOptions:
     queries: bool = True
     keep_stack: bool = False
     node: str = "demo-node"
+    ui_port: int = 8265  # the live view's; taken: any free one
 
     def problems(self) -> list[str]:
         """Every inconsistent option, one line each (empty when all is well)."""
@@ -57,6 +58,8 @@ class DemoOptions:
             out.append(f"--kill-step {self.kill_step}: pick a step between two checkpoints"
                        f" (not a multiple of --interval {self.interval}), so that some work"
                        " is lost and replayed")
+        if not 0 <= self.ui_port <= 65535:
+            out.append(f"--ui-port {self.ui_port}: a port from 0 (any free one) to 65535")
         if self.step_sleep_s < 0:
             out.append(f"--step-sleep {self.step_sleep_s}: not negative")
         if self.timeout_s <= 0 or self.stall_s <= 0:

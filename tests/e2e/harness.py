@@ -291,3 +291,18 @@ def worker_pids(
             continue
         found.append(int(entry.name))
     return found
+
+
+def demo_processes(work: Path) -> list[int]:
+    """Live processes the demo started (it gives them RUNLEDGER_HOME=<workdir>)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RUNLEDGER_HOME={work}".encode() in environ:
+            found.append(int(entry.name))
+    return found

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,25 +29,10 @@ from events.model import Event, GenerationStarted, ManifestCommitted, StepCommit
 from events.topics import RUNS
 from queries.runner import run_query
 from runledger.stack import Stack
-from tests.e2e.harness import of_type
+from tests.e2e.harness import demo_processes, of_type
 from tests.queries.ettr_oracle import ettr_parts
 
 STEPS, INTERVAL, KILL = 20, 5, 12  # rank 1 dies after step 12: steps 11 and 12 are replayed
-
-
-def _ours(work: Path) -> list[int]:
-    """Live processes the demo started (it gives them RUNLEDGER_HOME=<workdir>)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"RUNLEDGER_HOME={work}".encode() in environ:
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.mark.e2e
@@ -83,7 +69,7 @@ def test_the_demo_kills_a_worker_recovers_from_a_checkpoint_and_succeeds(
         _check_no_secret_leaked(work)
         assert Path(summary["report"]).is_file()
         # Every process the demo started is gone (only the broker stays, --keep-stack).
-        assert _ours(work) == []
+        assert demo_processes(work) == []
     finally:
         Stack(work / "stack").down(purge=True)
 
@@ -155,6 +141,9 @@ def _check_summary(summary: dict[str, Any], work: Path) -> None:
     assert summary["db"] == str(work / "projection.duckdb") and Path(summary["db"]).is_file()
     assert summary["report"] == str(work / "report.html")
     assert summary["run_id"].startswith("demo-")
+    # The live view ran beside the services (8265, or a free port when that was taken).
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", summary["ui_url"]), summary["ui_url"]
+    assert json.dumps({"url": summary["ui_url"]}) in (work / "logs" / "ui.log").read_text()
     gens = summary["generations"]
     assert len(gens) >= 2
     assert gens[0]["resume_step"] is None

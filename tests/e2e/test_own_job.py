@@ -109,6 +109,9 @@ def test_the_readme_quickstart_runs_a_job_with_a_relative_script_path(
     assert "rank 0: step 20, loss" in out, out  # `runledger logs` printed the job's output
     assert (clone / "myjob" / "train.py").is_file()
     assert "stopped 1 broker(s)" in out, out
+    # The live view served while the run trained (8265, or a free port if that was taken).
+    assert re.search(r"runledger live view: http://127\.0\.0\.1:\d+",
+                     (clone / "ui.log").read_text()), _logs(clone)
 
 
 def _logs(clone: Path) -> str:

@@ -1,6 +1,7 @@
 """``runledger ui``: serve the live view of the runs, the nodes and the workers' output.
 
-Tested in tests/runledger/ui/test_server.py and tests/e2e/test_ui_browser.py.
+Tested in tests/runledger/commands/test_ui.py, tests/runledger/ui/test_server.py and
+tests/e2e/test_ui_browser.py.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def ui(host: Host = "127.0.0.1", port: Port = None, db: UiDb = None,
     """Serve a live, read-only web view: runs, a run's progress, curves, failures and
     recovery, nodes, and a worker's output, updated every few seconds."""
     from runledger.errors import UsageError
+    from runledger.ui.auth import check_listen
     from runledger.ui.serve import DEFAULT_PORT, UiConfig, port_free, serve
 
     if (tls_cert is None) != (tls_key is None):
@@ -50,6 +52,7 @@ def ui(host: Host = "127.0.0.1", port: Port = None, db: UiDb = None,
     for given in (tls_cert, tls_key):
         if given is not None and not given.is_file():
             raise UsageError(f"{given}: no such file (a PEM file is expected)")
+    check_listen(host, tls_cert is not None)  # before any broker is asked anything
     if port is None:
         port = DEFAULT_PORT if port_free(DEFAULT_PORT, host) else 0
         if port == 0:

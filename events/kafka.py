@@ -62,6 +62,10 @@ def event_type_of(msg: Message) -> str:
 OnFailure = Callable[[str], None]
 
 
+# Polls (0.1 s each) a flush that failed bare waits for its fatal error's report.
+_FATAL_POLLS = 50
+
+
 def _kafka_error_in(exc: BaseException | None) -> KafkaError | None:
     """The KafkaError behind ``exc``: itself, its cause or its context (a few levels)."""
     for _ in range(6):
@@ -183,7 +187,7 @@ class EventProducer:
         try:
             remaining = self._producer.flush(timeout_s)
         except (SystemError, KafkaException) as exc:
-            found = _kafka_error_in(exc) or _kafka_error_in(self._broken)
+            found = self._fatal_behind(exc)
             if found is None:
                 raise
             self._fatal, remaining = found, 0
@@ -198,6 +202,22 @@ class EventProducer:
             raise KafkaOperationError(f"flush: {err.str()}")
         if remaining:
             raise KafkaOperationError(f"flush: {remaining} records not delivered in {timeout_s}s")
+
+    def _fatal_behind(self, exc: BaseException) -> KafkaError | None:
+        """The fatal error behind a flush that failed: in the exception, kept by a delivery
+        report, or reported by a poll soon after. A flush that meets a fatal error (a
+        producer id refused) can fail as a bare ``SystemError`` before the error's own
+        report has run (seen on a loaded machine); polling serves it."""
+        for _ in range(_FATAL_POLLS):
+            found = (_kafka_error_in(exc) or _kafka_error_in(self._broken)
+                     or next((e for e, _, _ in self._failed if e.fatal()), None))
+            if found is not None or not isinstance(exc, SystemError):
+                return found
+            try:
+                self._producer.poll(0.1)
+            except (SystemError, KafkaException) as again:
+                exc = again
+        return None
 
     def close(self, timeout_s: float = 30.0) -> None:
         self.flush(timeout_s)

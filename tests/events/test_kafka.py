@@ -14,10 +14,11 @@ from pathlib import Path
 
 import fastavro
 import pytest
+from confluent_kafka import KafkaError
 
 from events.broker import check_broker
 from events.consume import read_log
-from events.errors import BrokerUnavailable, ProducerFenced
+from events.errors import BrokerUnavailable, NotAuthorized, ProducerFenced
 from events.kafka import EventProducer
 from events.transactions import TransactionalWriter
 from tests.events.broker import new_topic, raw_values
@@ -88,3 +89,38 @@ def test_a_dead_bootstrap_is_a_clear_error() -> None:
     with pytest.raises(BrokerUnavailable, match=r"127\.0\.0\.1:1"):
         check_broker("127.0.0.1:1", timeout_s=2)
     assert time.monotonic() - started < 30
+
+
+class _TrippedProducer:
+    """A librdkafka producer whose flush fails bare (``SystemError``) on a fatal error whose
+    delivery report runs only at the next poll, as confluent-kafka did on a loaded machine."""
+
+    def __init__(self, producer: EventProducer, topic: str) -> None:
+        self.owner, self.topic, self.polls = producer, topic, 0
+
+    def flush(self, timeout: float) -> int:
+        raise SystemError("<method 'flush' of 'cimpl.Producer' objects> returned NULL")
+
+    def poll(self, timeout: float) -> int:
+        self.polls += 1
+        if self.polls == 3:  # the report arrives a little later
+            err = KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED, "refused a PID", fatal=True)
+            self.owner._failed.append((err, self.topic, None))
+        return 0
+
+
+def test_a_bare_system_error_from_flush_is_reported_as_the_fatal_error_behind_it() -> None:
+    producer = EventProducer("127.0.0.1:1")
+    producer._topics.add("runledger.runs")
+    producer._producer = _TrippedProducer(producer, "runledger.runs")  # type: ignore[assignment]
+    with pytest.raises(NotAuthorized, match=r"may not write runledger\.runs"):
+        producer.flush(1)
+
+
+def test_a_system_error_with_no_kafka_error_behind_it_stays_a_bug() -> None:
+    producer = EventProducer("127.0.0.1:1")
+    tripped = _TrippedProducer(producer, "runledger.runs")
+    tripped.polls = -10_000  # no report ever comes
+    producer._producer = tripped  # type: ignore[assignment]
+    with pytest.raises(SystemError):
+        producer.flush(1)

@@ -27,9 +27,11 @@ waits for it (:data:`WAIT`): a live agent reports within its interval (2 s),
 a dead one falls past ``LOST_AFTER_MS``. The wait is bounded: at most
 ``LOST_AFTER_MS + REPORTED_AFTER_MS`` after the exit (``LOST_GRACE_MS``), and
 in a healthy cluster one agent heartbeat interval, so a single rank's crash is
-still classified within seconds and blamed on its own node. A failure shown by
-a silence (a heartbeat or start timeout, a stall) waits for nothing: those
-timeouts are already longer than ``LOST_AFTER_MS``.
+still classified within seconds and blamed on its own node. A member's
+heartbeat silence waits the same way while its own node's agent went quiet
+with it (a heartbeat timeout may be shorter than ``LOST_AFTER_MS``: the
+harness's 3 s against 6 s, where a loaded machine's survivors exit later than
+the timeout); a stall or a start timeout waits for nothing.
 
 What it cannot tell: a controller that reads the reports topic more than
 ``LOST_AFTER_MS`` behind (a node's agent and workers all unheard because the
@@ -104,8 +106,26 @@ def judge(members: Sequence[Member], exits: Mapping[str, int | None],
         return Found(lost[0], _failure(lost[0], now))
     note = evidence.exits.get(failure.logical_id or "")
     if note is None or failure.logical_id not in exits:
-        return None  # a silence: its timeout already outlasted LOST_AFTER_MS
+        return _silence(failure, heartbeats, undecided)
     if any(seen < note.at + REPORTED_AFTER_MS for _, seen in undecided):
+        return WAIT
+    return None
+
+
+def _silence(failure: policy.Failure, heartbeats: Mapping[str, int],
+             undecided: Sequence[tuple[str, int]]) -> _Wait | None:
+    """A member's heartbeat silence waits while its own node went quiet with it: the
+    node's agent unheard since the member's last heartbeat (and ``REPORTED_AFTER_MS``)
+    and not yet ``LOST_AFTER_MS`` silent. A spec's heartbeat timeout may be shorter than
+    ``LOST_AFTER_MS`` (3 s against 6 s), and on a loaded machine the survivors' exits may
+    come later than it: without the wait the dead node's member would be called hung.
+    A live agent reports within its interval, so a hang on a live node waits at most
+    that long; any other silence (a stall, a start timeout) waits for nothing."""
+    if not failure.signature.startswith(policy.NO_HEARTBEAT) or failure.node is None:
+        return None
+    quiet_since = heartbeats.get(failure.logical_id or "", 0)
+    if any(node == failure.node and seen < quiet_since + REPORTED_AFTER_MS
+           for node, seen in undecided):
         return WAIT
     return None
 

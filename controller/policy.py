@@ -163,11 +163,14 @@ def at_start(notes: Sequence[ExitNote], world_size: int) -> Failure | None:
                    first.logical_id, first.node, first.log_path, first.stderr_tail)
 
 
+NO_HEARTBEAT = "hang:no_heartbeat"
+
+
 def no_heartbeat(logical_id: str, node: str, silent_ms: int, after_exit: str = "") -> Failure:
     """A member silent past its timeout and, when another member has exited, past the
     grace for its own exit (``after_exit`` says which exit it was waited for)."""
     why = f" ({after_exit})" if after_exit else ""
-    return Failure("hang", "hang:no_heartbeat",
+    return Failure("hang", NO_HEARTBEAT,
                    f"no heartbeat from {logical_id} on {node} for {silent_ms} ms{why}",
                    logical_id, node)
 

@@ -122,3 +122,45 @@ def test_judge_is_lost_wait_or_own_exactly_as_documented(
                       inv(n1=now, n2=agent), failure, now, 0) is None
     assert lost.judge(TWO, {"r0": 1}, {}, Evidence({"r0": note}), inv(n1=now), failure,
                       now, 0) is None
+
+
+def test_a_heartbeat_silence_waits_while_its_own_node_went_quiet_with_it() -> None:
+    """A heartbeat timeout shorter than LOST_AFTER_MS (the harness's 3 s): r1 on n2 silent
+    3.5 s, n2's agent unheard since then. Not a hang of r1: the wait lasts until n2 is lost
+    (then NodeLost, the failure n2's), or its agent reports (then r1 hung, on a live node)."""
+    plan = replace(PLAN, heartbeat_timeout_ms=3_000)
+    died = NOW - 3_500
+    s = running(heartbeats={"r0": NOW - 200, "r1": died})
+    quiet = World(NOW, 0, inv(n1=NOW - 100, n2=died + 100), {}, lambda: {})
+    assert decide(Tracked(s, plan), quiet) == ()
+    later = died + 100 + LOST_AFTER_MS + 1
+    s_later = replace(s, heartbeats={"r0": later - 200, "r1": died})
+    gone = World(later, 0, inv(n1=later - 100, n2=died + 100), {}, lambda: {})
+    lost_, classify, _ = decide(Tracked(s_later, plan), gone)
+    assert isinstance(lost_, Lost) and lost_.node == "n2" and lost_.members == ("r1",)
+    assert isinstance(classify, Classify) and classify.failure.signature == lost.SIGNATURE
+    # n2's agent reported after r1 went quiet: the node lives, r1 hung.
+    alive = World(NOW, 0, inv(n1=NOW - 100, n2=died + REPORTED_AFTER_MS), {}, lambda: {})
+    classify, _ = decide(Tracked(s, plan), alive)
+    assert isinstance(classify, Classify) and classify.failure.signature == "hang:no_heartbeat"
+    assert classify.failure.node == "n2"
+
+
+@given(st.integers(0, 20_000), st.integers(0, 20_000), st.integers(0, 20_000))
+def test_a_heartbeat_silence_waits_only_for_its_own_quiet_node_and_boundedly(
+        quiet_since: int, agent: int, later: int) -> None:
+    now = max(quiet_since, agent) + later
+    failure = policy.no_heartbeat("r1", "n2", now - quiet_since)
+    got = lost.judge(TWO, {}, {"r0": now, "r1": quiet_since}, Evidence({}),
+                     inv(n1=now, n2=agent), failure, now, 0)
+    if now - max(agent, quiet_since) > LOST_AFTER_MS:
+        assert isinstance(got, lost.Found) and got.lost.node == "n2"
+    elif now - agent <= LOST_AFTER_MS and agent < quiet_since + REPORTED_AFTER_MS:
+        assert got is lost.WAIT
+        assert now - agent <= LOST_AFTER_MS  # it ends: by then the node is lost or heard
+    else:
+        assert got is None
+    # A stall names no node: it never waits.
+    stall = policy.no_progress(5, 10_000)
+    assert lost.judge(TWO, {}, {"r0": now, "r1": now}, Evidence({}), inv(n1=now, n2=agent),
+                      stall, now, 0) is not lost.WAIT

@@ -142,8 +142,8 @@ class LiveView:
 
     def runs(self) -> dict[str, Any]:
         docs = self._docs()
-        shown = views.runs_table(docs.values(), {}, {}, self._now_ms())
-        ettr, steps = self._projected({r["run_id"]: docs[r["run_id"]] for r in shown["runs"]})
+        rows, _ = views.shown(docs.values())
+        ettr, steps = self._projected({d["run_id"]: dict(d) for d in rows})
         table = views.runs_table(docs.values(), ettr, steps, self._now_ms())
         return {**table, "health": self.health()}
 

@@ -61,24 +61,32 @@ def run_row(doc: Mapping[str, Any], ettr: float | None, projected_step: int | No
     }
 
 
-def runs_table(docs: Iterable[Mapping[str, Any]], ettr: Mapping[str, float],
-               steps: Mapping[str, int], now_ms: int,
-               recent_ended: int = RECENT_ENDED) -> dict[str, Any]:
-    """Live runs first (newest submission first), then the ``recent_ended`` that
-    changed last; how many ended runs were left out."""
+def shown(docs: Iterable[Mapping[str, Any]], recent_ended: int = RECENT_ENDED
+          ) -> tuple[list[Mapping[str, Any]], int]:
+    """The runs the table shows, in its order: live runs first (newest submission
+    first), then the ``recent_ended`` that changed last; and how many ended runs it
+    leaves out."""
     live: list[Mapping[str, Any]] = []
     ended: list[Mapping[str, Any]] = []
     for d in docs:
         (ended if d["terminal"] else live).append(d)
     live.sort(key=lambda d: (-d["submitted_at"], d["run_id"]))
     ended.sort(key=lambda d: (-d["updated_at"], d["run_id"]))
-    shown = [*live, *ended[:recent_ended]]
-    rows = [run_row(d, ettr.get(d["run_id"]), steps.get(d["run_id"]), now_ms) for d in shown]
+    return [*live, *ended[:recent_ended]], max(len(ended) - recent_ended, 0)
+
+
+def runs_table(docs: Iterable[Mapping[str, Any]], ettr: Mapping[str, float],
+               steps: Mapping[str, int], now_ms: int,
+               recent_ended: int = RECENT_ENDED) -> dict[str, Any]:
+    """The :func:`shown` runs as rows, with the count of every run by state."""
+    every = list(docs)
+    rows, left_out = shown(every, recent_ended)
     counts: dict[str, int] = {}
-    for d in [*live, *ended]:
+    for d in every:
         counts[d["state"]] = counts.get(d["state"], 0) + 1
-    return {"runs": rows, "by_state": dict(sorted(counts.items())),
-            "ended_left_out": max(len(ended) - recent_ended, 0)}
+    return {"runs": [run_row(d, ettr.get(d["run_id"]), steps.get(d["run_id"]), now_ms)
+                     for d in rows],
+            "by_state": dict(sorted(counts.items())), "ended_left_out": left_out}
 
 
 def failures(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -160,4 +168,4 @@ def nodes_table(rows: Sequence[Mapping[str, Any]], docs: Iterable[Mapping[str, A
 
 
 __all__ = ["alert_row", "failures", "members", "nodes_table", "progress", "run_page",
-           "run_row", "runs_table"]
+           "run_row", "runs_table", "shown"]

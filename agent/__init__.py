@@ -19,8 +19,9 @@
 - ``node``: what the agent says about its node, each report signed with the
   node's own key (``events.reportdoor``), its torch version, and the node's
   state it logs at start (read from the controller's facts);
-- ``nodestate``: the pure fold of the node's facts behind the line an agent
-  logs about its node when it starts (ready, cordoned, quarantined);
+- ``nodestate``: the line an agent logs about its node when it starts (ready,
+  cordoned, quarantined), over ``events.nodefold``, the one fold of a node's
+  facts, which the controller's inventory reads too;
 - ``procs``: the table of worker processes (launch, terminate with a grace
   period, reap), each run's workers given a run key the node key certifies for
   that run and generation alone (``events.runkeys``);

@@ -25,7 +25,7 @@ Rules (pure: :func:`due`, :func:`plan`):
 
 Agents sharing the storage may sweep the same directory: removing what is gone
 is fine. Limits: an agent restarted after launching the workers knows no root
-and sweeps nothing; what remains is what ``runledger.terminalcheck`` reports
+and sweeps nothing; what remains is what ``runledger.rehearse.terminalcheck`` reports
 as residue.
 
 Tested in tests/agent/test_sweep.py.
@@ -113,7 +113,7 @@ def root_of(command_env: Mapping[str, str], cwd: str) -> str | None:
 
 def in_background(root: str, run_id: str, upto: int) -> threading.Thread:
     """A started thread running :func:`sweep`, logging what it removed or why it could not
-    (best effort: ``runledger.terminalcheck`` reports whatever remains)."""
+    (best effort: ``runledger.rehearse.terminalcheck`` reports whatever remains)."""
     def work() -> None:
         try:
             for url in sweep(root, run_id, upto):

@@ -103,7 +103,7 @@ from controller.model import Draft, Model
 from controller.reconcile import handle, tick
 from controller.runplan import plan_from_submission
 from controller.service import ControllerService
-from controller.spec import RunSpec, run_id_for
+from controller.spec.runspec import RunSpec, run_id_for
 from events.broker import check_broker
 from events.codec import MAGIC, Codec, default_codec
 from events.connection import ENV_CREDENTIALS, client_config

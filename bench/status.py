@@ -60,10 +60,10 @@ from events.status import (
     worth_writing,
 )
 from events.topics import RUNS, STATUS
-from runledger import statusview
 from runledger.commands.runs import _load, _status_doc, _summaries
-from runledger.runview import list_rows
 from runledger.stack import Stack
+from runledger.views import statusview
+from runledger.views.runview import list_rows
 
 NAME = "status"
 SEED = 20240614

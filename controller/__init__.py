@@ -2,9 +2,9 @@
 
 The contract is docs/architecture.md §7. Pure core first, then the shell:
 
-- ``spec``, ``spec_parts``: the run spec (pydantic, YAML), validated completely
-  before anything reaches the log; a dataset alias is resolved while parsing;
-  ``spec_sdc``: its ``sdc`` section, the silent-data-corruption detectors.
+- ``spec``: the run spec (pydantic, YAML), a package of its own (the document, its
+  sections, their bounds, the safe text reader), validated completely before
+  anything reaches the log; a dataset alias is resolved while parsing.
 - ``runplan``: the parts of a spec the core acts on, as plain values.
 - ``model``: the controller's model and ``Draft.absorb``, the one update path
   for every record (inputs, the controller's own facts, and replay on restart);

@@ -44,7 +44,7 @@ ALERTS = (PROGRESS_STALL, STRAGGLER_RANK, INPUT_WAIT_SHARE, CHECKPOINT_LAG, MIXT
 SEVERITY = {a: "critical" if a in (NON_FINITE_LOSS, REPEATED_FAILURE) else "warning"
             for a in ALERTS}
 
-# Defaults, shared with the spec's ``alerts:`` section (controller.spec_parts).
+# Defaults, shared with the spec's ``alerts:`` section (controller.spec.parts).
 DEFAULT_RUNBOOK_BASE = "docs/runbooks.md"
 DEFAULT_PROGRESS_STALL_MS = 30_000  # half the default heartbeat.stall_timeout_s
 DEFAULT_WINDOW_STEPS = 16

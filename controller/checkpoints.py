@@ -23,8 +23,8 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from controller.spec_bounds import MAX_COST_S, MAX_STEPS
-from controller.spec_parts import young_interval_s
+from controller.spec.bounds import MAX_COST_S, MAX_STEPS
+from controller.spec.parts import young_interval_s
 from events.fold_sdc import CORRUPTION_SUSPECTED
 from events.model import (
     CheckpointIntervalChanged,

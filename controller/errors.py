@@ -4,7 +4,7 @@ Callers at the edge (the CLI, the controller process) catch
 :class:`ControllerError` and print its message as it stands, so every message
 must read well on its own, without a traceback.
 
-Tested in tests/controller/test_spec.py and tests/dataplane/test_documents.py.
+Tested in tests/controller/spec/test_runspec.py and tests/dataplane/test_documents.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ class ControllerError(Exception):
 
 
 # The tags pydantic puts into error locations of the spec's unions
-# (controller.spec_parts: Membership by ``kind``, CheckpointPolicy by ``policy``);
+# (controller.spec.parts: Membership by ``kind``, CheckpointPolicy by ``policy``);
 # dropped when naming a field, since the user wrote ``membership.min``, not
 # ``membership.elastic.min``.
 RUN_SPEC = DocumentKind("run spec", "(spec)", union_tags={

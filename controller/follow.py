@@ -54,7 +54,7 @@ def partition_count(bootstrap: str) -> int:
         raise NotCoPartitioned(
             f"topics are not co-partitioned ({listed}): a run's requests, reports and "
             f"facts must share one partition number, so every one of these topics needs "
-            f"the same count (6 as created by `runledger stack up`); see README "
+            f"the same count (6 as created by `runledger stack up`); see docs/operating.md "
             f"'Running N controllers' for how to change a live cluster")
     return next(iter(counts.values()))
 

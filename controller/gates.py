@@ -40,7 +40,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, Strict, field_validator
 
-from controller.spec_parts import Part
+from controller.spec.parts import Part
 from events.base import spec_key
 from events.model import DrillCompleted, Event, PilotCompleted, PreflightCompleted
 

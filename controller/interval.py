@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from controller.spec_parts import young_interval_s
+from controller.spec.parts import young_interval_s
 
 SECONDS_PER_DAY = 86_400.0
 

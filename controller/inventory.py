@@ -4,8 +4,10 @@ domains, liveness, cordons, drains and quarantines. Pure.
 Built by folding the agents' ``AgentRegistered`` and ``AgentHeartbeatRecorded``
 and the node facts: ``NodeQuarantined``, ``NodeCordoned`` (mode cordon or
 drain), ``NodeUncordoned`` and ``NodeQuarantineExpired`` (which puts the node on
-probation until its next quarantine or uncordon). Time comes from the
-events and from the ``now`` the caller passes in. A node is placeable
+probation until its next quarantine or uncordon). The facts are folded by
+``events.nodefold``, the fold the agent's start line uses too: a :class:`Node`
+is its :class:`~events.nodefold.NodeFacts` plus what its agent reports. Time
+comes from the events and from the ``now`` the caller passes in. A node is placeable
 (:meth:`Inventory.live`) when it was seen recently and is neither quarantined
 nor cordoned; a run already placed there may restart there
 (:meth:`Inventory.keeps`) unless it is quarantined or drained.
@@ -24,52 +26,37 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from controller import policy
+from events import nodefold
 from events.model import (
     AgentHeartbeatRecorded,
     AgentRegistered,
     Event,
     FailureClassified,
-    NodeCordoned,
-    NodeQuarantined,
     NodeQuarantineExpired,
     NodeUncordoned,
 )
+from events.nodefold import CORDONED, NODE_FACTS, QUARANTINED, READY, NodeFacts
 
 # The records that change the inventory (FailureClassified changes only the counts).
-NODE_FACTS = (NodeQuarantined, NodeCordoned, NodeUncordoned, NodeQuarantineExpired)
 NODE_RECORDS = (AgentRegistered, AgentHeartbeatRecorded, *NODE_FACTS)
 
-READY, CORDONED, DRAINING, QUARANTINED, LOST = (
-    "ready", "cordoned", "draining", "quarantined", "lost")
+# READY, CORDONED and QUARANTINED are the facts' (events.nodefold); two more states only the
+# heartbeats tell: a drain whose slots are still busy, and a silent agent.
+DRAINING, LOST = "draining", "lost"
+__all__ = ["CORDONED", "DRAINING", "EMPTY", "LOST", "NODE_FACTS", "NODE_RECORDS", "QUARANTINED",
+           "READY", "Inventory", "Node", "blocked_note", "count_failures", "observe", "state_of"]
 
 
 @dataclass(frozen=True, slots=True)
-class Node:
+class Node(NodeFacts):
+    """A node: what its agent last reported, and (inherited, by keyword) its facts."""
+
     name: str
     slots: int
     domain: str
     last_seen: int
     address: str = "127.0.0.1"
-    quarantined: bool = False
-    quarantine_reason: str = ""
-    quarantined_at: int = 0
-    # "" (not cordoned), "cordon" or "drain": NodeCordoned.mode.
-    cordon: str = ""
-    cordon_reason: str = ""
-    cordoned_at: int = 0
-    cordoned_by: str = ""
-    # Quarantines lifted so far (uncordon or expiry): part of the next one's event id.
-    releases: int = 0
     busy_slots: int = 0  # as the agent's last heartbeat said
-    # When the quarantine expires, as its fact says (0: only an uncordon frees it).
-    quarantine_expires_at: int = 0
-    # Since when the node is on probation (its last quarantine expired; 0: not), and
-    # the failures the expiry left counted; a new quarantine or an uncordon ends it.
-    probation_since: int = 0
-    probation_failures: int = 0
-
-    def placeable(self) -> bool:
-        return not self.quarantined and not self.cordon
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,32 +103,10 @@ def observe(inventory: Inventory, event: Event) -> Inventory:
                                last_seen=max(seen, old.last_seen), address=event.address,
                                busy_slots=busy)
             return Inventory({**nodes, event.node: node})
-        case NodeQuarantined() | NodeCordoned() | NodeUncordoned() | NodeQuarantineExpired():
-            old = nodes.get(event.node) or Node(event.node, 0, "", 0)
-            return Inventory({**nodes, event.node: _fact(old, event)})
+    if isinstance(event, NODE_FACTS):
+        old = nodes.get(event.node) or Node(event.node, 0, "", 0)
+        return Inventory({**nodes, event.node: nodefold.observe(old, event)})
     return inventory
-
-
-def _fact(node: Node, event: Event) -> Node:
-    at = event.header.occurred_at
-    match event:
-        case NodeQuarantined():
-            return replace(node, quarantined=True, quarantine_reason=event.reason,
-                           quarantined_at=at, quarantine_expires_at=event.expires_at,
-                           probation_since=0, probation_failures=0)
-        case NodeCordoned():
-            return replace(node, cordon=event.mode, cordon_reason=event.reason, cordoned_at=at,
-                           cordoned_by=event.principal)
-        case NodeUncordoned():
-            return replace(node, quarantined=False, quarantine_reason="", quarantined_at=0,
-                           cordon="", cordon_reason="", cordoned_at=0, cordoned_by="",
-                           releases=node.releases + node.quarantined, quarantine_expires_at=0,
-                           probation_since=0, probation_failures=0)
-        case NodeQuarantineExpired():
-            return replace(node, quarantined=False, quarantine_reason="", quarantined_at=0,
-                           releases=node.releases + node.quarantined, quarantine_expires_at=0,
-                           probation_since=at, probation_failures=event.failures)
-    return node
 
 
 def count_failures(counts: Mapping[str, int], event: Event) -> Mapping[str, int]:
@@ -162,19 +127,16 @@ def state_of(node: Node, now: int, timeout_ms: int) -> tuple[str, str, int]:
 
     Quarantine first (it blocks restarts too), then a drain while its slots are
     busy (draining; once idle it is cordoned), a cordon, a silent agent (lost).
+    Only draining and lost need the heartbeats; the rest is what the facts alone
+    say (``events.nodefold.standing``), as the agent's start line says it.
     """
-    if node.quarantined:
-        return QUARANTINED, node.quarantine_reason, node.quarantined_at
-    if node.cordon:
-        why = f"{node.cordon_reason} (by {node.cordoned_by})"
-        if node.cordon == "drain":
-            if node.busy_slots > 0 and now - node.last_seen <= timeout_ms:
-                return DRAINING, f"{why}; {node.busy_slots} slot(s) still busy", node.cordoned_at
-            return CORDONED, f"drained: {why}", node.cordoned_at
-        return CORDONED, why, node.cordoned_at
-    if now - node.last_seen > timeout_ms:
+    alive = now - node.last_seen <= timeout_ms
+    if not node.quarantined and node.cordon == "drain" and node.busy_slots > 0 and alive:
+        return (DRAINING, f"{nodefold.cordon_why(node)}; {node.busy_slots} slot(s) still busy",
+                node.cordoned_at)
+    if node.placeable() and not alive:
         return LOST, f"no heartbeat for {(now - node.last_seen) // 1000} s", node.last_seen
-    return READY, "", 0
+    return nodefold.standing(node)
 
 
 def blocked_note(inventory: Inventory, now: int, timeout_ms: int) -> str:

@@ -55,7 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from controller.exits import ExitNote
-from controller.spec_parts import RetryPolicy
+from controller.spec.parts import RetryPolicy
 from events.model import FAILURE_CLASSES
 from events.state import RunState
 

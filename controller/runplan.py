@@ -18,9 +18,9 @@ from controller.checkpoints import AutoInterval
 from controller.elastic import Elastic
 from controller.errors import SpecError
 from controller.policy import RETRY_CLASSES
-from controller.spec import FAULT_HOOKS, RunSpec, parse_spec_json
-from controller.spec_parts import AutoCheckpoint, ElasticMembership, RetryPolicy
-from controller.spec_sdc import sdc_env
+from controller.spec.parts import AutoCheckpoint, ElasticMembership, RetryPolicy
+from controller.spec.runspec import FAULT_HOOKS, RunSpec, parse_spec_json
+from controller.spec.sdc import sdc_env
 from dataplane.documents import canonical_json
 from events.model import RunSubmitted
 from events.sdcenv import SdcEnv

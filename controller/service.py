@@ -63,7 +63,7 @@ from events.transactions import TransactionalWriter
 # librdkafka waits a fixed 20 ms before retrying a transaction call the coordinator
 # answers CONCURRENT_TRANSACTIONS, which it does while the previous commit's
 # markers are still being written: a transaction begun within ~2 ms of the last
-# commit took 13 ms more at the median (bench/controller.py, README
+# commit took 13 ms more at the median (bench/controller.py, docs/performance.md
 # "Performance"). Holding a new transaction back for what is left of this gap
 # costs a few ms and saves that retry.
 TXN_GAP_S = 0.006

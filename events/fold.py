@@ -109,7 +109,7 @@ def apply(state: RunState | None, event: Event) -> Transition:
     verdict = _check(state, event)
     if not verdict.accepted:
         return Transition(state, verdict)
-    new = _advance(state, event)
+    new = advance(state, event)
     at = event.header.occurred_at
     if at > new.updated_at:
         if new is state:
@@ -304,7 +304,8 @@ def _check(state: RunState, e: Event) -> Verdict:
     return reject(ILLEGAL_TRANSITION, f"the fold has no rule for {e.event_type}")
 
 
-def _advance(state: RunState, e: Event) -> RunState:
+def advance(state: RunState, e: Event) -> RunState:
+    """The state after ``e``, once accepted (``proof.plant`` swaps in a planted bug)."""
     match e:
         case RunQueued():
             return replace(

@@ -17,7 +17,7 @@ one line, before anything is written (``runledger.signer``), and the
 controller refuses to copy any request whose copy would not fit, recording a
 ``WriteRejected`` (:data:`TOO_LARGE`) instead of retrying a transaction the
 producer can never send (``controller.fit``). A spec's text is bounded below
-that again (``controller.spec_text.MAX_SPEC_BYTES``): what the request carries
+that again (``controller.spec.text.MAX_SPEC_BYTES``): what the request carries
 besides the spec (digest, principal, ids, signature) is under
 :data:`REQUEST_RESERVE`.
 

@@ -11,7 +11,7 @@ where one is acted on (the agent refuses a start command that breaks a rule):
   cannot be ``.`` or ``..``, and has no ``/``;
 - a **host name** (node name, topology domain): the same charset, at most 63
   characters (a DNS label), which also keeps the member list of the largest
-  generation inside one Kafka record (``controller.spec_bounds``);
+  generation inside one Kafka record (``controller.spec.bounds``);
 - a **node key** ``node/<host name>``: the pseudo run id of an agent's records;
 - a **spec key** ``spec/<64 lowercase hex>``: the pseudo run id of a record about
   a spec (its digest without ``sha256:``), such as a preflight's result;

@@ -14,8 +14,14 @@ never crashes the reader and never vanishes silently. Nothing is committed.
 A stored offset below the log's start, or a position that deletion overtakes,
 raises ``events.offsets.LogGap`` naming the records lost, never a silent jump.
 
+Undecoded, ``read_messages`` hands out the records as Kafka holds them (value
+bytes, key, headers, offsets), after the same bookkeeping: the audit's raw log
+(``runledger.rawlog``) and the newest status per run (``events.statuslog``)
+read through it. ``partitions`` narrows a reader to chosen partitions.
+
 ``Watermarks`` answers the low and high watermarks of every partition (the
-projector metrics' lag). The consumer-group member is ``events.consume``'s.
+projector metrics' lag), ``topic_partitions`` the partitions of some topics.
+The consumer-group member is ``events.consume``'s.
 """
 
 from __future__ import annotations
@@ -75,10 +81,11 @@ def log_quarantined(q: Quarantined) -> None:
     log.warning("%s", q)
 
 
-def _consumer(bootstrap: str, name: str, config: Mapping[str, Any] | None) -> Consumer:
+def _consumer(bootstrap: str, name: str, config: Mapping[str, Any] | None,
+              credentials: str | None = None) -> Consumer:
     # librdkafka wants a group id even for a consumer that never joins or commits.
     return Consumer(client_config(bootstrap, {"group.id": name, "client.id": name,
-                                              **_SETTINGS, **(config or {})}))
+                                              **_SETTINGS, **(config or {})}, credentials))
 
 
 def _partitions(consumer: Consumer, topics: Iterable[str], timeout_s: float) -> list[Partition]:
@@ -141,7 +148,11 @@ class LogReader:
     bytes and headers (``Record.value``, ``Record.headers``: signatures).
     ``key_partition``: with ``key``, read only the partition of each topic that
     ``key`` hashes to (``events.partition``), where every producer of ours puts
-    it: one run's or node's facts without reading the whole log.
+    it: one run's or node's facts without reading the whole log. ``partitions``:
+    only the partitions with these numbers. ``patience_s`` (default ``retry_s``):
+    how long a bounded read waits while records are due and none comes, also
+    where ``retry_s`` is 0 and nothing else is waited for. ``credentials``: the
+    credentials file (``""``: none; None: ``$RUNLEDGER_CREDENTIALS``).
     """
 
     def __init__(
@@ -153,6 +164,8 @@ class LogReader:
         config: Mapping[str, Any] | None = None,
         select: Callable[[Message], bool] | None = None,
         raw: bool = False, key_partition: bool = False,
+        partitions: Iterable[int] | None = None, patience_s: float | None = None,
+        credentials: str | None = None,
     ) -> None:
         self.codec = codec or default_codec()
         self.raw = raw
@@ -160,11 +173,13 @@ class LogReader:
         self.on_quarantine = on_quarantine or (
             log_quarantined if quarantine is None else lambda _q: None)
         self.strict, self.bounded, self.retry_s = strict, bounded, retry_s
+        self.patience_s = retry_s if patience_s is None else patience_s
         self.bootstrap = bootstrap
         self._key = key.encode() if key is not None else None
         self._select = select
         self._only = key if key_partition else None
-        self._consumer = _consumer(bootstrap, name, config)
+        self._numbers = None if partitions is None else frozenset(partitions)
+        self._consumer = _consumer(bootstrap, name, config, credentials)
         try:
             self.partitions, marks = self._layout(topics, timeout_s)
             gap = gap_at_start(start, marks)
@@ -200,15 +215,17 @@ class LogReader:
                 parts = _partitions(self._consumer, topics, timeout_s)
                 if self._only is not None:
                     parts = key_partitions(parts, self._only)
+                if self._numbers is not None:
+                    parts = [tp for tp in parts if tp[1] in self._numbers]
                 return parts, _watermarks(self._consumer, parts, timeout_s)
             except BrokerUnavailable as exc:
                 if time.monotonic() + RETRY_PAUSE_S >= deadline:
-                    raise self._gave_up(str(exc)) from None
+                    raise self._gave_up(str(exc), self.retry_s) from None
                 log.debug("reader %s: %s (tried again)", self.bootstrap, exc)
                 time.sleep(RETRY_PAUSE_S)
 
-    def _gave_up(self, why: str) -> BrokerUnavailable:
-        waited = f" for {self.retry_s:g} s" if self.retry_s > 0 else ""
+    def _gave_up(self, why: str, waited_s: float) -> BrokerUnavailable:
+        waited = f" for {waited_s:g} s" if waited_s > 0 else ""
         return BrokerUnavailable(f"no Kafka broker answered at {self.bootstrap}{waited}: {why}")
 
     # -- reading --------------------------------------------------------------------
@@ -222,8 +239,12 @@ class LogReader:
                    timeout_s: float = 0.5) -> list[Record | Quarantined]:
         """Up to ``max_records``, waiting up to ``timeout_s`` to fill the batch. For
         throughput: a batch per transaction downstream."""
-        return self._take(self._fetch(
-            lambda c, n, t: c.consume(n, t), max_records, timeout_s))
+        return self._take(self._fetch(_consume, max_records, timeout_s))
+
+    def read_messages(self, max_records: int = 5000, timeout_s: float = 0.5) -> list[Message]:
+        """``read_batch`` undecoded: the records as Kafka holds them (``value()`` is None
+        for a tombstone), with the same bookkeeping, bounds and key and select filters."""
+        return self._wanted(self._fetch(_consume, max_records, timeout_s))
 
     def _fetch(self, how: Callable[[Consumer, int, float], list[Message]], max_records: int,
                timeout_s: float) -> list[Message]:
@@ -242,10 +263,10 @@ class LogReader:
         # Only time spent waiting for the broker counts, not a slow caller's.
         self._waited_s += waited_s
         due = self.bounded and self._pending
-        if self.retry_s > 0 and due and self._waited_s >= self.retry_s:
+        if self.patience_s > 0 and due and self._waited_s >= self.patience_s:
             # Records are due and nothing came: the broker is gone or stuck.
             raise self._gave_up(self._trouble or f"{len(self._pending)} partition(s) "
-                                "short of their end and nothing came")
+                                "short of their end and nothing came", self.patience_s)
 
     def read_records(self, max_records: int = 500, timeout_s: float = 1.0, *,
                      batch: bool = False) -> list[Record]:
@@ -267,8 +288,17 @@ class LogReader:
 
     def _take(self, messages: list[Message]) -> list[Record | Quarantined]:
         started = time.perf_counter()
-        out: list[Record | Quarantined] = []
-        positions, pending, wanted, pick = self._positions, self._pending, self._key, self._select
+        codec, quarantine, raw = self.codec, self.quarantine, self.raw
+        out = [decode_or_quarantine(codec, msg, quarantine, raw=raw)
+               for msg in self._wanted(messages)]
+        self.last_read_s = time.perf_counter() - started
+        return out
+
+    def _wanted(self, messages: list[Message]) -> list[Message]:
+        """The records to hand out, positions and ends kept up to date on the way."""
+        out: list[Message] = []
+        positions, ends, bounded = self._positions, self._ends, self.bounded
+        pending, wanted, pick = self._pending, self._key, self._select
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -276,11 +306,12 @@ class LogReader:
                 continue
             tp = (msg.topic() or "", msg.partition() or 0)
             offset = (msg.offset() or 0) + 1
-            if self.bounded and offset > self._ends[tp]:
+            end = ends[tp]  # one look-up per record: this loop is every reader's
+            if bounded and offset > end:
                 self._reach(tp)  # past the end taken at the start: not this reader's
                 continue
             positions[tp] = offset
-            if pending and tp in pending and offset >= self._ends[tp]:
+            if offset >= end and tp in pending:
                 self._reach(tp)
             if wanted is not None:
                 key = msg.key()
@@ -288,8 +319,7 @@ class LogReader:
                     continue
             if pick is not None and not pick(msg):
                 continue
-            out.append(decode_or_quarantine(self.codec, msg, self.quarantine, raw=self.raw))
-        self.last_read_s = time.perf_counter() - started
+            out.append(msg)
         return out
 
     def _event(self, msg: Message, err: KafkaError) -> None:
@@ -372,9 +402,25 @@ class LogReader:
         self.close()
 
 
+def _consume(consumer: Consumer, max_records: int, timeout_s: float) -> list[Message]:
+    return consumer.consume(max_records, timeout_s)
+
+
 def _heard(err: KafkaError | None) -> bool:
     """A record, or the end of a partition: the broker is there."""
     return err is None or err.code() == KafkaError._PARTITION_EOF
+
+
+def topic_partitions(bootstrap: str, topics: Sequence[str], *, name: str = "runledger-reader",
+                     config: Mapping[str, Any] | None = None, credentials: str | None = None,
+                     timeout_s: float = 10.0) -> list[Partition]:
+    """Every partition of ``topics``, asked once: ``KafkaOperationError`` when a topic
+    does not exist, ``NotAuthorized``, or ``BrokerUnavailable`` (never retried)."""
+    consumer = _consumer(bootstrap, name, config, credentials)
+    try:
+        return _partitions(consumer, topics, timeout_s)
+    finally:
+        consumer.close()
 
 
 class Watermarks:

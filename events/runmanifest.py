@@ -181,7 +181,7 @@ def _from_spec(spec_json: str) -> dict[str, Any]:
 
 def _retention(ckpt: object) -> dict[str, Any]:
     """The first tier's ``keep_last`` and the run's ``keep_every``, as the worker's GC
-    reads them (``controller.spec_parts.CheckpointCommon``); defaults where absent."""
+    reads them (``controller.spec.parts.CheckpointCommon``); defaults where absent."""
     if not isinstance(ckpt, dict):
         return {}
     tiers = ckpt.get("tiers")

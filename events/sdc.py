@@ -1,5 +1,5 @@
 """Silent data corruption: the suspicion a worker reports, the replay that answers it,
-and the controller's verdict (README, "Silent data corruption").
+and the controller's verdict (docs/training.md, "Silent data corruption in the session").
 
 - ``CorruptionSuspected`` (report): a detector in the worker session saw state
   that must not be trusted at ``step`` (replicas disagree, a non-finite loss or

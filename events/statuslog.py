@@ -2,29 +2,27 @@
 
 The topic is compacted, so a partition holds about one record per run plus
 what the cleaner has not reached yet (the active segment, ``segment.ms``).
-The reader assigns itself the partitions it needs (one, for one run: the
-murmur2 partition of its id, ``events.partition``), reads them from the low to
-the high watermark (``read_committed``: a summary whose transaction has not
-committed is not there yet), compares keys before decoding anything, and
-decodes only the newest value of each key it keeps. Nothing is committed and
-no group is joined.
+A bounded, undecoded ``events.reader.LogReader`` assigns itself the partitions
+needed (one, for one run: the murmur2 partition of its id, ``events.partition``),
+reads them from the start to the end they had (``read_committed``: a summary whose
+transaction has not committed is not there yet), compares keys before decoding
+anything, and decodes only the newest value of each key it keeps. Nothing is
+committed and no group is joined.
 
 :func:`status_partitions` says whether the topic exists at all: a cluster set
 up by an older runledger has none, and callers then fold ``runs`` instead.
 
-Tested in tests/e2e/test_controller.py (through `runledger status`) and
-tests/e2e/test_own_job.py (as the operator, who may join no group).
+Tested in tests/events/test_statuslog.py, tests/e2e/test_controller.py (through
+`runledger status`) and tests/e2e/test_own_job.py (as the operator, who may join no
+group).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-from events.errors import BrokerUnavailable, DecodeError, KafkaOperationError
-from events.partition import partition_for
-from events.reader import _consumer, _partitions, _watermarks
+from events.errors import DecodeError, KafkaOperationError
+from events.reader import LogReader, topic_partitions
 from events.status import RunStatusChanged, decode
 from events.topics import STATUS
 
@@ -41,15 +39,12 @@ _SETTINGS = {"fetch.wait.max.ms": 5}
 
 def status_partitions(bootstrap: str, name: str = "runledger-status") -> int | None:
     """How many partitions ``runledger.status`` has; None when the topic does not exist."""
-    consumer = _consumer(bootstrap, name, None)
     try:
-        return len(_partitions(consumer, [STATUS], 10.0))
+        return len(topic_partitions(bootstrap, [STATUS], name=name))
     except KafkaOperationError as exc:
         if "does not exist" in str(exc):
             return None
         raise
-    finally:
-        consumer.close()
 
 
 def read_status(
@@ -60,22 +55,13 @@ def read_status(
     """The newest summary per run: of ``run_id`` only (reading its one partition), of
     the runs on ``partitions``, or of every run. Raises ``KafkaOperationError`` when
     the topic does not exist; an undecodable newest value goes to ``on_undecodable``."""
-    consumer = _consumer(bootstrap, name, _SETTINGS)
-    try:
-        parts = _partitions(consumer, [STATUS], 10.0)
-        if run_id is not None:
-            parts = [(STATUS, partition_for(run_id, len(parts)))]
-        elif partitions is not None:
-            wanted = set(partitions)
-            parts = [tp for tp in parts if tp[1] in wanted]
-        marks = _watermarks(consumer, parts, 10.0)
-        due = {p: high for (_, p), (low, high) in marks.items() if high > low}
-        if not due:
-            return {}
-        consumer.assign([TopicPartition(STATUS, p, marks[(STATUS, p)][0]) for p in due])
-        newest = _scan(consumer, due, None if run_id is None else run_id.encode())
-    finally:
-        consumer.close()
+    # Not patient with a broker that fails (callers retry), but never stuck on one
+    # that goes silent mid-read.
+    with LogReader(bootstrap, [STATUS], name=name, config=_SETTINGS, bounded=True,
+                   strict=True, patience_s=_PATIENCE_S, key=run_id,
+                   key_partition=run_id is not None,
+                   partitions=partitions if run_id is None else None) as reader:
+        newest = _scan(reader)
     out: dict[str, RunStatusChanged] = {}
     for key, value in newest.items():
         try:
@@ -86,35 +72,18 @@ def read_status(
     return out
 
 
-def _scan(consumer: Consumer, due: dict[int, int], key: bytes | None) -> dict[str, bytes]:
-    """Key -> newest value bytes, reading each partition in ``due`` up to its end offset."""
-    newest: dict[str, bytes] = {}
-    waited = 0.0
-    while due:
-        messages = consumer.consume(_BATCH, _POLL_S)
-        waited = 0.0 if messages else waited + _POLL_S
-        if waited > _PATIENCE_S:
-            raise BrokerUnavailable(f"{STATUS}: nothing read for {_PATIENCE_S:.0f} s with "
-                                    f"partitions {sorted(due)} still to read")
-        for msg in messages:
-            err = msg.error()
-            part = msg.partition() or 0
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    due.pop(part, None)
-                    continue
-                if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
-                    # Nothing is joined or committed, but librdkafka looks up the group's
-                    # coordinator anyway, which an operator (no group grant) is refused.
-                    continue
-                raise KafkaOperationError(f"read {STATUS}[{part}]: {err.str()}")
+def _scan(reader: LogReader) -> dict[str, bytes]:
+    """Key -> newest value bytes, up to each partition's end when reading started (the
+    reader compared the keys already, when it reads one run's)."""
+    newest: dict[bytes, bytes] = {}
+    while not reader.caught_up:
+        for msg in reader.read_messages(_BATCH, _POLL_S):
             k = msg.key()
-            if k is not None and (key is None or k == key):
-                value = msg.value()
-                if value is None:
-                    newest.pop(k.decode(), None)  # a tombstone: the run's summary was removed
-                else:
-                    newest[k.decode()] = value
-            if (msg.offset() or 0) + 1 >= due.get(part, 0):
-                due.pop(part, None)
-    return newest
+            if k is None:
+                continue
+            value = msg.value()
+            if value is None:
+                newest.pop(k, None)  # a tombstone: the run's summary was removed
+            else:
+                newest[k] = value
+    return {k.decode(): value for k, value in newest.items()}

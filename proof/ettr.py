@@ -2,7 +2,7 @@
 
 The simulator (``proof.sim``) projects a seed's facts through the projector's
 own mapping (``projectors.tables.rows_for``) into an in-memory DuckDB and runs
-``queries.ettr.ettr`` on it, then checks what the README promises of it
+``queries.ettr.ettr`` on it, then checks what docs/queries.md promises of it
 against what the log itself says:
 
 - the allocation is admission to the fact that ended the run;

@@ -55,17 +55,17 @@ def propose_after_restart() -> Iterator[None]:
 
 @contextmanager
 def revoke_keeps_cursor() -> Iterator[None]:
-    advance = fold._advance
+    advance = fold.advance
 
     def sticky(state: RunState, e: Event) -> RunState:
         new = advance(state, e)
         return replace(new, cursor=state.cursor) if isinstance(e, CheckpointRevoked) else new
 
-    fold._advance = sticky
+    fold.advance = sticky
     try:
         yield
     finally:
-        fold._advance = advance
+        fold.advance = advance
 
 
 PLANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {

@@ -1,7 +1,7 @@
 """Run SPIN over ``proof/protocol.pml``: the exhaustive safety check, the liveness
 claim, and the mutants, each of which must break the property it names.
 
-``python -m proof.spin`` prints one table (what the README's "The protocol,
+``python -m proof.spin`` prints one table (what docs/verification.md's "The protocol,
 model-checked" shows); ``--only NAME`` runs one of its rows. Needs ``spin`` and
 ``gcc`` on PATH (``scripts/spin.sh`` installs Debian's spin; ``make test`` runs it).
 

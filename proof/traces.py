@@ -40,7 +40,7 @@ from controller.emitter import Out
 from controller.model import Model
 from controller.reconcile import handle, tick
 from controller.runplan import RunPlan
-from controller.spec_parts import RetryPolicy
+from controller.spec.parts import RetryPolicy
 from events.model import (
     AgentHeartbeatRecorded,
     AgentRegistered,

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from agent.decide import AgentConfig, AgentState, WorkerKey
 from controller.policy import RETRY_CLASSES
 from controller.runplan import RunPlan
-from controller.spec_parts import RetryPolicy
+from controller.spec.parts import RetryPolicy
 from events.model import Event, Header
 from events.workerenv import CheckpointEnv
 

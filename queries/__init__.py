@@ -3,7 +3,10 @@
 - ``*.sql``: one query each (ettr, goodput, provenance, audit, incidents,
   recovery, stragglers, alerts, mixture, timeline). Each reads its run from
   ``getvariable('run_id')``, so it also runs in the DuckDB CLI after
-  ``SET VARIABLE run_id = '...'``.
+  ``SET VARIABLE run_id = '...'`` and ``.read queries/spans.sql``.
+- ``spans.sql``: not a query: the table macros of a run's, its generations' and
+  its steps' spans that ettr, goodput, timeline and curves share (``runner``
+  reads it before each query).
 - ``source``: which file a reader opens (the live projection, or a running
   projector's snapshot) and how far behind the log it is.
 - ``runner``: finds the files, checks the query name and the run, runs them.

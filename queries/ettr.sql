@@ -31,33 +31,23 @@
 --   other        anything else (between steps: logging, reporting, the loop).
 -- Times come from the events' occurred_at (writers' clocks, in ms).
 --
--- DuckDB CLI: SET VARIABLE run_id = '<run>'; .read queries/ettr.sql
+-- The run's span, its generations' resume steps and its steps' lost flags are
+-- spans.sql's (the macros the timeline, goodput and curves queries read too).
+--
+-- DuckDB CLI: SET VARIABLE run_id = '<run>'; .read queries/spans.sql
+--             .read queries/ettr.sql
 WITH
 bounds AS (
-    SELECT
-        min(occurred_at) FILTER (WHERE event_type = 'RunAdmitted') AS a,
-        coalesce(max(occurred_at) FILTER (WHERE event_type IN ('RunFinished', 'RunCancelled')),
-                 max(occurred_at)) AS z
-    FROM events
-    WHERE run_id = getvariable('run_id') AND topic = 'runledger.runs'
+    -- the allocation, [a, z): admission to the end
+    SELECT admitted_at AS a, ended_at AS z FROM run_span(getvariable('run_id'))
 ),
 gens AS (
-    -- a generation resumed from its resume_step, or from before its first step when a
-    -- restore fell back to an older checkpoint (as queries/goodput.sql)
-    SELECT g.generation, g.started_at, g.reason,
-           least(coalesce(g.resume_step, 0),
-                 coalesce((SELECT min(s.step) - 1 FROM steps s WHERE s.run_id = g.run_id
-                             AND s.generation = g.generation), coalesce(g.resume_step, 0)))
-               AS resume_step,
-           lead(g.started_at) OVER (ORDER BY g.generation) AS next_start
-    FROM generations g WHERE g.run_id = getvariable('run_id')
+    SELECT * FROM generation_spans(getvariable('run_id'))
 ),
 step_iv AS (
-    SELECT s.generation, s.step, s.occurred_at AS e,
-           s.occurred_at - s.step_time_ms AS b, s.input_wait_ms AS w,
-           EXISTS (SELECT 1 FROM gens g WHERE g.generation > s.generation
-                   AND g.resume_step < s.step) AS lost
-    FROM steps s WHERE s.run_id = getvariable('run_id')
+    -- each step as an interval [b, e) with its input wait w, as iv below names intervals
+    SELECT generation, step, ended_at AS e, started_at AS b, input_wait_ms AS w, lost
+    FROM step_spans(getvariable('run_id'))
 ),
 first_step AS (
     SELECT generation, min(b) AS b, max(e) AS e FROM step_iv GROUP BY generation
@@ -73,8 +63,8 @@ resizes AS (
            coalesce((SELECT min(x.occurred_at) FROM events x
                      WHERE x.run_id = getvariable('run_id') AND x.topic = 'runledger.runs'
                        AND x.event_type = 'MembershipConfirmed'
-                       AND x.generation = g.generation), fs.b, g.next_start) AS joined,
-           coalesce(fs.b, g.next_start) AS stepped
+                       AND x.generation = g.generation), fs.b, g.next_started_at) AS joined,
+           coalesce(fs.b, g.next_started_at) AS stepped
     FROM (SELECT *, lag(generation) OVER w AS prev, lag(started_at) OVER w AS prev_start
           FROM gens WINDOW w AS (ORDER BY generation)) g
     LEFT JOIN first_step p ON p.generation = g.prev

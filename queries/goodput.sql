@@ -11,7 +11,10 @@
 -- them, from the ranks' own step times ('2 x cpu', '8 x cuda: <name>'; NULL when
 -- no rank said, as StepTimesRecorded v1 writers do not).
 --
--- DuckDB CLI: SET VARIABLE run_id = '<run>'; .read queries/goodput.sql
+-- Which steps were redone (step_spans.lost) and the run's span are spans.sql's.
+--
+-- DuckDB CLI: SET VARIABLE run_id = '<run>'; .read queries/spans.sql
+--             .read queries/goodput.sql
 WITH
 run AS (
     SELECT r.world_size, r.submitted_at,
@@ -20,28 +23,10 @@ run AS (
     FROM runs r JOIN events e ON e.topic = r.topic AND e.part = r.part AND e.ofs = r.ofs
     WHERE r.run_id = getvariable('run_id')
 ),
-bounds AS (
-    SELECT
-        min(occurred_at) FILTER (WHERE event_type = 'RunAdmitted') AS admitted,
-        coalesce(max(occurred_at) FILTER (WHERE event_type IN ('RunFinished', 'RunCancelled')),
-                 max(occurred_at)) AS ended
-    FROM events
-    WHERE run_id = getvariable('run_id') AND topic = 'runledger.runs'
-),
-gens AS (
-    SELECT g.generation,
-           least(coalesce(g.resume_step, 0),
-                 coalesce((SELECT min(s.step) - 1 FROM steps s WHERE s.run_id = g.run_id
-                             AND s.generation = g.generation), coalesce(g.resume_step, 0)))
-               AS resume_step
-    FROM generations g WHERE g.run_id = getvariable('run_id')
-),
 accepted AS (
     SELECT count(*) AS steps, coalesce(sum(tokens), 0) AS tokens,
            coalesce(sum(loss_tokens), 0) AS loss_tokens
-    FROM steps s WHERE s.run_id = getvariable('run_id')
-      AND NOT EXISTS (SELECT 1 FROM gens g WHERE g.generation > s.generation
-                      AND g.resume_step < s.step)
+    FROM step_spans(getvariable('run_id')) WHERE NOT lost
 ),
 devs AS (
     SELECT string_agg(n || ' x ' || device, ', ' ORDER BY device) AS devices
@@ -49,20 +34,19 @@ devs AS (
           WHERE run_id = getvariable('run_id') AND device IS NOT NULL GROUP BY device)
 ),
 all_steps AS (
-    SELECT coalesce(sum(loss_tokens), 0) AS loss_tokens FROM steps
-    WHERE run_id = getvariable('run_id')
+    SELECT coalesce(sum(loss_tokens), 0) AS loss_tokens FROM step_spans(getvariable('run_id'))
 )
 SELECT
     a.steps AS accepted_steps,
     a.tokens AS accepted_tokens,
     a.loss_tokens AS accepted_loss_tokens,
     all_steps.loss_tokens - a.loss_tokens AS discarded_loss_tokens,
-    round((b.ended - run.submitted_at) / 1000.0, 3) AS end_to_end_s,
-    round(a.loss_tokens / nullif((b.ended - run.submitted_at) / 1000.0, 0), 1)
+    round((b.ended_at - run.submitted_at) / 1000.0, 3) AS end_to_end_s,
+    round(a.loss_tokens / nullif((b.ended_at - run.submitted_at) / 1000.0, 0), 1)
         AS loss_tokens_per_s,
-    round(run.world_size * (b.ended - b.admitted) / 3600000.0, 6) AS gpu_hours,
+    round(run.world_size * (b.ended_at - b.admitted_at) / 3600000.0, 6) AS gpu_hours,
     devs.devices,
     run.price AS price_per_gpu_hour,
-    run.price * run.world_size * (b.ended - b.admitted) / 3600000.0
+    run.price * run.world_size * (b.ended_at - b.admitted_at) / 3600000.0
         / nullif(a.loss_tokens, 0) AS cost_per_loss_token
-FROM accepted a, all_steps, bounds b, run, devs;
+FROM accepted a, all_steps, run_span(getvariable('run_id')) b, run, devs;

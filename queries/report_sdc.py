@@ -54,7 +54,7 @@ _INVARIANTS = {"nonfinite", "spike_sigma", "window", "warmup"}
 
 
 def spec_env(doc: Any) -> SdcEnv:
-    """What ``controller.spec_sdc.sdc_env`` makes of a spec's ``sdc`` section (the
+    """What ``controller.spec.sdc.sdc_env`` makes of a spec's ``sdc`` section (the
     queries may not import the controller): ``agreement`` absent is off, present its
     ``every`` defaults to 1; ``invariants`` absent are the defaults. TypeError or
     InvalidEvent for a section that is not one."""

@@ -2,8 +2,12 @@
 
 A query file names its inputs with ``getvariable(...)``; ``run_query`` sets
 ``run_id`` and any extra parameters as DuckDB variables on its own cursor, so
-the same file runs unchanged in the DuckDB CLI. Names and runs are checked
-first, so a typo gets a list of what exists rather than an empty table.
+the same file runs unchanged in the DuckDB CLI. ``spans.sql`` is no query: it
+defines the TEMP table macros several queries share (a run's span, its
+generations, its steps and which were redone), and :func:`sql_text` puts it
+before every query, so each is said once (in the CLI, ``.read`` it first). Names
+and runs are checked first, so a typo gets a list of what exists rather than an
+empty table.
 
 Tested in tests/queries/test_queries.py and tests/queries/test_ettr_properties.py.
 """
@@ -20,18 +24,26 @@ import duckdb
 from queries.errors import QueryError
 
 _OPTIONAL = ("checkpoint_step", "straggler_ratio")
+# The shared table macros: a .sql file of the package, but no query of its own.
+SHARED = "spans"
 
 
 def names() -> list[str]:
     """Every query this package ships, by file name."""
     return sorted(e.name[:-4] for e in resources.files("queries").iterdir()
-                  if e.name.endswith(".sql"))
+                  if e.name.endswith(".sql") and e.name != f"{SHARED}.sql")
+
+
+def _read(name: str) -> str:
+    return resources.files("queries").joinpath(f"{name}.sql").read_text("utf-8")
 
 
 def sql_text(name: str) -> str:
+    """Query ``name`` as one script: the shared macros (CREATE OR REPLACE TEMP, so it
+    runs again on the same connection), then the query, whose rows the script returns."""
     if name not in names():
         raise QueryError(f"unknown query {name!r}; queries: {', '.join(names())}")
-    return resources.files("queries").joinpath(f"{name}.sql").read_text("utf-8")
+    return f"{_read(SHARED)}\n{_read(name)}"
 
 
 @dataclass(frozen=True, slots=True)

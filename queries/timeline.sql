@@ -14,32 +14,22 @@
 -- The run's end (t_s of `end`, else its latest fact) closes the last band, as in
 -- the ettr query, so the chart's width is the allocation.
 --
--- DuckDB CLI: SET VARIABLE run_id = '<run>'; .read queries/timeline.sql
+-- The run's span, its generations (with their resume steps) and its steps (with
+-- their lost flags) are spans.sql's, as the ettr, goodput and curves queries read them.
+--
+-- DuckDB CLI: SET VARIABLE run_id = '<run>'; .read queries/spans.sql
+--             .read queries/timeline.sql
 WITH
 bounds AS (
-    SELECT
-        coalesce(min(occurred_at) FILTER (WHERE event_type = 'RunAdmitted'),
-                 min(occurred_at)) AS a,
-        coalesce(max(occurred_at) FILTER (WHERE event_type IN ('RunFinished', 'RunCancelled')),
-                 max(occurred_at)) AS z
-    FROM events
-    WHERE run_id = getvariable('run_id') AND topic = 'runledger.runs'
+    -- t = 0 at admission (at the first fact while the run waits for it); z: its end
+    SELECT coalesce(admitted_at, first_at) AS a, ended_at AS z
+    FROM run_span(getvariable('run_id'))
 ),
 gens AS (
-    -- resume_step as goodput.sql reads it: earlier when a restore fell back
-    SELECT g.generation, g.started_at, g.reason,
-           least(coalesce(g.resume_step, 0),
-                 coalesce((SELECT min(s.step) - 1 FROM steps s WHERE s.run_id = g.run_id
-                             AND s.generation = g.generation), coalesce(g.resume_step, 0)))
-               AS resume_step,
-           lead(g.started_at) OVER (ORDER BY g.generation) AS next_start
-    FROM generations g WHERE g.run_id = getvariable('run_id')
+    SELECT * FROM generation_spans(getvariable('run_id'))
 ),
 steps_ AS (
-    SELECT s.generation, s.step, s.occurred_at AS e, s.occurred_at - s.step_time_ms AS b,
-           EXISTS (SELECT 1 FROM gens g WHERE g.generation > s.generation
-                   AND g.resume_step < s.step) AS lost
-    FROM steps s WHERE s.run_id = getvariable('run_id')
+    SELECT * FROM step_spans(getvariable('run_id'))
 ),
 faults AS (
     SELECT f.generation, f.occurred_at AS classified, f.failure_class, f.signature, f.action,
@@ -47,18 +37,19 @@ faults AS (
                (SELECT min(x.occurred_at) FROM exits x
                 WHERE x.run_id = f.run_id AND x.generation = f.generation
                   AND (x.signal IS NOT NULL OR x.exit_code <> 0)),
-               (SELECT max(e) FROM steps_ WHERE generation = f.generation),
+               (SELECT max(ended_at) FROM steps_ WHERE generation = f.generation),
                (SELECT started_at FROM gens WHERE generation = f.generation))) AS fault_at,
            (SELECT min(g.generation) FROM gens g WHERE g.generation > f.generation) AS next_gen,
            (SELECT max(step) FROM steps_ WHERE generation = f.generation) AS last_step
     FROM failures f WHERE f.run_id = getvariable('run_id')
 ),
 marks(kind, generation, t, t_end, step, lost, label) AS (
-    SELECT 'generation', generation, started_at, coalesce(next_start, (SELECT z FROM bounds)),
+    SELECT 'generation', generation, started_at,
+           coalesce(next_started_at, (SELECT z FROM bounds)),
            resume_step, false, reason
     FROM gens
     UNION ALL
-    SELECT 'step', generation, e, NULL, step, lost, NULL FROM steps_
+    SELECT 'step', generation, ended_at, NULL, step, lost, NULL FROM steps_
     UNION ALL
     SELECT 'checkpoint', c.generation, c.committed_at, NULL, c.step,
            EXISTS (SELECT 1 FROM revocations r WHERE r.run_id = c.run_id
@@ -71,7 +62,7 @@ marks(kind, generation, t, t_end, step, lost, label) AS (
     FROM faults
     UNION ALL
     SELECT 'recovery', f.generation, f.fault_at,
-           (SELECT min(b) FROM steps_ s WHERE s.generation = f.next_gen),
+           (SELECT min(started_at) FROM steps_ s WHERE s.generation = f.next_gen),
            (SELECT resume_step FROM gens g WHERE g.generation = f.next_gen), false,
            'g' || f.generation || ' -> g' || coalesce(CAST(f.next_gen AS VARCHAR), '?')
     FROM faults f

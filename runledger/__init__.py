@@ -13,20 +13,23 @@
   broker connection;
 - ``errors``: :class:`~runledger.errors.RunledgerError`, the package's root
   error, and the exit-status table;
-- ``runview``: what ``status`` and ``runs`` show, computed from events (pure);
-- ``statusview``: ``status`` and ``runs`` from the run summaries (``runledger.status``);
-  ``logview``: which worker log ``logs`` shows; ``nodeview``: what ``nodes`` shows;
+- ``views``: what the commands show, computed from events or summaries
+  (``status``, ``runs``, ``nodes``, ``logs``, ``audit verify``, ``query manifest``,
+  ``checkpoint list``);
 - ``current``: the local stack ``stack up`` remembered for every other command;
 - ``nodekeys``: a node's key: ``node enroll`` (made and registered as
   ``node.<name>``), and the key ``runledger agent`` signs its reports with;
 - ``specload``: what ``submit`` checks of a spec on the submitting machine;
-- ``preflight``: the rules of ``preflight`` (observations to rows and a verdict,
-  pure); ``preflightio``: what it observes (nodes, storage probes, dataset
-  objects, topics);
-- ``drillplan``: the faults of ``drill`` and which a spec can show; ``drilljudge``:
-  what a drill run showed (both pure); ``drillrun``: one fault on the live stack;
-  ``drillview``: the drill's matrix as a table, JSON or HTML;
+- ``rehearse``: the rehearsals ``preflight``, ``pilot`` and ``drill``, and the
+  terminal check they share: pure judges beside the shells that observe for them;
 - ``interrupt``: Ctrl-C that always ends a command following the log;
+- ``keylog``: the keys log from an admin's side (the ring it folds to, key records
+  checked before writing); ``signer``: an operator's signed requests;
+- ``logcopy``: a copy of the signed log in files, verified later without a broker;
+- ``logfind``: where a worker's log is, found on the log (``logs`` and ``ui``);
+- ``nodelog``: the node records on the log (``nodes``, ``preflight``, ``pilot``, ``ui``);
+- ``rawlog``: the log as stored, raw bytes and headers, for checking signatures;
+- ``ui``: ``runledger ui``, the read-only live view over the running system;
 - ``metricsserver``: the HTTP server of ``controller|project|agent --metrics``;
 - ``stack``: a local Apache Kafka (KRaft) cluster;
 - ``demo``: ``runledger demo``, the whole system end to end on one machine.

@@ -1,7 +1,7 @@
 """Where a worker's log is, found on the log: the run's facts and its node's registration.
 
 The run's own partition of ``runledger.runs`` says who the members of each
-generation were and which exited (``runledger.logview.pick``); a running
+generation were and which exited (``runledger.views.logview.pick``); a running
 worker's file lies under the work dir its agent registered, read from the
 node's partition of ``runledger.reports`` and taken only when the node's own
 key signed it (a forged registration would point elsewhere). ``runledger logs``
@@ -19,7 +19,7 @@ from events.reader import LogReader
 from events.reportdoor import view_door
 from events.topics import REPORTS, RUNS
 from runledger.errors import RunledgerError
-from runledger.logview import LogNotFound, Picked, log_file, pick, work_dir_of
+from runledger.views.logview import LogNotFound, Picked, log_file, pick, work_dir_of
 
 
 def run_reader(address: str, run: str, *, bounded: bool, retry_s: float,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from controller.spec import RunSpec
+from controller.spec.runspec import RunSpec
 from dataplane.catalog import is_manifest_id
 from events.launch import launch_problem
 from runledger import config

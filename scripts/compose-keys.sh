@@ -8,8 +8,8 @@
 # owner-only, into the one volume each of those services mounts, so neither ever
 # holds the admin's key. The agent's node key (principal node.agent-1, role
 # agent) is enrolled straight into the volume only the agent mounts, as
-# `runledger node enroll` does for any node (README, Security: a key per node). Without signatures the controller would take any
-# operator's request for any principal's (README, Security).
+# `runledger node enroll` does for any node (docs/security.md: a key per node). Without signatures the controller would take any
+# operator's request for any principal's (docs/security.md).
 set -eu
 : "${RUNLEDGER_BOOTSTRAP:?}" "${RUNLEDGER_CREDENTIALS:?}"
 umask 077

@@ -1,5 +1,5 @@
 """Exercise the SDC detectors (``worker.sdc``) and the bitflip injector (``worker.bitflip``)
-on a GPU when there is one, on the CPU otherwise (README, "Silent data corruption").
+on a GPU when there is one, on the CPU otherwise (docs/training.md, "The detectors on CUDA").
 
 Usage: ``.venv/bin/python scripts/gpu_check.py [--device auto|cuda|cpu] [--flips N]
 [--quick] [--json PATH]``

@@ -9,7 +9,8 @@
   ``crcwrite``: the CRC32C of each file taken as DCP writes it.
 - ``restore``: verifying committed checkpoints before loading, with fallback;
   ``verified``: each shard read once, checked, and loaded from the checked bytes.
-- ``persist``: async staging and the bounded background writer.
+- ``persist``: async staging and the bounded background writer; ``jobs``: the one
+  background job loop it and ``tiers`` (copies to other storage tiers) run on.
 - ``manifest``, ``layout``, ``storage``: the checkpoint manifest, paths, fsspec I/O;
   ``dcpfs``: DCP's fsspec reader and writer under either of torch's module names.
 - ``gc``: bounded, retryable garbage collection of checkpoints.

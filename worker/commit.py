@@ -22,13 +22,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from worker import storage
 from worker.comm import Comm
 from worker.crcwrite import Sum, checksummed
-from worker.dcpfs import FsspecReader, FsspecWriter
 from worker.errors import StorageFault
 from worker.faults import Faults
 from worker.layout import DCP_METADATA, MANIFEST, CheckpointDir
@@ -141,7 +140,7 @@ def _check_coverage(ckdir: CheckpointDir, planned: Any, sizes: dict[str, int],
     """The keys stored; a StorageFault naming the first gap otherwise."""
     url = ckdir.url
     try:
-        stored = _reader(url).read_metadata()
+        stored = storage.dcp_reader(url).read_metadata()
     except Exception as exc:
         raise StorageFault("checking coverage", f"{url}: cannot read DCP metadata: {exc}") \
             from exc
@@ -167,18 +166,9 @@ def _check_coverage(ckdir: CheckpointDir, planned: Any, sizes: dict[str, int],
 
 
 def _writer(url: str, faults: Faults, step: int) -> Any:
-    if storage.is_local(url):
-        path = storage.local_path(url)
-        if faults.armed("mid_shard", step):
-            return _HalfWriter(path, faults, step, f"__{faults.rank}_")
-        return FileSystemWriter(path, sync_files=True, overwrite=False)
-    return FsspecWriter(url, sync_files=True, overwrite=False)
-
-
-def _reader(url: str) -> Any:
-    if storage.is_local(url):
-        return FileSystemReader(storage.local_path(url))
-    return FsspecReader(url)
+    if storage.is_local(url) and faults.armed("mid_shard", step):
+        return _HalfWriter(storage.local_path(url), faults, step, f"__{faults.rank}_")
+    return storage.dcp_writer(url)
 
 
 class _HalfWriter(FileSystemWriter):

@@ -7,10 +7,10 @@ streams through is wrapped: each byte DCP writes passes through
 The checksum is of what the worker handed to the store; reading the files back
 (``worker.commit.READBACK``) is the opt-in check that the store kept it.
 
-Large writes are checksummed on a helper thread while the same bytes go to the
-stream: both release the GIL, so the CRC mostly hides behind the copy into the
-page cache. The caller waits for both before ``write`` returns, so the buffer
-is never read after DCP may reuse it.
+Large writes are checksummed on the helper thread (``worker.storage.crc_pool``)
+while the same bytes go to the stream: both release the GIL, so the CRC mostly
+hides behind the copy into the page cache. The caller waits for both before
+``write`` returns, so the buffer is never read after DCP may reuse it.
 
 Tested in tests/worker/test_crcwrite.py.
 """
@@ -18,27 +18,18 @@ Tested in tests/worker/test_crcwrite.py.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import crc32c
 
+from worker.storage import crc_pool
+
 # Below this a thread hand-off costs more than the CRC it would hide (~12 GB/s).
 _OVERLAP_MIN = 1 << 20
-_pool_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-
-
-def _executor() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runledger-crc")
-        return _pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +53,7 @@ class CrcStream:
     def write(self, b: Any) -> int:
         view = memoryview(b).cast("B")
         if view.nbytes >= _OVERLAP_MIN:
-            crc: Future[int] = _executor().submit(crc32c.crc32c, view, self._crc)
+            crc: Future[int] = crc_pool().submit(crc32c.crc32c, view, self._crc)
             try:
                 n = self._raw.write(view)
             finally:

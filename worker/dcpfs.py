@@ -3,7 +3,7 @@
 ``torch.distributed.checkpoint.fsspec_filesystem`` is the public name, but
 some builds ship only the private module behind it (torch 2.11.0+cu130 on the
 GPU machine had no public alias): importing either keeps the worker importable
-on both.
+on both. ``worker.storage`` makes DCP's readers and writers from these.
 
 Tested in tests/worker/test_commit.py and tests/test_gpu_check.py.
 """

@@ -1,6 +1,6 @@
 """The worker package's exceptions: one root, specific leaves.
 
-Exit codes follow the controller's failure classification (README, failure
+Exit codes follow the controller's failure classification (docs/training.md, failure
 policy): a storage fault exits 74 (EX_IOERR), a data fault 65, so the
 controller's policy sees the right class without parsing messages.
 

@@ -8,10 +8,11 @@ fresh copy of the whole state was most of the training stall (README,
 Performance), and a buffer is never handed out while a write still reads it.
 On CUDA the buffers are pinned and the copies are asynchronous, synchronised
 once. The copy goes into a bounded backlog that one background thread drains
-in order, running the whole commit protocol per item; host memory is bounded
-by ``backlog`` staged copies, which the pool keeps for reuse. A failure in the
-background is kept and raised on the training thread at its next call, never
-swallowed.
+in order, running the whole commit protocol per item (``worker.jobs.JobLoop``,
+the loop the tier copier runs on too); host memory is bounded by ``backlog``
+staged copies, which the pool keeps for reuse. A failure in the background is
+kept and raised on the training thread at its next call, never swallowed, and
+the writes queued behind it are dropped (their copies go back to the pool).
 
 Tested in tests/worker/test_persist.py.
 """
@@ -20,12 +21,13 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from worker.jobs import JobLoop
 
 Signature = tuple[tuple[tuple[int, ...], torch.dtype, bool], ...]
 
@@ -152,88 +154,50 @@ def nbytes(value: Any) -> int:
     return 0
 
 
+# A job and the staged copy it writes (None: it writes no pooled copy).
+_Write = tuple[Callable[[], None], Staged | None]
+
+
+def _write(write: _Write) -> None:
+    write[0]()
+
+
 class Persister:
-    """One background thread running ``job()`` for each submitted item, in order."""
+    """One background thread running ``job()`` for each submitted item, in order
+    (a :class:`~worker.jobs.JobLoop`), with the pool its staged copies come from."""
 
     def __init__(self, backlog: int) -> None:
         self.backlog = backlog
         self.staging = StagingPool(keep=backlog)
-        self._jobs: deque[tuple[Callable[[], None], Staged | None]] = deque()
-        self._cond = threading.Condition()
-        self._busy = False
-        self._error: BaseException | None = None
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="rl-persist", daemon=True)
-        self._thread.start()
+        self._jobs: JobLoop[_Write] = JobLoop("rl-persist", _write, release=self._release)
 
     @property
     def pending(self) -> int:
         """Staged copies alive: queued plus the one being written."""
-        with self._cond:
-            return len(self._jobs) + (1 if self._busy else 0)
+        return self._jobs.pending
 
     def submit(self, job: Callable[[], None], staged: Staged | None = None) -> None:
         """Queue ``job``; ``staged`` (what it writes) goes back to the pool once it has run."""
         self.check()
-        with self._cond:
-            self._jobs.append((job, staged))
-            self._cond.notify_all()
+        self._jobs.submit((job, staged))
 
     def wait_for_room(self) -> None:
         """Block until fewer than ``backlog`` copies are alive (the delay policy)."""
-        with self._cond:
-            while len(self._jobs) + (1 if self._busy else 0) >= self.backlog:
-                if self._error is not None:
-                    break
-                self._cond.wait(0.1)
-        self.check()
+        self._jobs.wait_below(self.backlog)
 
     def drain(self) -> None:
-        with self._cond:
-            while (self._jobs or self._busy) and self._error is None:
-                self._cond.wait(0.1)
-        self.check()
+        self._jobs.drain()
 
     def check(self) -> None:
         """Raise the background failure, once, on the caller's thread."""
-        with self._cond:
-            error, self._error = self._error, None
-        if error is not None:
-            raise error
+        self._jobs.check()
 
     def close(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        self._thread.join(30)
+        self._jobs.close()
         self.staging.clear()
 
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._jobs and not self._stop:
-                    self._cond.wait()
-                if not self._jobs:
-                    return
-                job, staged = self._jobs.popleft()
-                self._busy = True
-            try:
-                job()
-            except BaseException as exc:  # kept for the training thread
-                with self._cond:
-                    self._error = exc
-                    dropped = list(self._jobs)
-                    self._jobs.clear()  # later saves would build on a broken chain
-                for _, other in dropped:
-                    if other is not None:
-                        self.staging.release(other)
-            finally:
-                # Drop the job (and the references to the staged copy it holds)
-                # before the buffers go back, or a full host copy would outlive
-                # its write outside the pool.
-                del job
-                if staged is not None:
-                    self.staging.release(staged)
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
+    def _release(self, write: _Write) -> None:
+        # Run, failed or dropped behind a failure: its buffers may be reused either way.
+        staged = write[1]
+        if staged is not None:
+            self.staging.release(staged)

@@ -25,7 +25,6 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 
 from worker import storage, verified
 from worker.comm import Comm
-from worker.commit import _reader
 from worker.errors import NoUsableCheckpoint, VerificationFailed
 from worker.layout import dir_of_manifest
 from worker.manifest import CheckpointManifest, digest, parse
@@ -140,8 +139,8 @@ def load(candidate: Candidate, state: dict[str, Any], comm: Comm) -> None:
 
     Shards this process verified last are loaded from the bytes it checked."""
     held = _held.pop(candidate.url, None)
-    reader = _reader(candidate.url) if not held else \
-        verified.reader(candidate.url, storage.is_local(candidate.url), held)
+    reader = storage.dcp_reader(candidate.url) if not held else \
+        verified.reader(candidate.url, held)
     try:
         dcp_load(state, storage_reader=reader, process_group=comm.group,
                  no_dist=not comm.distributed)

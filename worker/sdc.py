@@ -1,4 +1,4 @@
-"""Silent-data-corruption detectors that run inside ``Session.step`` (README, "Silent data
+"""Silent-data-corruption detectors that run inside ``Session.step`` (docs/training.md, "Silent data
 corruption"), after the optimizer step and before the step is reported or checkpointed.
 
 - Cross-replica agreement (``agreement``): data-parallel replicas must hold the same

@@ -3,14 +3,23 @@
 Every error from the store becomes a :class:`~worker.errors.StorageFault`
 naming the stage and the URL, so a worker reports it and exits with the
 storage exit code instead of dying on a bare ``OSError``.
+
+DCP's storage reader and writer for a checkpoint directory are made here too
+(:func:`dcp_reader`, :func:`dcp_writer`: the plain file system's for a local
+path, fsspec's, ``worker.dcpfs``, for any other store), as is the one helper
+thread CRC32C runs on while bytes move (:func:`crc_pool`: ``worker.crcwrite``
+as DCP writes, ``worker.verified`` as restore reads). torch is imported only
+when a DCP reader or writer is made: reading a manifest needs none of it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable
-from typing import TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import crc32c
 import fsspec
@@ -19,6 +28,8 @@ from worker.errors import StorageFault
 
 T = TypeVar("T")
 _BLOCK = 8 << 20
+_pool_lock = threading.Lock()
+_pool: ThreadPoolExecutor | None = None
 
 
 def _fs(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -120,3 +131,43 @@ def is_local(url: str) -> bool:
 def local_path(url: str) -> str:
     _, path = _fs(url)
     return path
+
+
+def dcp_reader_class(url: str) -> tuple[type[Any], str]:
+    """The class :func:`dcp_reader` makes for ``url`` and the location it is made with,
+    for a caller that extends it (``worker.verified``'s reader of held shards)."""
+    if is_local(url):
+        from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+        return FileSystemReader, local_path(url)
+    from worker.dcpfs import FsspecReader
+
+    return FsspecReader, url
+
+
+def dcp_reader(url: str) -> Any:
+    """DCP's storage reader of the checkpoint directory at ``url``."""
+    cls, where = dcp_reader_class(url)
+    return cls(where)
+
+
+def dcp_writer(url: str) -> Any:
+    """DCP's storage writer into the checkpoint directory at ``url``: files synced, none
+    overwritten."""
+    if is_local(url):
+        from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+        return FileSystemWriter(local_path(url), sync_files=True, overwrite=False)
+    from worker.dcpfs import FsspecWriter
+
+    return FsspecWriter(url, sync_files=True, overwrite=False)
+
+
+def crc_pool() -> ThreadPoolExecutor:
+    """The helper thread that checksums one buffer while the next is written or read
+    (both release the GIL); one per process, made on first use."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runledger-crc")
+        return _pool

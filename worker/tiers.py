@@ -32,7 +32,7 @@ import os
 import sys
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -46,6 +46,7 @@ from worker import storage
 from worker.commit import Written
 from worker.errors import StorageFault, VerificationFailed
 from worker.gc import Retention, Slot, collect, history
+from worker.jobs import JobLoop
 from worker.layout import CheckpointDir
 from worker.manifest import digest
 from worker.restore import Candidate
@@ -172,7 +173,8 @@ class Identity:
 
 
 class Replicator:
-    """One thread copying committed checkpoints to the later tiers, in commit order.
+    """One thread copying committed checkpoints to the later tiers, in commit order
+    (a :class:`~worker.jobs.JobLoop`, at the lowest CPU priority).
 
     A failure is kept and raised on the training thread at its next :meth:`check`
     (a tier that cannot be written is a storage fault, not a silent gap in RPO).
@@ -185,68 +187,31 @@ class Replicator:
         self._who = who
         self._report = report
         self._clock = clock
-        self._jobs: deque[tuple[Written, float]] = deque()
-        self._busy: Slot | None = None
-        self._cond = threading.Condition()
-        self._error: BaseException | None = None
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="rl-replicate", daemon=True)
-        self._thread.start()
+        # (what to copy, when the log committed it on this clock)
+        self._jobs: JobLoop[tuple[Written, float]] = JobLoop(
+            "rl-replicate", self._copy_all, on_start=_lowest_priority, clock=clock)
 
     def submit(self, written: Written, committed_at: float) -> None:
         """Copy ``written`` (committed at ``committed_at`` on this clock) everywhere."""
-        with self._cond:
-            self._jobs.append((written, committed_at))
-            self._cond.notify_all()
+        self._jobs.submit((written, committed_at))
 
     def pinned(self) -> frozenset[Slot]:
         """Checkpoints still to copy: GC of the first tier must leave them."""
-        with self._cond:
-            slots = {(w.ckdir.generation, w.ckdir.step) for w, _ in self._jobs}
-            return frozenset(slots | ({self._busy} if self._busy else set()))
+        return frozenset((w.ckdir.generation, w.ckdir.step) for w, _ in self._jobs.items())
 
     def check(self) -> None:
-        with self._cond:
-            error, self._error = self._error, None
-        if error is not None:
-            raise error
+        self._jobs.check()
 
     def drain(self, timeout_s: float = 600.0) -> None:
-        deadline = self._clock() + timeout_s
-        with self._cond:
-            while (self._jobs or self._busy) and self._error is None:
-                if self._clock() > deadline:
-                    break
-                self._cond.wait(0.1)
-        self.check()
+        self._jobs.drain(timeout_s)
 
     def close(self) -> None:
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        self._thread.join(30)
+        self._jobs.close()
 
-    def _run(self) -> None:
-        _lowest_priority()
-        while True:
-            with self._cond:
-                while not self._jobs and not self._stop:
-                    self._cond.wait()
-                if not self._jobs:
-                    return
-                written, committed_at = self._jobs.popleft()
-                self._busy = (written.ckdir.generation, written.ckdir.step)
-            try:
-                for tier in self.tiers:
-                    self._one(written, committed_at, tier)
-            except BaseException as exc:  # kept for the training thread
-                with self._cond:
-                    self._error = exc
-                    self._jobs.clear()
-            finally:
-                with self._cond:
-                    self._busy = None
-                    self._cond.notify_all()
+    def _copy_all(self, job: tuple[Written, float]) -> None:
+        written, committed_at = job
+        for tier in self.tiers:
+            self._one(written, committed_at, tier)
 
     def _one(self, written: Written, committed_at: float, tier: TierEnv) -> None:
         url, size = copy_verified(written, tier)

@@ -33,14 +33,16 @@ import crc32c
 import fsspec
 import torch
 import torch.serialization as tser
+
+# torch's own private names (no public API loads a tensor record in place): a
+# third-party package's, which the project's rule against private names across
+# modules (tests/test_layout.py) leaves alone.
 from torch import _weights_only_unpickler
 from torch.distributed._shard._utils import narrow_tensor_by_index
-from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner
 from torch.futures import Future as TorchFuture
 
-from worker.crcwrite import _executor
-from worker.dcpfs import FsspecReader
+from worker import storage
 
 # Host memory a restore may hold at once for verified shards read from a non-local
 # store (one rank's share at most; several ranks share a node's RAM, hence 16 GiB).
@@ -75,7 +77,7 @@ def read_checked(url: str, size: int, hold: bool) -> tuple[int, int, torch.Tenso
                 pending = None
             if not n:
                 break
-            pending = _executor().submit(crc32c.crc32c, view[at:at + n], crc)
+            pending = storage.crc_pool().submit(crc32c.crc32c, view[at:at + n], crc)
             done += n
             slot ^= 1
         extra = len(f.read(1))  # a file longer than the manifest says
@@ -166,9 +168,11 @@ def tensor_of(segment: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def reader(url: str, local: bool, held: dict[str, torch.Tensor]) -> Any:
-    """A DCP storage reader for ``url`` that serves the files in ``held`` from memory."""
-    base: Any = FileSystemReader if local else FsspecReader
+def reader(url: str, held: dict[str, torch.Tensor]) -> Any:
+    """A DCP storage reader for ``url`` that serves the files in ``held`` from memory
+    (``worker.storage.dcp_reader`` for the rest)."""
+    found, where = storage.dcp_reader_class(url)
+    base: Any = found
 
     class HeldReader(base):  # type: ignore[misc]
         def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> TorchFuture[None]:
@@ -187,8 +191,7 @@ def reader(url: str, local: bool, held: dict[str, torch.Tensor]) -> Any:
             fut.set_result(None)
             return fut
 
-    path = url if not local else fsspec.core.url_to_fs(url)[1]
-    return HeldReader(path)
+    return HeldReader(where)
 
 
 def _serve(req: Any, planner: LoadPlanner, segment: torch.Tensor) -> None:

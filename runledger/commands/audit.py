@@ -5,7 +5,7 @@
 ``export`` wrote (``--from DIR``: :mod:`runledger.logcopy`, no broker), and
 judges them with ``events.audit.verify``: the key ring and its trust anchor,
 and each run's hash chain of signed facts. It prints one verdict per run
-(:mod:`runledger.auditview`) and exits 1 when anything fails. ``--trust``
+(:mod:`runledger.views.auditview`) and exits 1 when anything fails. ``--trust``
 pins the anchor's key id, ``--heads`` takes the run heads of an earlier
 ``--json`` report so a run whose last facts were removed is noticed.
 ``--keys-topic`` and ``--runs-topic`` read a mirror of the log kept under other
@@ -35,11 +35,12 @@ from events import audit, loghead
 from events.audit import AuditReport, LoggedRecord
 from events.signing import SigningKey, is_key_id
 from events.topics import KEYS, RUNS
-from runledger import auditview, config, current, logcopy
+from runledger import config, current, logcopy
 from runledger.config import AsJson, Bootstrap
 from runledger.errors import RunledgerError, UsageError
 from runledger.rawlog import read_raw
 from runledger.signer import ENV_KEY, load_key
+from runledger.views import auditview
 
 RunOption = Annotated[str | None, typer.Argument(
     metavar="RUN", help="Only this run's verdict (every run's chain is checked all the same).")]

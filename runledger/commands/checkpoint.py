@@ -1,5 +1,5 @@
 """``runledger checkpoint list|gc``: a run's checkpoints as the log records them, per
-storage tier (``runledger.ckpttiers``).
+storage tier (``runledger.views.ckpttiers``).
 
 "Latest" and "committed" come only from ``runledger.runs``; the storage
 listing only says what is there to remove.
@@ -19,9 +19,9 @@ from events.consume import read_log
 from events.model import Event
 from events.topics import RUNS
 from runledger import config
-from runledger.ckpttiers import copies, gc_plan, spec_checkpoint
 from runledger.config import AsJson, Bootstrap, RunArg
 from runledger.errors import RunledgerError, UsageError
+from runledger.views.ckpttiers import copies, gc_plan, spec_checkpoint
 from worker.gc import Retention, collect, history
 
 

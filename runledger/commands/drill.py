@@ -1,17 +1,17 @@
 """``runledger drill SPEC``: inject faults one by one into small runs of a spec, and judge.
 
 The spec is read as ``submit`` reads it (``runledger.specload``); the faults
-come from ``--faults`` (default: the whole catalog of ``runledger.drillplan``)
+come from ``--faults`` (default: the whole catalog of ``runledger.rehearse.drillplan``)
 and each is planned for the drill runs' topology: one the topology cannot show
 is skipped with its reason. Each applicable fault runs, in turn, as its own
-short run on the live stack (``runledger.drillrun``) and is judged
-(``runledger.drilljudge``). Every fault, skipped ones too, is recorded as a
+short run on the live stack (``runledger.rehearse.drillrun``) and is judged
+(``runledger.rehearse.drilljudge``). Every fault, skipped ones too, is recorded as a
 ``DrillCompleted`` on ``runledger.requests`` keyed ``spec/<hex digest>`` of the
 spec as given (not of the drill runs' specs), signed (``runledger.signer``). The
 matrix is printed as a table, ``--json``, or written to ``--html FILE``. Exit 0
 when no applicable fault failed, 1 naming those that did.
 
-Tested in tests/e2e/test_drill.py and tests/runledger/test_drill.py.
+Tested in tests/e2e/test_drill.py and tests/runledger/rehearse/test_drill.py.
 """
 
 from __future__ import annotations
@@ -26,16 +26,17 @@ from typing import Annotated
 
 import typer
 
-from controller.spec import RunSpec, load_spec
+from controller.spec.runspec import RunSpec, load_spec
 from events.model import DrillCompleted, Header, spec_key
-from runledger import config, drillplan, drillrun, drillview
+from runledger import config
 from runledger.config import AsJson, Bootstrap, Principal, catalog_option
-from runledger.drilljudge import SKIP, Judged
-from runledger.drillplan import Planned
 from runledger.errors import RunledgerError, UsageError
+from runledger.rehearse import drillplan, drillrun, drillview
+from runledger.rehearse.drilljudge import SKIP, Judged
+from runledger.rehearse.drillplan import Planned
+from runledger.rehearse.trialplan import spec_steps
 from runledger.signer import ENV_KEY, request_signer, send_request
 from runledger.specload import DatasetPin
-from runledger.trialplan import spec_steps
 
 SpecPath = Annotated[Path, typer.Argument(metavar="SPEC.yaml", help="The run spec.")]
 Faults = Annotated[str | None, typer.Option(

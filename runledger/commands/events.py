@@ -23,10 +23,11 @@ from events.kafka import Quarantined, Record
 from events.state import RunState
 from events.statuslog import read_status
 from events.topics import ALL, RUNS, STATUS
-from runledger import config, statusview
+from runledger import config
 from runledger.config import Bootstrap, json_option
 from runledger.errors import UsageError
 from runledger.interrupt import follow_ctrl_c
+from runledger.views import statusview
 
 Topic = Annotated[str, typer.Option("--topic", "-t", help=f"One of: {', '.join(ALL)}.")]
 Run = Annotated[str | None, typer.Option("--run", help="Only this run id.")]

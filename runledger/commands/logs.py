@@ -1,7 +1,7 @@
 """``runledger logs RUN``: print a worker's output (stdout and stderr) from its log file.
 
 The member and its file are found through the run's facts and its node's
-registration (``runledger.logview``): an exited worker's file is the one its
+registration (``runledger.views.logview``): an exited worker's file is the one its
 agent named in the exit report; a running worker's lies under the work dir its
 agent registered. The file is read when this machine can reach it (the same
 host, or a shared filesystem); otherwise the command says on which node and at
@@ -20,7 +20,7 @@ and says on stderr when older output was dropped by the cap.
 Only the run's partition of ``runledger.runs`` and the node's of
 ``runledger.reports`` are read (``LogReader`` ``key_partition``).
 
-Tested in tests/e2e/test_jobs.py and tests/runledger/test_logview.py.
+Tested in tests/e2e/test_jobs.py and tests/runledger/views/test_logview.py.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from runledger.config import AsJson, Bootstrap, RunArg
 from runledger.errors import RunledgerError, UsageError
 from runledger.interrupt import follow_ctrl_c
 from runledger.logfind import locate, run_facts, run_reader
-from runledger.logview import Picked, describe, exit_of
+from runledger.views.logview import Picked, describe, exit_of
 
 Rank = Annotated[str | None, typer.Option(
     "--rank", metavar="R", help="A rank number or logical id (default: the first that failed,"

@@ -2,7 +2,7 @@
 
 ``nodes`` folds the agents' reports, each through the controller's door
 (``events.reportdoor``: believed only under its node's key), and the node facts
-of ``runledger.runs`` (``runledger.nodeview``). ``node enroll`` gives a node its
+of ``runledger.runs`` (``runledger.views.nodeview``). ``node enroll`` gives a node its
 key (``runledger.commands.enroll``). ``node OPERATION NAME --reason R`` writes a
 ``NodeOperationRequested`` on ``runledger.requests`` keyed ``node/NAME``,
 signed with an operator's key (``--key``, ``RUNLEDGER_KEY`` or the local
@@ -27,19 +27,15 @@ from typing import Annotated
 
 import typer
 
-from controller.inventory import NODE_RECORDS
 from controller.replays import epoch_of
-from events.kafka import Quarantined, event_type_of
-from events.keys import read_ring_or_empty
-from events.model import Event, FailureClassified, Header, NodeOperationRequested, node_key
-from events.reader import LogReader
-from events.reportdoor import ReportDoor
-from events.topics import REPORTS, RUNS
-from runledger import config, nodeview
+from events.model import Header, NodeOperationRequested, node_key
+from runledger import config
 from runledger.commands.enroll import enroll
 from runledger.config import AsJson, Bootstrap, Principal
 from runledger.errors import RunledgerError
+from runledger.nodelog import node_events
 from runledger.signer import ENV_KEY, request_signer, send_request
+from runledger.views import nodeview
 
 NodeName = Annotated[str, typer.Argument(metavar="NAME", help="The node, as `runledger nodes` "
                                                               "lists it.")]
@@ -121,47 +117,8 @@ def _request(operation: str, name: str, reason: str, principal: str | None, as_j
 
 
 # What nodeview folds of runledger.runs: the node facts and the failures it counts.
-_FACT_TYPES = frozenset({t.__name__ for t in NODE_RECORDS} | {FailureClassified.__name__})
-
-
-def _passed_over(_: Quarantined) -> None:
-    return None
-
-
-def node_events(bootstrap: str) -> list[Event]:
-    """Node records of the reports and node facts (and failures) of runs, merged by time.
-
-    The reports pass the controller's own door (``events.reportdoor``): a node record
-    not signed by its node's key, or one no agent may send (a ``NodeQuarantined`` on
-    reports), is passed over, as the controller refuses it."""
-    prefix = node_key("").encode()
-    patience = config.retry_s()
-    door = ReportDoor(lambda: read_ring_or_empty(bootstrap, name="runledger-nodes",
-                                                 retry_s=patience))
-    # An undecodable record belongs to some run, and the controller has already
-    # quarantined and reported it; a view of the nodes passes over it quietly.
-    reader = LogReader(bootstrap, [REPORTS], on_quarantine=_passed_over, strict=True,
-                       bounded=True, retry_s=patience, raw=True, name="runledger-nodes",
-                       select=lambda m: (m.key() or b"").startswith(prefix))
-    try:
-        reports = [r.event for r in reader.records() if door.admit(r, len(r.value)) is None]
-    finally:
-        reader.close()
-    # Of the runs' facts only the node facts and failures count here: the others (most
-    # of a long log) are passed over by their event_type header, never decoded.
-    reader = LogReader(bootstrap, [RUNS], on_quarantine=_passed_over, strict=True,
-                       bounded=True, retry_s=patience, name="runledger-nodes-facts",
-                       select=lambda m: event_type_of(m) in _FACT_TYPES)
-    try:
-        facts = [r.event for r in reader.records()]
-    finally:
-        reader.close()
-    # Facts keep their log order; an agent's records go by when they happened.
-    return sorted([*reports, *facts], key=lambda e: e.header.occurred_at)
-
-
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-__all__ = ["cordon", "drain", "node_events", "nodes", "register", "uncordon"]
+__all__ = ["cordon", "drain", "nodes", "register", "uncordon"]

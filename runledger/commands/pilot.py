@@ -1,15 +1,15 @@
 """``runledger pilot SPEC``: the spec small and short on the live stack, measured.
 
 The spec is read as ``submit`` reads it (the dataset alias resolved through
-the catalog); :mod:`runledger.trialplan` derives the pilot spec (``<name>-pilot``,
+the catalog); :mod:`runledger.rehearse.trialplan` derives the pilot spec (``<name>-pilot``,
 ``--steps`` steps at ``--replicas`` replicas, a checkpoint every third of the
 steps, and ``RUNLEDGER_FAULT`` killing every rank right after generation 1's
 first commit, so generation 2 must restore it). Before anything is submitted
 the path is checked as ``preflight`` checks it (free slots for the pilot,
 each checkpoint root writable, every dataset object there): a failure there
 refuses the pilot at once, naming the root or the object. Otherwise the pilot
-run is submitted and watched (:mod:`runledger.trial`) until it ends (it is
-cancelled after ``--timeout``), and :mod:`runledger.pilot` turns its events into
+run is submitted and watched (:mod:`runledger.rehearse.trial`) until it ends (it is
+cancelled after ``--timeout``), and :mod:`runledger.rehearse.pilot` turns its events into
 figures and rows. The result is recorded as a ``PilotCompleted`` keyed by the
 ORIGINAL spec's digest (``spec/<hex>``), signed with an operator's key
 (``runledger.signer``). Exit 0 when every check passed, 1 naming the failed checks.
@@ -27,13 +27,14 @@ from typing import Annotated
 
 import typer
 
-from controller.spec import RunSpec, load_spec
+from controller.spec.runspec import RunSpec, load_spec
 from events.model import Event, Header, PilotCompleted, PreflightCheck, spec_key
 from events.signing import SigningKey
-from runledger import config, pilot, preflight, preflightio, trial, trialplan
-from runledger.commands.nodes import node_events
+from runledger import config
 from runledger.config import AsJson, Bootstrap, Principal, catalog_option
 from runledger.errors import RunledgerError
+from runledger.nodelog import node_events
+from runledger.rehearse import pilot, preflight, preflightio, trial, trialplan
 from runledger.signer import ENV_KEY, request_signer, send_request
 from runledger.specload import DatasetPin, check_code
 

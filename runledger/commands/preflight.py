@@ -2,15 +2,15 @@
 
 The spec is read as ``submit`` reads it (``runledger.specload``: the dataset
 alias resolved through the catalog, the canonical spec and its digest); the
-shell (``runledger.preflightio``) observes the live nodes, this client's
+shell (``runledger.rehearse.preflightio``) observes the live nodes, this client's
 software, every checkpoint root, every dataset object and the topics; the
-rules of ``runledger.preflight`` make the rows and the verdict. The result is
+rules of ``runledger.rehearse.preflight`` make the rows and the verdict. The result is
 recorded as a ``PreflightCompleted`` on ``runledger.requests``, keyed
 ``spec/<hex digest>`` (``events.base.spec_key``), signed with an operator's key
 (``runledger.signer``). Exit 0 when every check passed or was skipped, 1 naming the
 failed checks.
 
-Tested in tests/runledger/commands/test_preflight.py and tests/runledger/test_preflight.py.
+Tested in tests/runledger/commands/test_preflight.py and tests/runledger/rehearse/test_preflight.py.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from typing import Annotated
 
 import typer
 
-from controller.spec import RunSpec, load_spec
+from controller.spec.runspec import RunSpec, load_spec
 from events.model import Header, PreflightCompleted, spec_key
 from events.topics import KEYS, REPORTS, REQUESTS, RUNS, STATUS
-from runledger import config, preflight, preflightio
-from runledger.commands.nodes import node_events
+from runledger import config
 from runledger.config import AsJson, Bootstrap, Principal, catalog_option
 from runledger.errors import RunledgerError
+from runledger.nodelog import node_events
+from runledger.rehearse import preflight, preflightio
 from runledger.signer import ENV_KEY, request_signer, send_request
 from runledger.specload import DatasetPin
 

@@ -1,7 +1,7 @@
 """``runledger query NAME RUN``: the ``queries/*.sql`` files against a projection.
 
 ``manifest`` is the exception: it reads ``runledger.runs`` itself, rebuilds
-the post-run manifest from the run's facts (``runledger.manifestview``) and
+the post-run manifest from the run's facts (``runledger.views.manifestview``) and
 exits 1 when the log's digest, the rebuilt document or the file disagree.
 
 The projection is the live file when no projector holds it, else the snapshot a
@@ -27,9 +27,10 @@ from queries import consumed, lineage, render
 from queries.recovery import recovery
 from queries.runner import Result, names, run_query
 from queries.source import Freshness, open_projection
-from runledger import config, manifestview
+from runledger import config
 from runledger.config import Bootstrap, Db, ProjectedRun, json_option
 from runledger.errors import RunledgerError
+from runledger.views import manifestview
 from worker.storage import read_bytes
 
 FORMATS = ("table", "json", "prov", "openlineage")

@@ -1,6 +1,6 @@
 """``runledger submit|status|cancel|resume|runs``: operator requests, and a run's state.
 
-Thin: specs are validated by :mod:`controller.spec`, state comes from the pure
+Thin: specs are validated by :mod:`controller.spec.runspec`, state comes from the pure
 fold in :mod:`events.fold`. Requests go to ``runledger.requests`` and the
 controller decides on them; ``status`` believes only ``runledger.runs`` (the
 authoritative facts), except that a run the controller has not copied there
@@ -35,11 +35,12 @@ from events.model import CancelRequested, Event, Header, ResumeRequested, RunSub
 from events.status import RunStatusChanged
 from events.statuslog import read_status
 from events.topics import REPORTS, REQUESTS, RUNS, STATUS
-from runledger import config, statusview
+from runledger import config
 from runledger.config import ENV_KEY, AsJson, Bootstrap, Principal, RunArg, catalog_option
 from runledger.errors import RunledgerError
 from runledger.interrupt import follow_ctrl_c
-from runledger.runview import UNSEEN, list_rows, status_document, status_lines
+from runledger.views import statusview
+from runledger.views.runview import UNSEEN, list_rows, status_document, status_lines
 
 if TYPE_CHECKING:
     from events.kafka import Quarantined
@@ -109,7 +110,7 @@ def submit(
     """
     # Specs, their checks and the catalog (pydantic, the controller's rules): loaded
     # by the commands that read a spec, never by status or runs.
-    from controller.spec import load_spec, run_id_for
+    from controller.spec.runspec import load_spec, run_id_for
     from runledger.specload import DatasetPin, check_code
 
     pin = DatasetPin(catalog)
@@ -369,7 +370,7 @@ def _load(bootstrap: str, run: str | None, *, with_reports: bool) -> _View:
 
 
 def _may_cancel(events: Iterable[Event], principal: str) -> bool:
-    from controller.spec import parse_spec_json
+    from controller.spec.runspec import parse_spec_json
 
     for event in events:
         if isinstance(event, RunSubmitted):

@@ -10,7 +10,7 @@ listens on, so clients verify the host name as well as the chain (compose.yaml's
 files are kept: a restart serves the same certificate.
 
 For a real cluster, use your own CA and put ``security.protocol=SASL_SSL``
-and ``ssl.ca.location`` in the credentials files (README, Running on a real
+and ``ssl.ca.location`` in the credentials files (docs/operating.md, Running on a real
 Kafka cluster).
 
 Tested in tests/runledger/stack/test_tls.py.

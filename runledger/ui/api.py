@@ -22,9 +22,9 @@ from typing import Any
 
 from events.status import RunStatusChanged
 from queries.errors import QueryError
-from runledger import nodeview, statusview
 from runledger.ui import views
 from runledger.ui.feeds import EXPECTED, Feed, Projection
+from runledger.views import nodeview, statusview
 
 # A summary older than this (the controller publishes progress every 10 s while a run
 # is active, and the view reads every poll_s) is shown as behind.
@@ -237,7 +237,7 @@ def node_rows(address: str) -> Callable[[], list[dict[str, Any]]]:
     """The nodes feed's read: ``runledger nodes``' rows, now."""
 
     def read() -> list[dict[str, Any]]:
-        from runledger.commands.nodes import node_events
+        from runledger.nodelog import node_events
         return nodeview.rows(node_events(address), int(time.time() * 1000))
 
     return read
@@ -261,7 +261,7 @@ def log_reader(address: str, retry_s: float) -> Logs:
         from agent.logfiles import LogStream, dropped
         from runledger.errors import RunledgerError
         from runledger.logfind import locate, run_facts, run_reader
-        from runledger.logview import describe
+        from runledger.views.logview import describe
         reader = run_reader(address, run_id, bounded=True, retry_s=retry_s, name="runledger-ui")
         try:
             facts = run_facts(reader, run_id)

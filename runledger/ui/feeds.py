@@ -5,7 +5,7 @@
   ``poll_s``;
 - :class:`NodeFeed`: the node rows ``runledger nodes`` shows (the agents'
   signed registrations and heartbeats and the node facts, folded by
-  ``runledger.nodeview``), read again every ``nodes_every_s``;
+  ``runledger.views.nodeview``), read again every ``nodes_every_s``;
 - :class:`Projection`: the projector's read-only snapshot (``queries.source``),
   opened again whenever the projector publishes a newer one.
 

@@ -1,7 +1,7 @@
 """What each page of the live view shows, as JSON documents. Pure.
 
 The run summaries come from ``runledger.status`` (made into ``status``'s own
-document by ``runledger.statusview.document``); what only the projection knows
+document by ``runledger.views.statusview.document``); what only the projection knows
 (ETTR so far, the newest step it has seen, the curves, the timeline, alerts,
 checkpoints, provenance) is passed in as plain rows, already read. "Now" is a
 parameter. Nothing here reads a secret: a summary holds none, and the spec,

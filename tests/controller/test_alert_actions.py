@@ -11,13 +11,13 @@ import yaml
 from controller.alerts import escalated, facts
 from controller.errors import SpecError
 from controller.runplan import plan_from_submission
-from controller.spec import parse_spec
+from controller.spec.runspec import parse_spec
 from events.fold import fold
 from events.model import AlertRaised, AlertResolved, Header, RunPaused, RunSubmitted
 from events.state import Status
+from tests.controller.spec.test_runspec import MINIMAL
 from tests.controller.test_alerts import CFG, RUN, state, step, watch_of
 from tests.controller.test_reconcile import PLAN, running, types
-from tests.controller.test_spec import MINIMAL
 
 
 def alerts_problems(section: dict[str, object]) -> list[str]:

@@ -21,7 +21,7 @@ from controller.errors import SpecError
 from controller.model import replay
 from controller.reconcile import tick
 from controller.runplan import plan_from_submission
-from controller.spec import parse_spec
+from controller.spec.runspec import parse_spec
 from events.fold import fold
 from events.model import (
     AlertRaised,
@@ -36,8 +36,8 @@ from events.model import (
 )
 from events.state import Checkpoint, RunState, Status
 from events.topics import RUNS
+from tests.controller.spec.test_runspec import MINIMAL, with_
 from tests.controller.test_reconcile import PLAN, Sim, plan_of, running
-from tests.controller.test_spec import MINIMAL, with_
 from tests.e2e.harness import Cluster, of_type
 from tests.e2e.harness import spec as e2e_spec
 from tests.events.builders import Ev, members

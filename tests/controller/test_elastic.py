@@ -20,7 +20,7 @@ from controller.model import Tracked, replay
 from controller.reconcile import tick
 from controller.run_decide import Admit, Queue, Start, Stop, World, decide
 from controller.runplan import RunPlan
-from controller.spec import SpecError, parse_spec
+from controller.spec.runspec import SpecError, parse_spec
 from events.model import GenerationStarted, GroupStartCommanded, GroupStopCommanded, Member
 from events.state import Checkpoint, RunState, Status
 from events.topics import COMMANDS, RUNS

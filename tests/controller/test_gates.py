@@ -17,14 +17,14 @@ from controller.gates import DRILL, PILOT, PREFLIGHT, GateBook, blocked, misfile
 from controller.model import Tracked
 from controller.run_decide import Admit, Queue, decide
 from controller.runplan import plan_from_submission
-from controller.spec import parse_spec
+from controller.spec.runspec import parse_spec
 from events.base import Header, spec_key
 from events.kafka import Record
 from events.model import DrillCompleted, Event, PilotCompleted, PreflightCompleted, RunSubmitted
 from events.state import Status
 from events.topics import REPORTS, REQUESTS
+from tests.controller.spec.test_runspec import MINIMAL
 from tests.controller.test_run_decide import PLAN, state, world
-from tests.controller.test_spec import MINIMAL
 
 DIGEST = "sha256:" + "5e" * 32
 OTHER = "sha256:" + "0f" * 32

@@ -8,7 +8,7 @@ from dataclasses import replace
 from controller.model import NodePolicy, replay
 from controller.node_decide import UNKNOWN_NODE, WRONG_KEY
 from controller.runplan import RunPlan
-from controller.spec_parts import RetryPolicy
+from controller.spec.parts import RetryPolicy
 from events.model import (
     NodeCordoned,
     NodeQuarantined,

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from controller import policy
 from controller.exits import ExitNote
-from controller.spec_parts import RetryPolicy
+from controller.spec.parts import RetryPolicy
 from events.model import FAILURE_CLASSES
 from events.state import RunState, Status
 

@@ -8,7 +8,7 @@ from controller.emitter import Out
 from controller.model import Model, replay
 from controller.reconcile import handle, tick
 from controller.runplan import RunPlan
-from controller.spec_parts import RetryPolicy
+from controller.spec.parts import RetryPolicy
 from events import runmanifest
 from events.model import (
     Event,

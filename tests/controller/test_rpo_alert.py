@@ -16,13 +16,13 @@ from controller.alerts import RPO_VIOLATED, AlertConfig, facts
 from controller.model import replay
 from controller.reconcile import tick
 from controller.runplan import plan_from_submission
-from controller.spec import parse_spec
+from controller.spec.runspec import parse_spec
 from events.fold import fold
 from events.model import AlertRaised, AlertResolved, Event
 from events.state import Checkpoint, RunState, Status
 from events.topics import RUNS
+from tests.controller.spec.test_tiers import LOCAL, REMOTE, with_checkpoint
 from tests.controller.test_reconcile import PLAN, running
-from tests.controller.test_spec_tiers import LOCAL, REMOTE, with_checkpoint
 from tests.events.builders import Ev, members
 
 RUN = "run-1"

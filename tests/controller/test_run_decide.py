@@ -25,7 +25,7 @@ from controller.run_decide import (
     decide,
 )
 from controller.runplan import RunPlan
-from controller.spec_parts import RetryPolicy
+from controller.spec.parts import RetryPolicy
 from events.state import RunState, Status
 from tests.events.builders import members
 

@@ -174,7 +174,7 @@ class Cluster:
     def signed_as(self, principal: str) -> list[str]:
         """``--key FILE`` of a key registered to ``principal`` (role operator) on this
         cluster's keys log, made and registered once per cluster as an admin does with
-        the README's `runledger key register`: a request is its key's principal's."""
+        docs/security.md's `runledger key register`: a request is its key's principal's."""
         if self.keys is None:
             return []  # a plaintext stack: nothing to sign with
         path = self.key_files.get(principal)

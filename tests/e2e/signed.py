@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from controller.spec import parse_spec, run_id_for
+from controller.spec.runspec import parse_spec, run_id_for
 from events.audit import AuditReport, LoggedRecord, verify
 from events.codec import default_codec
 from events.kafka import EventProducer, event_headers
@@ -58,7 +58,7 @@ def audit(cluster: Cluster, operators: Mapping[str, SigningKey] | None = None,
 
 def register_operator(cluster: Cluster, principal: str, key: SigningKey) -> None:
     """Register ``key`` as ``principal``'s (role operator) on the cluster's keys log, as an
-    admin does with the README's `runledger key register`; once per cluster."""
+    admin does with docs/security.md's `runledger key register`; once per cluster."""
     if principal in cluster.registered:
         return
     assert cluster.keys is not None, "a secure cluster registers keys"

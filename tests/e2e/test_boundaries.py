@@ -46,8 +46,8 @@ def _h(run_id: str, gen: int, event_id: str, at_ms: int | None = None) -> Header
 
 
 def _quarantined(cluster: Cluster, count: int) -> list[dict[str, Any]]:
-    """What ``runledger events dump --topic runledger.quarantine --json`` lists, as the
-    README tells an operator to look, once it lists ``count`` records."""
+    """What ``runledger events dump --topic runledger.quarantine --json`` lists, as
+    docs/architecture.md §7 tells an operator to look, once it lists ``count`` records."""
     def listed() -> list[dict[str, Any]] | None:
         done = cluster.cli("events", "dump", "--topic", QUARANTINE, "--json")
         assert done.returncode == 0, done.stderr

@@ -19,7 +19,7 @@ from events.model import (
 )
 from events.runkeys import send_report
 from events.topics import REPORTS
-from runledger.terminalcheck import CHECKS, judge_terminal, list_run
+from runledger.rehearse.terminalcheck import CHECKS, judge_terminal, list_run
 from tests.e2e.ckpt_setup import dataset, tiny_spec
 from tests.e2e.harness import Cluster, of_type
 
@@ -174,7 +174,7 @@ def _assert_the_manifest_matches_the_queries(cluster: Cluster, run: str,
     latest = {r["domain"]: r for r in rows("recovery")}  # each domain's last row: the end
     assert latest["process"]["recoverable_step"] == doc["model"]["step"]
     assert sum(r["incidents"] for r in latest.values()) == len(doc["incidents"])
-    # the end left what it must and no more (the drill's judge, runledger.terminalcheck)
+    # the end left what it must and no more (the drill's judge, runledger.rehearse.terminalcheck)
     reports = [r.event for r in (*cluster.records(run, REPORTS),  # with n1's heartbeats
                                  *cluster.records(node_key("n1"), REPORTS))]
     checks = judge_terminal(cluster.facts(run), list_run(str(cluster.work / "ckpt"), run),

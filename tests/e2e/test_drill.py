@@ -1,11 +1,11 @@
-"""``runledger drill`` on examples/tiny.yaml, as the README writes the command.
+"""``runledger drill`` on examples/tiny.yaml, as docs/cli.md writes the command.
 
 A real secure stack, a controller and one local agent with room for a fenced
 generation and its successor (slots 4, a long ``--grace`` so a stale worker
-that ignores SIGTERM lives long enough to wake: ``runledger.drillrun``). The
+that ignores SIGTERM lives long enough to wake: ``runledger.rehearse.drillrun``). The
 spec is examples/tiny.yaml with only what this machine needs changed: the
 interpreter (this one), the workers' directory (examples/) and a checkpoint
-root inside the test's directory. The README's command must pass and show
+root inside the test's directory. The documented command must pass and show
 each fault's verdict with RPO and RTO, the topology change skipped on this
 fixed spec; then the same stale-worker drill against a worker told to ignore
 its fence (``RUNLEDGER_DRILL_IGNORE_FENCE=1``, the "broken build") must fail,
@@ -39,8 +39,8 @@ LIMIT_S = 900  # generous for a loaded 2-core machine
 
 
 def readme_command() -> list[str]:
-    found = BLOCK.findall((REPO / "README.md").read_text())
-    assert len(found) == 1, f"README.md needs exactly one {MARKER} followed by a ```sh block"
+    found = BLOCK.findall((REPO / "docs" / "cli.md").read_text())
+    assert len(found) == 1, f"docs/cli.md needs exactly one {MARKER} followed by a ```sh block"
     lines = [ln.split("#")[0].strip() for ln in str(found[0]).splitlines()]
     (command,) = [ln for ln in lines if ln.startswith("runledger drill") and "--faults" in ln]
     return shlex.split(command)

@@ -14,7 +14,7 @@ import uuid
 import pytest
 import yaml
 
-from controller.spec import parse_spec
+from controller.spec.runspec import parse_spec
 from events.base import spec_key
 from events.model import DrillCompleted, Header
 from runledger.signer import send_request

@@ -1,7 +1,7 @@
 """One size limit, end to end, on a real broker with a real controller (issue #32 item 7).
 
 A spec whose canonical JSON is exactly ``MAX_SPEC_BYTES`` is submitted through the
-README's ``runledger submit`` and decided: copied onto ``runledger.runs``, run and
+``runledger submit`` of docs/cli.md and decided: copied onto ``runledger.runs``, run and
 finished; one byte more is refused by ``submit`` in one line and nothing is written.
 A request written around ``submit`` whose signed copy cannot fit one record becomes
 a ``WriteRejected`` (``too_large``) and the controller goes on deciding other runs,
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.spec import load_spec
+from controller.spec.runspec import load_spec
 from events.kafka import EventProducer
 from events.limits import MAX_SPEC_BYTES, RECORD_MAX_BYTES, TOO_LARGE, record_bytes
 from events.model import Header, RunSubmitted

@@ -5,7 +5,7 @@ One scenario on real processes: workers killed by a signal (the test worker's
 the node, and the third quarantines it. ``runledger nodes --json`` shows it
 quarantined with the controller's reason; a run submitted then stays queued,
 and its ``status`` names the node and the ``runledger node uncordon`` that
-frees it; the operator's signed ``node uncordon`` (``--key``, as the README
+frees it; the operator's signed ``node uncordon`` (``--key``, as docs/cli.md
 says) frees it and the queued run starts and succeeds. ``runledger nodes``
 shows each node's failures and when its quarantine expires; a second scenario
 lets a short ``--quarantine-expiry-s`` free the node, which ``nodes`` then
@@ -110,7 +110,7 @@ def test_a_node_quarantined_for_node_faults_is_freed_by_uncordon_and_takes_the_q
 
 def test_an_expired_quarantine_leaves_the_node_on_probation_as_nodes_shows(
         cluster: Cluster) -> None:
-    # `runledger controller --quarantine-expiry-s S --probation-failures N` (README).
+    # `runledger controller --quarantine-expiry-s S --probation-failures N` (docs/cli.md).
     cluster.controller("ctl", "controller", "--quarantine-expiry-s", "2",
                        "--probation-failures", "2")
     cluster.agent("n1", 2)

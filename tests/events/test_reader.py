@@ -1,6 +1,7 @@
 """The group-less log reader on a real broker: assignment from the beginning, the end
-or stored offsets; positions; the end of the log past transaction markers; decoding
-and quarantine; key filtering; watermarks; a bounded read under a steady trickle;
+or stored offsets, of chosen partitions; positions; the end of the log past transaction
+markers; decoding and quarantine, or records handed out undecoded as stored; key
+filtering; watermarks and partition lists; a bounded read under a steady trickle;
 patience with a broker that is not there, or lost mid-read (a broker of its own)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from events.connection import client_config
@@ -20,7 +22,7 @@ from events.errors import BrokerUnavailable, KafkaOperationError
 from events.kafka import EventProducer, Quarantined, Record, event_type_of
 from events.model import HeartbeatRecorded
 from events.partition import partition_for
-from events.reader import BEGINNING, END, LogReader, Watermarks
+from events.reader import BEGINNING, END, LogReader, Watermarks, topic_partitions
 from events.transactions import TransactionalWriter
 from runledger.stack.layout import wait_ports_free
 from tests.events.builders import Ev
@@ -246,6 +248,40 @@ def test_a_key_partition_reader_reads_only_the_partition_of_its_key(
     assert [r.event.run_id for r in got] == [mine]
 
 
+def test_undecoded_messages_of_chosen_partitions_come_as_stored(
+        bootstrap: str, topic_name: str) -> None:
+    """What the audit and the status reader take: value bytes (none for a tombstone),
+    keys and headers as written, only from the partitions asked for, to the ends."""
+    topic = make_topic(bootstrap, topic_name, 3)
+    producer = Producer(client_config(bootstrap, {}))
+    signed: list[tuple[str, str | bytes | None]] = [
+        ("sig", b"\xff" * 8), ("h", b""), ("h", b"2")]
+    for part, key, value, headers in [(0, b"a", b"\x00not avro", signed), (1, b"b", None, []),
+                                      (2, b"c", b"elsewhere", []), (0, None, b"", [])]:
+        producer.produce(topic, value=value, key=key, partition=part, headers=headers)
+    producer.flush(30)
+    seen: list[Quarantined] = []
+    with LogReader(bootstrap, [topic], partitions=[0, 1], bounded=True,
+                   on_quarantine=seen.append) as reader:
+        assert reader.partitions == [(topic, 0), (topic, 1)]
+        got = []
+        while not reader.caught_up:
+            got += reader.read_messages(100, 0.5)
+        positions = reader.positions
+    stored = sorted((m.partition(), m.offset(), m.key(), m.value(), m.headers()) for m in got)
+    assert stored == [
+        (0, 0, b"a", b"\x00not avro", [("sig", b"\xff" * 8), ("h", b""), ("h", b"2")]),
+        (0, 1, None, b"", None), (1, 0, b"b", None, None)]
+    assert seen == [] and positions == {(topic, 0): 2, (topic, 1): 1}
+
+
+def test_topic_partitions_are_listed_once(bootstrap: str, topic_name: str) -> None:
+    topic = make_topic(bootstrap, topic_name, 2)
+    assert topic_partitions(bootstrap, [topic]) == [(topic, 0), (topic, 1)]
+    with pytest.raises(KafkaOperationError, match="does not exist"):
+        topic_partitions(bootstrap, [f"{topic}.missing"])
+
+
 def test_beginning_is_the_default_and_a_missing_topic_is_an_error(bootstrap: str) -> None:
     assert BEGINNING == "beginning"
     with pytest.raises(KafkaOperationError, match="does not exist"):
@@ -321,6 +357,15 @@ def test_patience_waits_out_a_missing_broker_then_names_it() -> None:
     with pytest.raises(BrokerUnavailable, match=r"at 127\.0\.0\.1:1 for 2 s"):
         LogReader("127.0.0.1:1", ["runledger.runs"], timeout_s=1.0, retry_s=2.0)
     assert 2.0 <= time.monotonic() - started < 20
+
+
+def test_patience_alone_does_not_wait_for_a_broker_that_is_not_there() -> None:
+    """``patience_s`` bounds a silent read; without ``retry_s`` a failing broker is
+    named at once (``events.statuslog``: its callers retry)."""
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailable, match=r"at 127\.0\.0\.1:1: "):
+        LogReader("127.0.0.1:1", ["runledger.runs"], timeout_s=1.0, patience_s=30.0)
+    assert time.monotonic() - started < 20
 
 
 # Small fetches: a reader that has read a little has not prefetched the rest.

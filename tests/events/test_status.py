@@ -2,7 +2,7 @@
 
 Property: for any log of one run, the summary folded as the controller folds
 it (accepted facts only, notes beside the state), through the wire and back,
-is the document ``runledger.runview`` makes by folding the whole log, except
+is the document ``runledger.views.runview`` makes by folding the whole log, except
 for what only other topics know (heartbeat ages, undecided cancel requests).
 """
 
@@ -25,8 +25,8 @@ from events.status import (
     summarize,
     worth_writing,
 )
-from runledger import statusview
-from runledger.runview import list_rows, status_document
+from runledger.views import statusview
+from runledger.views.runview import list_rows, status_document
 from tests.events.strategies import random_logs, run_logs
 
 PROPS = settings(max_examples=150, deadline=None,

@@ -42,7 +42,7 @@ def _row(out: str, name: str) -> str:
 
 @pytest.mark.parametrize("first", range(0, 10_000, CHUNK))
 def test_ten_thousand_seeds_hold_every_property(first: int) -> None:
-    """`python -m proof.sim --seeds 10000`, as the README shows, in four parts."""
+    """`python -m proof.sim --seeds 10000`, as docs/verification.md shows, in four parts."""
     done = _cli("--first", str(first), "--seeds", str(CHUNK))
     assert done.returncode == 0, done.stdout + done.stderr
     assert _row(done.stdout, "violations") == "0"
@@ -58,7 +58,7 @@ def test_ten_thousand_seeds_hold_every_property(first: int) -> None:
 @pytest.mark.parametrize("name", sorted(plant.PLANTS))
 def test_a_planted_bug_is_found_and_its_seed_replays_bit_for_bit(name: str) -> None:
     """`python -m proof.sim --plant NAME --stop-at-first`, then the replay command it
-    prints, as the README shows, in another process with another hash seed."""
+    prints, as docs/verification.md shows, in another process with another hash seed."""
     done = _cli("--plant", name, "--stop-at-first", "--seeds", "10000")
     assert done.returncode == 1, done.stdout + done.stderr
     found = re.search(r"^(seed (\d+): (P\d) broken: .*)\n  replay: python -m proof\.sim (.*)$",

@@ -58,7 +58,7 @@ def test_every_property_and_mutant_is_named_in_the_model() -> None:
 
 
 def test_the_readme_command_prints_the_table() -> None:
-    """`python -m proof.spin --only liveness --only STOP_FIRST`, as the README shows."""
+    """`python -m proof.spin --only liveness --only STOP_FIRST`, as docs/verification.md shows."""
     done = subprocess.run([sys.executable, "-m", "proof.spin", "--only", "liveness",
                            "--only", "STOP_FIRST"], cwd=ROOT, capture_output=True, text=True,
                           check=False, timeout=600)

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("first", [1, 501])
 def test_a_thousand_model_traces_agree_with_the_real_core(first: int) -> None:
-    """`python -m proof.traces --seeds 1000`, as the README shows, in two halves."""
+    """`python -m proof.traces --seeds 1000`, as docs/verification.md shows, in two halves."""
     done = subprocess.run([sys.executable, "-m", "proof.traces", "--first", str(first),
                            "--seeds", "500"], cwd=ROOT, capture_output=True, text=True,
                           check=False, timeout=600)

@@ -1,6 +1,6 @@
 """ETTR recomputed from raw events in plain Python, independently of queries/ettr.sql.
 
-Same definitions as the SQL (the README's ETTR section), different machinery:
+Same definitions as the SQL (docs/queries.md's ETTR row), different machinery:
 each part's intervals are cut into elementary pieces at every boundary and each
 piece goes to the highest-precedence part covering it. Used to check the SQL on
 hand-made logs and on the demo's real log.

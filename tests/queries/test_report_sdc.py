@@ -38,7 +38,7 @@ def projected(sdc: dict[str, object] | None, verdict: str | None = "node_fault"
     return con
 
 
-# The spec's form (controller/spec_sdc.py): agreement every step with the digest every
+# The spec's form (controller/spec/sdc.py): agreement every step with the digest every
 # 50, gradients but not the optimizer state; spikes over 6 robust sigmas.
 ON = {"agreement": {"every": 1, "full_every": 50, "optimizer": False},
       "invariants": {"spike_sigma": 6.0}}

@@ -1,9 +1,13 @@
 """worker/storage.py: checkpoint storage through fsspec: write-once files, checksums,
-listings, removal, and every failure a ``StorageFault`` naming the stage."""
+listings, removal, and every failure a ``StorageFault`` naming the stage; DCP's reader
+and writer for each kind of store, made without importing torch before they are asked
+for; the one CRC helper thread."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import crc32c
@@ -78,3 +82,30 @@ def test_local_urls() -> None:
     assert storage.is_local("file:///tmp/x")
     assert storage.local_path("file:///tmp/x") == "/tmp/x"
     assert not storage.is_local("memory://x")
+
+
+def test_dcp_readers_and_writers_by_store(tmp_path: Path) -> None:
+    from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+
+    from worker.dcpfs import FsspecReader, FsspecWriter
+
+    local = str(tmp_path / "step")
+    assert type(storage.dcp_writer(local)) is FileSystemWriter
+    assert type(storage.dcp_writer("memory://ck/step")) is FsspecWriter
+    assert storage.dcp_reader_class(f"file://{local}") == (FileSystemReader, local)
+    assert storage.dcp_reader_class("memory://ck/step") == (FsspecReader, "memory://ck/step")
+    assert type(storage.dcp_reader(local)) is FileSystemReader
+
+
+def test_storage_alone_does_not_import_torch() -> None:
+    """`runledger query` reads manifests through it: torch would cost it seconds."""
+    code = "import sys, worker.storage; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.strip() == "False"
+
+
+def test_one_crc_thread_for_the_process() -> None:
+    pool = storage.crc_pool()
+    assert storage.crc_pool() is pool
+    assert pool.submit(crc32c.crc32c, b"abc", 0).result() == crc32c.crc32c(b"abc")

@@ -217,7 +217,7 @@ def test_the_copier_runs_at_the_lowest_cpu_priority(tmp_path: Path) -> None:
     mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     rep = Replicator(tiers[1:], Identity("w0", _header), lambda _: None)
     try:
-        tid = rep._thread.native_id
+        tid = rep._jobs.thread.native_id
         assert tid is not None
         deadline = time.monotonic() + 30
         while os.getpriority(os.PRIO_PROCESS, tid) != 19 and time.monotonic() < deadline:

@@ -16,7 +16,7 @@ from events.model import CheckpointReplicated, Event
 from events.topics import RUNS
 from runledger.cli import app
 from tests.events.builders import Ev, members
-from tests.runledger.test_ckpttiers import spec_json
+from tests.runledger.views.test_ckpttiers import spec_json
 
 
 @pytest.mark.kafka

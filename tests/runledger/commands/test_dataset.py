@@ -1,6 +1,6 @@
 """``runledger dataset ...`` through the real command tree (no broker: it never touches Kafka).
 
-Resolving a spec's dataset alias is tested with the spec (tests/controller/test_spec.py)
+Resolving a spec's dataset alias is tested with the spec (tests/controller/spec/test_runspec.py)
 and with ``submit`` (tests/runledger/commands/test_runs.py).
 """
 

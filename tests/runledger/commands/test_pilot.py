@@ -1,6 +1,6 @@
 """``runledger pilot`` on a private stack with a controller and an agent as real processes.
 
-The README's pilot command on ``examples/tiny.yaml`` (its dataset alias in the
+docs/cli.md's pilot command on ``examples/tiny.yaml`` (its dataset alias in the
 test's catalog, its checkpoint root under the test's directory, where the agent
 allows it): the pilot run restores its first checkpoint after the injected
 crash, succeeds and publishes its manifest, and the signed ``PilotCompleted``

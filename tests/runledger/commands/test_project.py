@@ -1,4 +1,4 @@
-"""``runledger project --once`` and ``runledger replay --db NEW``, run as the README writes them.
+"""``runledger project --once`` and ``runledger replay --db NEW``, run as docs/cli.md writes them.
 
 The shared broker's log holds every test's records, so the checks are about this
 test's run and about the two files agreeing, not about absolute totals. Both

@@ -20,7 +20,7 @@ import yaml
 from confluent_kafka import Consumer, TopicPartition
 from typer.testing import CliRunner
 
-from controller.spec import load_spec, parse_spec
+from controller.spec.runspec import load_spec, parse_spec
 from dataplane.catalog import Catalog, build_manifest
 from dataplane.errors import CatalogError
 from dataplane.synth import template, write_corpus
@@ -231,7 +231,7 @@ def test_cancel_writes_cancel_requested_and_status_shows_the_unseen_run(
     doc = json.loads(status.stdout)
     assert doc["cancel_requested"] and doc["cancel_requests"][0]["principal"] == "mallory"
     # Unless a controller shares this broker, the run exists on requests only
-    # (tests/runledger/test_runview.py covers that display without a broker).
+    # (tests/runledger/views/test_runview.py covers that display without a broker).
     if not doc["seen_by_controller"]:
         assert doc["state"] == "Submitted"
         human = cli(bootstrap, "status", run).stdout

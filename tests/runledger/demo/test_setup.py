@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from controller.spec import parse_spec
-from controller.spec_parts import FixedCheckpoint
+from controller.spec.parts import FixedCheckpoint
+from controller.spec.runspec import parse_spec
 from runledger.demo.setup import ALIAS, DemoOptions, Layout, fault_for, write_spec
 from worker.faults import parse
 

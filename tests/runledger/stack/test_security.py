@@ -2,7 +2,7 @@
 
 Runs against the session's broker, which ``make test`` starts secure (SASL/SCRAM,
 StandardAuthorizer, no ACL means no access) with the admin's credentials in
-``RUNLEDGER_CREDENTIALS``. Principals are made the way the README says, with
+``RUNLEDGER_CREDENTIALS``. Principals are made the way docs/operating.md says, with
 ``runledger principal add``; every refusal asserted here is the broker's (a
 client-side check would not produce a Kafka authorization error).
 """

@@ -17,14 +17,14 @@
   heartbeats and worker exits to ``runledger.reports``, its workers started
   from the worker role's credentials (never the agent's);
 - ``node``: what the agent says about its node, each report signed with the
-  node's own key (``events.reportdoor``), its torch version, and the node's
+  node's own key (``events.kafka.reportdoor``), its torch version, and the node's
   state it logs at start (read from the controller's facts);
 - ``nodestate``: the line an agent logs about its node when it starts (ready,
   cordoned, quarantined), over ``events.nodefold``, the one fold of a node's
   facts, which the controller's inventory reads too;
 - ``procs``: the table of worker processes (launch, terminate with a grace
   period, reap), each run's workers given a run key the node key certifies for
-  that run and generation alone (``events.runkeys``);
+  that run and generation alone (``events.kafka.runkeys``);
 - ``logrelay``: the process between a worker's output pipe and its log file,
   rotating the file at a cap so the output stays bounded on disk; ``logfiles``:
   the rotated files read as one (an exit's last output, ``runledger logs``);

@@ -2,8 +2,8 @@
 
 Every report the agent sends (``AgentRegistered``, ``AgentHeartbeatRecorded``,
 ``WorkerExited``) is signed with the node's own key (:func:`send_report`,
-``events.signing.sign_report``) so that the controller, the follower and
-``runledger nodes`` believe it only as this node's (``events.reportdoor``); the
+``events.signed.signing.sign_report``) so that the controller, the follower and
+``runledger nodes`` believe it only as this node's (``events.kafka.reportdoor``); the
 broker's ACLs say only that some holder of the agent role wrote it. Without a
 key (a plaintext stack, whose keys log has no anchor) reports go out unsigned.
 
@@ -22,10 +22,10 @@ from importlib.metadata import PackageNotFoundError, version
 
 from agent import nodestate
 from events.errors import EventsError
-from events.kafka import EventProducer, event_headers
+from events.kafka.clients import EventProducer, event_headers
+from events.kafka.reader import LogReader
 from events.model import Event, node_key
-from events.reader import LogReader
-from events.signing import SigningKey, sign_report
+from events.signed.signing import SigningKey, sign_report
 from events.topics import REPORTS, RUNS
 
 

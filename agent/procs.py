@@ -43,9 +43,9 @@ from agent.allow import program_problem
 from agent.applied import STATE_DIR
 from agent.decide import REJECTED_EXIT_CODE, Launch, WorkerKey
 from agent.logfiles import TAIL_BYTES, tail
-from events import runkeys
+from events.kafka import runkeys
 from events.launch import EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, launch_problem
-from events.signing import SigningKey
+from events.signed.signing import SigningKey
 from events.workerenv import compose_environ
 
 log = logging.getLogger("runledger.agent")
@@ -106,7 +106,7 @@ class ProcessTable:
         self.work_dir = work_dir
         # Each worker's log: rotated at log_cap bytes, log_keep older files kept.
         self.log_cap, self.log_keep = log_cap, log_keep
-        # The node's key, which certifies each run's key for its workers (events.runkeys);
+        # The node's key, which certifies each run's key for its workers (events.kafka.runkeys);
         # asked at each launch: the agent learns it after it is built (an enrollment).
         self.node_key = node_key
         self.grace_s = grace_s

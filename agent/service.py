@@ -2,7 +2,7 @@
 
 One agent per node. It writes to ``runledger.reports``, each report signed
 with the node's own key (``agent.node``; the controller believes a report about
-this node only under it, ``events.reportdoor``):
+this node only under it, ``events.kafka.reportdoor``):
 
 - ``AgentRegistered`` once at start (with the node's Python and torch versions,
   read from package metadata so the agent never imports torch) and
@@ -88,8 +88,8 @@ from agent.node import node_state_line, send_report, torch_version
 from agent.procs import Exit, ProcessTable
 from agent.stats import UNVERIFIED, AgentStats, decided
 from agent.verify import CommandVerifier
-from events.consume import EventConsumer
-from events.kafka import EventProducer, Record
+from events.kafka.clients import EventProducer
+from events.kafka.consume import EventConsumer
 from events.model import (
     AgentHeartbeatRecorded,
     AgentRegistered,
@@ -101,7 +101,8 @@ from events.model import (
     node_key,
 )
 from events.names import host_problem
-from events.signing import SigningKey
+from events.record import Record
+from events.signed.signing import SigningKey
 from events.topics import COMMANDS
 
 log = logging.getLogger("runledger.agent")

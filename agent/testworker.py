@@ -12,7 +12,7 @@ resumed generation moves forward instead of starting over), each a
 ``time.sleep(step_time)``. Rank 0 reports ``StepCommitted`` after each step and
 flushes it, so steps before a crash are in the log. Exit 0 after step N, once
 its reports are on the log. A flush waits, heartbeating, for as long as
-librdkafka tries to deliver (``events.delivery``: a slow broker is not a
+librdkafka tries to deliver (``events.kafka.delivery``: a slow broker is not a
 failure); only a failed delivery fails it (exit 1, naming the reports).
 
 Failure modes, applied when step K is about to run (steps before K commit):
@@ -66,9 +66,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 
-from events import runkeys
-from events.delivery import drain, report_producer_config
-from events.kafka import EventProducer
+from events.kafka import runkeys
+from events.kafka.clients import EventProducer
+from events.kafka.delivery import drain, report_producer_config
 from events.model import (
     CorruptionSuspected,
     Event,
@@ -149,7 +149,7 @@ class Worker:
         self.producer_id = f"worker/{env.run_id}/{env.logical_id}"
         self._prefix = f"{env.run_id}/g{env.generation}/{env.logical_id}"
         self._heartbeats_off = threading.Event()
-        self._beaten = 0  # heartbeats sent, counted after each send (events.delivery.drain)
+        self._beaten = 0  # heartbeats sent, counted after each send (events.kafka.delivery.drain)
         self._undelivered: list[str] = []  # delivery failures, appended by the producer
         self._times: list[tuple[int, float, float]] = []  # (step, ms, input wait ms) unsent
         self.replay = SdcReplay.from_environ(os.environ)

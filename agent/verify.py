@@ -5,9 +5,9 @@ The broker already refuses a command from any principal but the controller's
 code: before :mod:`agent.decide` sees a command, it must pass, in order,
 
 1. **the signature**: the command's exact value bytes carry a signature
-   (``events.signing.command_message``) of a key the keys log registers to a
+   (``events.signed.signing.command_message``) of a key the keys log registers to a
    principal of role ``controller`` and has not revoked
-   (``events.keyring.check_headers``). A badly signed command never passes;
+   (``events.signed.keyring.check_headers``). A badly signed command never passes;
    an unsigned one only when the agent was started with ``--trust-unsigned``
    (for a controller started ``--unsigned``, and for driving an agent without
    a controller), and then on the broker's word alone: rule 2 is skipped, as
@@ -33,18 +33,18 @@ import logging
 
 from events.base import Event
 from events.fold import fold
-from events.kafka import Record
-from events.keyring import (
+from events.kafka.keys import read_ring
+from events.kafka.reader import LogReader
+from events.model import GroupStartCommanded
+from events.record import Record
+from events.signed.keyring import (
     REVOKED_KEY,
     UNKNOWN_KEY,
     UNSIGNED,
     KeyRing,
     check_headers,
 )
-from events.keys import read_ring
-from events.model import GroupStartCommanded
-from events.reader import LogReader
-from events.signing import command_message
+from events.signed.signing import command_message
 from events.state import RunState
 from events.topics import RUNS
 

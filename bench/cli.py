@@ -60,11 +60,11 @@ from bench.common import (
     write_results,
 )
 from bench.status import FULL, SMALL, write_log
-from events.broker import ENV_BOOTSTRAP
-from events.connection import ENV_CREDENTIALS
+from events.kafka.connection import ENV_CREDENTIALS
+from events.kafka.statuslog import read_status, status_partitions
 from events.partition import partition_for
-from events.statuslog import read_status, status_partitions
 from events.topics import STATUS
+from events.workerenv import ENV_BOOTSTRAP
 from runledger.stack import Stack
 
 NAME = "cli"
@@ -80,7 +80,7 @@ from confluent_kafka import Consumer, TopicPartition
 bootstrap, creds, parts, key = sys.argv[1:5]
 conf = {"bootstrap.servers": bootstrap, "group.id": "bench-bare-" + uuid.uuid4().hex,
         "enable.auto.commit": False, "enable.partition.eof": True,
-        "fetch.wait.max.ms": 5}  # as events.statuslog reads: no 500 ms wait at the end
+        "fetch.wait.max.ms": 5}  # as events.kafka.statuslog reads: no 500 ms wait at the end
 if creds:
     for line in open(creds):
         name, _, value = line.strip().partition("=")

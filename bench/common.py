@@ -205,8 +205,8 @@ def broker(explicit: str | None, tmp: Path, writer: str) -> tuple[str, str, str,
     becomes this process's ``writer`` (the environment's credentials) and whose operator
     the commands run as. Returns (bootstrap, the commands' credentials, a description,
     the stack to stop or None)."""
-    from events.broker import check_broker
-    from events.connection import ENV_CREDENTIALS
+    from events.kafka.broker import check_broker
+    from events.kafka.connection import ENV_CREDENTIALS
     from runledger.stack import Stack
 
     if explicit:

@@ -104,12 +104,12 @@ from controller.reconcile import handle, tick
 from controller.runplan import plan_from_submission
 from controller.service import ControllerService
 from controller.spec.runspec import RunSpec, run_id_for
-from events.broker import check_broker
 from events.codec import MAGIC, Codec, default_codec
-from events.connection import ENV_CREDENTIALS, client_config
 from events.convert import to_record
 from events.fold import apply
-from events.kafka import EventProducer
+from events.kafka.broker import check_broker
+from events.kafka.clients import EventProducer
+from events.kafka.connection import ENV_CREDENTIALS, client_config
 from events.model import (
     EVENT_TYPES,
     AgentHeartbeatRecorded,
@@ -133,7 +133,7 @@ from events.model import (
     WriteRejected,
     node_key,
 )
-from events.signing import SigningKey
+from events.signed.signing import SigningKey
 from events.state import RunState
 from events.topics import REPORTS, REQUESTS, RUNS, TopicSpec, replication_for, topic_specs
 from runledger.stack import Stack

@@ -56,14 +56,15 @@ from bench.common import (
     time_interleaved,
     write_results,
 )
-from events.broker import ENV_BOOTSTRAP, check_broker
 from events.codec import PREFIX_LEN, Codec, default_codec
-from events.connection import client_config
-from events.consume import EventConsumer, read_log
 from events.convert import to_record
 from events.errors import BrokerUnavailable
-from events.kafka import EventProducer
+from events.kafka.broker import check_broker
+from events.kafka.clients import EventProducer
+from events.kafka.connection import client_config
+from events.kafka.consume import EventConsumer, read_log
 from events.model import EVENT_TYPES, Event, Header
+from events.workerenv import ENV_BOOTSTRAP
 from tests.events.sample_events import one_of_each
 
 NAME = "events"
@@ -167,7 +168,7 @@ def build_of_type(name: str, n: int) -> list[Event]:
 
 
 def _headers(event: Event, version: int) -> list[tuple[str, str | bytes | None]]:
-    """The Kafka headers EventProducer attaches (``events.kafka._headers``)."""
+    """The Kafka headers EventProducer attaches (``events.kafka.clients._headers``)."""
     return [("event_type", event.event_type.encode()), ("schema_version", str(version).encode())]
 
 

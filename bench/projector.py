@@ -97,11 +97,11 @@ from bench.projector_parts import (
     watermarks,
 )
 from bench.reportkeys import ReportKeys
-from events.broker import check_broker
 from events.codec import Codec, default_codec
-from events.connection import ENV_CREDENTIALS
-from events.reader import Watermarks
-from events.signing import SigningKey
+from events.kafka.broker import check_broker
+from events.kafka.connection import ENV_CREDENTIALS
+from events.kafka.reader import Watermarks
+from events.signed.signing import SigningKey
 from events.topics import replication_for, topic_specs
 from projectors.projector import TOPICS, Projector, table_digests
 from projectors.snapshot import publish, snapshot_path

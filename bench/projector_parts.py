@@ -46,11 +46,12 @@ from confluent_kafka import (
 
 from bench.common import REPO_ROOT, percentile
 from events.codec import MAGIC, Codec
-from events.connection import client_config
 from events.convert import to_record
 from events.errors import DecodeError
-from events.kafka import decode_message
-from events.keys import read_ring_or_empty
+from events.kafka.clients import decode_message
+from events.kafka.connection import client_config
+from events.kafka.keys import read_ring_or_empty
+from events.kafka.reportdoor import ReportDoor
 from events.model import (
     EVENT_TYPES,
     AlertRaised,
@@ -78,8 +79,7 @@ from events.model import (
     WorkerExited,
     WriteRejected,
 )
-from events.reportdoor import ReportDoor
-from events.signing import Headers as SignedHeaders
+from events.signed.signing import Headers as SignedHeaders
 from events.topics import REPORTS, RUNS
 from projectors.projector import BATCH, TOPICS
 from projectors.tables import rows_for
@@ -675,7 +675,7 @@ def rows_work(codec: Codec) -> Work:
 
 def door_work(codec: Codec, bootstrap: str) -> Work:
     """``rows_work`` with each report first judged by the projector's report door
-    (``events.reportdoor.ReportDoor``, keys as of each record's log time), as
+    (``events.kafka.reportdoor.ReportDoor``, keys as of each record's log time), as
     ``Projector._judged`` does: what the signatures cost a reader of history."""
     door = ReportDoor(lambda: read_ring_or_empty(bootstrap, name="bench-projector-keys",
                                                  retry_s=5.0), historic=True)

@@ -2,7 +2,7 @@
 
 A secure stack's controller and projector believe an agent's report only under
 its node's enrolled key, and a worker's only under a run key that a node hosting
-the run certified (``events.reportdoor``, ``events.runkeys``); an unsigned one is
+the run certified (``events.kafka.reportdoor``, ``events.kafka.runkeys``); an unsigned one is
 refused, so a benchmark that writes reports itself must sign them as the real
 senders do, or it would time the door's refusal instead of the work.
 :class:`ReportKeys` makes one node key per node when a report first needs it,
@@ -23,13 +23,13 @@ from __future__ import annotations
 import time
 
 from agent.node import send_report as agent_send
-from events import runkeys
-from events.kafka import EventProducer
-from events.keyring import KeyRing
+from events.kafka import runkeys
+from events.kafka.clients import EventProducer
+from events.kafka.reportdoor import AGENT_ROLE, about, node_principal
+from events.kafka.runkeys import RunKey
 from events.model import Event
-from events.reportdoor import AGENT_ROLE, about, node_principal
-from events.runkeys import RunKey
-from events.signing import Headers, SigningKey, sign_report
+from events.signed.keyring import KeyRing
+from events.signed.signing import Headers, SigningKey, sign_report
 from runledger import keylog
 
 
@@ -88,7 +88,7 @@ class ReportKeys:
 
     def send(self, producer: EventProducer, event: Event, node: str | None = None) -> None:
         """Queue ``event`` on ``runledger.reports`` through its real sender's own path:
-        an agent's (``agent.node.send_report``) or a worker's (``events.runkeys``)."""
+        an agent's (``agent.node.send_report``) or a worker's (``events.kafka.runkeys``)."""
         if not self.signing:
             runkeys.send_report(producer, event, None)
             return

@@ -37,12 +37,12 @@ if __name__ == "__main__":
     sys.path.insert(0, str(_here.parent))
 
 from bench.common import fmt_num, machine_info, print_table, ratio, time_interleaved, write_results
-from events.broker import check_broker
 from events.codec import default_codec
-from events.connection import ENV_CREDENTIALS
-from events.consume import read_log
-from events.kafka import EventProducer
-from events.signing import SigningKey, request_message
+from events.kafka.broker import check_broker
+from events.kafka.clients import EventProducer
+from events.kafka.connection import ENV_CREDENTIALS
+from events.kafka.consume import read_log
+from events.signed.signing import SigningKey, request_message
 from events.topics import REPORTS
 from runledger.stack import Stack, StackInfo
 from tests.events.builders import Ev

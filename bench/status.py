@@ -46,8 +46,8 @@ from confluent_kafka import Producer
 from bench.common import machine_info, percentile, print_table, ratio, write_results
 from bench.controller import QUICK, FastEncoder, run_events, shapes
 from events.codec import default_codec
-from events.connection import ENV_CREDENTIALS, client_config
 from events.fold import apply
+from events.kafka.connection import ENV_CREDENTIALS, client_config
 from events.partition import PARTITIONER
 from events.state import RunState
 from events.status import (

@@ -79,13 +79,13 @@ from bench.common import (
     ratio,
     write_results,
 )
-from events.broker import ENV_BOOTSTRAP
-from events.connection import ENV_CREDENTIALS, client_config
 from events.fold import apply
+from events.kafka.connection import ENV_CREDENTIALS, client_config
 from events.partition import PARTITIONER
 from events.state import RunState
 from events.status import NO_NOTES, encode, note, summarize
 from events.topics import RUNS, STATUS
+from events.workerenv import ENV_BOOTSTRAP
 from projectors.tables import DDL, TABLE_OF, rows_for
 from queries.report import report
 from runledger.stack import Stack

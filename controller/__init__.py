@@ -40,7 +40,7 @@ The contract is docs/architecture.md §7. Pure core first, then the shell:
   whether what an input makes it append fits one Kafka record once signed
   (``too_large`` otherwise); ``trust``: whom it believes (the request judge of
   ``signatures``, read again as keys change, and the one door of agents'
-  reports, ``events.reportdoor``).
+  reports, ``events.kafka.reportdoor``).
 - ``changelog``: the status summaries a cycle appends to ``runledger.status`` in its
   transaction; ``narrate``: the log line for each record the controller appends.
 - ``errors``: ``ControllerError`` and its leaves.

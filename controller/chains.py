@@ -2,8 +2,8 @@
 
 Every fact the controller appends to ``runledger.runs`` is signed with its
 Ed25519 key together with the digest of the run's previous fact on the log
-(``events.signing.sign_fact``), so each run's facts form a chain from
-``GENESIS`` that ``events.audit.verify`` checks; every command is signed too
+(``events.signed.signing.sign_fact``), so each run's facts form a chain from
+``GENESIS`` that ``events.signed.audit.verify`` checks; every command is signed too
 (``sign_command``). Node-scoped facts (``node/<name>``) are chained per key,
 like a run's.
 
@@ -40,9 +40,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from controller.guard import Encoded
-from events.kafka import Record
 from events.model import Event, RunSubmitted
-from events.signing import (
+from events.record import Record
+from events.signed.signing import (
     GENESIS,
     KEY_HEADER,
     SIG_HEADER,
@@ -147,7 +147,7 @@ class Chains:
         self.key = key
         self.me = me  # this controller's writer header: its own records
         self.heads: dict[str, str] = {}
-        # The head of the key ring the controller judges by (events.keyring.KeyRing.head).
+        # The head of the key ring the controller judges by (events.signed.keyring.KeyRing.head).
         self.keys_head = GENESIS
 
     def reset(self) -> None:

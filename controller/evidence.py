@@ -29,8 +29,8 @@ from collections.abc import Callable
 
 from controller import gates
 from events.authority import EVIDENCE, admit_input
-from events.kafka import Record
-from events.reader import LogReader
+from events.kafka.reader import LogReader
+from events.record import Record
 from events.topics import REQUESTS
 
 log = logging.getLogger("runledger.controller")

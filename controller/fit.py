@@ -12,7 +12,7 @@ on its own, as a ``WriteRejected`` (``events.limits.TOO_LARGE``) naming the
 size and the limit, like any other refused input.
 
 Signatures are measured, not made: an Ed25519 signature is always
-:data:`~events.signing.SIGNATURE_BYTES` long and a chain link 64 hex characters.
+:data:`~events.signed.signing.SIGNATURE_BYTES` long and a chain link 64 hex characters.
 
 Tested in tests/controller/test_fit.py and tests/e2e/test_limits.py.
 """
@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from controller.chains import Outgoing
-from events.kafka import WRITER_HEADER, event_headers
+from events.kafka.clients import WRITER_HEADER, event_headers
 from events.limits import copy_problem, record_bytes
-from events.signing import (
+from events.signed.signing import (
     KEY_HEADER,
     KEYS_HEAD_HEADER,
     PREV_HEADER,

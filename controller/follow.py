@@ -5,7 +5,7 @@ of ``runledger.runs`` that first replays it (the model a controller starts
 from) and then tails it, and a reader over every partition of
 ``runledger.reports`` that hands out only agents' node records (keyed
 ``node/<name>``; every other report is passed over undecoded), each through
-the door of reports (``events.reportdoor``: a node record is believed only
+the door of reports (``events.kafka.reportdoor``: a node record is believed only
 when its node's key signed it, so a ``NodeQuarantined`` sent on ``reports``, or
 a heartbeat for another node, is passed over here as the owning controller's
 input door quarantines it). What is done with them is
@@ -24,10 +24,10 @@ from __future__ import annotations
 from controller.chains import Chains
 from controller.errors import ControllerError
 from controller.model import Draft, Model, PlanOf
-from events.kafka import Record
+from events.kafka.reader import END, LogReader, Watermarks
+from events.kafka.reportdoor import ReportDoor
 from events.model import Event, node_key
-from events.reader import END, LogReader, Watermarks
-from events.reportdoor import ReportDoor
+from events.record import Record
 from events.topics import CO_PARTITIONED, REPORTS, RUNS
 
 _NODE_PREFIX = node_key("").encode()

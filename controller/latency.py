@@ -23,7 +23,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from events.kafka import Record
+from events.record import Record
 from events.topics import REPORTS
 
 # Upper bounds (seconds) from 1 ms to a minute: a healthy loop commits within a tick

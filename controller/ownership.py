@@ -33,9 +33,9 @@ from dataclasses import dataclass, field, replace
 from controller.alerts import runbook_of
 from controller.emitter import Emitter, Out
 from controller.model import Model, PlanOf
-from events.kafka import Record
 from events.model import AlertRaised, Event
 from events.partition import partition_for
+from events.record import Record
 from events.topics import RUNS
 
 FOREIGN_WRITER = "foreign_writer"

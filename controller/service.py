@@ -5,7 +5,7 @@ controller with the same transactional id and aborts its open transaction;
 only then is ``runledger.runs`` read (``read_committed``) to rebuild the model,
 so the model cannot miss a fact a zombie was still committing. Then the loop:
 consume requests and reports (an agent's report only under its node's key,
-``events.reportdoor``), fold what the tail of ``runs`` and the agents'
+``events.kafka.reportdoor``), fold what the tail of ``runs`` and the agents'
 node records bring (``controller.follow``, ``controller.ownership``), ``handle``
 each input, ``tick`` the clock, and append every fact and command together
 with the input offsets in one transaction. Each fact is signed and chained to
@@ -50,15 +50,16 @@ from controller.ownership import Ownership, assign, catch_up, follow
 from controller.signatures import RequestJudge
 from controller.trust import Trust
 from events.codec import Codec, default_codec
-from events.consume import EventConsumer
 from events.errors import Fenced, KafkaOperationError, ProducerFenced
-from events.kafka import EventProducer, Quarantine, Record
+from events.kafka.clients import EventProducer, Quarantine
+from events.kafka.consume import EventConsumer
+from events.kafka.statuslog import read_status, status_partitions
+from events.kafka.transactions import TransactionalWriter
 from events.limits import TOO_LARGE
 from events.model import node_key
-from events.signing import SigningKey
-from events.statuslog import read_status, status_partitions
+from events.record import Record
+from events.signed.signing import SigningKey
 from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS, STATUS
-from events.transactions import TransactionalWriter
 
 # librdkafka waits a fixed 20 ms before retrying a transaction call the coordinator
 # answers CONCURRENT_TRANSACTIONS, which it does while the previous commit's
@@ -72,7 +73,7 @@ log = logging.getLogger("runledger.controller")
 
 DEFAULT_TRANSACTIONAL_ID = "runledger-controller"
 DEFAULT_GROUP = "runledger-controller"
-# The controller's signing key file (PEM, as ``events.signing.SigningKey.save`` writes it).
+# The controller's signing key file (PEM, as ``events.signed.signing.SigningKey.save`` writes it).
 ENV_SIGNING_KEY = "RUNLEDGER_SIGNING_KEY"
 FENCED_EXIT = 3
 # How long a transaction may stay open before the broker aborts it. A killed

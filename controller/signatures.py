@@ -5,11 +5,11 @@ A ``RunSubmitted``, ``CancelRequested``, ``ResumeRequested`` or
 piece of gate evidence (``PreflightCompleted``, ``PilotCompleted``,
 ``DrillCompleted``: it opens admission, ``controller.evidence``) names its
 ``principal``; that name is believed only when the request's exact value bytes carry a signature
-(``events.signing.request_message``) of a live key that the keys log registers
+(``events.signed.signing.request_message``) of a live key that the keys log registers
 to that very principal with the operator role. So the cancel authority, and the
 principal a run is recorded under, are decided on a verified identity, never on
 a typed ``--principal``. A request that fails is refused with the reason
-(``events.keyring``: ``unsigned``, ``unknown_key``, ``bad_signature``,
+(``events.signed.keyring``: ``unsigned``, ``unknown_key``, ``bad_signature``,
 ``revoked_key``, ``wrong_principal``, ``wrong_role``) and recorded as a
 ``WriteRejected``, like any refused input; it changes nothing.
 
@@ -34,9 +34,7 @@ from __future__ import annotations
 import logging
 
 from events.errors import KafkaOperationError
-from events.kafka import Record
-from events.keyring import EMPTY, REVOKED_KEY, UNKNOWN_KEY, UNSIGNED, KeyRing, check_headers
-from events.keys import read_ring
+from events.kafka.keys import read_ring
 from events.model import (
     CancelRequested,
     DrillCompleted,
@@ -46,7 +44,9 @@ from events.model import (
     ResumeRequested,
     RunSubmitted,
 )
-from events.signing import request_message
+from events.record import Record
+from events.signed.keyring import EMPTY, REVOKED_KEY, UNKNOWN_KEY, UNSIGNED, KeyRing, check_headers
+from events.signed.signing import request_message
 from events.topics import KEYS
 
 log = logging.getLogger("runledger.controller")

@@ -4,9 +4,9 @@ The controller's shell holds one :class:`Trust`. It makes the request judge
 (``controller.signatures``) once the model is rebuilt, reads the key ring again
 when requests arrive and every ``REFRESH_S`` (so a revocation is judged by, and
 named in the facts' keys head, soon), and builds the one door of agents' reports
-(``events.reportdoor``) that the input consumer and the follower share: an agent's
+(``events.kafka.reportdoor``) that the input consumer and the follower share: an agent's
 report believed only under its node's key, a worker's only under its run's key
-certified by a node the model places the run on (``events.runkeys``). It says
+certified by a node the model places the run on (``events.kafka.runkeys``). It says
 at start how the controller signs and whether it believes unsigned requests:
 ``--trust-unsigned`` is logged as a warning, because the broker vouches only for
 a role, never for the name a request types.
@@ -24,10 +24,10 @@ from collections.abc import Callable
 from controller.chains import Chains
 from controller.model import Model
 from controller.signatures import REFRESH_S, RequestJudge
-from events.kafka import Record
-from events.keys import read_ring_or_empty
+from events.kafka.keys import read_ring_or_empty
+from events.kafka.reportdoor import ReportDoor
 from events.model import WorkerExited
-from events.reportdoor import ReportDoor
+from events.record import Record
 from events.topics import REQUESTS
 
 log = logging.getLogger("controller")

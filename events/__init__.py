@@ -1,4 +1,5 @@
-"""events: the domain kernel and the log. Imports nothing else of ours; never torch.
+"""events: the domain kernel, and its Kafka and signing edges. Imports nothing else of ours;
+never torch.
 
 - ``model``: the event catalog (``EVENT_TYPES``); import any event class from it.
   The classes live by concern: ``base`` (``Header``, ``Member``, the ``Event`` base),
@@ -26,27 +27,26 @@
   and the agent both make before a launch;
 - ``limits``: the one record size limit (librdkafka's 1,000,000 bytes) and what
   it leaves a request and a spec once the controller's copy adds its headers.
-- ``kafka``: idempotent producer, the decoded ``Record``, the quarantine for
-  undecodable or refused records, and the one decode-or-quarantine step;
-  ``transactions``: the controller's ``TransactionalWriter``; ``broker``: the
-  bootstrap address and whether a broker answers.
-- ``reader``: ``LogReader``, the one group-less reader (assignment from the
-  beginning, the end or stored offsets; positions; end of log; quarantine), and
-  ``Watermarks``; ``offsets``: where it starts, and ``LogGap``, the records
-  deleted below a stored offset or a lagging position, named, never skipped.
-- ``status``, ``statuslog``: a run's status summary (``RunStatusChanged``, a derived
-  view on the compacted ``runledger.status``, not a fact) and reading it back;
-- ``consume``: ``EventConsumer``, a consumer-group member with explicit commits,
-  and ``read_log`` (a dump or a tail of one topic, over ``LogReader``).
-- ``signing``: Ed25519 keys, the domain-separated message each use signs, fact
-  and key-record digests (each run's hash chain, and the keys log's) and the
-  signature headers; ``keyids``: key ids and sizes, which the event model checks
-  without loading any cryptography; ``keyring``: the pure fold of key records and the one
-  signature judge (``check``); ``audit``: offline verification of the keys log
-  and every run's signed chain; ``loghead``: the signed heads an exported copy
-  carries, judged against the copy; ``keys``: the ring read live from
-  ``runledger.keys``; ``reportdoor``: the one door of agents' reports (believed
-  about node N only under ``node.N``'s live agent key), which the controller's
-  inputs, its follower and ``runledger nodes`` share.
+- ``record``: the decoded ``Record`` a reader hands out, with its place in the
+  log, and ``Quarantined``, where an undecodable one sat and why.
+- ``status``: a run's status summary (``RunStatusChanged``, a derived view on the
+  compacted ``runledger.status``, not a fact).
+- ``nodefold``: the one pure fold of a node's facts (cordoned, drained,
+  quarantined, on probation), which the agent and the controller both read.
+- ``sdc``, ``sdcenv``: silent data corruption: the suspicion, the replay and the
+  verdict, and the settings a worker gets from its environment;
+  ``runmanifest``: the post-run manifest, built purely from a run's facts;
+  ``workerlog``: where a worker's log lies under its agent's work dir.
+- ``keyids``: key ids and sizes, which the event model checks without loading
+  any cryptography.
 - ``errors``: ``EventsError`` and its leaves.
+
+Everything above is the pure kernel. Two edges stand apart in subpackages, and
+the kernel imports neither (``tests/test_layout.py``):
+
+- ``kafka``: everything that talks to a broker: the producer and the
+  quarantine, the one group-less reader, the status reader, the consumer group,
+  the controller's transactions, the live key ring, run keys and the report door;
+- ``signed``: Ed25519 signing, the key ring's pure fold and signature judge, the
+  offline audit of the signed log and the heads an exported copy carries.
 """

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from events.errors import DecodeError
-from events.kafka import Record
 from events.model import (
     EVENT_TYPES,
     AgentHeartbeatRecorded,
@@ -34,6 +33,7 @@ from events.model import (
     NodeOperationRequested,
 )
 from events.names import BAD_NAME, host_problem, key_problem
+from events.record import Record
 from events.topics import COMMANDS, KEYS, REPORTS, REQUESTS, RUNS
 
 
@@ -109,7 +109,7 @@ def oversize(topic: str, size: int) -> str | None:
 
 
 def admit_input(record: Record, size: int) -> DecodeError | None:
-    """The controller's door (``events.kafka.Admit``): strays and oversize records are refused."""
+    """The controller's door (``kafka.clients.Admit``): strays and oversize records are refused."""
     why = oversize(record.topic, size)
     if why is not None:
         return DecodeError(OVERSIZE, why)

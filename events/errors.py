@@ -1,7 +1,7 @@
 """The events package's exceptions: one root, a few specific leaves.
 
-Tested in tests/events/test_codec.py, tests/events/test_kafka.py and
-tests/events/test_reader.py.
+Tested in tests/events/test_codec.py, tests/events/kafka/test_clients.py and
+tests/events/kafka/test_reader.py.
 """
 
 from __future__ import annotations

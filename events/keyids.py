@@ -1,11 +1,11 @@
 """Key ids and key sizes: what an event may say about a key without any cryptography.
 
 The key catalog's events (``events.principals``) name keys by id and carry raw
-public keys; checking their shape needs only these. ``events.signing``, which
+public keys; checking their shape needs only these. ``events.signed.signing``, which
 loads the cryptography libraries, re-exports them, so every reader of the event
 model (every command) does not pay for signing it never does.
 
-Tested in tests/events/test_signing.py.
+Tested in tests/events/signed/test_signing.py.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ MAX_SPEC_BYTES = MAX_REQUEST_BYTES - REQUEST_RESERVE
 # The refusal reason (``WriteRejected.reason``) of a request whose copy would not fit.
 TOO_LARGE = "too_large"
 # What a quarantined copy adds: its origin headers (topic, partition, offset,
-# reason) and a detail of at most 1,000 bytes (``events.kafka.Quarantine``).
+# reason) and a detail of at most 1,000 bytes (``events.kafka.clients.Quarantine``).
 QUARANTINE_RESERVE = 2_048
 
 Header = tuple[str, str | bytes | None]

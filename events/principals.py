@@ -1,14 +1,14 @@
 """Key facts: which principal holds which public key, on ``runledger.keys`` (admins).
 
 A principal (an operator, an agent, a worker, the controller, a projector, an
-admin) signs what it sends with an Ed25519 key (``events.signing``); these two
+admin) signs what it sends with an Ed25519 key (``events.signed.signing``); these two
 events register and revoke those keys. They are keyed by the pseudo run id
 ``key/<principal>`` (:func:`principal_key`), like node records are keyed
-``node/<name>``, and the fold of runs never sees them: ``events.keyring`` folds
+``node/<name>``, and the fold of runs never sees them: ``events.signed.keyring`` folds
 them into a key ring. Each is signed by an admin key; the first, an admin
 registering its own key, is the trust anchor.
 
-Tested in tests/events/test_keyring.py and tests/events/test_codec.py.
+Tested in tests/events/signed/test_keyring.py and tests/events/test_codec.py.
 """
 
 from __future__ import annotations

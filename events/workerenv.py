@@ -50,13 +50,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from events.broker import ENV_BOOTSTRAP
 from events.errors import EventsError
 
 RUN_ID = "RUNLEDGER_RUN_ID"
 GENERATION = "RUNLEDGER_GENERATION"
 LOGICAL_ID = "RUNLEDGER_LOGICAL_ID"
 NODE = "RUNLEDGER_NODE"
+# The broker a process reaches: the one variable every runledger client reads
+# (``events.kafka.clients.broker``), and the one the agent sets for its workers.
+ENV_BOOTSTRAP = "RUNLEDGER_BOOTSTRAP"
 BOOTSTRAP = ENV_BOOTSTRAP
 HEARTBEAT_INTERVAL_S = "RUNLEDGER_HEARTBEAT_INTERVAL_S"
 RESUME_STEP = "RUNLEDGER_RESUME_STEP"

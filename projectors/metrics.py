@@ -11,7 +11,7 @@ Threads: DuckDB connections are not shared between threads, so the collector
 opens its own cursor on the projector's database when it is built (on the
 projector's thread, before ``run``) and uses it only under the projector's
 ``db_lock``, which publishing a snapshot holds too. Log end
-offsets come from an ``events.reader.Watermarks`` of its own (read_committed,
+offsets come from an ``events.kafka.reader.Watermarks`` of its own (read_committed,
 so an open transaction is no lag before it can be read), cached for a few
 seconds, so frequent or concurrent scrapes never hammer the broker.
 """
@@ -28,7 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from events.errors import EventsError
-from events.reader import Watermarks
+from events.kafka.reader import Watermarks
 from projectors.projector import TOPICS, Projector
 from projectors.snapshot import lags
 

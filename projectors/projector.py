@@ -1,7 +1,7 @@
 """Kafka -> DuckDB: batches of records applied with their offsets in one transaction.
 
 The projector reads every partition of ``runledger.runs`` and
-``runledger.reports`` with ``events.reader.LogReader`` from the offsets stored
+``runledger.reports`` with ``events.kafka.reader.LogReader`` from the offsets stored
 in the database (from the beginning when there are none), so a restart
 resumes exactly after the last committed batch: a crash mid-batch loses the
 whole batch's transaction, never half of it, and nothing is applied twice.
@@ -9,11 +9,11 @@ A record that cannot be decoded becomes a ``quarantine`` row and projection
 goes on, and so does a record whose rows cannot be stored (``UNPROJECTABLE``).
 Replay is the same loop into an empty database, stopping at the ends the log had
 when it started, however much keeps arriving. A stored offset that retention or
-``delete_records`` has left below its partition's start (``events.offsets``)
+``delete_records`` has left below its partition's start (``events.kafka.offsets``)
 stops the projector with :class:`~projectors.errors.ProjectionGap` naming the
 records lost and the rebuild, never a silent skip past them, live or not.
 
-Reports pass the controller's door (``events.reportdoor``) before they are
+Reports pass the controller's door (``events.kafka.reportdoor``) before they are
 projected: an agent's report believed only under its node's key, a worker's only
 under its run's certified key, each judged as the keys were when the record was
 appended (so a projection rebuilt after a revocation believes what was believed
@@ -40,11 +40,11 @@ import pyarrow as pa
 
 from events.codec import Codec, default_codec
 from events.errors import EventsError
-from events.kafka import Quarantined, Record
-from events.keys import read_ring_or_empty
-from events.offsets import LogGap
-from events.reader import LogReader
-from events.reportdoor import ReportDoor
+from events.kafka.keys import read_ring_or_empty
+from events.kafka.offsets import LogGap
+from events.kafka.reader import LogReader
+from events.kafka.reportdoor import ReportDoor
+from events.record import Quarantined, Record
 from events.topics import REPORTS, RUNS
 from projectors.errors import ProjectionGap, ProjectionLayoutError, ProjectorError
 from projectors.rows import EventRow, QuarantineRow, Row

@@ -24,7 +24,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from events.kafka import Record
 from events.model import (
     AlertRaised,
     AlertResolved,
@@ -49,6 +48,7 @@ from events.model import (
     WorkerExited,
     WriteRejected,
 )
+from events.record import Record
 from events.topics import REPORTS, RUNS
 from projectors.payload import payload
 from projectors.rows import (

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 
 import duckdb
 
-from events.kafka import Record
 from events.model import Event, GenerationStarted, RunAdmitted, RunCancelled, RunFinished
 from events.model import StepCommitted as Step
+from events.record import Record
 from events.topics import RUNS
 from projectors.tables import DDL, TABLE_OF, rows_for
 from proof.props import Violation

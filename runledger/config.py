@@ -35,9 +35,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from dataplane.home import default_catalog_url, runledger_home
-from events.broker import ENV_BOOTSTRAP, bootstrap_from_env, check_broker
-from events.connection import ENV_CREDENTIALS
 from events.errors import BrokerUnavailable, NoBootstrapAddress
+from events.kafka.broker import bootstrap_from_env, check_broker
+from events.kafka.connection import ENV_CREDENTIALS
+from events.workerenv import ENV_BOOTSTRAP
 from runledger import current
 from runledger.errors import UsageError
 
@@ -128,7 +129,7 @@ def bootstrap(explicit: str | None = None, role: str = current.ROLE) -> str:
             f" local stack with `runledger stack up` (it is remembered in"
             f" {current.pointer(home())})")
     if stack.credentials is not None and not os.environ.get(ENV_CREDENTIALS):
-        # The clients read the credentials from the environment (events.connection);
+        # The clients read the credentials from the environment (events.kafka.connection);
         # only this process's copy is set, and only for the remembered stack's address.
         os.environ[ENV_CREDENTIALS] = str(stack.credentials)
     return stack.bootstrap

@@ -15,7 +15,7 @@ remembered stack's own address, so a password is never sent to a cluster the
 user named some other way; only when ``RUNLEDGER_CREDENTIALS`` is unset; and
 only when the pointer and the credentials file belong to this user and no one
 else may write the pointer (the credentials file's own mode is checked where
-it is read, :func:`events.connection.load_credentials`).
+it is read, :func:`events.kafka.connection.load_credentials`).
 
 Tested in tests/runledger/test_current.py.
 """

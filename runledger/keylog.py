@@ -3,9 +3,9 @@
 ``runledger key`` and ``runledger stack up`` register and revoke keys here;
 ``submit`` and ``cancel`` look up whose key signs a request. :func:`load_ring`
 reads ``runledger.keys`` (bounded, raw: ``runledger.rawlog``) and folds it
-with ``events.audit.fold_keys``, the audit's own fold. :func:`append` signs a
+with ``events.signed.audit.fold_keys``, the audit's own fold. :func:`append` signs a
 key record with an admin key, chained to the ring's head (the digest of the
-last key record it read: ``runledger-prev``), asks ``events.keyring.apply``
+last key record it read: ``runledger-prev``), asks ``events.signed.keyring.apply``
 whether the ring would take it, and writes it only then: a record the ring would refuse (the
 last admin key revoked, a key registered twice, a signer that is no admin) is
 reported in one line and never reaches the log. Writers on one machine take
@@ -31,17 +31,17 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from events import keyring
-from events.audit import Problem, fold_keys
 from events.codec import default_codec
-from events.connection import client_config, principal, refused
 from events.errors import KafkaOperationError, NotAuthorized
-from events.kafka import event_headers
-from events.keyring import KeyRing, Refusal
+from events.kafka.clients import event_headers
+from events.kafka.connection import client_config, principal, refused
 from events.model import Header, PrincipalKeyRegistered, PrincipalKeyRevoked, principal_key
 from events.partition import PARTITIONER
 from events.principals import PRINCIPAL_ROLES
-from events.signing import PublicKey, SigningKey, sign_key_record
+from events.signed import keyring
+from events.signed.audit import Problem, fold_keys
+from events.signed.keyring import KeyRing, Refusal
+from events.signed.signing import PublicKey, SigningKey, sign_key_record
 from events.topics import KEYS
 from runledger.errors import RunledgerError, UsageError
 from runledger.rawlog import read_raw

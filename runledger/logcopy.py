@@ -6,7 +6,7 @@ and ``runledger.runs`` as they are stored: one JSON object per line in
 ``topic``, ``partition``, ``offset``, record ``key`` and ``value`` (base64)
 and ``headers`` (``[name, base64]`` pairs, in order, repeats kept), and
 ``DIR/manifest.json`` saying what the copy is, and ``DIR/heads.json``: the
-head of every chain copied, signed by the exporter (``events.loghead``).
+head of every chain copied, signed by the exporter (``events.signed.loghead``).
 ``runledger audit verify --from DIR`` reads them back (:func:`load`) into the
 same ``LoggedRecord``\\ s a live read gives, in file order, and judges them
 the same way, and the heads against them: a chain cut at its end is found
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from events.audit import LoggedRecord
+from events.signed.audit import LoggedRecord
 from runledger.errors import RunledgerError
 
 FORMAT = "runledger-log-copy"
@@ -51,7 +51,7 @@ class Copy:
     keys: list[LoggedRecord]
     runs: list[LoggedRecord]
     manifest: dict[str, Any]
-    heads: Any = None  # heads.json as read (JSON); events.loghead.parse judges it
+    heads: Any = None  # heads.json as read (JSON); events.signed.loghead.parse judges it
 
 
 def to_line(record: LoggedRecord) -> str:
@@ -81,7 +81,7 @@ def from_line(line: str, where: str) -> LoggedRecord:
 def write(folder: Path, keys: Iterable[LoggedRecord], runs: Iterable[LoggedRecord],
           manifest: dict[str, Any], heads: dict[str, Any]) -> tuple[int, int]:
     """Write a new copy into ``folder`` (made, or empty), with the signed ``heads``
-    (``events.loghead.sign``); the number of records of each file."""
+    (``events.signed.loghead.sign``); the number of records of each file."""
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise CopyError(f"{folder} exists and is not an empty directory; export into a new one")
     folder.mkdir(parents=True, exist_ok=True)

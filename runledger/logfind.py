@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from events.kafka.reader import LogReader
+from events.kafka.reportdoor import view_door
 from events.model import Event, node_key
-from events.reader import LogReader
-from events.reportdoor import view_door
 from events.topics import REPORTS, RUNS
 from runledger.errors import RunledgerError
 from runledger.views.logview import LogNotFound, Picked, log_file, pick, work_dir_of

@@ -2,7 +2,7 @@
 
 Each agent signs its reports with its own Ed25519 key, which an admin registers
 on ``runledger.keys`` to the principal ``node.<name>`` with the role ``agent``
-(``events.reportdoor``). :func:`enroll` is the operator's path (``runledger node
+(``events.kafka.reportdoor``). :func:`enroll` is the operator's path (``runledger node
 enroll NAME --admin-key admin.key``, with the admin's Kafka credentials, like
 ``key register``): it writes the key file (mode 0600, never overwritten) when
 it is missing and registers its public key unless the log already has it, so
@@ -28,9 +28,9 @@ import logging
 import time
 from pathlib import Path
 
-from events.keyring import KeyRing
-from events.reportdoor import AGENT_ROLE, node_principal
-from events.signing import SigningKey
+from events.kafka.reportdoor import AGENT_ROLE, node_principal
+from events.signed.keyring import KeyRing
+from events.signed.signing import SigningKey
 from runledger import config, current, keylog
 from runledger.errors import UsageError
 from runledger.signer import load_key

@@ -1,7 +1,7 @@
 """The node records on the log, as ``runledger nodes``, ``preflight``, ``pilot`` and the
 live view read them: the agents' reports about nodes and the node facts of the runs.
 
-A shell over two bounded :class:`~events.reader.LogReader` reads; what they
+A shell over two bounded :class:`~events.kafka.reader.LogReader` reads; what they
 mean is folded by ``runledger.views.nodeview`` (and ``rehearse.preflightio``).
 It lives beside the command line, not in it, so the live view reads the same
 records without importing a command.
@@ -12,11 +12,12 @@ Tested in tests/runledger/commands/test_nodes.py.
 from __future__ import annotations
 
 from controller.inventory import NODE_RECORDS
-from events.kafka import Quarantined, event_type_of
-from events.keys import read_ring_or_empty
+from events.kafka.clients import event_type_of
+from events.kafka.keys import read_ring_or_empty
+from events.kafka.reader import LogReader
+from events.kafka.reportdoor import ReportDoor
 from events.model import Event, FailureClassified, node_key
-from events.reader import LogReader
-from events.reportdoor import ReportDoor
+from events.record import Quarantined
 from events.topics import REPORTS, RUNS
 from runledger import config
 
@@ -30,7 +31,7 @@ def _passed_over(_: Quarantined) -> None:
 def node_events(bootstrap: str) -> list[Event]:
     """Node records of the reports and node facts (and failures) of runs, merged by time.
 
-    The reports pass the controller's own door (``events.reportdoor``): a node record
+    The reports pass the controller's own door (``events.kafka.reportdoor``): a node record
     not signed by its node's key, or one no agent may send (a ``NodeQuarantined`` on
     reports), is passed over, as the controller refuses it."""
     prefix = node_key("").encode()

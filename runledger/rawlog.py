@@ -3,8 +3,8 @@
 A signature covers the exact bytes in the log and travels in record headers,
 so whoever checks one (``runledger audit``, the key ring of ``runledger key``
 and of ``stack up``) needs the records as Kafka holds them, not decoded events:
-:func:`read_raw` hands them out as ``events.audit.LoggedRecord``\\ s, read by an
-undecoded ``events.reader.LogReader`` (``read_messages``).
+:func:`read_raw` hands them out as ``events.signed.audit.LoggedRecord``\\ s, read by an
+undecoded ``events.kafka.reader.LogReader`` (``read_messages``).
 
 The read is **bounded**: it takes each partition's end when it starts and
 stops there, so it ends however much keeps arriving. It reads
@@ -21,9 +21,9 @@ from collections.abc import Sequence
 
 from confluent_kafka import Message
 
-from events.audit import LoggedRecord
-from events.kafka import header_items
-from events.reader import LogReader
+from events.kafka.clients import header_items
+from events.kafka.reader import LogReader
+from events.signed.audit import LoggedRecord
 
 
 def read_raw(bootstrap: str, topics: Sequence[str], *, credentials: str | None = None,

@@ -13,7 +13,7 @@ the log does not know, one revoked, one that is not an operator's, or a
 ``--principal`` naming someone else is refused in one line and nothing is
 written. So the principal a request names is the one its signature proves.
 :func:`signed_record` encodes the request once and signs exactly those bytes
-(``events.signing.sign_request``), so the signature verifies against what the
+(``events.signed.signing.sign_request``), so the signature verifies against what the
 log stores. :func:`send_request` writes one request, signed or not, and waits
 for the broker's acknowledgement; every command that writes to
 ``runledger.requests`` goes through it. A request too large for the controller
@@ -33,10 +33,10 @@ from cryptography.exceptions import UnsupportedAlgorithm
 
 from events.codec import Codec, default_codec
 from events.errors import KafkaOperationError
-from events.kafka import EventProducer, Headers, event_headers
+from events.kafka.clients import EventProducer, Headers, event_headers
 from events.limits import record_bytes, request_problem
 from events.model import Event
-from events.signing import SigningKey, sign_request
+from events.signed.signing import SigningKey, sign_request
 from events.topics import REQUESTS
 from runledger import config, keylog
 from runledger.errors import RunledgerError, UsageError

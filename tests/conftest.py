@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from events.connection import ENV_CREDENTIALS
+from events.kafka.connection import ENV_CREDENTIALS
 from runledger.stack import Stack, jars
 from tests import reaper
 from tests.e2e.harness import Cluster

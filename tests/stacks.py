@@ -8,7 +8,7 @@ broker. Without session credentials a private stack is plaintext, like the
 session's.
 
 Every reader believes a worker's report only under its run's key, certified by
-an enrolled node (``events.runkeys``), so a test that writes reports itself
+an enrolled node (``events.kafka.runkeys``), so a test that writes reports itself
 sends them as a worker does (:func:`send_report`). The controller refuses
 unsigned requests, so a test's CLI signs as a user's does: with the session
 stack's ``keys/operator.key`` (:func:`session_key`, passed as
@@ -23,11 +23,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from events import runkeys
-from events.connection import ENV_CREDENTIALS
-from events.kafka import EventProducer
+from events.kafka import runkeys
+from events.kafka.clients import EventProducer
+from events.kafka.connection import ENV_CREDENTIALS
 from events.model import Event
-from events.signing import SigningKey
+from events.signed.signing import SigningKey
 from runledger import keylog, nodekeys
 from runledger.stack import Stack
 

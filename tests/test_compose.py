@@ -26,7 +26,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from events.connection import load_credentials
+from events.kafka.connection import load_credentials
 from tests.test_docs import ROOT
 
 KAFKA_IMAGE = "apache/kafka:"

@@ -32,7 +32,7 @@ import pytest
 from dataplane.catalog import Catalog, build_manifest
 from dataplane.synth import template, write_corpus
 from events.errors import BrokerUnavailable
-from events.reader import Watermarks
+from events.kafka.reader import Watermarks
 from events.topics import ALL
 from runledger import current
 from runledger.stack.jars import JARS_ENV

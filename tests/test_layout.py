@@ -118,11 +118,33 @@ FORBIDDEN_WITHIN: dict[str, tuple[str, ...]] = {
     "runledger.stack": ("runledger.commands", "runledger.app", "runledger.cli",
                         "runledger.rehearse", "runledger.views", "runledger.ui",
                         "runledger.demo"),
+    # The kernel of events is pure: it judges records and folds facts without a Kafka
+    # client or a signature library; the signing side verifies a copy of the log in
+    # files, so it needs no broker either.
+    "events.signed": ("events.kafka",),
     # The spec is read by the core; it reads the core's parsers of its sections
     # (alerts, gates, policy), never the process shell around them.
     "controller.spec": ("controller.service", "controller.reconcile", "controller.model",
                         "controller.inputs", "controller.emitter"),
 }
+
+
+# The kernel: every module directly in ``events``. Its edges, and the libraries only
+# they may load.
+EVENTS_EDGES = ("events.kafka", "events.signed")
+EDGE_LIBRARIES = ("confluent_kafka", "cryptography", "nacl")
+
+
+def test_the_events_kernel_imports_neither_edge_nor_their_libraries() -> None:
+    violations = []
+    names = {name for name, _ in _modules()}
+    for name, path in _modules():
+        if not name.startswith("events.") or any(_under(name, e) for e in EVENTS_EDGES):
+            continue
+        for target in sorted(_imports(path, name, names)):
+            if any(_under(target, e) for e in (*EVENTS_EDGES, *EDGE_LIBRARIES)):
+                violations.append(f"{path.relative_to(ROOT)} imports {target}")
+    assert not violations, "\n".join(violations)
 
 
 def _under(name: str, place: str) -> bool:

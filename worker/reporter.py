@@ -7,7 +7,7 @@ is the one blocking call, used where the protocol needs its reports on the
 log before it goes on (shards before a proposal, everything before exit). A
 delivery failure is kept and raised by the next ``flush``, never dropped.
 
-The thread heartbeats while a flush waits (``events.delivery.drain``), for as
+The thread heartbeats while a flush waits (``events.kafka.delivery.drain``), for as
 long as librdkafka keeps trying to deliver (``FLUSH_TIMEOUT_S``): a slow
 broker delays a flush, only a failed delivery fails it. ``close`` stops the
 thread, so the session closes its reporter last: a rank tearing down is alive.
@@ -22,11 +22,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from events import runkeys
-from events.delivery import FLUSH_TIMEOUT_S, drain, report_producer_config
-from events.kafka import EventProducer
+from events.kafka import runkeys
+from events.kafka.clients import EventProducer
+from events.kafka.delivery import FLUSH_TIMEOUT_S, drain, report_producer_config
+from events.kafka.runkeys import RunKey
 from events.model import Event, Header, HeartbeatRecorded, StepTimesRecorded
-from events.runkeys import RunKey
 from events.workerenv import WorkerEnv
 from worker.comm import device_name
 from worker.errors import WorkerError
@@ -53,7 +53,7 @@ class Reporter:
                  clock: Callable[[], float] = time.time, run_key: RunKey | None = None) -> None:
         self.env = env
         self.producer = producer
-        # What every report is signed with (events.runkeys); None: sent unsigned.
+        # What every report is signed with (events.kafka.runkeys); None: sent unsigned.
         self.run_key = run_key
         self.clock = clock
         self.step = 0

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 
 import fsspec
 
-from events.consume import read_log
+from events.kafka.consume import read_log
 from events.model import CheckpointReplicated, Event, Header
 from events.topics import RUNS
 from events.workerenv import TierEnv

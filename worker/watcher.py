@@ -21,8 +21,8 @@ from events.codec import Codec, default_codec
 from events.errors import EventsError
 from events.fence import fenced_by
 from events.fold import ACCEPTED, Verdict
+from events.kafka.reader import END, LogReader
 from events.model import CheckpointIntervalChanged, Event, ManifestCommitted, WriteRejected
-from events.reader import END, LogReader
 from events.topics import RUNS
 
 log = logging.getLogger("runledger.worker.watcher")

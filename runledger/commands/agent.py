@@ -27,7 +27,7 @@ from agent.decide import AgentConfig
 from agent.logrelay import DEFAULT_KEEP
 from agent.metrics import AgentCollector
 from agent.service import Agent, AgentOptions
-from events.connection import ENV_CREDENTIALS
+from events.kafka.connection import ENV_CREDENTIALS
 from events.workerenv import CHECKPOINT_ROOT
 from runledger import config, nodekeys
 from runledger.config import Bootstrap, MetricsAddress

@@ -3,7 +3,7 @@
 ``verify`` reads ``runledger.keys`` and ``runledger.runs`` (bounded,
 ``read_committed``, raw bytes and headers: :mod:`runledger.rawlog`), or a copy
 ``export`` wrote (``--from DIR``: :mod:`runledger.logcopy`, no broker), and
-judges them with ``events.audit.verify``: the key ring and its trust anchor,
+judges them with ``events.signed.audit.verify``: the key ring and its trust anchor,
 and each run's hash chain of signed facts. It prints one verdict per run
 (:mod:`runledger.views.auditview`) and exits 1 when anything fails. ``--trust``
 pins the anchor's key id, ``--heads`` takes the run heads of an earlier
@@ -12,7 +12,7 @@ pins the anchor's key id, ``--heads`` takes the run heads of an earlier
 topic names.
 
 ``export`` signs the heads of what it copied (every run's and the keys log's:
-``events.loghead``) with the exporter's key: ``--key``, ``RUNLEDGER_KEY``, or
+``events.signed.loghead``) with the exporter's key: ``--key``, ``RUNLEDGER_KEY``, or
 the remembered local stack's ``keys/operator.key``; a key that is no live key
 of the keys log it exports is refused before anything is written.
 ``verify --from`` checks those heads against the copy, so a copy whose chain
@@ -31,9 +31,9 @@ from typing import Annotated
 
 import typer
 
-from events import audit, loghead
-from events.audit import AuditReport, LoggedRecord
-from events.signing import SigningKey, is_key_id
+from events.signed import audit, loghead
+from events.signed.audit import AuditReport, LoggedRecord
+from events.signed.signing import SigningKey, is_key_id
 from events.topics import KEYS, RUNS
 from runledger import config, current, logcopy
 from runledger.config import AsJson, Bootstrap

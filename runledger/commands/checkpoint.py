@@ -15,7 +15,7 @@ from typing import Annotated
 import fsspec
 import typer
 
-from events.consume import read_log
+from events.kafka.consume import read_log
 from events.model import Event
 from events.topics import RUNS
 from runledger import config

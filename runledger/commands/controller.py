@@ -55,7 +55,7 @@ from controller.service import (
     ControllerService,
 )
 from events.names import path_problem
-from events.signing import SigningKey
+from events.signed.signing import SigningKey
 from runledger import config
 from runledger.commands.agent import default_roots
 from runledger.config import Bootstrap, MetricsAddress

@@ -19,8 +19,8 @@ from typing import Annotated
 
 import typer
 
+from events.kafka.reportdoor import node_principal
 from events.names import host_problem
-from events.reportdoor import node_principal
 from runledger import config, keylog
 from runledger.commands.keys import principal_of
 from runledger.config import AsJson, Bootstrap

@@ -4,7 +4,7 @@ The verdict is what ``events.fold`` says of each event, folding the topic's
 records per run in offset order; events of runs whose ``RunSubmitted`` is not
 on the topic being read get no verdict rather than a misleading one.
 ``runledger.status`` holds derived summaries, not events: ``dump`` prints the
-newest summary of each run (``events.statuslog``) and ``tail`` refuses it.
+newest summary of each run (``events.kafka.statuslog``) and ``tail`` refuses it.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Annotated, Any
 
 import typer
 
-from events.consume import read_log
 from events.convert import to_record
 from events.errors import DecodeError
 from events.fold import UNKNOWN_RUN, apply
-from events.kafka import Quarantined, Record
+from events.kafka.consume import read_log
+from events.kafka.statuslog import read_status
+from events.record import Quarantined, Record
 from events.state import RunState
-from events.statuslog import read_status
 from events.topics import ALL, RUNS, STATUS
 from runledger import config
 from runledger.config import Bootstrap, json_option

@@ -21,9 +21,9 @@ from typing import Annotated, Any
 
 import typer
 
-from events.keyring import KeyEntry, KeyRing
 from events.names import name_problem
-from events.signing import PublicKey, SigningKey, is_key_id
+from events.signed.keyring import KeyEntry, KeyRing
+from events.signed.signing import PublicKey, SigningKey, is_key_id
 from runledger import config, keylog
 from runledger.config import AsJson, Bootstrap
 from runledger.errors import UsageError

@@ -33,8 +33,8 @@ from typing import Annotated
 import typer
 
 from agent.logfiles import LogStream, dropped
+from events.kafka.reader import LogReader
 from events.model import Event
-from events.reader import LogReader
 from runledger import config
 from runledger.config import AsJson, Bootstrap, RunArg
 from runledger.errors import RunledgerError, UsageError

@@ -1,7 +1,7 @@
 """``runledger nodes`` and ``runledger node cordon|uncordon|drain``: the node lifecycle.
 
 ``nodes`` folds the agents' reports, each through the controller's door
-(``events.reportdoor``: believed only under its node's key), and the node facts
+(``events.kafka.reportdoor``: believed only under its node's key), and the node facts
 of ``runledger.runs`` (``runledger.views.nodeview``). ``node enroll`` gives a node its
 key (``runledger.commands.enroll``). ``node OPERATION NAME --reason R`` writes a
 ``NodeOperationRequested`` on ``runledger.requests`` keyed ``node/NAME``,

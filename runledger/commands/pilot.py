@@ -29,7 +29,7 @@ import typer
 
 from controller.spec.runspec import RunSpec, load_spec
 from events.model import Event, Header, PilotCompleted, PreflightCheck, spec_key
-from events.signing import SigningKey
+from events.signed.signing import SigningKey
 from runledger import config
 from runledger.config import AsJson, Bootstrap, Principal, catalog_option
 from runledger.errors import RunledgerError

@@ -21,7 +21,7 @@ import typer
 
 from dataplane.errors import DataPlaneError
 from dataplane.home import default_catalog_url
-from events.consume import read_log
+from events.kafka.consume import read_log
 from events.topics import RUNS
 from queries import consumed, lineage, render
 from queries.recovery import recovery

@@ -11,7 +11,7 @@ edge: the submission id, ``occurred_at``, and "now" for heartbeat ages.
 :func:`runledger.signer.request_signer`), and the principal is the key's.
 
 ``status`` and ``runs`` read the runs' summaries on ``runledger.status``
-(``events.statuslog``: one record per run, written by the controller in the
+(``events.kafka.statuslog``: one record per run, written by the controller in the
 transaction of the facts), and fold the log only where there is no summary or
 with ``--refold``; ``cancel`` and ``submit`` read the topics they need from the
 beginning.
@@ -31,9 +31,9 @@ import typer
 
 from controller.errors import ControllerError
 from events.errors import BrokerUnavailable, KafkaOperationError
+from events.kafka.statuslog import read_status
 from events.model import CancelRequested, Event, Header, ResumeRequested, RunSubmitted
 from events.status import RunStatusChanged
-from events.statuslog import read_status
 from events.topics import REPORTS, REQUESTS, RUNS, STATUS
 from runledger import config
 from runledger.config import ENV_KEY, AsJson, Bootstrap, Principal, RunArg, catalog_option
@@ -43,7 +43,7 @@ from runledger.views import statusview
 from runledger.views.runview import UNSEEN, list_rows, status_document, status_lines
 
 if TYPE_CHECKING:
-    from events.kafka import Quarantined
+    from events.record import Quarantined
 
 # status and runs read summaries: the log's readers, its report door and the request
 # signer (cryptography) are imported where a command needs them, not at start.
@@ -339,8 +339,8 @@ class _View:
 
 def _load(bootstrap: str, run: str | None, *, with_reports: bool) -> _View:
     """The run's events (all runs' when ``run`` is None) from each topic, in offset order."""
-    from events.consume import read_log
-    from events.reportdoor import view_door
+    from events.kafka.consume import read_log
+    from events.kafka.reportdoor import view_door
 
     skipped: list[Quarantined] = []
 

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from events.connection import security_settings
+from events.kafka.connection import security_settings
 from runledger import config
 from runledger.config import AsJson, Bootstrap
 from runledger.errors import UsageError

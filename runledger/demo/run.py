@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from controller.service import ENV_SIGNING_KEY
-from events.broker import check_broker
-from events.connection import ENV_CREDENTIALS
 from events.errors import EventsError
-from events.signing import SigningKey
+from events.kafka.broker import check_broker
+from events.kafka.connection import ENV_CREDENTIALS
+from events.signed.signing import SigningKey
 from events.state import Status
 from projectors.snapshot import snapshot_path
 from runledger import stack
@@ -329,7 +329,7 @@ class _Demo:
             copy = str(self.layout.root / "log-copy")
             say(f"\n$ runledger audit verify {run_id}")
             say(cli_ok(["audit", "verify", run_id], env).rstrip())
-            # The copy's heads are signed by the stack's operator key (events.loghead).
+            # The copy's heads are signed by the stack's operator key (events.signed.loghead).
             signer = str(self.keys / "operator.key")
             say(f"$ runledger audit export {copy} --key {signer}   # verify it offline: "
                 "audit verify --from")

@@ -1,7 +1,7 @@
 """Following one run from the log while the demo waits on it.
 
 :class:`RunWatch` tails ``runledger.runs`` from the beginning with an
-``events.reader.LogReader`` and folds the run's facts with :func:`events.fold.apply`,
+``events.kafka.reader.LogReader`` and folds the run's facts with :func:`events.fold.apply`,
 as ``runledger status`` does. The controller copies every report it accepts
 (steps, exits, restores, checkpoint commits) onto ``runs``, so that one topic
 tells the whole story in its authoritative order. :func:`follow` drives the
@@ -24,6 +24,7 @@ import duckdb
 
 from events.errors import EventsError
 from events.fold import apply
+from events.kafka.reader import LogReader
 from events.model import (
     CheckpointRestored,
     Event,
@@ -35,7 +36,6 @@ from events.model import (
     StepCommitted,
     WorkerExited,
 )
-from events.reader import LogReader
 from events.state import RunState
 from events.topics import RUNS
 from projectors.snapshot import SnapshotError, SnapshotMeta, read_meta, snapshot_path

@@ -43,7 +43,7 @@ from controller.spec.runspec import RunSpec
 from dataplane.catalog import Catalog
 from dataplane.manifest import DatasetManifest
 from events.model import Event, PreflightCheck
-from events.signing import SigningKey
+from events.signed.signing import SigningKey
 from runledger.rehearse import drilljudge, drillplan, terminalcheck, trial, trialplan
 from runledger.rehearse.drilljudge import FAIL, PASS, Judged
 from runledger.rehearse.drillplan import HIDE_OBJECT, PAUSE, Planned

@@ -27,7 +27,7 @@ from controller.spec.runspec import RunSpec
 from dataplane.catalog import Catalog
 from dataplane.errors import DataPlaneError
 from dataplane.shards import file_digest
-from events.connection import client_config
+from events.kafka.connection import client_config
 from events.model import AgentRegistered, Event
 from runledger.rehearse.preflight import DataSeen, NodeSeen, ObjectSeen, StorageSeen, sample
 

@@ -28,9 +28,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from controller.spec.runspec import RunSpec, run_id_for
+from events.kafka.reader import LogReader
 from events.model import CancelRequested, Event, Header, RunSubmitted
-from events.reader import LogReader
-from events.signing import SigningKey
+from events.signed.signing import SigningKey
 from events.topics import REPORTS, RUNS
 from events.workerenv import GENERATION, LOGICAL_ID, RUN_ID
 from runledger import config

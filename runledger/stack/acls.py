@@ -17,7 +17,7 @@ is ever written (docs/architecture.md §4):
   writes ``runs``, ``commands`` and the ``quarantine``; alone holds the
   transactional ids and consumer groups named ``runledger-controller*``;
 - **projector**: reads ``runs``, ``reports`` and ``keys`` (its door of reports
-  judges their signatures, ``events.reportdoor``) and ``status``; writes nothing.
+  judges their signatures, ``events.kafka.reportdoor``) and ``status``; writes nothing.
 
 Nobody but the controller writes ``runs`` or ``commands``; nobody but the admin
 (Kafka's super user) writes ``keys``, creates topics or changes ACLs. READ and

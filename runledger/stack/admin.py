@@ -25,7 +25,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-from events.connection import client_config
+from events.kafka.connection import client_config
 from events.topics import TopicSpec
 from runledger.errors import BrokerUnreachableError, StackError
 

@@ -8,7 +8,7 @@ kept, so a restart reuses the passwords, and an operator may put their own
 files there before the first ``up``. ``runledger principal add`` writes the
 same format for any other principal on any cluster.
 
-A client uses one with ``RUNLEDGER_CREDENTIALS=<file>`` (``events.connection``).
+A client uses one with ``RUNLEDGER_CREDENTIALS=<file>`` (``events.kafka.connection``).
 Passwords come from :mod:`secrets`, are written with mode 0600 from the first
 byte, and are never printed.
 
@@ -22,8 +22,8 @@ import re
 import secrets
 from pathlib import Path
 
-from events.connection import load_credentials
 from events.errors import CredentialsError
+from events.kafka.connection import load_credentials
 from events.names import name_problem
 from runledger.errors import StackError, UsageError
 from runledger.stack.layout import ADMIN, SCRAM

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from cryptography.exceptions import UnsupportedAlgorithm
 
-from events.keyring import KeyRing
-from events.signing import SigningKey
+from events.signed.keyring import KeyRing
+from events.signed.signing import SigningKey
 from runledger import keylog
 from runledger.errors import StackError
 from runledger.stack.layout import ADMIN

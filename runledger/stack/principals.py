@@ -30,7 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     UserScramCredentialUpsertion,
 )
 
-from events.connection import principal
+from events.kafka.connection import principal
 from runledger.errors import StackError
 from runledger.stack.acls import Grant, Role, grants_for
 from runledger.stack.admin import Credentials, admin_client

@@ -244,7 +244,7 @@ def node_rows(address: str) -> Callable[[], list[dict[str, Any]]]:
 
 
 def status_reader(address: str) -> Callable[[], dict[str, RunStatusChanged]]:
-    from events.statuslog import read_status
+    from events.kafka.statuslog import read_status
 
     def read() -> dict[str, RunStatusChanged]:
         return read_status(address, name="runledger-ui")

@@ -137,7 +137,7 @@ def kafka_login(bootstrap: str) -> Login:
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient
 
-        from events.connection import AUTHENTICATION_CODES, KAFKA_LOG, security_settings
+        from events.kafka.connection import AUTHENTICATION_CODES, KAFKA_LOG, security_settings
         own = security_settings()
         if "sasl.mechanism" not in own:
             return "the cluster takes no passwords (its clients do not use SASL)"
@@ -171,7 +171,7 @@ def key_roles(bootstrap: str) -> Roles:
     """The roles of a principal's live keys on ``runledger.keys``, read at each ask."""
 
     def roles(principal: str) -> frozenset[str]:
-        from events.keys import read_ring_or_empty
+        from events.kafka.keys import read_ring_or_empty
         ring = read_ring_or_empty(bootstrap, name="runledger-ui")
         return frozenset(e.role for e in ring.keys.values()
                          if e.principal == principal and e.revoked_at is None)

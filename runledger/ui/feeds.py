@@ -1,7 +1,7 @@
 """What the live view reads, each kept fresh off the request path by its own thread.
 
 - :class:`StatusFeed`: the newest summary of every run on the compacted
-  ``runledger.status`` (``events.statuslog.read_status``), read again every
+  ``runledger.status`` (``events.kafka.statuslog.read_status``), read again every
   ``poll_s``;
 - :class:`NodeFeed`: the node rows ``runledger nodes`` shows (the agents'
   signed registrations and heartbeats and the node facts, folded by

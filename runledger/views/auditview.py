@@ -1,4 +1,4 @@
-"""What ``runledger audit verify`` prints: an ``events.audit.AuditReport`` as lines or JSON. Pure.
+"""What ``runledger audit verify`` prints: ``events.signed.audit``'s report as lines or JSON. Pure.
 
 One line names the trust anchor (and whether ``--trust`` pinned it), one
 judges the keys log, then one verdict line per run: ``ok`` with its fact
@@ -6,7 +6,7 @@ count and head, or ``FAILED`` followed by one indented line per problem,
 each naming where it is (``topic[partition]@offset``) and the reason.
 :func:`document` is the same as one JSON object (``--json``), whose runs'
 ``head`` digests a later ``audit verify --heads FILE`` takes back to notice a
-run whose last facts were removed (``events.audit``'s ``truncated``).
+run whose last facts were removed (``events.signed.audit``'s ``truncated``).
 
 Tested in tests/runledger/views/test_auditview.py.
 """
@@ -17,8 +17,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from events.audit import AuditReport, Problem, RunVerdict
-from events.signing import GENESIS, is_digest
+from events.signed.audit import AuditReport, Problem, RunVerdict
+from events.signed.signing import GENESIS, is_digest
 from runledger.errors import RunledgerError, UsageError
 
 SHORT = 16  # hex characters of a digest shown on a verdict line

@@ -21,9 +21,9 @@ from typing import TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from events.codec import default_codec
-from events.connection import client_config
 from events.errors import DecodeError
-from events.kafka import decode_message
+from events.kafka.clients import decode_message
+from events.kafka.connection import client_config
 from events.model import Event
 from events.topics import REPORTS
 

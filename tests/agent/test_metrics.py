@@ -28,7 +28,7 @@ from agent.stats import (
     decided,
     exit_outcome,
 )
-from events.kafka import Record
+from events.record import Record
 from events.topics import COMMANDS
 from events.workerenv import WorkerEnv
 from runledger.metricsserver import MetricsServer

@@ -17,7 +17,7 @@ import pytest
 
 from agent.decide import REJECTED_EXIT_CODE
 from agent.testworker import CRASH_EXIT_CODE, TERM_EXIT_CODE
-from events.kafka import EventProducer
+from events.kafka.clients import EventProducer
 from events.model import (
     AgentHeartbeatRecorded,
     AgentRegistered,
@@ -29,7 +29,7 @@ from events.model import (
     WorkerExited,
     node_key,
 )
-from events.signing import SigningKey
+from events.signed.signing import SigningKey
 from events.topics import COMMANDS, RUNS
 from events.workerlog import worker_log_file
 from runledger.nodekeys import enroll

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from events.codec import default_codec
-from events.kafka import EventProducer, event_headers
+from events.kafka.clients import EventProducer, event_headers
 from events.model import Event, GroupStartCommanded
-from events.signing import SigningKey, sign_command
+from events.signed.signing import SigningKey, sign_command
 from events.topics import COMMANDS, RUNS
 from tests.agent.commands import start_cmd
 from tests.agent.test_service import Running, start_agent, stop_agent

@@ -24,7 +24,7 @@ from agent.testworker import (
     loss_at,
     parse_args,
 )
-from events.kafka import EventProducer
+from events.kafka.clients import EventProducer
 from events.model import HeartbeatRecorded, StepCommitted
 from events.workerenv import WorkerEnv
 from tests.agent.tail import Tail

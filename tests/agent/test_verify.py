@@ -11,13 +11,13 @@ from agent.verify import (
     judge_facts,
     judge_signature,
 )
-from events.audit import fold_keys
 from events.codec import default_codec
 from events.fold import fold
-from events.kafka import Record
-from events.keyring import BAD_SIGNATURE, UNKNOWN_KEY, UNSIGNED, WRONG_ROLE
 from events.model import Event
-from events.signing import SigningKey, sign_command, sign_request
+from events.record import Record
+from events.signed.audit import fold_keys
+from events.signed.keyring import BAD_SIGNATURE, UNKNOWN_KEY, UNSIGNED, WRONG_ROLE
+from events.signed.signing import SigningKey, sign_command, sign_request
 from events.state import RunState
 from events.topics import COMMANDS
 from tests.events.builders import Ev

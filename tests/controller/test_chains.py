@@ -1,7 +1,7 @@
 """The controller's chain bookkeeping (controller.chains): copies, signatures, heads.
 
 Pure: real Ed25519 keys and the real codec, no broker. What the controller
-would append is checked the way an auditor checks the log (``events.audit``).
+would append is checked the way an auditor checks the log (``events.signed.audit``).
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from collections.abc import Iterable, Sequence
 from confluent_kafka import Message
 
 from controller.chains import Chains, Outgoing, link, outgoing, sign
-from events.audit import LoggedRecord, verify
-from events.kafka import Record, decode_message, event_headers
-from events.keyring import check_headers
+from events.kafka.clients import decode_message, event_headers
 from events.model import Event, GroupStopCommanded, RunSubmitted
-from events.signing import (
+from events.record import Record
+from events.signed.audit import LoggedRecord, verify
+from events.signed.keyring import check_headers
+from events.signed.signing import (
     GENESIS,
     PREV_HEADER,
     REQUEST_KEY_HEADER,

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from controller.chains import outgoing, sign
 from controller.fit import stored_bytes, too_large
-from events.kafka import WRITER_HEADER, event_headers
+from events.kafka.clients import WRITER_HEADER, event_headers
 from events.limits import MAX_REQUEST_BYTES, MAX_SPEC_BYTES, RECORD_MAX_BYTES, record_bytes
 from events.model import GroupStopCommanded, Header, RunSubmitted
-from events.signing import SigningKey, sign_request
+from events.signed.signing import SigningKey, sign_request
 from events.topics import COMMANDS, RUNS
 from tests.controller.test_chains import request_record
 from tests.events.builders import Ev

@@ -19,8 +19,8 @@ from controller.run_decide import Admit, Queue, decide
 from controller.runplan import plan_from_submission
 from controller.spec.runspec import parse_spec
 from events.base import Header, spec_key
-from events.kafka import Record
 from events.model import DrillCompleted, Event, PilotCompleted, PreflightCompleted, RunSubmitted
+from events.record import Record
 from events.state import Status
 from events.topics import REPORTS, REQUESTS
 from tests.controller.spec.test_runspec import MINIMAL

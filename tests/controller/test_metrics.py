@@ -21,10 +21,11 @@ from controller.run_decide import NODE_TIMEOUT_MS
 from controller.runplan import RunPlan, plan_from_submission
 from controller.service import ControllerService, LoopStats
 from controller.shelf import Shelf
-from events.consume import read_log
-from events.kafka import EventProducer, Record
+from events.kafka.clients import EventProducer
+from events.kafka.consume import read_log
+from events.kafka.runkeys import send_report
 from events.model import Member
-from events.runkeys import send_report
+from events.record import Record
 from events.state import Checkpoint, RunState, Status
 from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS
 from runledger.metricsserver import MetricsServer, parse_address

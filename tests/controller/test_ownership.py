@@ -10,9 +10,9 @@ from controller.model import Model
 from controller.ownership import FOREIGN_WRITER, Ownership, assign, catch_up, follow
 from controller.reconcile import handle, tick
 from controller.runplan import RunPlan
-from events.kafka import Record
 from events.model import AlertRaised, Event, RunSubmitted, node_key
 from events.partition import partition_for
+from events.record import Record
 from events.topics import RUNS
 from tests.events.builders import Ev
 

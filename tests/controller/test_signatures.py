@@ -4,12 +4,12 @@ signature of that principal's own key. Pure; the controller in tests/e2e/test_si
 from __future__ import annotations
 
 from controller.signatures import judge_request
-from events.audit import fold_keys
 from events.codec import default_codec
-from events.kafka import Record
-from events.keyring import BAD_SIGNATURE, UNKNOWN_KEY, UNSIGNED, WRONG_PRINCIPAL
 from events.model import Event
-from events.signing import SigningKey, sign_request
+from events.record import Record
+from events.signed.audit import fold_keys
+from events.signed.keyring import BAD_SIGNATURE, UNKNOWN_KEY, UNSIGNED, WRONG_PRINCIPAL
+from events.signed.signing import SigningKey, sign_request
 from events.topics import REQUESTS
 from tests.events.builders import Ev
 from tests.events.signed_log import CAST, cast_keys

@@ -21,11 +21,11 @@ from typing import Any, TypeVar
 
 import yaml
 
-from events.consume import read_log
-from events.kafka import Record
+from events.kafka.consume import read_log
+from events.kafka.runkeys import RunKey
 from events.model import Event
-from events.runkeys import RunKey
-from events.signing import SigningKey
+from events.record import Record
+from events.signed.signing import SigningKey
 from events.topics import COMMANDS, RUNS
 from runledger.nodekeys import enroll
 from runledger.signer import ENV_KEY
@@ -122,7 +122,7 @@ class Cluster:
 
     def run_key(self, run: str, generation: int, node: str) -> RunKey | None:
         """A run key for ``run``'s ``generation`` certified by ``node``'s enrolled key, as
-        that node's agent gives its workers (``events.runkeys``): what a test that writes
+        that node's agent gives its workers (``events.kafka.runkeys``): what a test that writes
         a worker's reports itself signs them with. None on a plaintext stack."""
         path = self.work / f"node.{node}.key"
         if self.keys is None:

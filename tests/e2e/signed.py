@@ -1,4 +1,4 @@
-"""The signed log of a test cluster, read back raw and audited (``events.audit.verify``).
+"""The signed log of a test cluster, read back raw and audited (``events.signed.audit.verify``).
 
 A cluster's controllers sign with ``Cluster.controller_key``, which its
 stack registered; the audit reads the cluster's own keys log (every fact names
@@ -18,12 +18,12 @@ from typing import Any
 import yaml
 
 from controller.spec.runspec import parse_spec, run_id_for
-from events.audit import AuditReport, LoggedRecord, verify
 from events.codec import default_codec
-from events.kafka import EventProducer, event_headers
+from events.kafka.clients import EventProducer, event_headers
+from events.kafka.reader import LogReader
 from events.model import CancelRequested, Header, RunSubmitted
-from events.reader import LogReader
-from events.signing import SigningKey, sign_request
+from events.signed.audit import AuditReport, LoggedRecord, verify
+from events.signed.signing import SigningKey, sign_request
 from events.topics import KEYS, REQUESTS, RUNS
 from tests.e2e.harness import Cluster
 

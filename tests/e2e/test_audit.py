@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from events.audit import LoggedRecord
 from events.codec import default_codec
 from events.model import Header, RunFinished
-from events.signing import (
+from events.signed.audit import LoggedRecord
+from events.signed.signing import (
     KEYS_HEAD_HEADER,
     SigningKey,
     key_digest,
@@ -170,7 +170,7 @@ def _revocation_deleted(cluster: Cluster, copy: Path, tmp_path: Path, run: str,
 
 def _head_before(keys: list[str]) -> str:
     """The keys head before the revocation, as the forger names it: the digest of the
-    record before the last (``events.signing.key_digest`` of its value and signature)."""
+    record before the last (``events.signed.signing.key_digest`` of its value and signature)."""
     record = from_line(keys[-2], "x")
     found = signature_of(record.headers)
     assert isinstance(found, tuple)

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from events.kafka import EventProducer
+from events.kafka.clients import EventProducer
+from events.kafka.runkeys import ENV as RUN_KEY_ENV
+from events.kafka.runkeys import RunKey, send_report
 from events.model import (
     CheckpointIntervalChanged,
     CheckpointWriteFailed,
@@ -30,9 +32,7 @@ from events.model import (
     StepCommitted,
     WorkerExited,
 )
-from events.runkeys import ENV as RUN_KEY_ENV
-from events.runkeys import RunKey, send_report
-from events.signing import SigningKey
+from events.signed.signing import SigningKey
 from events.topics import QUARANTINE, REPORTS, REQUESTS
 from runledger.signer import signed_record
 from tests.e2e.harness import Cluster, _environ, of_type, spec, wait, worker_pids
@@ -86,7 +86,7 @@ def test_forged_types_claims_floods_and_bad_specs_never_stop_a_healthy_run(
         (REPORTS, CheckpointWriteFailed(header=_h(run, gen, "f-5"), step=1, logical_id="r0",
                                         stage="shards", detail="x" * 400_000)),
         # Claims the controller checks: a step 10**12; an exit reported from the wrong
-        # node, which no node key signed (events.reportdoor: quarantined, unsigned).
+        # node, which no node key signed (events.kafka.reportdoor: quarantined, unsigned).
         (REPORTS, StepCommitted(header=_h(run, gen, "f-6"), step=10**12, tokens=1,
                                 loss_tokens=1, step_time_ms=1.0, input_wait_ms=0.0)),
         (REPORTS, WorkerExited(header=_h(run, gen, "f-7"), logical_id="r0", node="n2",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from events.kafka.runkeys import send_report
 from events.model import (
     CursorAdvanced,
     ManifestCommitted,
@@ -17,7 +18,6 @@ from events.model import (
     StepCommitted,
     node_key,
 )
-from events.runkeys import send_report
 from events.topics import REPORTS
 from runledger.rehearse.terminalcheck import CHECKS, judge_terminal, list_run
 from tests.e2e.ckpt_setup import dataset, tiny_spec
@@ -242,7 +242,7 @@ def test_a_stale_generation_that_wakes_and_publishes_is_rejected(cluster: Cluste
     import torch
 
     from events.fold import fold
-    from events.kafka import EventProducer
+    from events.kafka.clients import EventProducer
     from events.model import WriteRejected
     from tests.events.builders import Ev
     from worker.comm import Comm

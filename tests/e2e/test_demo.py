@@ -23,8 +23,8 @@ from typing import Any
 import duckdb
 import pytest
 
-from events.connection import ENV_CREDENTIALS
-from events.consume import read_log
+from events.kafka.connection import ENV_CREDENTIALS
+from events.kafka.consume import read_log
 from events.model import Event, GenerationStarted, ManifestCommitted, StepCommitted
 from events.topics import RUNS
 from queries.runner import run_query

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from dataplane.catalog import Catalog
-from events.consume import read_log
+from events.kafka.consume import read_log
 from events.model import DrillCompleted
 from events.topics import REQUESTS
 from tests.e2e import ckpt_setup

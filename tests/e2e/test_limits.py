@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from controller.spec.runspec import load_spec
-from events.kafka import EventProducer
+from events.kafka.clients import EventProducer
 from events.limits import MAX_SPEC_BYTES, RECORD_MAX_BYTES, TOO_LARGE, record_bytes
 from events.model import Header, RunSubmitted
-from events.signing import SigningKey
+from events.signed.signing import SigningKey
 from events.topics import REQUESTS
 from runledger.signer import signed_record
 from tests.e2e.harness import Cluster, of_type, spec

@@ -6,7 +6,7 @@ written twice, and no run's facts come from two writers at once. A killed
 controller's runs are finished by another; a controller outside the group is
 found out as another writer, and the run's owner raises ``foreign_writer``.
 Assertions read the authoritative log and the ``writer`` header of its records;
-each run's hash chain verifies across handovers (``events.audit``).
+each run's hash chain verifies across handovers (``events.signed.audit``).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from collections import Counter
 import pytest
 
 from controller.ownership import FOREIGN_WRITER
-from events.consume import read_log
 from events.fold import apply
-from events.kafka import Record
+from events.kafka.consume import read_log
 from events.model import RunFinished, WriteRejected
 from events.partition import partition_for
+from events.record import Record
 from events.topics import RUNS, topic_specs
 from tests.e2e.harness import Cluster, spec, wait
 from tests.e2e.signed import audit

@@ -30,8 +30,10 @@ from typing import Any
 
 import pytest
 
-from events.connection import ENV_CREDENTIALS
-from events.kafka import EventProducer, event_headers
+from events.kafka.clients import EventProducer, event_headers
+from events.kafka.connection import ENV_CREDENTIALS
+from events.kafka.runkeys import ENV as RUN_KEY_ENV
+from events.kafka.runkeys import RunKey, send_report
 from events.model import (
     Event,
     GenerationStarted,
@@ -41,9 +43,7 @@ from events.model import (
     WorkerExited,
     node_key,
 )
-from events.runkeys import ENV as RUN_KEY_ENV
-from events.runkeys import RunKey, send_report
-from events.signing import SigningKey, sign_report
+from events.signed.signing import SigningKey, sign_report
 from events.topics import QUARANTINE, REPORTS
 from tests.e2e.harness import Cluster, _environ, of_type, spec, wait, worker_pids
 

@@ -31,8 +31,7 @@ import pytest
 
 from agent.decide import REPLAYED
 from controller.replays import REPLAYED as REQUEST_REPLAYED
-from events.audit import LoggedRecord
-from events.kafka import EventProducer, event_headers
+from events.kafka.clients import EventProducer, event_headers
 from events.model import (
     Event,
     GroupStartCommanded,
@@ -42,7 +41,8 @@ from events.model import (
     WriteRejected,
     node_key,
 )
-from events.signing import sign_request
+from events.signed.audit import LoggedRecord
+from events.signed.signing import sign_request
 from events.topics import COMMANDS, REQUESTS
 from tests.e2e.harness import Cluster, of_type, spec, wait, worker_pids
 from tests.e2e.signed import CODEC, cancel_signed, raw_log, submit_signed

@@ -1,7 +1,7 @@
 """The controller signs what it writes: each run's facts a hash chain, each command signed.
 
 Real processes on a private broker (tests/e2e/harness.py); the log is read
-back raw and judged by ``events.audit.verify``, as an auditor would, across a
+back raw and judged by ``events.signed.audit.verify``, as an auditor would, across a
 ``kill -9`` and restart of the controller.
 """
 
@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import pytest
 
-from events.audit import BAD_SIGNATURE, LoggedRecord
-from events.keyring import UNSIGNED, WRONG_PRINCIPAL, check_headers
 from events.model import CancelRequested, RunFinished, RunSubmitted
-from events.signing import REQUEST_SIG_HEADER, SigningKey, command_message, header_values
+from events.signed.audit import BAD_SIGNATURE, LoggedRecord
+from events.signed.keyring import UNSIGNED, WRONG_PRINCIPAL, check_headers
+from events.signed.signing import REQUEST_SIG_HEADER, SigningKey, command_message, header_values
 from events.topics import COMMANDS, REQUESTS
 from tests.e2e.harness import Cluster, of_type, spec
 from tests.e2e.signed import (

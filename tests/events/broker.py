@@ -12,8 +12,8 @@ import uuid
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from events.connection import client_config
-from events.kafka import header_items
+from events.kafka.clients import header_items
+from events.kafka.connection import client_config
 
 
 def new_topic(bootstrap: str, partitions: int = 3) -> str:

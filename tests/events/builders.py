@@ -91,7 +91,7 @@ from events.model import (
     principal_key,
     spec_key,
 )
-from events.signing import key_id_of
+from events.signed.signing import key_id_of
 from events.state import Checkpoint
 
 E = TypeVar("E", bound=Event)

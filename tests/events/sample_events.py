@@ -67,7 +67,7 @@ from events.model import (
     WriteRejected,
 )
 from events.registry import SchemaRegistry
-from events.signing import key_id_of
+from events.signed.signing import key_id_of
 from tests.events.builders import Ev
 
 MEMBERS = (Member("r0", "node-a", 0, "rack-1"), Member("r1", "node-b", 1, None))

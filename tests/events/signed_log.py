@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from events.audit import LoggedRecord, fold_keys
 from events.codec import default_codec
-from events.keyring import KeyRing
+from events.kafka.reportdoor import node_principal
 from events.model import Event, RunSubmitted
-from events.reportdoor import node_principal
-from events.signing import (
+from events.signed.audit import LoggedRecord, fold_keys
+from events.signed.keyring import KeyRing
+from events.signed.signing import (
     GENESIS,
     Headers,
     SigningKey,
@@ -189,7 +189,7 @@ def rotated_story(trailing: bool) -> Rotated:
     runs.submit(r1.submitted(principal="alice"), CAST.alice)
     runs.append(r1.queued(), key=OLD_CONTROLLER)
     runs.append(r1.admitted(), key=OLD_CONTROLLER)
-    # Revoked after r1's admission and before the forged end (times: events.keyring).
+    # Revoked after r1's admission and before the forged end (times: events.signed.keyring).
     revocation = keys.revoke("controller-old", OLD_CONTROLLER, at=START + 10_000)
     if not trailing:
         keys.register("carol", "operator", SigningKey.generate(), at=START + 11_000)

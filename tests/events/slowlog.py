@@ -1,4 +1,4 @@
-"""A stand-in for ``events.kafka.EventProducer`` whose log is as slow as a test needs:
+"""A stand-in for ``events.kafka.clients.EventProducer`` whose log is as slow as a test needs:
 it records every send and delivers (or fails) only when told, so a test of a slow
 flush waits on events, never on a clock."""
 

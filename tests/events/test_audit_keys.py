@@ -1,4 +1,4 @@
-"""events/audit.py on the keys log: its chain, and the keys head every fact names. Pure.
+"""events/signed/audit.py on the keys log: its chain, and the keys head every fact names. Pure.
 
 The issue's attack (#33, item 4): a controller key is revoked, a fact signed by
 it after the revocation rewrites a run's outcome, and the revocation's line is
@@ -11,7 +11,7 @@ audit fails, naming where, with or without a pinned anchor or earlier heads.
 
 from __future__ import annotations
 
-from events.audit import (
+from events.signed.audit import (
     BROKEN_CHAIN,
     KEYS_HEAD_MISSING,
     REVOKED_KEY,
@@ -20,7 +20,7 @@ from events.audit import (
     LoggedRecord,
     verify,
 )
-from events.signing import GENESIS, sign_fact, sign_request
+from events.signed.signing import GENESIS, sign_fact, sign_request
 from tests.events.builders import Ev
 from tests.events.signed_log import CAST, CODEC, START, Rotated, rotated_story
 

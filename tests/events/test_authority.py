@@ -16,8 +16,8 @@ from events.authority import (
     oversize,
     stray,
 )
-from events.kafka import Record
 from events.model import EVENT_TYPES, PRINCIPAL_ROLES
+from events.record import Record
 from events.topics import ALL, COMMANDS, KEYS, QUARANTINE, REPORTS, REQUESTS, RUNS
 from tests.events.sample_events import one_of_each
 

@@ -10,7 +10,7 @@ from confluent_kafka import Message
 
 from events.codec import default_codec
 from events.errors import DecodeError
-from events.kafka import WRITER_HEADER, decode_message, event_headers, header_items
+from events.kafka.clients import WRITER_HEADER, decode_message, event_headers, header_items
 from tests.events.sample_events import one_of_each
 
 CODEC = default_codec()

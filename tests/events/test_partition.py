@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from events.consume import read_log
-from events.kafka import EventProducer
+from events.kafka.clients import EventProducer
+from events.kafka.consume import read_log
+from events.kafka.transactions import TransactionalWriter
 from events.partition import key_partitions, murmur2, partition_for
-from events.transactions import TransactionalWriter
 from tests.events.broker import new_topic
 from tests.events.builders import Ev
 

@@ -15,8 +15,8 @@ import duckdb
 import pytest
 from confluent_kafka import Producer
 
-from events.connection import client_config
-from events.kafka import EventProducer
+from events.kafka.clients import EventProducer
+from events.kafka.connection import client_config
 from events.topics import REPORTS, RUNS
 from projectors.metrics import (
     EndOffsets,

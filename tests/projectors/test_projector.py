@@ -15,8 +15,8 @@ import duckdb
 import pytest
 from confluent_kafka import Producer
 
-from events.connection import client_config
-from events.kafka import EventProducer
+from events.kafka.clients import EventProducer
+from events.kafka.connection import client_config
 from events.topics import RUNS
 from projectors.projector import UNPROJECTABLE, Projector, table_digests
 from projectors.tables import DDL

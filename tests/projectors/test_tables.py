@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from events.kafka import Record
 from events.model import (
     CorruptionClassified,
     CorruptionSuspected,
@@ -25,6 +24,7 @@ from events.model import (
     RunCancelled,
     StepTimesRecorded,
 )
+from events.record import Record
 from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS
 from projectors.rows import (
     CursorRow,

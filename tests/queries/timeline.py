@@ -13,7 +13,6 @@ from typing import TypeVar
 
 import duckdb
 
-from events.kafka import Record
 from events.model import (
     CheckpointRestored,
     CorruptionClassified,
@@ -22,6 +21,7 @@ from events.model import (
     HeartbeatRecorded,
     StepTimesRecorded,
 )
+from events.record import Record
 from events.state import Checkpoint
 from events.topics import REPORTS, RUNS
 from projectors.tables import DDL, TABLE_OF, rows_for

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from events.audit import LoggedRecord
-from events.connection import client_config
+from events.kafka.connection import client_config
+from events.signed.audit import LoggedRecord
 
 
 def create_topics(bootstrap: str, partitions: dict[str, int]) -> None:

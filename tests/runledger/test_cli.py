@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from controller.service import FENCED_EXIT
-from events.kafka import EventProducer
+from events.kafka.clients import EventProducer
 from events.topics import ALL, REPORTS
 from runledger.errors import EXIT_STATUS, ControllerFenced, exit_status
 from tests.events.builders import Ev

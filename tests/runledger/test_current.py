@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from events.broker import ENV_BOOTSTRAP
-from events.connection import ENV_CREDENTIALS
 from events.errors import BrokerUnavailable
+from events.kafka.connection import ENV_CREDENTIALS
+from events.workerenv import ENV_BOOTSTRAP
 from runledger import config, current
 from runledger.errors import UsageError
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from events.audit import LoggedRecord, verify
+from events.signed.audit import LoggedRecord, verify
 from runledger.logcopy import (
     HEADS_FILE,
     KEYS_FILE,

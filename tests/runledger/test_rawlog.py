@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from events.audit import LoggedRecord
-from events.connection import client_config
 from events.errors import KafkaOperationError
+from events.kafka.connection import client_config
+from events.signed.audit import LoggedRecord
 from runledger.rawlog import read_raw
 from tests.runledger.signed_topics import create_topics, write
 

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from events.kafka import EventProducer
+from events.kafka.clients import EventProducer
 from events.model import HeartbeatRecorded, StepTimesRecorded
 from events.workerenv import CheckpointEnv, WorkerEnv
 from tests.events.slowlog import SlowBroker

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from events.audit import LoggedRecord
-from events.connection import ENV_CREDENTIALS
-from events.signing import GENESIS, SigningKey, sign_fact
+from events.kafka.connection import ENV_CREDENTIALS
+from events.signed.audit import LoggedRecord
+from events.signed.signing import GENESIS, SigningKey, sign_fact
 from runledger.logcopy import KEYS_FILE, RUNS_FILE, from_line, to_line
 from tests.events.builders import Ev
 from tests.events.signed_log import CAST, CODEC, START, digest_of, rotated_story, story

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from events.kafka import EventProducer
+from events.kafka.clients import EventProducer
 from events.model import CheckpointReplicated, Event
 from events.topics import RUNS
 from runledger.cli import app

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from controller.service import ENV_SIGNING_KEY
-from events.signing import SigningKey
+from events.signed.signing import SigningKey
 from runledger.commands.controller import load_signing_key
 from runledger.errors import UsageError
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from events.broker import ENV_BOOTSTRAP
-from events.connection import ENV_CREDENTIALS
+from events.kafka.connection import ENV_CREDENTIALS
 from events.model import AgentRegistered, node_key
-from events.signing import SigningKey
+from events.signed.signing import SigningKey
+from events.workerenv import ENV_BOOTSTRAP
 from runledger import current, keylog
 from tests.agent.tail import Tail, kill_tree
 from tests.runledger.commands.test_signed_requests import cli, refused, stack_dir

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from events.kafka import EventProducer
+from events.kafka.clients import EventProducer
 from events.topics import RUNS
 from tests.events.builders import Ev
 from tests.events.sample_events import MEMBERS, one_of_each
@@ -52,8 +52,8 @@ def test_status_summaries_are_dumped_as_summaries_and_not_tailed(bootstrap: str)
     one of the run (never an undecodable record), ``tail`` says what to use instead."""
     from confluent_kafka import Producer
 
-    from events.connection import client_config
     from events.fold import apply
+    from events.kafka.connection import client_config
     from events.partition import PARTITIONER
     from events.status import NO_NOTES, encode, note, summarize
     from events.topics import STATUS

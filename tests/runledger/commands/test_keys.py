@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from events.connection import ENV_CREDENTIALS
-from events.keyring import NOT_ADMIN, NOT_SELF_SIGNED
+from events.kafka.connection import ENV_CREDENTIALS
 from events.model import PrincipalKeyRegistered, principal_key
-from events.signing import SigningKey
+from events.signed.keyring import NOT_ADMIN, NOT_SELF_SIGNED
+from events.signed.signing import SigningKey
 from events.topics import KEYS
 from runledger import keylog
 from runledger.rawlog import read_raw

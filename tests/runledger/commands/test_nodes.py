@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from agent.node import send_report
-from events.kafka import EventProducer
+from events.kafka.clients import EventProducer
 from events.model import NodeOperationRequested, node_key
-from events.signing import SigningKey
+from events.signed.signing import SigningKey
 from events.topics import REPORTS, REQUESTS, RUNS
 from runledger.nodekeys import enroll
 from tests.events.builders import Ev

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from dataplane.catalog import Catalog
-from events.consume import read_log
+from events.kafka.consume import read_log
 from events.model import AgentRegistered, PilotCompleted, spec_key
 from events.topics import REPORTS
 from tests.e2e.ckpt_setup import dataset

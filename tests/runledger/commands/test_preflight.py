@@ -24,7 +24,7 @@ import yaml
 
 from agent.node import send_report
 from dataplane.catalog import Catalog
-from events.kafka import EventProducer
+from events.kafka.clients import EventProducer
 from events.model import (
     AgentHeartbeatRecorded,
     AgentRegistered,
@@ -33,7 +33,7 @@ from events.model import (
     node_key,
     spec_key,
 )
-from events.signing import SigningKey
+from events.signed.signing import SigningKey
 from runledger.nodekeys import enroll
 from tests.dataplane.corpus import write_dataset
 from tests.runledger.commands.test_signed_requests import cli, judge, request_of, stack_dir
@@ -66,7 +66,7 @@ def _agent(bootstrap: str, unique: str) -> Iterator[None]:
     node = f"pf-{unique[-8:]}"
     producer = EventProducer(bootstrap)
     stop = threading.Event()
-    # Signed with its own node key, as an agent's reports are (events.reportdoor).
+    # Signed with its own node key, as an agent's reports are (events.kafka.reportdoor).
     with tempfile.TemporaryDirectory() as folder:
         key, _ = enroll(bootstrap, node, Path(folder) / "node.key",
                         SigningKey.load(stack_dir() / "keys" / "admin.key"))

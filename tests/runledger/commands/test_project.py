@@ -21,10 +21,10 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from events.connection import client_config
-from events.kafka import EventProducer
+from events.kafka.clients import EventProducer
+from events.kafka.connection import client_config
+from events.kafka.reader import Watermarks
 from events.partition import partition_for
-from events.reader import Watermarks
 from events.topics import REPORTS
 from projectors.projector import table_digests
 from tests.events.builders import Ev

@@ -24,9 +24,9 @@ from controller.spec.runspec import load_spec, parse_spec
 from dataplane.catalog import Catalog, build_manifest
 from dataplane.errors import CatalogError
 from dataplane.synth import template, write_corpus
-from events.connection import client_config
-from events.consume import read_log
-from events.kafka import EventProducer
+from events.kafka.clients import EventProducer
+from events.kafka.connection import client_config
+from events.kafka.consume import read_log
 from events.model import CancelRequested, Event, ResumeRequested, RunSubmitted
 from events.topics import REQUESTS, RUNS
 from runledger.cli import app

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from events.audit import LoggedRecord
 from events.codec import default_codec
-from events.connection import ENV_CREDENTIALS
-from events.keyring import check_headers
+from events.kafka.connection import ENV_CREDENTIALS
 from events.limits import MAX_REQUEST_BYTES
 from events.model import CancelRequested, Event, Header, ResumeRequested, RunSubmitted
-from events.signing import SigningKey, request_message
+from events.signed.audit import LoggedRecord
+from events.signed.keyring import check_headers
+from events.signed.signing import SigningKey, request_message
 from events.topics import REQUESTS
 from runledger import current, keylog
 from runledger.rawlog import read_raw

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from events.connection import ENV_CREDENTIALS, parse_credentials
+from events.kafka.connection import ENV_CREDENTIALS, parse_credentials
 from tests.runledger.ui.test_server import _certificate
 
 CLI = [sys.executable, "-m", "runledger.cli", "ui"]

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from events.connection import client_config
+from events.kafka.connection import client_config
 from events.topics import ALL, RUNS
 from runledger.stack import StackInfo
 from runledger.stack.admin import cluster_nodes, describe_topics

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from events.codec import default_codec
-from events.connection import ENV_CREDENTIALS
+from events.kafka.connection import ENV_CREDENTIALS
 from events.model import PrincipalKeyRegistered
-from events.signing import SigningKey, signature_of
+from events.signed.signing import SigningKey, signature_of
 from events.topics import KEYS
 from runledger.rawlog import read_raw
 from runledger.stack.keys import SIGNERS

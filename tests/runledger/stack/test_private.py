@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from events.connection import client_config
+from events.kafka.connection import client_config
 from events.topics import RUNS
 from runledger.errors import StackError
 from runledger.stack.private import (

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from events.broker import check_broker
-from events.connection import ENV_CREDENTIALS
 from events.errors import NotAuthorized
-from events.kafka import EventProducer
+from events.kafka.broker import check_broker
+from events.kafka.clients import EventProducer
+from events.kafka.connection import ENV_CREDENTIALS
 from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS
 from runledger.stack.acls import Role, grants_for
 from runledger.stack.principals import current_acls

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from events.connection import ENV_CREDENTIALS, parse_credentials
+from events.kafka.connection import ENV_CREDENTIALS, parse_credentials
 from runledger.errors import UsageError
 from runledger.ui import auth
 from runledger.ui.auth import Gate, basic_credentials, check_listen, is_loopback

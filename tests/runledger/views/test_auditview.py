@@ -1,7 +1,7 @@
 """``runledger.views.auditview``: the verdict lines and JSON of ``audit verify``. No broker.
 
 Built on the signed logs of ``tests/events/signed_log.py`` judged by the real
-``events.audit.verify``: a sound log prints the anchor and one ``ok`` line per
+``events.signed.audit.verify``: a sound log prints the anchor and one ``ok`` line per
 run; a tampered one prints ``FAILED`` with each problem's place and reason;
 ``--heads`` input is read from an earlier ``--json`` report.
 """
@@ -13,8 +13,8 @@ from dataclasses import replace
 
 import pytest
 
-from events.audit import BAD_SIGNATURE, TRUNCATED, verify
-from events.signing import GENESIS
+from events.signed.audit import BAD_SIGNATURE, TRUNCATED, verify
+from events.signed.signing import GENESIS
 from runledger.errors import RunledgerError, UsageError
 from runledger.views import auditview
 from tests.events.signed_log import CAST, story

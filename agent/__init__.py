@@ -16,6 +16,8 @@
   ``runledger.commands``, performs those actions and reports registration,
   heartbeats and worker exits to ``runledger.reports``, its workers started
   from the worker role's credentials (never the agent's);
+- ``beats``: node-aggregated liveness: its workers' beat files read every
+  interval and sent as one ``MembersHeartbeatRecorded`` per run and generation;
 - ``node``: what the agent says about its node, each report signed with the
   node's own key (``events.kafka.reportdoor``), its torch version, and the node's
   state it logs at start (read from the controller's facts);

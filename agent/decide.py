@@ -59,8 +59,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from os.path import isabs
 
 from agent.confine import Options, refusal
+from events import beatfile
 from events.model import Event, GroupStartCommanded, GroupStopCommanded, Member
 from events.workerenv import (
     HEARTBEAT_INTERVAL_S,
@@ -358,6 +360,10 @@ def _worker_envs(config: AgentConfig, cmd: GroupStartCommanded,
             master_port=cmd.master_port, bootstrap=config.bootstrap,
             heartbeat_interval_s=interval, resume_step=cmd.resume_step,
             resume_manifest=cmd.resume_manifest,
+            # Its heartbeats go through this agent (agent.beats): the running agent's work
+            # dir is absolute (a relative one would be read from the worker's own cwd).
+            beat_file=(beatfile.path_for(config.base_dir, cmd.run_id, cmd.generation,
+                                         m.logical_id) if isabs(config.base_dir) else None),
         )
         for m in mine
     ]

@@ -94,6 +94,9 @@ class _Proc:
     ended: int | None = None  # its return code, once it ended (its relay draining)
     drain_until: float = 0.0
     restarts: int = 0
+    # Where it writes its heartbeats and how often (events.beatfile); "" : it sends its own.
+    beat_file: str = ""
+    beat_interval_s: float = 0.0
 
 
 class ProcessTable:
@@ -123,6 +126,13 @@ class ProcessTable:
 
     def __contains__(self, key: WorkerKey) -> bool:
         return key in self._procs
+
+    def beating(self) -> list[tuple[WorkerKey, str, float]]:
+        """(key, beat file, interval) of each live worker that beats through this agent.
+        Called from the agent's beat thread: a copy of the table (atomic under the GIL)."""
+        procs = dict(self._procs)
+        return [(k, p.beat_file, p.beat_interval_s) for k, p in procs.items()
+                if p.beat_file and p.ended is None]
 
     def pids(self) -> dict[WorkerKey, int]:
         return {k: p.popen.pid for k, p in self._procs.items()}
@@ -172,7 +182,8 @@ class ProcessTable:
             return
         output.started()
         self._procs[action.key] = _Proc(popen, path, action.causation_id, output.relay,
-                                        output.pipe)
+                                        output.pipe, beat_file=action.worker_env.beat_file or "",
+                                        beat_interval_s=action.worker_env.heartbeat_interval_s)
         log.info("%s: started pid %d rank %d/%d in %s, log %s", action.key, popen.pid,
                  action.worker_env.rank, action.worker_env.world_size, cwd, path)
 

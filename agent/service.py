@@ -10,6 +10,9 @@ this node only under it, ``events.kafka.reportdoor``):
   interval (from a background thread, so a slow command never looks like a
   dead node), both under the pseudo run id ``events.model.node_key(node)``,
   generation 0, producer ``agent/<node>``;
+- ``MembersHeartbeatRecorded``: its workers' heartbeats, read from the beat
+  files it named for them, one record per run and generation every interval
+  (``agent.beats``; node-aggregated liveness);
 - ``WorkerExited`` for every worker it launched or refused, under the run id
   and generation of the start command, with event id
   ``<run>/g<gen>/<logical id>/exited`` (one exit per worker and generation, so
@@ -66,6 +69,7 @@ from types import FrameType
 from agent import sweep
 from agent.allow import allowed_real_paths
 from agent.applied import AppliedLog
+from agent.beats import BeatForwarder
 from agent.confine import root_option_problem, workdir_option_problem
 from agent.decide import (
     REJECTED_EXIT_CODE,
@@ -173,6 +177,8 @@ class Agent:
         self._roots: dict[str, str] = {}
         self._sweeps: dict[str, int] = {}
         self.stats = AgentStats()  # read by a scrape thread (agent.metrics)
+        self.beats = BeatForwarder(config.node, self.incarnation, self._send_beats,
+                                   self.procs.beating, now_ms)
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -195,6 +201,9 @@ class Agent:
                                          trust_unsigned=self.options.trust_unsigned)
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="agent-heartbeat",
                                      daemon=True)
+        # Its workers' heartbeats, read from their beat files: one record per run (agent.beats).
+        beats = threading.Thread(target=self.beats.run, args=(self._stopping,),
+                                 name="agent-beats", daemon=True)
         try:
             self._send(AgentRegistered(header=self._node_header("registered"), node=cfg.node,
                                        slots=cfg.slots, domain=self.options.domain,
@@ -207,14 +216,16 @@ class Agent:
             log.info("agent %s registered: %d slots in domain %s, work dir %s", cfg.node,
                      cfg.slots, self.options.domain, self.options.work_dir)
             heartbeat.start()
+            beats.start()
             threading.Thread(target=self._log_node_state, name="agent-node-state",
                              daemon=True).start()
             self._loop(consumer)
         finally:
             self._shutdown()
             self._stopping.set()
-            if heartbeat.is_alive():
-                heartbeat.join(timeout=5)
+            for thread in (heartbeat, beats):
+                if thread.is_alive():
+                    thread.join(timeout=5)
             consumer.close()
             self._producer.flush()
         return 0
@@ -374,6 +385,10 @@ class Agent:
                                 log_path=ev.log_path, stderr_tail=ev.stderr_tail,
                                 launch_error=ev.launch_error))
         self.stats.exited(exit_code, sig, ev.pid is not None, ev.log_path)
+
+    def _send_beats(self, event: Event) -> None:
+        self._send(event)
+        self._producer_or_fail().poll(0)
 
     def _node_header(self, what: str) -> Header:
         event_id = f"{node_key(self.config.node)}/{self.incarnation}/{what}"

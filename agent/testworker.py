@@ -66,6 +66,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
 
+from events import beatfile
 from events.kafka import runkeys
 from events.kafka.clients import EventProducer
 from events.kafka.delivery import drain, report_producer_config
@@ -150,6 +151,9 @@ class Worker:
         self._prefix = f"{env.run_id}/g{env.generation}/{env.logical_id}"
         self._heartbeats_off = threading.Event()
         self._beaten = 0  # heartbeats sent, counted after each send (events.kafka.delivery.drain)
+        self._seq = 0  # beats written to the beat file (events.beatfile), when there is one
+        self._closing = False
+        self._beat_lock = threading.Lock()
         self._undelivered: list[str] = []  # delivery failures, appended by the producer
         self._times: list[tuple[int, float, float]] = []  # (step, ms, input wait ms) unsent
         self.replay = SdcReplay.from_environ(os.environ)
@@ -164,22 +168,32 @@ class Worker:
         # The first beat goes out at once: it is how the controller sees the member join.
         while not self._heartbeats_off.is_set():
             beat += 1
-            self._send(HeartbeatRecorded(
-                header=self._header(f"hb/{beat}"), logical_id=self.env.logical_id,
-                node=self.env.node, step=self.step))
+            self._beat(beat)
             self._beaten += 1
             self.producer.poll(0)
             if self._heartbeats_off.wait(self.env.heartbeat_interval_s):
                 return
+
+    def _beat(self, beat: int, closing: bool = False) -> None:
+        """One heartbeat: to the beat file its agent named (events.beatfile), or a record."""
+        if self.env.beat_file is not None:
+            with self._beat_lock:  # the heartbeat thread and the closing beat of run()
+                self._closing = self._closing or closing  # a closed session stays closed
+                self._seq += 1
+                beatfile.write(self.env.beat_file,
+                               beatfile.Beat(self._seq, self.step, self._closing))
+            return
+        self._send(HeartbeatRecorded(
+            header=self._header("hb/closing" if closing else f"hb/{beat}"),
+            logical_id=self.env.logical_id, node=self.env.node, step=self.step,
+            closing=closing))
 
     def run(self) -> int:
         beats = threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True)
         beats.start()
         try:
             code = self._steps()
-            self._send(HeartbeatRecorded(  # what follows is teardown, judged by the exit
-                header=self._header("hb/closing"), logical_id=self.env.logical_id,
-                node=self.env.node, step=self.step, closing=True))
+            self._beat(0, closing=True)  # what follows is teardown, judged by the exit
             self._flush()  # the last reports, heartbeating: a slow flush is not a silence
         finally:
             # Out of the producer before anything tears it down: ``fail`` raises out of the

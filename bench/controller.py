@@ -791,6 +791,14 @@ def raw_round_trip(bootstrap: str, codec: Codec, mode: Mode, replication: int) -
     return {"topic": topic, **lat.summary([str(i) for i in range(WARMUP_REPORTS, total)])}
 
 
+def run_event(codec: Codec, run_id: str, msg: Message) -> Event | None:
+    """The fact in ``msg`` when it is ``run_id``'s (keyed by it), else None."""
+    key = msg.key()
+    if (key.decode() if isinstance(key, bytes) else key) != run_id:
+        return None
+    return codec.decode(msg.value() or b"").event
+
+
 class RunWatch:
     """Follows our run's facts on ``runledger.runs``: generation, confirmations, step copies."""
 
@@ -805,10 +813,9 @@ class RunWatch:
         self.rejections: list[str] = []
 
     def on_message(self, msg: Message, at: float) -> None:
-        key = msg.key()
-        if (key.decode() if isinstance(key, bytes) else key) != self.run_id:
+        event = run_event(self.codec, self.run_id, msg)
+        if event is None:
             return
-        event = self.codec.decode(msg.value() or b"").event
         self.facts[event.event_type] += 1
         match event:
             case StepCommitted():

@@ -8,7 +8,7 @@ The contract is docs/architecture.md §7. Pure core first, then the shell:
 - ``runplan``: the parts of a spec the core acts on, as plain values.
 - ``model``: the controller's model and ``Draft.absorb``, the one update path
   for every record (inputs, the controller's own facts, and replay on restart);
-  ``shelf``: the immutable map that keeps finished runs cheap.
+  finished runs, nodes and members live in ``events.shelf`` maps, cheap to change.
 - ``inputs``: what the controller does with each type of request and report.
 - ``run_decide``: a run's lifecycle decisions (admit, start, restart, classify,
   confirm, finish) as numbered rules and a closed set of frozen actions.

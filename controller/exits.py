@@ -19,7 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from events.model import Event, GenerationStarted, HeartbeatRecorded, StepCommitted, WorkerExited
+from events.model import (
+    Event,
+    GenerationStarted,
+    HeartbeatRecorded,
+    MembersHeartbeatRecorded,
+    StepCommitted,
+    WorkerExited,
+)
+from events.shelf import Shelf
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +47,13 @@ class ExitNote:
 class Evidence:
     """The current generation's exits by logical id, and whether it has committed a step."""
 
-    exits: Mapping[str, ExitNote] = field(default_factory=dict)
+    # Shelves (events.shelf): a generation of 10^5 members ends with 10^5 exits and
+    # closing heartbeats, each of which must cost one key, not a copy of the map.
+    exits: Mapping[str, ExitNote] = field(default_factory=Shelf)
     stepped: bool = False
     # Members whose session closed (``HeartbeatRecorded.closing``): their silence
     # from then on is teardown, judged by their exit within the exit grace.
-    closing: frozenset[str] = frozenset()
+    closing: Mapping[str, bool] = field(default_factory=Shelf)
 
 
 EMPTY = Evidence()
@@ -55,12 +65,19 @@ def observe(evidence: Evidence, event: Event) -> Evidence:
         case GenerationStarted():
             return EMPTY
         case HeartbeatRecorded(closing=True) if event.logical_id not in evidence.closing:
-            return replace(evidence, closing=evidence.closing | {event.logical_id})
+            return replace(evidence, closing=Shelf.of(evidence.closing).with_(
+                {event.logical_id: True}))
+        case MembersHeartbeatRecorded():
+            new = {b.logical_id: True for b in event.beats
+                   if b.closing and b.logical_id not in evidence.closing}
+            return replace(evidence, closing=Shelf.of(evidence.closing).with_(new)) if new \
+                else evidence
         case StepCommitted():
             return evidence if evidence.stepped else replace(evidence, stepped=True)
         case WorkerExited():
             note = ExitNote(event.logical_id, event.node, event.exit_code, event.signal,
                             event.header.occurred_at, event.log_path, event.stderr_tail,
                             event.launch_error, evidence.stepped)
-            return replace(evidence, exits={**evidence.exits, event.logical_id: note})
+            return replace(evidence, exits=Shelf.of(evidence.exits).with_(
+                {event.logical_id: note}))
     return evidence

@@ -71,6 +71,7 @@ from events.model import (
     Event,
     HeartbeatRecorded,
     ManifestProposed,
+    MembersHeartbeatRecorded,
     NodeCordoned,
     NodeOperationRequested,
     NodeQuarantined,
@@ -310,6 +311,7 @@ RULES: Mapping[type[Event], Input] = {
     NodeOperationRequested: Input(Kind.REQUEST, _node),
     ManifestProposed: Input(Kind.REQUEST, _propose),
     HeartbeatRecorded: _CLOCKED,
+    MembersHeartbeatRecorded: _CLOCKED,  # a node's members' heartbeats, one record
     StepTimesRecorded: _CLOCKED,
     StepCommitted: _KEPT,
     WorkerExited: _KEPT,
@@ -323,7 +325,7 @@ RULES: Mapping[type[Event], Input] = {
     CorruptionSuspected: Input(Kind.REPORT, _suspect),
     StepReplayed: Input(Kind.REPORT, _replayed),
 }
-_LIVENESS = (HeartbeatRecorded, AgentHeartbeatRecorded, AgentRegistered)
+_LIVENESS = (HeartbeatRecorded, MembersHeartbeatRecorded, AgentHeartbeatRecorded, AgentRegistered)
 # Appended as the request's own bytes (the operator's signature covers them).
 _COPIED = (RunSubmitted,)
 

@@ -36,6 +36,7 @@ from events.model import (
     NodeUncordoned,
 )
 from events.nodefold import CORDONED, NODE_FACTS, QUARANTINED, READY, NodeFacts
+from events.shelf import Shelf
 
 # The records that change the inventory (FailureClassified changes only the counts).
 NODE_RECORDS = (AgentRegistered, AgentHeartbeatRecorded, *NODE_FACTS)
@@ -61,7 +62,13 @@ class Node(NodeFacts):
 
 @dataclass(frozen=True, slots=True)
 class Inventory:
-    nodes: dict[str, Node]
+    # A shelf (events.shelf): 12,500 agents heartbeating must each change one node,
+    # not copy the map of every node (a dict given is made one).
+    nodes: Mapping[str, Node]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.nodes, Shelf):
+            object.__setattr__(self, "nodes", Shelf.of(self.nodes))
 
     def live(self, now: int, timeout_ms: int) -> list[Node]:
         """Nodes that may take new work: seen recently, not quarantined, not cordoned."""
@@ -102,10 +109,10 @@ def observe(inventory: Inventory, event: Event) -> Inventory:
                 node = replace(old, slots=event.slots, domain=event.domain,
                                last_seen=max(seen, old.last_seen), address=event.address,
                                busy_slots=busy)
-            return Inventory({**nodes, event.node: node})
+            return Inventory(Shelf.of(nodes).with_({event.node: node}))
     if isinstance(event, NODE_FACTS):
         old = nodes.get(event.node) or Node(event.node, 0, "", 0)
-        return Inventory({**nodes, event.node: nodefold.observe(old, event)})
+        return Inventory(Shelf.of(nodes).with_({event.node: nodefold.observe(old, event)}))
     return inventory
 
 

@@ -31,7 +31,6 @@ from controller.gates import GateBook
 from controller.inventory import EMPTY as NO_NODES
 from controller.inventory import NODE_RECORDS, Inventory, count_failures, observe
 from controller.runplan import RunPlan
-from controller.shelf import Shelf
 from controller.watch import EMPTY as NOTHING_SEEN
 from controller.watch import Watch
 from controller.watch import observe as observe_run
@@ -43,12 +42,14 @@ from events.model import (
     FailureClassified,
     HeartbeatRecorded,
     ManifestCommitted,
+    MembersHeartbeatRecorded,
     NodeQuarantineExpired,
     NodeUncordoned,
     RunSubmitted,
     ShardWritten,
     WriteRejected,
 )
+from events.shelf import Shelf
 from events.state import RunState
 from events.status import NO_NOTES, StatusNotes, note
 
@@ -292,7 +293,9 @@ class Draft:
 def _noted(before: Tracked, state: RunState, event: Event) -> Tracked:
     """The run after an accepted record: its state, and the bookkeeping the record adds."""
     staged, shards = before.staged, before.shards
-    if type(event) is HeartbeatRecorded and not event.closing:  # most records; none watched
+    if (type(event) is HeartbeatRecorded and not event.closing) or (
+            type(event) is MembersHeartbeatRecorded
+            and not any(b.closing for b in event.beats)):  # most records; none watched
         return Tracked(state, before.plan, before.watch, staged, shards, before.status,
                        before.evidence, before.tally)
     match event:

@@ -16,7 +16,8 @@ import logging
 
 from events.model import Event
 
-ROUTINE = frozenset({"HeartbeatRecorded", "AgentHeartbeatRecorded", "StepCommitted",
+ROUTINE = frozenset({"HeartbeatRecorded", "AgentHeartbeatRecorded", "MembersHeartbeatRecorded",
+                     "StepCommitted",
                      "StepTimesRecorded", "CursorAdvanced", "ShardWritten",
                      "RunStatusChanged"})  # a derived view of facts already logged
 # Fields that are large or repeat the header; the log names the run and event instead.

@@ -276,10 +276,13 @@ def _start(em: Emitter, run: Tracked, start: Start) -> None:
            workerenv.RANKS: workerenv.format_ranks([m.logical_id for m in members]),
            workerenv.HEARTBEAT_INTERVAL_S: str(plan.heartbeat_interval_ms / 1000),
            workerenv.REPLICAS: str(replicas), workerenv.ACCUMULATION: str(accumulation)}
-    for node in sorted({m.node for m in members}):
+    by_node: dict[str, list[Member]] = {}
+    for m in members:  # grouped once: a scan per node was O(nodes x members)
+        by_node.setdefault(m.node, []).append(m)
+    for node in sorted(by_node):
         cid = f"{state.run_id}/g{gen}/start/{node}"
         em.emit(COMMANDS, GroupStartCommanded(
             header=em.header(state.run_id, gen, cid), command_id=cid, node=node,
-            members=tuple(m for m in members if m.node == node), world_size=len(members),
+            members=tuple(by_node[node]), world_size=len(members),
             master_addr=master, master_port=port, argv=plan.argv, env=env,
             resume_step=resume_step, resume_manifest=resume_manifest, workdir=plan.workdir))

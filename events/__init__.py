@@ -9,7 +9,9 @@ never torch.
   verdicts (docs/architecture.md §5), with the informational records' rules in
   ``fold_info``, pause and resume in ``fold_pause`` and the open corruption
   suspicion in ``fold_sdc``; ``fence``: the fold's answer to a follower
-  without state, whether a generation may still publish (§6).
+  without state, whether a generation may still publish (§6); ``shelf``: the
+  immutable map that is cheap to change a key at a time (per-member and per-node
+  maps of 10^5 entries).
 - ``registry``, ``fingerprint``, ``convert``, ``codec``: the schema files, CRC-64-AVRO,
   Avro single-object encoding, schema resolution and upcasters; ``intrange``: the
   32-bit check of Avro ``int`` fields the codec applies both ways.
@@ -21,6 +23,8 @@ never torch.
 - ``recovery``: RPO per failure domain, a pure fold of a run's progress and
   checkpoint copies (the controller's ``rpo_violated`` alert and the ``recovery``
   query both read it).
+- ``beatfile``: the beat file a worker writes its heartbeats to and its agent
+  reads (node-aggregated liveness);
 - ``workerenv``: the environment contract between the controller, the agent and
   a worker process.
 - ``launch``: where a worker runs and which program it runs, the check ``submit``

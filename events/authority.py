@@ -30,6 +30,7 @@ from events.model import (
     AgentHeartbeatRecorded,
     AgentRegistered,
     Event,
+    MembersHeartbeatRecorded,
     NodeOperationRequested,
 )
 from events.names import BAD_NAME, host_problem, key_problem
@@ -52,7 +53,9 @@ class Sender:
 
 
 # Reports by agents, not workers: the node's life and the exits of the processes it ran.
-_AGENT_REPORTS = frozenset({"AgentRegistered", "AgentHeartbeatRecorded", "WorkerExited"})
+# A node's aggregated member heartbeats are the agent's word too (it read the beat files).
+_AGENT_REPORTS = frozenset({"AgentRegistered", "AgentHeartbeatRecorded", "WorkerExited",
+                            "MembersHeartbeatRecorded"})
 _ROLE_OF_TOPIC = {REQUESTS: Role.OPERATOR, RUNS: Role.CONTROLLER, COMMANDS: Role.CONTROLLER,
                   KEYS: Role.ADMIN}
 
@@ -124,6 +127,6 @@ def names_problem(event: Event) -> str | None:
     """Why the names an input is keyed by are not valid (events.names), or None."""
     why = key_problem(event.run_id)
     if why is None and isinstance(event, AgentRegistered | AgentHeartbeatRecorded
-                                  | NodeOperationRequested):
+                                  | MembersHeartbeatRecorded | NodeOperationRequested):
         why = host_problem(event.node)
     return why

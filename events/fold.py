@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from events import fold_info, fold_pause, fold_sdc
 from events.fold_sdc import CORRUPTION_SUSPECTED
@@ -33,6 +34,7 @@ from events.model import (
     HeartbeatRecorded,
     ManifestCommitted,
     ManifestProposed,
+    MembersHeartbeatRecorded,
     MembershipConfirmed,
     RunAdmitted,
     RunCancelled,
@@ -44,6 +46,7 @@ from events.model import (
     StepTimesRecorded,
     WorkerExited,
 )
+from events.shelf import Shelf
 from events.state import CHECKPOINT_HISTORY, Checkpoint, Cursor, RunState, Status, copy_with
 
 # Verdict reasons: stable strings, recorded in WriteRejected.reason (`runledger events`).
@@ -93,6 +96,8 @@ class Transition:
 
 # Records that never change status and stay legal after the end (events.fold_info).
 _INFORMATIONAL = fold_info.INFORMATIONAL
+# A new generation starts with no heartbeat and no exit (one empty shelf, shared).
+NO_MEMBERS: Shelf[Any] = Shelf()
 
 
 def apply(state: RunState | None, event: Event) -> Transition:
@@ -168,7 +173,7 @@ def _fenced(state: RunState, e: Event) -> Verdict:
 
 def _member(state: RunState, e: Event, logical_id: str, node: str | None = None) -> Verdict:
     """A member's report; one that names its node must name the node the member is on."""
-    placed = next((m.node for m in state.members if m.logical_id == logical_id), None)
+    placed = state.node_of(logical_id)
     if state.members and placed is None:
         return reject(NOT_A_MEMBER, f"{e.event_type} from {logical_id!r}, not a member")
     if state.members and node is not None and node != placed:
@@ -224,6 +229,14 @@ def _check(state: RunState, e: Event) -> Verdict:
         case HeartbeatRecorded() | StepTimesRecorded():
             verdict = _fenced(state, e)
             return verdict if not verdict.accepted else _member(state, e, e.logical_id)
+        case MembersHeartbeatRecorded():
+            # An agent speaks for the members on its own node only: one stranger refuses all.
+            verdict = _fenced(state, e)
+            for beat in e.beats if verdict.accepted else ():
+                verdict = _member(state, e, beat.logical_id, e.node)
+                if not verdict.accepted:
+                    break
+            return verdict
         case GroupStartCommanded():
             return _fenced(state, e)
         case (ShardWritten() | CheckpointWriteFailed() | CheckpointVerificationFailed()
@@ -321,8 +334,8 @@ def advance(state: RunState, e: Event) -> RunState:
                 generation=e.generation,
                 members=e.members or state.members,
                 step=e.resume_step or 0,
-                heartbeats={},
-                exits={},
+                heartbeats=NO_MEMBERS,
+                exits=NO_MEMBERS,
                 awaiting_generation=False,
                 generation_started_at=e.header.occurred_at,
                 last_progress_at=e.header.occurred_at,
@@ -332,10 +345,15 @@ def advance(state: RunState, e: Event) -> RunState:
             return replace(state, status=Status.RUNNING, last_progress_at=at)
         case HeartbeatRecorded():
             last = max(state.heartbeats.get(e.logical_id, 0), e.header.occurred_at)
-            return copy_with(state, heartbeats={**state.heartbeats, e.logical_id: last})
+            return copy_with(state, heartbeats=Shelf.of(state.heartbeats).with_(
+                {e.logical_id: last}))
+        case MembersHeartbeatRecorded():
+            at, seen = e.header.occurred_at, state.heartbeats
+            return copy_with(state, heartbeats=Shelf.of(seen).with_(
+                {b.logical_id: max(seen.get(b.logical_id, 0), at) for b in e.beats}))
         case WorkerExited():
             code = e.exit_code if e.signal is None else -e.signal
-            return replace(state, exits={**state.exits, e.logical_id: code})
+            return copy_with(state, exits=Shelf.of(state.exits).with_({e.logical_id: code}))
         case StepCommitted():
             return copy_with(
                 state,

@@ -32,6 +32,34 @@ class HeartbeatRecorded(Event):
     TOPIC: ClassVar[str] = "runledger.reports"
 
 
+@dataclass(frozen=True, slots=True)
+class MemberBeat:
+    """One member's heartbeat as its agent read it from the member's beat file."""
+
+    logical_id: str
+    step: int
+    closing: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MembersHeartbeatRecorded(Event):
+    """A node's agent read these members of one run's generation alive on its node.
+
+    Node-aggregated liveness (docs/architecture.md §8): a worker launched by an
+    agent writes its heartbeat to a beat file on its node instead of sending a
+    record of its own, and the agent sends, per run and generation, the members
+    whose beat moved since its last record, at the fastest heartbeat interval
+    its runs ask for. One record per node where a run of 10^5 ranks would send
+    10^5. Signed by the node's key; every member listed must be placed on
+    ``node`` in the generation, or the record is refused whole. Each entry means
+    exactly what a ``HeartbeatRecorded`` of that member would.
+    """
+
+    node: str
+    beats: tuple[MemberBeat, ...]
+    TOPIC: ClassVar[str] = "runledger.reports"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepCommitted(Event):
     """An optimizer step finished on every rank (reported by the coordinator)."""

@@ -1,17 +1,24 @@
 """Run state: the value the fold produces. Immutable; every change is a copy (``copy_with``
 is the fast one for the hottest events).
 
+What grows with the world size is kept so that one report costs the same at 10
+ranks and at 100,000: the members' heartbeats and exits are :class:`~events.shelf.Shelf`
+maps (a change copies a bucket, not the map), and ``placed`` indexes the
+members by logical id (the node of each), rebuilt only when the members change.
+
 Tested in tests/events/test_fold.py, tests/events/test_fold_properties.py and
 tests/events/test_fold_sdc.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
 from events.model import Member
+from events.shelf import Shelf
 
 
 class Status(StrEnum):
@@ -102,8 +109,8 @@ class RunState:
     checkpoint_interval_steps: int | None = None
     cursor: Cursor | None = None
     # Last heartbeat time (ms) per logical id, current generation only.
-    heartbeats: dict[str, int] = field(default_factory=dict)
-    exits: dict[str, int | None] = field(default_factory=dict)
+    heartbeats: Mapping[str, int] = field(default_factory=Shelf)
+    exits: Mapping[str, int | None] = field(default_factory=Shelf)
     # Failure counts by signature: the policy's escalation input, kept in the log.
     failures: dict[str, int] = field(default_factory=dict)
     failure_count: int = 0
@@ -124,6 +131,36 @@ class RunState:
     outcome_reason: str = ""
     # No checkpoint at or after its step commits while it is open (events.fold_sdc).
     suspicion: Suspicion | None = None
+    # Derived: each member's node by logical id, for ``members`` as they are (the fold
+    # asks it of every report). Never given; rebuilt by __post_init__ when stale.
+    placed: Placed | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # A dict given for a per-member map (a test, a hand-built state) becomes a shelf,
+        # so the fold's one-key changes stay cheap whatever built the state.
+        for name in ("heartbeats", "exits"):
+            value = getattr(self, name)
+            if not isinstance(value, Shelf):
+                object.__setattr__(self, name, Shelf.of(value))
+        if self.placed is None or self.placed.members is not self.members:
+            object.__setattr__(self, "placed", Placed.of(self.members))
+
+    def node_of(self, logical_id: str) -> str | None:
+        """The node member ``logical_id`` of the current members is placed on; None if none."""
+        assert self.placed is not None  # set by __post_init__
+        return self.placed.nodes.get(logical_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """The node of each member, by logical id, for one ``members`` tuple (by identity)."""
+
+    members: tuple[Member, ...]
+    nodes: Mapping[str, str]
+
+    @classmethod
+    def of(cls, members: tuple[Member, ...]) -> Placed:
+        return cls(members, {m.logical_id: m.node for m in members})
 
 
 _FIELDS = tuple(f.name for f in fields(RunState))
@@ -133,8 +170,10 @@ def copy_with(state: RunState, **changes: Any) -> RunState:
     """``dataclasses.replace`` for the two events that are most of every log.
 
     Heartbeats and steps are ~95% of a real log; the generic ``replace`` costs
-    several times this field-by-field copy (bench/controller.py).
+    several times this field-by-field copy (bench/controller.py). It skips
+    ``__post_init__``, so it never changes the members (their index would go stale).
     """
+    assert "members" not in changes and "placed" not in changes, "use dataclasses.replace"
     new = object.__new__(RunState)
     for name in _FIELDS:
         object.__setattr__(new, name, changes[name] if name in changes else getattr(state, name))

@@ -15,7 +15,9 @@ runledger imports. Names:
 ``RUNLEDGER_LOGICAL_ID``        this worker's logical id (never a bare rank)
 ``RUNLEDGER_NODE``              the node the agent runs on
 ``RUNLEDGER_BOOTSTRAP``         Kafka bootstrap address for reports
-``RUNLEDGER_HEARTBEAT_INTERVAL_S``  seconds between ``HeartbeatRecorded``
+``RUNLEDGER_HEARTBEAT_INTERVAL_S``  seconds between heartbeats
+``RUNLEDGER_BEAT_FILE``         where to write them for the agent (absent: send
+                                ``HeartbeatRecorded`` records; ``events.beatfile``)
 ``RUNLEDGER_RESUME_STEP``       committed step to resume from (absent: fresh)
 ``RUNLEDGER_RESUME_MANIFEST``   its manifest path (absent: none)
 ``WORLD_SIZE`` ``RANK``         torch.distributed: group size, global rank
@@ -47,6 +49,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -61,6 +64,9 @@ NODE = "RUNLEDGER_NODE"
 ENV_BOOTSTRAP = "RUNLEDGER_BOOTSTRAP"
 BOOTSTRAP = ENV_BOOTSTRAP
 HEARTBEAT_INTERVAL_S = "RUNLEDGER_HEARTBEAT_INTERVAL_S"
+# Set by the agent: the worker writes its heartbeats to this file (events.beatfile) and
+# the agent sends them for its node's members in one record; absent, the worker sends its own.
+BEAT_FILE = "RUNLEDGER_BEAT_FILE"
 RESUME_STEP = "RUNLEDGER_RESUME_STEP"
 RESUME_MANIFEST = "RUNLEDGER_RESUME_MANIFEST"
 WORLD_SIZE = "WORLD_SIZE"
@@ -76,7 +82,7 @@ ACCUMULATION = "RUNLEDGER_ACCUMULATION"
 
 OWNED = (
     RUN_ID, GENERATION, LOGICAL_ID, NODE, BOOTSTRAP, HEARTBEAT_INTERVAL_S, RESUME_STEP,
-    RESUME_MANIFEST, WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT,
+    RESUME_MANIFEST, WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, BEAT_FILE,
 )
 
 
@@ -99,6 +105,7 @@ class WorkerEnv:
     heartbeat_interval_s: float
     resume_step: int | None = None
     resume_manifest: str | None = None
+    beat_file: str | None = None  # None: the worker sends its own HeartbeatRecorded
 
     def __post_init__(self) -> None:
         for var, value in ((RUN_ID, self.run_id), (LOGICAL_ID, self.logical_id),
@@ -143,6 +150,8 @@ class WorkerEnv:
             out[RESUME_STEP] = str(self.resume_step)
         if self.resume_manifest is not None:
             out[RESUME_MANIFEST] = self.resume_manifest
+        if self.beat_file is not None:
+            out[BEAT_FILE] = self.beat_file
         return out
 
     @classmethod
@@ -163,6 +172,7 @@ class WorkerEnv:
             heartbeat_interval_s=parse_interval(_required(env, HEARTBEAT_INTERVAL_S)),
             resume_step=None if resume_step is None else _int(env, RESUME_STEP),
             resume_manifest=env.get(RESUME_MANIFEST) or None,
+            beat_file=env.get(BEAT_FILE) or None,
         )
 
 
@@ -194,22 +204,61 @@ def parse_interval(raw: str) -> float:
 
 
 def format_ranks(logical_ids: Sequence[str]) -> str:
-    """The ``RUNLEDGER_RANKS`` value for a membership in global rank order."""
+    """The ``RUNLEDGER_RANKS`` value for a membership in global rank order.
+
+    Entries are comma-separated; a run of ids ``<p><a>, <p><a+1>, .., <p><b>`` (the
+    ``r0, r1, ..`` admission names) is written ``<p>[<a>..<b>]``, since ``[`` is in no
+    logical id (``events.names``). Written out, 16,384 ids are 104 KB in every start
+    command, and Linux refuses to start a process with an environment string over
+    128 KiB; as a range they are ``r[0..16383]``.
+    """
     for lid in logical_ids:
-        if not lid or "," in lid:
-            raise WorkerEnvError(f"{RANKS}: logical id {lid!r} is empty or contains a comma")
-    return ",".join(logical_ids)
+        if not lid or "," in lid or "[" in lid:
+            raise WorkerEnvError(f"{RANKS}: logical id {lid!r} is empty or contains ',' or '['")
+    out: list[str] = []
+    i = 0
+    while i < len(logical_ids):
+        prefix, first = _numbered(logical_ids[i])
+        j = i + 1
+        if first is not None:
+            while j < len(logical_ids) and _numbered(logical_ids[j]) == (prefix, first + j - i):
+                j += 1
+        if first is not None and j - i > 2:
+            out.append(f"{prefix}[{first}..{first + j - i - 1}]")
+        else:
+            out.append(",".join(logical_ids[i:j]))
+        i = j
+    return ",".join(out)
+
+
+def _numbered(lid: str) -> tuple[str, int | None]:
+    """``("r", 12)`` for ``r12``; a number with a leading zero or none at all: (lid, None)."""
+    digits = len(lid) - len(lid.rstrip("0123456789"))
+    number = lid[len(lid) - digits:]
+    if not digits or (len(number) > 1 and number[0] == "0"):
+        return lid, None
+    return lid[:len(lid) - digits], int(number)
 
 
 def parse_ranks(raw: str) -> tuple[str, ...]:
     """Logical ids in global rank order; duplicates or empty entries are refused."""
-    ids = tuple(part.strip() for part in raw.split(","))
+    ids: list[str] = []
+    for part in raw.split(","):
+        part = part.strip()
+        if part.endswith("]") and "[" in part:
+            prefix, _, span = part[:-1].partition("[")
+            first, dots, last = span.partition("..")
+            if not (dots and first.isdigit() and last.isdigit() and int(first) <= int(last)):
+                raise WorkerEnvError(f"{RANKS} has a bad range {part!r}: want <prefix>[a..b]")
+            ids.extend(f"{prefix}{n}" for n in range(int(first), int(last) + 1))
+        else:
+            ids.append(part)
     if not raw or any(not lid for lid in ids):
         raise WorkerEnvError(f"{RANKS} has an empty entry: {raw!r}")
-    dup = sorted({lid for lid in ids if ids.count(lid) > 1})
-    if dup:
+    if len(set(ids)) != len(ids):  # counted once: a count per id was O(ranks^2)
+        dup = sorted(lid for lid, n in Counter(ids).items() if n > 1)
         raise WorkerEnvError(f"{RANKS} names {', '.join(dup)} more than once")
-    return ids
+    return tuple(ids)
 
 
 def compose_environ(

@@ -38,6 +38,7 @@ from events.model import (
     GenerationStarted,
     HeartbeatRecorded,
     ManifestCommitted,
+    MembersHeartbeatRecorded,
     NodeLost,
     RunCancelled,
     RunFinished,
@@ -261,6 +262,14 @@ def _heartbeat(e: HeartbeatRecorded, p: Pos) -> list[Row]:
                          e.step, h.occurred_at)]
 
 
+def _members_heartbeat(e: MembersHeartbeatRecorded, p: Pos) -> list[Row]:
+    """A node's record of its members' heartbeats: one row per member, as each member's
+    own ``HeartbeatRecorded`` would have made (the same table, the same meaning)."""
+    h = e.header
+    return [HeartbeatRow(p[0], p[1], p[2], h.run_id, h.generation, b.logical_id, e.node,
+                         b.step, h.occurred_at) for b in e.beats]
+
+
 def _rank_steps(e: StepTimesRecorded, p: Pos) -> list[Row]:
     h = e.header
     topic, part, ofs = p
@@ -332,6 +341,7 @@ _FACTS: dict[type[Event], _Map] = {
 # Observations that stay reports (the controller does not copy them as facts).
 _REPORTS: dict[type[Event], _Map] = {
     HeartbeatRecorded: _heartbeat,
+    MembersHeartbeatRecorded: _members_heartbeat,
     StepTimesRecorded: _rank_steps,
     CheckpointRestored: _restore,
 }

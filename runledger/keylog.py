@@ -23,7 +23,7 @@ import fcntl
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,21 +132,35 @@ def append(bootstrap: str, ring: KeyRing, event: KeyRecord, admin: SigningKey, *
     in its turn, not to ``ring`` (read before it), which another writer may have
     moved on meanwhile; when the log is as ``ring`` says, the two are the same.
     """
+    return append_all(bootstrap, ring, [event], admin, credentials=credentials,
+                      topic=topic)[-1]
+
+
+def append_all(bootstrap: str, ring: KeyRing, events: Sequence[KeyRecord], admin: SigningKey,
+               *, credentials: str | None = None, topic: str = KEYS) -> list[Written]:
+    """:func:`append` for many records in one turn: the log is read once, each record
+    chains to the one before it, and one producer writes them all in order. Enrolling
+    the 12,500 nodes of a fleet one ``append`` at a time re-reads a growing log per
+    node; this reads it once. Nothing is written when the fold refuses any of them."""
     with _turn(bootstrap, topic):
         fresh = load_ring(bootstrap, credentials=credentials, topic=topic).ring
         ring = fresh if fresh.head != ring.head else ring
         codec = default_codec()
-        value = codec.encode(event)
-        headers = sign_key_record(admin, ring.head, value)
-        after = keyring.apply(ring, event, admin.key_id, headers[0][1], value, ring.head)
-        if isinstance(after, Refusal):
-            hint = _HINTS.get(after.reason)
-            raise KeyRefused(f"{topic} would refuse this {event.event_type}: {after}"
-                             + (f"; {hint}" if hint else ""))
-        version = codec.registry.latest(event.event_type).version
-        where = _produce(bootstrap, topic, event.run_id, value,
-                         [*event_headers(event, version), *headers], credentials)
-    return Written(after, where)
+        records: list[tuple[str, bytes, list[Any]]] = []
+        rings: list[KeyRing] = []
+        for event in events:
+            value = codec.encode(event)
+            headers = sign_key_record(admin, ring.head, value)
+            after = keyring.apply(ring, event, admin.key_id, headers[0][1], value, ring.head)
+            if isinstance(after, Refusal):
+                hint = _HINTS.get(after.reason)
+                raise KeyRefused(f"{topic} would refuse this {event.event_type}: {after}"
+                                 + (f"; {hint}" if hint else ""))
+            version = codec.registry.latest(event.event_type).version
+            records.append((event.run_id, value, [*event_headers(event, version), *headers]))
+            rings.append(ring := after)
+        where = _produce(bootstrap, topic, records, credentials)
+    return [Written(r, w) for r, w in zip(rings, where, strict=True)]
 
 
 @contextmanager
@@ -165,9 +179,10 @@ def _turn(bootstrap: str, topic: str) -> Iterator[None]:
         os.close(fd)  # closing drops the lock
 
 
-def _produce(bootstrap: str, topic: str, key: str, value: bytes,
-             headers: list[Any], credentials: str | None) -> str:
-    """Write one record and wait for the broker's acknowledgement; where it landed.
+def _produce(bootstrap: str, topic: str, records: Sequence[tuple[str, bytes, list[Any]]],
+             credentials: str | None) -> list[str]:
+    """Write ``(key, value, headers)`` records in order and wait for the broker's
+    acknowledgements; where each landed.
 
     Idempotent, so a retry after a lost acknowledgement cannot register a key twice.
     """
@@ -175,24 +190,28 @@ def _produce(bootstrap: str, topic: str, key: str, value: bytes,
         "client.id": "runledger-keys", "acks": "all", "enable.idempotence": True,
         "partitioner": PARTITIONER, "message.timeout.ms": 15_000, "log_level": 0,
     }, credentials))
-    landed: list[str] = []
+    landed: dict[int, str] = {}
     failed: list[str] = []
 
-    def report(err: KafkaError | None, msg: Message) -> None:
-        if err is None:
-            landed.append(f"{msg.topic()}[{msg.partition()}]@{msg.offset()}")
-            return
-        try:
-            why = refused(err.code(), "write", topic)
-            # Only the admin writes key records: say so rather than "ask for a role".
-            failed.append(_no_write(topic, credentials) if why and " may not " in why
-                          else why or err.str())
-        except SystemError:
-            # A fatal error (no producer id: the principal may write nowhere) leaves
-            # confluent-kafka's own exception pending, and every method of err raises.
-            failed.append(_no_write(topic, credentials))
+    def report_for(i: int) -> Any:
+        def report(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                landed[i] = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
+                return
+            try:
+                why = refused(err.code(), "write", topic)
+                # Only the admin writes key records: say so rather than "ask for a role".
+                failed.append(_no_write(topic, credentials) if why and " may not " in why
+                              else why or err.str())
+            except SystemError:
+                # A fatal error (no producer id: the principal may write nowhere) leaves
+                # confluent-kafka's own exception pending, and every method of err raises.
+                failed.append(_no_write(topic, credentials))
+        return report
 
-    producer.produce(topic, value=value, key=key, headers=headers, on_delivery=report)
+    for i, (key, value, headers) in enumerate(records):
+        producer.produce(topic, value=value, key=key, headers=headers, on_delivery=report_for(i))
+        producer.poll(0)
     try:
         remaining = producer.flush(30.0)
     except SystemError:  # the fatal error above, raised again by flush
@@ -200,9 +219,9 @@ def _produce(bootstrap: str, topic: str, key: str, value: bytes,
     if failed:
         raise NotAuthorized(failed[0]) if "may not" in failed[0] else \
             KafkaOperationError(f"write to {topic}: {failed[0]}")
-    if remaining or not landed:
+    if remaining or len(landed) < len(records):
         raise KafkaOperationError(f"write to {topic}: not acknowledged within 30 s")
-    return landed[0]
+    return [landed[i] for i in range(len(records))]
 
 
 def _no_write(topic: str, credentials: str | None) -> str:
@@ -211,5 +230,5 @@ def _no_write(topic: str, credentials: str | None) -> str:
             "(RUNLEDGER_CREDENTIALS=<stack data dir>/credentials/admin.properties)")
 
 
-__all__ = ["KeyRefused", "Ring", "Written", "append", "check_role", "load_ring",
+__all__ = ["KeyRefused", "Ring", "Written", "append", "append_all", "check_role", "load_ring",
            "registration", "revocation"]

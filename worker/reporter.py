@@ -1,7 +1,8 @@
 """Reports leave the training loop through a queue; one background thread sends them.
 
 The step path only enqueues: producing, delivery reports and heartbeats
-(``HeartbeatRecorded`` every interval, carrying the last step) happen on the
+(every interval, carrying the last step: to the beat file the agent forwards,
+``events.beatfile``, or as a ``HeartbeatRecorded`` of its own) happen on the
 reporter's thread, so a slow broker never stalls an optimizer step. ``flush``
 is the one blocking call, used where the protocol needs its reports on the
 log before it goes on (shards before a proposal, everything before exit). A
@@ -22,6 +23,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from events import beatfile
+from events.beatfile import Beat
 from events.kafka import runkeys
 from events.kafka.clients import EventProducer
 from events.kafka.delivery import FLUSH_TIMEOUT_S, drain, report_producer_config
@@ -188,6 +191,13 @@ class Reporter:
     def _beat(self) -> None:
         self._beats += 1
         env = self.env
+        if env.beat_file is not None:  # the agent sends it with its node's others
+            try:
+                beatfile.write(env.beat_file, Beat(self._beats, self.step, self.closing))
+            except OSError as exc:
+                with self._lock:
+                    self._failures.append(f"heartbeat: {env.beat_file}: {exc}")
+            return
         event = HeartbeatRecorded(header=self.header(f"hb/{self._beats}"),
                                   logical_id=env.logical_id, node=env.node, step=self.step,
                                   closing=self.closing)

@@ -10,7 +10,8 @@ this door decides.
 
 :func:`judge_report` (pure) asks, of an agent's report, which node it is about
 (:func:`about`): the event's ``node`` for ``AgentRegistered`` and
-``AgentHeartbeatRecorded``; for a ``WorkerExited`` of the run's current
+``AgentHeartbeatRecorded`` and ``MembersHeartbeatRecorded`` (whose members the
+run's fold then requires to be placed on that node); for a ``WorkerExited`` of the run's current
 generation, the node its membership places that member on (``placed``), so an
 exit reported for another node's rank must carry that other node's signature,
 whatever node it names (an exit of another generation, or of a run the reader
@@ -50,7 +51,13 @@ from events.authority import SENDERS, Role, admit_input
 from events.errors import DecodeError
 from events.kafka.keys import read_ring_or_empty
 from events.kafka.runkeys import Hosts, judge_worker_report
-from events.model import AgentHeartbeatRecorded, AgentRegistered, Event, WorkerExited
+from events.model import (
+    AgentHeartbeatRecorded,
+    AgentRegistered,
+    Event,
+    MembersHeartbeatRecorded,
+    WorkerExited,
+)
 from events.record import Record
 from events.signed.keyring import (
     BAD_SIGNATURE,
@@ -67,7 +74,7 @@ from events.signed.signing import report_message
 NODE_PRINCIPAL_PREFIX = "node."
 AGENT_ROLE = "agent"
 # What an agent reports: the node's life and the exits of the processes it ran.
-AGENT_REPORTS = (AgentRegistered, AgentHeartbeatRecorded, WorkerExited)
+AGENT_REPORTS = (AgentRegistered, AgentHeartbeatRecorded, WorkerExited, MembersHeartbeatRecorded)
 # Reads of the keys log for a key the ring lacks: up to REREAD_BURST at once (nodes
 # enrolled together), then one per REREAD_S, so a flood of forged keys costs no flood
 # of reads.
@@ -94,8 +101,8 @@ def about(event: Event, placed: Placed = _nowhere) -> str | None:
     """The node an agent's report speaks for; None for a report that is no agent's."""
     if isinstance(event, WorkerExited):
         return placed(event) or event.node
-    if isinstance(event, AgentRegistered | AgentHeartbeatRecorded):
-        return event.node
+    if isinstance(event, AgentRegistered | AgentHeartbeatRecorded | MembersHeartbeatRecorded):
+        return event.node  # a member listed must be on it: the run's fold refuses it otherwise
     return None
 
 

@@ -19,6 +19,7 @@ from events.model import (
     Event,
     FailureClassified,
     HeartbeatRecorded,
+    MembersHeartbeatRecorded,
     RunSubmitted,
 )
 from events.state import RunState
@@ -229,11 +230,16 @@ def _members(state: RunState, reports: Sequence[Event], now_ms: int) -> list[dic
     # Heartbeats of older generations say nothing about today's members (fencing).
     last: dict[str, tuple[int, int]] = {}
     for e in reports:
-        if (isinstance(e, HeartbeatRecorded) and e.run_id == state.run_id
-                and e.generation == state.generation):
-            seen = last.get(e.logical_id)
+        if e.run_id != state.run_id or e.generation != state.generation:
+            continue
+        # A worker's own heartbeat, or its agent's record of its node's members' beats.
+        beats = ([(e.logical_id, e.step)] if isinstance(e, HeartbeatRecorded) else
+                 [(b.logical_id, b.step) for b in e.beats]
+                 if isinstance(e, MembersHeartbeatRecorded) else [])
+        for lid, at_step in beats:
+            seen = last.get(lid)
             if seen is None or e.header.occurred_at >= seen[0]:
-                last[e.logical_id] = (e.header.occurred_at, e.step)
+                last[lid] = (e.header.occurred_at, at_step)
     out = []
     for m in state.members:
         at: int | None = state.heartbeats.get(m.logical_id)

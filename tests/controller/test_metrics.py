@@ -20,12 +20,12 @@ from controller.model import Model, Tracked
 from controller.run_decide import NODE_TIMEOUT_MS
 from controller.runplan import RunPlan, plan_from_submission
 from controller.service import ControllerService, LoopStats
-from controller.shelf import Shelf
 from events.kafka.clients import EventProducer
 from events.kafka.consume import read_log
 from events.kafka.runkeys import send_report
 from events.model import Member
 from events.record import Record
+from events.shelf import Shelf
 from events.state import Checkpoint, RunState, Status
 from events.topics import COMMANDS, REPORTS, REQUESTS, RUNS
 from runledger.metricsserver import MetricsServer, parse_address

@@ -285,7 +285,7 @@ def test_4_members_whose_sessions_closed_are_judged_by_their_exits_within_the_gr
     def at(now: int) -> World:  # the node's agent heartbeats on: the node is not lost
         return World(now, 0, Inventory({"n1": Node("n1", 2, "d1", now)}), {}, dict)
 
-    closing = Evidence(closing=frozenset({"r0", "r1"}))
+    closing = Evidence(closing={"r0": True, "r1": True})
     quiet = {"r0": NOW - 12_000, "r1": NOW - 11_000}
     ending = Tracked(live(heartbeats=quiet), PLAN, evidence=closing)
     timed_out = NOW - 2_000  # r0's last heartbeat + its 10 s timeout

@@ -60,6 +60,8 @@ from events.model import (
     ManifestCommitted,
     ManifestProposed,
     Member,
+    MemberBeat,
+    MembersHeartbeatRecorded,
     MembershipConfirmed,
     NodeCordoned,
     NodeLost,
@@ -223,6 +225,13 @@ class Ev:
                   at: int | None = None, **kw: Any) -> HeartbeatRecorded:
         return self.event(HeartbeatRecorded, gen, dict(
             logical_id=logical_id, node="node-a", step=step), {**kw, "at": at})
+
+    def members_heartbeat(self, gen: int, *beats: tuple[str, int] | MemberBeat,
+                          node: str = "node-a", **kw: Any) -> MembersHeartbeatRecorded:
+        """A node agent's record of its members' heartbeats: ``(logical id, step)`` pairs
+        or whole ``MemberBeat`` values."""
+        listed = tuple(b if isinstance(b, MemberBeat) else MemberBeat(*b) for b in beats)
+        return self.event(MembersHeartbeatRecorded, gen, dict(node=node, beats=listed), kw)
 
     def step(self, gen: int, step: int, tokens: int = 1000, loss_tokens: int = 900,
              **kw: Any) -> StepCommitted:

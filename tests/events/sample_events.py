@@ -38,6 +38,8 @@ from events.model import (
     ManifestCommitted,
     ManifestProposed,
     Member,
+    MemberBeat,
+    MembersHeartbeatRecorded,
     MembershipConfirmed,
     NodeCordoned,
     NodeLost,
@@ -164,6 +166,8 @@ def one_of_each(run_id: str) -> list[Event]:
                         python_version="3.11.9", torch_version="2.5.1"),
         AgentHeartbeatRecorded(header=hd(0), node="node-a", slots=8, domain="rack-1",
                                busy_slots=2),
+        MembersHeartbeatRecorded(header=hd(), node="node-a", beats=(
+            MemberBeat("r0", 42), MemberBeat("r1", 42, closing=True))),
         NodeQuarantined(header=hd(0), node="node-b", reason="3 crashes of run x",
                         expires_at=1_700_003_600_000),
         NodeLost(header=hd(), node="node-b", last_seen_at=1_700_000_000_000, members=("r1",),

@@ -50,6 +50,7 @@ from events.model import (
     ManifestCommitted,
     ManifestProposed,
     Member,
+    MemberBeat,
     MembershipConfirmed,
     NodeCordoned,
     NodeLost,
@@ -165,6 +166,7 @@ preflight_checks = st.builds(PreflightCheck, check=texts, subject=texts,
                              verdict=st.sampled_from(PREFLIGHT_VERDICTS),
                              figure=st.none() | doubles, threshold=st.none() | doubles,
                              unit=texts, reason=texts)
+member_beats = st.builds(MemberBeat, logical_id=texts, step=longs, closing=st.booleans())
 
 
 def _for_type(tp: Any) -> st.SearchStrategy[Any]:
@@ -183,6 +185,8 @@ def _for_type(tp: Any) -> st.SearchStrategy[Any]:
         return headers
     if tp is Member:
         return members
+    if tp is MemberBeat:
+        return member_beats
     if tp is PreflightCheck:
         return preflight_checks
     if tp is str:

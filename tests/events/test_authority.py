@@ -35,7 +35,8 @@ def test_every_type_has_one_sender_and_only_the_controller_writes_facts_and_comm
     assert by_role[Role.OPERATOR] == ["CancelRequested", "DrillCompleted",
                                       "NodeOperationRequested", "PilotCompleted",
                                       "PreflightCompleted", "ResumeRequested", "RunSubmitted"]
-    assert by_role[Role.AGENT] == ["AgentHeartbeatRecorded", "AgentRegistered", "WorkerExited"]
+    assert by_role[Role.AGENT] == ["AgentHeartbeatRecorded", "AgentRegistered",
+                                   "MembersHeartbeatRecorded", "WorkerExited"]
     assert by_role[Role.ADMIN] == ["PrincipalKeyRegistered", "PrincipalKeyRevoked"]
     assert {s.topic for s in SENDERS.values() if s.role == Role.ADMIN} == {KEYS}
     # A key may be registered for every role that sends (and for projectors, which read).

@@ -462,6 +462,7 @@ FENCED_MAKERS: dict[str, Callable[[Ev, int], Event]] = {
     "CursorAdvanced": lambda ev, g: ev.cursor(g, 10),
     "StepCommitted": lambda ev, g: ev.step(g, 11),
     "HeartbeatRecorded": lambda ev, g: ev.heartbeat(g, "w0", 11),
+    "MembersHeartbeatRecorded": lambda ev, g: ev.members_heartbeat(g, ("w0", 11)),
     "ShardWritten": lambda ev, g: ev.shard(g, 20),
     "WorkerExited": lambda ev, g: ev.exited(g, "w0", node="node-a"),
     "MembershipConfirmed": lambda ev, g: ev.confirmed(g),
@@ -512,6 +513,7 @@ def test_cancel_revokes_and_everything_after_is_refused() -> None:
     assert (s.status, s.outcome_reason, s.cancel_requested) == (Status.CANCELLED, "budget", True)
     after = [
         ev.step(1, 11), ev.committed(1, 11), ev.cursor(1, 10), ev.heartbeat(1),
+        ev.members_heartbeat(1, ("w0", 11)),
         ev.confirmed(1), ev.generation_started(2, resume_step=10), ev.finished(1, "succeeded"),
         ev.finished(1, "failed"), ev.failure(1, "restart"), ev.cancelled(1),
         ev.cancel_requested(1), ev.admitted(), ev.queued(), ev.submitted(),
@@ -642,6 +644,7 @@ COLUMNS: dict[str, Callable[[Ev, RunState], Event]] = {
     "RunFinished(succeeded)": lambda ev, s: ev.finished(s.generation, "succeeded"),
     "RunFinished(failed)": lambda ev, s: ev.finished(s.generation, "failed"),
     "HeartbeatRecorded": lambda ev, s: ev.heartbeat(s.generation, "w0", s.step),
+    "MembersHeartbeatRecorded": lambda ev, s: ev.members_heartbeat(s.generation, ("w0", s.step)),
     "StepCommitted": lambda ev, s: ev.step(s.generation, s.step + 1),
     "ShardWritten": lambda ev, s: ev.shard(s.generation, 20, "w1"),
     "ManifestProposed": lambda ev, s: ev.proposed(s.generation, 20),
@@ -712,6 +715,7 @@ LEGAL: dict[str, set[Status]] = {
     "RunFinished(succeeded)": {RUN},
     "RunFinished(failed)": LIVE,
     "HeartbeatRecorded": ACTIVE,
+    "MembersHeartbeatRecorded": ACTIVE,
     "StepCommitted": ACTIVE,
     "ShardWritten": ACTIVE,
     "ManifestProposed": ACTIVE,
@@ -754,7 +758,8 @@ LEGAL: dict[str, set[Status]] = {
 }
 
 _FENCED_COLUMNS = {"MembershipConfirmed", "ManifestCommitted", "CursorAdvanced",
-                   "HeartbeatRecorded", "StepCommitted", "ShardWritten", "ManifestProposed",
+                   "HeartbeatRecorded", "MembersHeartbeatRecorded", "StepCommitted",
+                   "ShardWritten", "ManifestProposed",
                    "WorkerExited", "GroupStartCommanded", "ManifestProposed(v2)",
                    "CheckpointStaged", "CheckpointSkipped", "CheckpointWriteFailed",
                    "CheckpointVerificationFailed", "CheckpointRestored", "CheckpointRevoked",
@@ -1132,3 +1137,26 @@ def test_step_times_are_fenced_like_heartbeats() -> None:
     assert (stale.accepted, stale.reason) == (False, STALE_GENERATION)
     stranger = apply(s, ev.step_times(s.generation, logical_id="nobody")).verdict
     assert (stranger.accepted, stranger.reason) == (False, NOT_A_MEMBER)
+
+
+# --- a node's members' heartbeats, one record ----------------------------------------
+
+
+def test_a_nodes_record_moves_each_listed_members_heartbeat_and_no_other() -> None:
+    ev = Ev()
+    s = running(ev)
+    beat = ev.members_heartbeat(1, ("w0", 10), node="node-a", at=50_000)
+    t = apply(s, beat)
+    assert t.verdict.accepted and t.state is not None
+    assert t.state.heartbeats["w0"] == 50_000 and "w1" not in t.state.heartbeats
+    # One heartbeat never moves a member's time back (a late record from the node).
+    late = apply(t.state, ev.members_heartbeat(1, ("w0", 10), node="node-a", at=40_000))
+    assert late.state is not None and late.state.heartbeats["w0"] == 50_000
+
+
+def test_a_node_that_lists_another_nodes_member_is_refused_whole() -> None:
+    ev = Ev()  # w0 on node-a, w1 on node-b: node-a's agent cannot vouch for w1
+    s = running(ev)
+    rejected(s, ev.members_heartbeat(1, ("w0", 10), ("w1", 10), node="node-a"), NOT_ON_NODE)
+    rejected(s, ev.members_heartbeat(1, ("w9", 10), node="node-a"), NOT_A_MEMBER)
+    rejected(s, ev.members_heartbeat(0, ("w0", 10), node="node-a"), STALE_GENERATION)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from events.workerenv import (
     RESUME_STEP,
@@ -72,5 +74,24 @@ def test_rank_lists() -> None:
         parse_ranks("a,b,a")
     with pytest.raises(WorkerEnvError, match="empty entry"):
         parse_ranks("a,,b")
-    with pytest.raises(WorkerEnvError, match="contains a comma"):
+    with pytest.raises(WorkerEnvError, match="contains"):
         format_ranks(["a,b"])
+
+
+@given(st.lists(st.sampled_from(["r", "w", "node-", "x"]).flatmap(
+    lambda p: st.integers(0, 40).map(lambda n: f"{p}{n}")), unique=True, max_size=60))
+def test_ranks_read_back_in_order_whether_written_as_ranges_or_not(ids: list[str]) -> None:
+    assume(ids)
+    assert parse_ranks(format_ranks(ids)) == tuple(ids)
+
+
+def test_an_admitted_membership_is_one_short_range() -> None:
+    ids = [f"r{i}" for i in range(16_384)]
+    assert format_ranks(ids) == "r[0..16383]"
+    assert parse_ranks("r[0..16383]") == tuple(ids)
+    # Ids with a leading zero, a gap or another prefix stay written out.
+    assert format_ranks(["r0", "r1", "r2", "r4", "r05", "w0"]) == "r[0..2],r4,r05,w0"
+    with pytest.raises(WorkerEnvError, match="bad range"):
+        parse_ranks("r[3..1]")
+    with pytest.raises(WorkerEnvError, match="more than once"):
+        parse_ranks("r[0..3],r2")

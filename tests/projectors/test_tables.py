@@ -64,7 +64,8 @@ FEEDS: dict[str, dict[str, set[str]]] = {
         "CorruptionSuspected": {"sdc_suspicions"}, "CorruptionClassified": {"sdc_verdicts"},
     },
     REPORTS: {
-        "HeartbeatRecorded": {"heartbeats"}, "StepTimesRecorded": {"rank_steps"},
+        "HeartbeatRecorded": {"heartbeats"}, "MembersHeartbeatRecorded": {"heartbeats"},
+        "StepTimesRecorded": {"rank_steps"},
         "CheckpointRestored": {"restores"},
     },
 }

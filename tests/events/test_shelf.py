@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.shelf import BUCKETS, Shelf
+from events.shelf import BUCKETS, Shelf
 
 KEYS = st.text(min_size=1, max_size=6)
 
@@ -36,3 +36,10 @@ def test_an_empty_change_is_the_same_shelf_and_a_change_copies_only_its_buckets(
     shared = sum(a is b for a, b in zip(shelf._buckets, changed._buckets, strict=True))
     assert shared == BUCKETS - 1
     assert shelf["run-7"] == 7 and changed["run-7"] == -1 and len(changed) == len(shelf)
+
+
+@given(st.dictionaries(KEYS, st.integers(), max_size=40))
+def test_each_value_and_of_agree_with_the_dict(items: dict[str, int]) -> None:
+    shelf = Shelf.of(items)
+    assert shelf == items and sorted(shelf.each_value()) == sorted(items.values())
+    assert Shelf.of(shelf) is shelf  # a shelf is taken as it is, not copied

@@ -1,0 +1,207 @@
+"""Benchmark: how the controller's core grows with the size of one run, 10^3 to 10^5 ranks.
+
+Usage: ``.venv/bin/python bench/scale.py [--quick] [--sizes N,N,...] [--fleets N,N,...]
+[--skip-core] [--skip-broker]``
+
+Section ``core`` (``bench/scale_parts.py`` says exactly what it does): for each
+size, in a process of its own (so the peak memory is that size's), one run of
+N ranks on N/8 nodes of 8 slots (and a spare node) through the real
+controller core with a simulated clock: registration of the agents, admission
+and start (seconds of CPU, the start commands, the ``GenerationStarted``
+record's size against the one-record limit), a heartbeat from every rank
+(decode alone, the baseline, against decode + the core: ``ratio_to_decode``
+is the core's share of nothing but decoding, 1.00 = free), the steady tick
+(every 0.25 s in the service), and a node lost with its agent: when the
+controller names it against the heartbeat timeout, and when it commands the
+next generation. ``--quick``: 10^3 and 10^4 ranks; the default adds 10^5.
+
+Section ``broker`` (``bench/load_parts.py``): on a throwaway secure stack, a
+fleet of simulated agents (their own enrolled keys, signed records, a real
+spec) drives a real ``runledger controller`` process: per fleet size, once
+with per-rank heartbeats (the baseline: a record per member, signed with its
+run key) and once node-aggregated (``MembersHeartbeatRecorded``, one per node);
+then one node dies. Printed: the records offered, the controller's CPU share
+while steady (and the ratio aggregated / per-rank), its lag on ``reports``,
+report -> fact latency, when the lost node was named against the heartbeat
+timeout, when the next generation started, and the controller's peak memory.
+``--quick``: 128 ranks; the default 1,024 and 4,096 (a spec's world size is
+bounded at 4,096 for now: ``docs/performance.md`` "Scale" says why).
+
+The cost per heartbeat and per tick must not grow with the ranks: the tables
+print each size side by side. Nothing asserts on a timing. Results go to
+``bench/results/scale.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__":
+    # Run as a script, Python puts bench/ first on sys.path, where bench/events.py
+    # would shadow the ``events`` package; use the repository root instead.
+    _here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
+    sys.path.insert(0, str(_here.parent))
+
+from bench.common import REPO_ROOT, fmt_num, machine_info, print_table, write_results
+
+QUICK_SIZES = (1_000, 10_000)
+SIZES = (1_000, 10_000, 100_000)
+QUICK_FLEETS = (128,)
+FLEETS = (1_024, 4_096)
+MODES = ("per-rank", "aggregated")  # the baseline first
+STEADY_S = {True: 5.0, False: 20.0}  # --quick: shorter steady windows
+ROWS: tuple[tuple[str, str, int], ...] = (
+    # (figure, what the table calls it, digits)
+    ("nodes", "nodes of 8", 0),
+    ("register_s", "register every agent, CPU s", 2),
+    ("admit_start_s", "admit + start, CPU s", 2),
+    ("start_commands", "start commands", 0),
+    ("generation_started_bytes", "GenerationStarted bytes (limit 1,000,000)", 0),
+    ("heartbeat_decode_us", "heartbeat decode, us (baseline)", 1),
+    ("heartbeat_core_us", "heartbeat decode + core, us", 1),
+    ("ratio_to_decode", "ratio_to_decode", 2),
+    ("tick_ms", "steady tick, CPU ms (every 250 ms)", 1),
+    ("detected_ms", "lost node named after, ms (timeout 10,000)", 0),
+    ("detect_tick_ms", "that tick, CPU ms", 1),
+    ("restart_command_ms", "next generation commanded after, ms", 0),
+    ("peak_rss_mb", "peak RSS, MB", 0),
+)
+
+
+def one_size(ranks: int) -> dict[str, Any]:
+    """Run the core section for one size in a fresh interpreter and read its figures."""
+    done = subprocess.run(
+        [sys.executable, __file__, "--one", str(ranks)], cwd=REPO_ROOT,
+        capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"bench/scale.py --one {ranks} failed:\n{done.stderr}")
+    figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def broker_section(fleets: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:
+    """Every fleet size in both modes, each on a throwaway secure stack of its own."""
+    import gc
+    import os
+    import tempfile
+
+    from bench.load_parts import fleet
+    from bench.reportkeys import ReportKeys
+    from events.codec import default_codec
+    from events.kafka.connection import ENV_CREDENTIALS
+    from events.signed.signing import SigningKey
+    from runledger.stack import Stack
+
+    out = []
+    codec = default_codec()
+    for ranks in fleets:
+        for mode in MODES:
+            # A stack per fleet: a new controller group reads every report already on the
+            # broker, and refusing an earlier fleet's would be billed to this one.
+            print(f"   fleet of {ranks:,} ranks, {mode} ...", flush=True)
+            tmp = tempfile.TemporaryDirectory(prefix="runledger-scale-")
+            stack = Stack(Path(tmp.name) / "stack")
+            info = stack.up()
+            os.environ[ENV_CREDENTIALS] = str(info.credentials or "")
+            env = {**os.environ, "RUNLEDGER_BOOTSTRAP": info.bootstrap}
+            admin = SigningKey.load(info.keys / "admin.key") if info.keys else None
+            controller_key = info.keys / "controller.key" if info.keys else None
+            try:
+                keys = ReportKeys(info.bootstrap, admin)
+                out.append(fleet(info.bootstrap, keys, codec, ranks, mode, STEADY_S[quick],
+                                 env, controller_key))
+            finally:
+                gc.collect()
+                stack.down(purge=True)
+                tmp.cleanup()
+    return out
+
+
+def print_broker(results: list[dict[str, Any]]) -> dict[str, float]:
+    """The broker table, one column per fleet and mode; the aggregated / per-rank ratios."""
+    def cell(r: dict[str, Any], key: str, digits: int = 0, scale: float = 1.0) -> str:
+        v = r.get(key)
+        return "-" if v is None else fmt_num(float(v) * scale, digits)
+
+    rows = []
+    for label, key, digits, scale in (
+            ("records offered /s", "offered_per_s", 0, 1.0),
+            ("controller CPU share, steady (%)", "controller_cpu_share_steady", 0, 100.0),
+            ("controller lag on reports p50", "lag_p50", 0, 1.0),
+            ("controller lag on reports p99", "lag_p99", 0, 1.0),
+            ("lag, max over the last half", "lag_last_half_max", 0, 1.0),
+            ("lost node named after, s (timeout 10)", "detected_s", 1, 1.0),
+            ("next generation started after, s", "next_generation_s", 2, 1.0),
+            ("controller peak RSS, MB", "controller_peak_rss_mb", 0, 1.0)):
+        rows.append([label, *(cell(r, key, digits, scale) for r in results)])
+    rows.append(["report -> fact p50 ms",
+                 *(fmt_num(r["report_to_fact"]["p50_ms"], 1) for r in results)])
+    rows.append(["report -> fact p99 ms",
+                 *(fmt_num(r["report_to_fact"]["p99_ms"], 1) for r in results)])
+    rows.append(["named the node that died", *("yes" if r["named_lost"] == r["lost_node"]
+                                               else "NO" for r in results)])
+    print_table(["broker, one run of", *(f"{r['ranks']:,} {r['mode']}" for r in results)],
+                rows)
+    ratios = {}
+    for base, agg in zip(results[::2], results[1::2], strict=True):
+        ratios[f"{agg['ranks']}"] = (agg["controller_cpu_share_steady"]
+                                     / base["controller_cpu_share_steady"])
+        print(f"   {agg['ranks']:,} ranks: controller CPU aggregated / per-rank = "
+              f"{ratios[str(agg['ranks'])]:.2f}")
+    return ratios
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="10^3 and 10^4 ranks only")
+    parser.add_argument("--sizes", help="comma-separated rank counts (multiples of 8)")
+    parser.add_argument("--fleets", help="comma-separated fleet sizes in ranks (broker)")
+    parser.add_argument("--skip-core", action="store_true", help="the broker section only")
+    parser.add_argument("--skip-broker", action="store_true", help="the core section only")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: one size
+    args = parser.parse_args(argv)
+    if args.one:
+        from bench.scale_parts import measure
+        print(json.dumps(measure(args.one)))
+        return 0
+    out: dict[str, Any] = {"machine": machine_info(), "quick": args.quick}
+    if not args.skip_core:
+        out.update(core_section(args))
+    if not args.skip_broker:
+        logging.basicConfig(level=logging.WARNING, format="   %(name)s: %(message)s")
+        fleets = (tuple(int(s) for s in args.fleets.split(",")) if args.fleets
+                  else QUICK_FLEETS if args.quick else FLEETS)
+        out["broker"] = broker_section(fleets, args.quick)
+        out["ratio_controller_cpu_aggregated_to_per_rank"] = print_broker(out["broker"])
+    write_results("scale", out)
+    return 0
+
+
+def core_section(args: argparse.Namespace) -> dict[str, Any]:
+    sizes = (tuple(int(s) for s in args.sizes.split(",")) if args.sizes
+             else QUICK_SIZES if args.quick else SIZES)
+    results = [one_size(n) for n in sizes]
+    rows = []
+    for key, label, digits in ROWS:
+        cells = [r.get(key) for r in results]
+        rows.append([label, *("-" if c is None else fmt_num(float(c), digits) for c in cells)])
+    print_table(["core, one run of", *(f"{n:,} ranks" for n in sizes)], rows)
+    first, last = results[0], results[-1]
+    growth = {
+        "heartbeat_core_us": last["heartbeat_core_us"] / first["heartbeat_core_us"],
+        "tick_ms": last["tick_ms"] / max(first["tick_ms"], 1e-3),
+    }
+    print(f"growth from {sizes[0]:,} to {sizes[-1]:,} ranks: per heartbeat x"
+          f"{growth['heartbeat_core_us']:.2f}, per tick x{growth['tick_ms']:.1f}")
+    return {"core": results, "growth": growth}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,6 +8,12 @@ moved since its last look, each with its step and whether its session closed.
 A member whose file did not move is left out, so its silence reaches the
 controller as it is; nothing is said for it that it did not say.
 
+A restarted agent adopts the workers its last incarnation launched and left
+running (:func:`adopted`, from its applied-commands file; :func:`orphans`): it
+reads their beat files too, and reports one only once it moves, so a worker
+outlives its agent's restart as it did when workers heartbeated on their own,
+and a dead one's file left behind says nothing.
+
 The interval is the shortest heartbeat interval of the workers it watches
 (each run's ``heartbeat.interval_s``, passed in its start command), so a member
 is forwarded at most one interval after it beat: the controller's heartbeat
@@ -29,10 +35,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
+from pathlib import Path
 
-from agent.decide import WorkerKey
+from agent.decide import AgentState, WorkerKey
 from events import beatfile
 from events.beatfile import Beat
 from events.model import Event, Header, MemberBeat, MembersHeartbeatRecorded
@@ -40,6 +47,7 @@ from events.model import Event, Header, MemberBeat, MembersHeartbeatRecorded
 log = logging.getLogger("runledger.agent")
 
 IDLE_S = 1.0  # how long the thread waits when no worker beats through this agent
+ORPHAN_INTERVAL_S = 0.25  # how often a restarted agent reads the files of workers it adopted
 MIN_INTERVAL_S = 0.05  # a floor under a spec's interval: the files are read this often at most
 
 
@@ -53,9 +61,11 @@ class Collected:
 
 
 def collect(read: Iterable[tuple[WorkerKey, Beat | None]],
-            last: Mapping[WorkerKey, int]) -> Collected:
+            last: Mapping[WorkerKey, int], prime: Set[WorkerKey] = frozenset()) -> Collected:
     """The members whose beat moved since ``last``, grouped by run and generation, in
-    logical id order. A worker no longer watched drops out of ``seen``."""
+    logical id order. A worker no longer watched drops out of ``seen``. A key in
+    ``prime`` seen for the first time is only counted: a beat file left by a worker
+    this agent did not launch says nothing until it moves."""
     groups: dict[tuple[str, int], list[MemberBeat]] = {}
     seen: dict[WorkerKey, int] = {}
     for key, beat in read:
@@ -64,11 +74,41 @@ def collect(read: Iterable[tuple[WorkerKey, Beat | None]],
                 seen[key] = last[key]
             continue
         seen[key] = beat.seq
+        if key in prime and key not in last:
+            continue
         if last.get(key) != beat.seq:
             groups.setdefault((key.run_id, key.generation), []).append(
                 MemberBeat(key.logical_id, beat.step, beat.closing))
     return Collected({k: tuple(sorted(v, key=lambda b: b.logical_id))
                       for k, v in sorted(groups.items())}, seen)
+
+
+def adopted(state: AgentState) -> list[tuple[str, int]]:
+    """The generations whose workers a restarted agent still speaks for: started on this
+    node (its applied-commands file says so, ``agent.applied``), still the run's newest
+    and never stopped. Their workers outlive a ``kill -9`` of the agent (their own
+    sessions) and go on writing their beat files."""
+    return sorted((run, gen) for run, gen in state.started
+                  if gen == state.newest.get(run) and gen > state.revoked.get(run, -1))
+
+
+def orphans(base_dir: str, generations: Iterable[tuple[str, int]],
+            launched: Set[WorkerKey]) -> list[tuple[WorkerKey, str, float]]:
+    """The beat files of ``generations`` under ``base_dir`` whose workers this agent did
+    not launch, as watched entries (read every ``ORPHAN_INTERVAL_S``: their interval is
+    the command's, which a restarted agent no longer holds)."""
+    out = []
+    for run, gen in generations:
+        where = Path(beatfile.path_for(base_dir, run, gen, "_")).parent
+        try:
+            names = sorted(p.name for p in where.iterdir() if not p.name.startswith("."))
+        except OSError:
+            continue
+        for name in names:
+            key = WorkerKey(run, gen, name)
+            if key not in launched:
+                out.append((key, str(where / name), ORPHAN_INTERVAL_S))
+    return out
 
 
 def interval_of(watched: Sequence[tuple[WorkerKey, str, float]]) -> float:
@@ -83,12 +123,14 @@ class BeatForwarder:
 
     def __init__(self, node: str, incarnation: str, send: Callable[[Event], None],
                  watched: Callable[[], list[tuple[WorkerKey, str, float]]],
-                 clock: Callable[[], int]) -> None:
+                 clock: Callable[[], int],
+                 adopted: Callable[[], Set[WorkerKey]] = frozenset) -> None:
         self.node = node
         self.incarnation = incarnation  # distinguishes this start's event ids
         self._send = send
         self._watched = watched
         self._clock = clock
+        self._adopted = adopted  # keys of workers it did not launch (collect's prime)
         self._last: Mapping[WorkerKey, int] = {}
         self._sent = 0
         self.records = 0  # records sent (agent.metrics reads it)
@@ -108,7 +150,8 @@ class BeatForwarder:
 
     def look(self, watched: list[tuple[WorkerKey, str, float]]) -> int:
         """One look at every watched file; the records sent."""
-        found = collect(((key, beatfile.read(path)) for key, path, _ in watched), self._last)
+        found = collect(((key, beatfile.read(path)) for key, path, _ in watched), self._last,
+                        self._adopted())
         self._last = found.seen
         for (run_id, generation), beats in found.beats.items():
             self._sent += 1

@@ -69,7 +69,7 @@ from types import FrameType
 from agent import sweep
 from agent.allow import allowed_real_paths
 from agent.applied import AppliedLog
-from agent.beats import BeatForwarder
+from agent.beats import BeatForwarder, adopted, orphans
 from agent.confine import root_option_problem, workdir_option_problem
 from agent.decide import (
     REJECTED_EXIT_CODE,
@@ -177,8 +177,9 @@ class Agent:
         self._roots: dict[str, str] = {}
         self._sweeps: dict[str, int] = {}
         self.stats = AgentStats()  # read by a scrape thread (agent.metrics)
+        self._orphans: frozenset[WorkerKey] = frozenset()  # adopted workers (agent.beats)
         self.beats = BeatForwarder(config.node, self.incarnation, self._send_beats,
-                                   self.procs.beating, now_ms)
+                                   self._beating, now_ms, lambda: self._orphans)
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -385,6 +386,14 @@ class Agent:
                                 log_path=ev.log_path, stderr_tail=ev.stderr_tail,
                                 launch_error=ev.launch_error))
         self.stats.exited(exit_code, sig, ev.pid is not None, ev.log_path)
+
+    def _beating(self) -> list[tuple[WorkerKey, str, float]]:
+        """The beat files to read: its own workers', and those a restart left running."""
+        own = self.procs.beating()
+        launched = {k for k, _, _ in own} | set(self.procs.pids())
+        found = orphans(self.config.base_dir, adopted(self.state), launched)
+        self._orphans = frozenset(k for k, _, _ in found)
+        return own + found
 
     def _send_beats(self, event: Event) -> None:
         self._send(event)

@@ -8,8 +8,16 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.beats import IDLE_S, MIN_INTERVAL_S, BeatForwarder, collect, interval_of
-from agent.decide import WorkerKey
+from agent.beats import (
+    IDLE_S,
+    MIN_INTERVAL_S,
+    BeatForwarder,
+    adopted,
+    collect,
+    interval_of,
+    orphans,
+)
+from agent.decide import AgentState, WorkerKey
 from events import beatfile
 from events.beatfile import Beat
 from events.model import Event, MemberBeat, MembersHeartbeatRecorded
@@ -70,3 +78,23 @@ def test_the_forwarder_reads_real_files_and_sends_signed_shaped_records(tmp_path
     fwd.look(watched)
     assert sent[-1].header.event_id != record.header.event_id
     assert (fwd.records, fwd.members) == (2, 2)
+
+
+def test_a_restarted_agent_adopts_its_running_generations_and_speaks_only_once_they_move(
+        tmp_path: Path) -> None:
+    """The generations started here, still newest and not stopped, are watched; a file
+    left there says nothing until it moves, and a worker this agent launched is its own."""
+    state = AgentState(newest={"run-a": 1, "run-b": 3, "run-c": 2},
+                       revoked={"run-c": 2}, started=frozenset({("run-a", 1), ("run-b", 2),
+                                                                ("run-b", 3), ("run-c", 2)}))
+    assert adopted(state) == [("run-a", 1), ("run-b", 3)]
+    for key in (A0, A1):
+        beatfile.write(beatfile.path_for(str(tmp_path), key.run_id, key.generation,
+                                         key.logical_id), Beat(5, 9))
+    found = orphans(str(tmp_path), adopted(state), {A1})  # A1 is this agent's own
+    assert [k for k, _, _ in found] == [A0]
+    sent: list[Event] = []
+    fwd = BeatForwarder("n", "inc", sent.append, lambda: found, lambda: 1, lambda: {A0})
+    assert fwd.look(found) == 0 and not sent  # the old beat: nothing said for it
+    beatfile.write(found[0][1], Beat(6, 10))
+    assert fwd.look(found) == 1 and sent[0].beats == (MemberBeat("r0", 10),)

@@ -23,7 +23,8 @@ def test_every_request_and_report_type_has_its_own_rule() -> None:
     assert set(RULES) == inputs
     # Only what is judged on the clock skips the alert rules after it.
     assert {cls.__name__ for cls, rule in RULES.items() if not rule.alerts} == {
-        "HeartbeatRecorded", "StepTimesRecorded", "AgentRegistered", "AgentHeartbeatRecorded"}
+        "HeartbeatRecorded", "MembersHeartbeatRecorded", "StepTimesRecorded", "AgentRegistered",
+        "AgentHeartbeatRecorded"}
     assert {cls.__name__ for cls, rule in RULES.items() if rule.kind == Kind.REQUEST} == {
         "RunSubmitted", "CancelRequested", "ResumeRequested", "ManifestProposed",
         "NodeOperationRequested"}

@@ -47,7 +47,8 @@ What it does is counted in ``stats`` (``agent.stats``), for ``--metrics`` (``age
 Known limits, all after the agent itself dies: a worker survives a ``kill -9``
 of its agent (it runs in its own session, its log relay in another, so its
 output stays bounded) and its exit is never reported, so
-the controller learns of its end only from its heartbeats stopping; and a start
+the controller learns of its end only from its heartbeats stopping (which a
+restarted agent forwards from its beat file, ``agent.beats``); and a start
 deferred for busy slots (its offset already committed) is lost if the agent
 dies while it waits, which the controller sees as members that never heartbeat.
 """

@@ -147,8 +147,9 @@ def test_the_same_failure_every_time_backs_off_growing_then_fails(cluster: Clust
     )
     facts = cluster.wait_facts(run, finished("failed"), timeout=120, what="failure")
     failures: list[FailureClassified] = of_type(facts, "FailureClassified")
-    assert [f.action for f in failures] == ["restart", "restart", "escalate"]
-    assert {f.signature for f in failures} == {"worker_crash:exit=1"}
+    said = [(f.generation, f.action, f.signature, f.detail) for f in failures]
+    assert [f.action for f in failures] == ["restart", "restart", "escalate"], said
+    assert {f.signature for f in failures} == {"worker_crash:exit=1"}, said
     assert [f.backoff_ms for f in failures[:2]] == [500, 1_000]
     starts = of_type(facts, "GenerationStarted")
     assert len(starts) == 3

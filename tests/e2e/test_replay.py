@@ -54,7 +54,11 @@ pytestmark = [pytest.mark.kafka, pytest.mark.e2e]
 def test_a_replayed_signed_start_launches_nothing_at_a_restarted_agent(cluster: Cluster) -> None:
     cluster.controller()
     agent = cluster.agent("n1", 2)
-    run, _ = submit_signed(cluster, spec("replay", ["--steps", "100000", "--step-time", "0.2"]),
+    # Its members' heartbeats reach the controller through their agent (architecture §8):
+    # the agent's restart (seconds on a loaded machine) must fit in the heartbeat timeout.
+    run, _ = submit_signed(cluster, spec("replay", ["--steps", "100000", "--step-time", "0.2"],
+                                         heartbeat={"interval_s": 0.3, "timeout_s": 20.0,
+                                                    "stall_timeout_s": 40.0}),
                            "alice", CAST.alice)
     cluster.wait_facts(run, lambda f: len(of_type(f, "StepCommitted")) >= 2,
                        what="generation 1 making progress")

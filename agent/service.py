@@ -178,7 +178,10 @@ class Agent:
         self._roots: dict[str, str] = {}
         self._sweeps: dict[str, int] = {}
         self.stats = AgentStats()  # read by a scrape thread (agent.metrics)
-        self._orphans: frozenset[WorkerKey] = frozenset()  # adopted workers (agent.beats)
+        # The beat files its last incarnation's workers left running, found once: no
+        # worker this agent did not launch can appear later (agent.beats).
+        self._left = orphans(self.config.base_dir, adopted(self.state), frozenset())
+        self._orphans: frozenset[WorkerKey] = frozenset()  # those still adopted
         self.beats = BeatForwarder(config.node, self.incarnation, self._send_beats,
                                    self._beating, now_ms, lambda: self._orphans)
 
@@ -389,12 +392,12 @@ class Agent:
         self.stats.exited(exit_code, sig, ev.pid is not None, ev.log_path)
 
     def _beating(self) -> list[tuple[WorkerKey, str, float]]:
-        """The beat files to read: its own workers', and those a restart left running."""
-        own = self.procs.beating()
-        launched = {k for k, _, _ in own} | set(self.procs.pids())
-        found = orphans(self.config.base_dir, adopted(self.state), launched)
+        """The beat files to read: its own workers', and those a restart left running
+        while their generation is still adopted (not stopped, not superseded)."""
+        still = set(adopted(self.state))
+        found = [w for w in self._left if (w[0].run_id, w[0].generation) in still]
         self._orphans = frozenset(k for k, _, _ in found)
-        return own + found
+        return self.procs.beating() + found
 
     def _send_beats(self, event: Event) -> None:
         self._send(event)

@@ -50,6 +50,7 @@ from typing import Final
 from controller import elastic, policy
 from controller.exits import Evidence
 from controller.inventory import Inventory
+from events.base import by_node
 from events.model import Member
 
 # An agent and its workers this long silent have lost the node: three agent
@@ -90,16 +91,14 @@ def judge(members: Sequence[Member], exits: Mapping[str, int | None],
           failure: policy.Failure, now: int, since: int) -> Found | _Wait | None:
     """Whose ``failure`` is: a lost node's (:class:`Found`), its own (None), or not yet
     known (:data:`WAIT`, only for a failure shown by an exit)."""
-    by_node: dict[str, list[str]] = {}
-    for m in members:  # grouped once: a scan of the members per node was O(nodes x ranks)
-        by_node.setdefault(m.node, []).append(m.logical_id)
+    placed = by_node(members)
     exited_nodes = {m.node for m in members if m.logical_id in exits}
     lost, undecided = [], []
-    for node in sorted(by_node.keys() - exited_nodes):
+    for node in sorted(placed.keys() - exited_nodes):
         agent = inventory.nodes.get(node)
         if agent is None:
             continue  # never registered here: nothing to judge its silence by
-        on = by_node[node]
+        on = [m.logical_id for m in placed[node]]
         seen = max([agent.last_seen, *(heartbeats.get(lid, 0) for lid in on)])
         if now - max(seen, since) > LOST_AFTER_MS:
             lost.append(Lost(node, seen, tuple(on), _consequences(members, exits)))

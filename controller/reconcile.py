@@ -49,6 +49,7 @@ from controller.run_decide import (
     queue_tag,
 )
 from events import authority, workerenv
+from events.base import by_node
 from events.model import (
     AlertRaised,
     Event,
@@ -276,13 +277,11 @@ def _start(em: Emitter, run: Tracked, start: Start) -> None:
            workerenv.RANKS: workerenv.format_ranks([m.logical_id for m in members]),
            workerenv.HEARTBEAT_INTERVAL_S: str(plan.heartbeat_interval_ms / 1000),
            workerenv.REPLICAS: str(replicas), workerenv.ACCUMULATION: str(accumulation)}
-    by_node: dict[str, list[Member]] = {}
-    for m in members:  # grouped once: a scan per node was O(nodes x members)
-        by_node.setdefault(m.node, []).append(m)
-    for node in sorted(by_node):
+    placed = by_node(members)
+    for node in sorted(placed):
         cid = f"{state.run_id}/g{gen}/start/{node}"
         em.emit(COMMANDS, GroupStartCommanded(
             header=em.header(state.run_id, gen, cid), command_id=cid, node=node,
-            members=tuple(by_node[node]), world_size=len(members),
+            members=tuple(placed[node]), world_size=len(members),
             master_addr=master, master_port=port, argv=plan.argv, env=env,
             resume_step=resume_step, resume_manifest=resume_manifest, workdir=plan.workdir))

@@ -12,6 +12,7 @@ Tested in tests/events/test_codec.py and tests/events/test_compat.py.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -48,6 +49,15 @@ class Member:
     node: str
     slot: int
     domain: str | None = None
+
+
+def by_node(members: Iterable[Member]) -> dict[str, list[Member]]:
+    """The members on each node, in their order: grouped once, where a scan of every
+    member per node costs O(nodes x ranks) (12,500 x 10^5 for one large run)."""
+    out: dict[str, list[Member]] = {}
+    for m in members:
+        out.setdefault(m.node, []).append(m)
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -86,8 +86,9 @@ def one_size(ranks: int) -> dict[str, Any]:
     return figures
 
 
-def broker_section(fleets: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:
-    """Every fleet size in both modes, each on a throwaway secure stack of its own."""
+def broker_section(fleets: tuple[int, ...], quick: bool,
+                   modes: tuple[str, ...] = MODES) -> list[dict[str, Any]]:
+    """Every fleet size in each mode, each on a throwaway secure stack of its own."""
     import gc
     import os
     import tempfile
@@ -102,7 +103,7 @@ def broker_section(fleets: tuple[int, ...], quick: bool) -> list[dict[str, Any]]
     out = []
     codec = default_codec()
     for ranks in fleets:
-        for mode in MODES:
+        for mode in modes:
             # A stack per fleet: a new controller group reads every report already on the
             # broker, and refusing an earlier fleet's would be billed to this one.
             print(f"   fleet of {ranks:,} ranks, {mode} ...", flush=True)
@@ -130,14 +131,17 @@ def print_broker(results: list[dict[str, Any]]) -> dict[str, float]:
         v = r.get(key)
         return "-" if v is None else fmt_num(float(v) * scale, digits)
 
-    rows = []
+    rows = [["heartbeat interval / timeout / node silence, s",
+             *(f"{r['interval_s']:g} / {r['heartbeat_timeout_s']:g} / {r['node_silence_s']:g}"
+               for r in results)]]
     for label, key, digits, scale in (
             ("records offered /s", "offered_per_s", 0, 1.0),
+            ("fleet: one round spoken in, s (p50)", "fleet_round_s_p50", 2, 1.0),
             ("controller CPU share, steady (%)", "controller_cpu_share_steady", 0, 100.0),
             ("controller lag on reports p50", "lag_p50", 0, 1.0),
             ("controller lag on reports p99", "lag_p99", 0, 1.0),
             ("lag, max over the last half", "lag_last_half_max", 0, 1.0),
-            ("lost node named after, s (timeout 10)", "detected_s", 1, 1.0),
+            ("lost node named, s after its last word", "detected_s", 1, 1.0),
             ("next generation started after, s", "next_generation_s", 2, 1.0),
             ("controller peak RSS, MB", "controller_peak_rss_mb", 0, 1.0)):
         rows.append([label, *(cell(r, key, digits, scale) for r in results)])
@@ -149,7 +153,9 @@ def print_broker(results: list[dict[str, Any]]) -> dict[str, float]:
                                                else "NO" for r in results)])
     print_table(["broker, one run of", *(f"{r['ranks']:,} {r['mode']}" for r in results)],
                 rows)
-    ratios = {}
+    ratios: dict[str, float] = {}
+    if {r["mode"] for r in results} != set(MODES):
+        return ratios  # one mode only (--modes): nothing to compare
     for base, agg in zip(results[::2], results[1::2], strict=True):
         ratios[f"{agg['ranks']}"] = (agg["controller_cpu_share_steady"]
                                      / base["controller_cpu_share_steady"])
@@ -163,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="10^3 and 10^4 ranks only")
     parser.add_argument("--sizes", help="comma-separated rank counts (multiples of 8)")
     parser.add_argument("--fleets", help="comma-separated fleet sizes in ranks (broker)")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="broker: which of per-rank,aggregated to run (default both)")
     parser.add_argument("--skip-core", action="store_true", help="the broker section only")
     parser.add_argument("--skip-broker", action="store_true", help="the core section only")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: one size
@@ -178,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.WARNING, format="   %(name)s: %(message)s")
         fleets = (tuple(int(s) for s in args.fleets.split(",")) if args.fleets
                   else QUICK_FLEETS if args.quick else FLEETS)
-        out["broker"] = broker_section(fleets, args.quick)
+        modes = tuple(m for m in MODES if m in args.modes.split(","))
+        out["broker"] = broker_section(fleets, args.quick, modes)
         out["ratio_controller_cpu_aggregated_to_per_rank"] = print_broker(out["broker"])
     write_results("scale", out)
     return 0

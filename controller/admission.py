@@ -3,7 +3,9 @@
 Members get logical ids ``r0 .. r{n-1}`` in rank order, or the ids the caller
 passes (an elastic run's newcomers, ``controller.elastic``). A placement fills
 nodes in name order inside one topology domain when the group fits in one
-(locality first), spreading across domains only when the spec allows it.
+(locality first), spreading across domains only when the spec allows it. A
+placement whose member list would not fit its ``GenerationStarted`` is refused
+(:data:`PLACEMENT_TOO_LARGE`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from dataclasses import dataclass
 
 from controller.inventory import Node
 from events.model import Member
+from events.placement import PLACEMENT_MAX_BYTES, pack, wire_bytes
+
+PLACEMENT_TOO_LARGE = "placement_too_large"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +63,26 @@ def place(
     for name in sorted(candidates):
         group = candidates[name]
         if sum(max(0, free[n.name]) for n in group) >= world_size:
-            return Placement(_fill(names, group, free, taken))
+            return _fits(_fill(names, group, free, taken))
     total = sum(max(0, f) for f in free.values())
     if domain is None and total >= world_size:
-        return Placement(_fill(names, sorted(nodes, key=lambda n: n.name), free, taken))
+        return _fits(_fill(names, sorted(nodes, key=lambda n: n.name), free, taken))
     where = f"domain {domain!r}" if domain is not None else "all live nodes"
     have = sum(max(0, free[n.name]) for g in candidates.values() for n in g)
     return Refusal(f"needs {world_size} slots, {have} free in {where}")
+
+
+def _fits(members: tuple[Member, ...]) -> Placement | Refusal:
+    """The placement, or why its ``GenerationStarted`` could not carry it: the members
+    go on the wire as blocks (``events.placement``), one per run of a node's slots,
+    and a group spread one member per node with long names can pass a record."""
+    size = wire_bytes(pack((m.logical_id, m.node, m.slot, m.domain) for m in members))
+    if size <= PLACEMENT_MAX_BYTES:
+        return Placement(members)
+    nodes = len({m.node for m in members})
+    return Refusal(f"{PLACEMENT_TOO_LARGE}: {len(members)} members on {nodes} nodes take "
+                   f"{size} bytes in a GenerationStarted, over the {PLACEMENT_MAX_BYTES} it "
+                   "may carry; give the run nodes with more slots or shorter names")
 
 
 def _fill(

@@ -108,7 +108,8 @@ def others(used: Mapping[str, int], members: Sequence[Member]) -> dict[str, int]
 
 
 def undecided(members: Sequence[Member], exited: Mapping[str, int], heartbeats: Mapping[str, int],
-              last_seen: Mapping[str, int], now: int) -> tuple[str, ...]:
+              last_seen: Mapping[str, int], now: int,
+              fresh_ms: int = FRESH_MS) -> tuple[str, ...]:
     """Members a restart waits for before it sizes the next generation.
 
     A node lost with its agent takes its workers down silently, while the
@@ -119,14 +120,14 @@ def undecided(members: Sequence[Member], exited: Mapping[str, int], heartbeats: 
     of the generation; a member that did not exit is undecided while its
     node's agent has not reported since then (``last_seen``, at least
     ``REPORTED_AFTER_MS`` later) and is not yet
-    ``FRESH_MS`` silent: a live agent reports within its interval, a dead one
-    falls out of ``FRESH_MS``.
+    ``fresh_ms`` silent (``FRESH_MS``, or the controller's ``NodePolicy.silence_ms``):
+    a live agent reports within its interval, a dead one falls out of it.
     """
     failed_at = max([*exited.values(), *heartbeats.values()], default=0)
     return tuple(m.logical_id for m in members
                  if m.logical_id not in exited
                  and last_seen.get(m.node, 0) < failed_at + REPORTED_AFTER_MS
-                 and now - last_seen.get(m.node, 0) <= FRESH_MS)
+                 and now - last_seen.get(m.node, 0) <= fresh_ms)
 
 
 def shape(elastic: Elastic | None, ranks_per_replica: int, world: int) -> tuple[int, int]:

@@ -67,14 +67,18 @@ def silent(state: RunState, evidence: Evidence, plan: RunPlan, now: int,
 
 def _all_fresh(state: RunState, evidence: Evidence, plan: RunPlan, now: int,
                grace_from: int) -> bool:
-    """Whether no member can be silent: every member heard from, none exited or closing,
-    and the oldest heartbeat within the timeout. The tick asks it of a healthy run
-    every 0.25 s; one pass over the heartbeats' values, not a lookup per member
-    (0.5 s a tick at 10^5 ranks, measured by bench/scale.py)."""
-    if state.exits or evidence.closing or len(state.heartbeats) < len(state.members):
+    """Whether no member can be silent: none exited or closing, the oldest heartbeat
+    within the timeout, and every member heard from or the generation still inside its
+    start timeout. The tick asks it of a healthy run every 0.25 s; one pass over the
+    heartbeats' values, not a lookup per member (0.5 s a tick at 10^5 ranks, measured
+    by bench/scale.py; and while a generation of 10^5 starts, a third of a core)."""
+    if state.exits or evidence.closing:
         return False
+    if len(state.heartbeats) < len(state.members) and \
+            now - grace_from > plan.start_timeout_ms:
+        return False  # an unheard member may be past its start timeout
     if not state.heartbeats:
-        return not state.members
+        return True
     oldest = min(Shelf.of(state.heartbeats).each_value())
     return now - max(oldest, grace_from) <= plan.heartbeat_timeout_ms
 

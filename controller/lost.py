@@ -38,6 +38,12 @@ What it cannot tell: a controller that reads the reports topic more than
 controller lags, not because they died) would call that node lost; the same
 limit already decides where an elastic run restarts (``elastic.FRESH_MS``).
 
+``LOST_AFTER_MS`` (6 s: three of an agent's default 2 s heartbeats) is the
+default of the controller's ``NodePolicy.silence_ms`` (``runledger controller
+--node-silence``), which :func:`judge` takes as ``after_ms``: a fleet too large
+for every agent to report every 2 s sets its agents' ``--heartbeat-interval``
+longer and this window to three of them (docs/performance.md, "Scale").
+
 Tested in tests/controller/test_lost.py.
 """
 
@@ -55,6 +61,8 @@ from events.model import Member
 
 # An agent and its workers this long silent have lost the node: three agent
 # heartbeats, as an elastic run's placement counts a node gone (elastic.FRESH_MS).
+# The default of the controller's NodePolicy.silence_ms, which a fleet whose agents
+# heartbeat less often raises (judge's ``after_ms``).
 LOST_AFTER_MS = elastic.FRESH_MS
 REPORTED_AFTER_MS = elastic.REPORTED_AFTER_MS
 # The longest an exit's classification waits for an undecided node.
@@ -88,9 +96,11 @@ class Found:
 
 def judge(members: Sequence[Member], exits: Mapping[str, int | None],
           heartbeats: Mapping[str, int], evidence: Evidence, inventory: Inventory,
-          failure: policy.Failure, now: int, since: int) -> Found | _Wait | None:
+          failure: policy.Failure, now: int, since: int,
+          after_ms: int = LOST_AFTER_MS) -> Found | _Wait | None:
     """Whose ``failure`` is: a lost node's (:class:`Found`), its own (None), or not yet
-    known (:data:`WAIT`, only for a failure shown by an exit)."""
+    known (:data:`WAIT`, only for a failure shown by an exit). ``after_ms``: how long a
+    node's silence makes it lost (the controller's ``NodePolicy.silence_ms``)."""
     placed = by_node(members)
     exited_nodes = {m.node for m in members if m.logical_id in exits}
     lost, undecided = [], []
@@ -100,9 +110,9 @@ def judge(members: Sequence[Member], exits: Mapping[str, int | None],
             continue  # never registered here: nothing to judge its silence by
         on = [m.logical_id for m in placed[node]]
         seen = max([agent.last_seen, *(heartbeats.get(lid, 0) for lid in on)])
-        if now - max(seen, since) > LOST_AFTER_MS:
+        if now - max(seen, since) > after_ms:
             lost.append(Lost(node, seen, tuple(on), _consequences(members, exits)))
-        elif now - max(agent.last_seen, since) <= LOST_AFTER_MS:
+        elif now - max(agent.last_seen, since) <= after_ms:
             undecided.append((node, agent.last_seen))
     if lost:
         return Found(lost[0], _failure(lost[0], now))

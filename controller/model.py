@@ -74,15 +74,21 @@ class Tracked:
 
 @dataclass(frozen=True, slots=True)
 class NodePolicy:
-    """How long a quarantine lasts, and the probation after it (controller config).
+    """How long a quarantine lasts, the probation after it, and how long a silent node
+    is waited for (controller config).
 
     ``expiry_ms`` 0: a quarantine lasts until an operator uncordons the node.
+    ``silence_ms``: how long a silent node takes to count as gone.
     After an expiry the node's failure count is ``probation_failures``: with the
     default, one short of a quarantine, so one more node fault quarantines it again.
     """
 
     expiry_ms: int = 3_600_000
     probation_failures: int = 2
+    # A node whose agent and workers are all this long silent is gone (controller.lost,
+    # controller.elastic): three of the agents' heartbeat intervals or more. A large
+    # fleet's agents heartbeat less often (``runledger controller --node-silence``).
+    silence_ms: int = 6_000
 
     def expires_at(self, quarantined_at: int) -> int:
         """When a quarantine that began then expires (``NodeQuarantined.expires_at``); 0: never."""

@@ -46,6 +46,7 @@ from controller.run_decide import (
     Stop,
     World,
     decide,
+    placement_ms,
     queue_tag,
 )
 from events import authority, workerenv
@@ -170,8 +171,9 @@ def reconcile_run(em: Emitter, run_id: str, slots: Slots, owns: Owns = everythin
     if run is None:
         return
     draft = em.draft
+    silence = draft.node_policy.silence_ms
     world = World(em.now, draft.since, draft.inventory, draft.node_failures, slots.used,
-                  draft.gates)
+                  draft.gates, silence, placement_ms(silence))
     for action in decide(run, world):
         perform(em, run, action, slots, owns)
     judge_alerts(em, run_id)

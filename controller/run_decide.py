@@ -61,10 +61,11 @@ then ``Start`` with reason ``grow``). Fixed runs never reach those branches.
 
 A failure rule 4 finds is first judged by ``controller.lost``: when a node of
 the generation disappeared (its agent and its members silent past
-``lost.LOST_AFTER_MS``), the failure is that node's, recorded first (``Lost``,
+``world.silence_ms``: ``lost.LOST_AFTER_MS`` unless the controller's
+``NodePolicy`` says longer), the failure is that node's, recorded first (``Lost``,
 the fact ``NodeLost``) and classified as ``infrastructure:node_lost`` on it,
 the survivors' exits named as its consequences; an exit waits for a node not
-heard from since it, at most ``lost.LOST_GRACE_MS``.
+heard from since it, at most ``world.silence_ms`` plus ``lost.REPORTED_AFTER_MS``.
 
 An Admitted run starts its generation in the same step as its admission, so
 no rule waits for one.
@@ -106,6 +107,17 @@ class World(NamedTuple):  # one per run per tick: a tuple is the cheapest immuta
     used: Callable[[], Mapping[str, int]]
     # The gate evidence every controller has read (controller.gates), asked by rule 2.
     gates: GateBook = NO_GATES
+    # A node this long silent (its agent and its members) is gone: NodePolicy.silence_ms;
+    # one this long unheard takes no new work (placement_ms below).
+    silence_ms: int = elastic.FRESH_MS
+    timeout_ms: int = NODE_TIMEOUT_MS
+
+
+def placement_ms(silence_ms: int) -> int:
+    """How long an unheard node stays placeable: ``NODE_TIMEOUT_MS``, or two and a half
+    silences where the controller waits longer for a node (so at least seven of its
+    agent's heartbeats: a slow agent is never taken for a gone one)."""
+    return max(NODE_TIMEOUT_MS, silence_ms * 5 // 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,11 +211,11 @@ def _admission(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ..
         return _queued(state, shut)
     if plan.elastic is not None:
         return _admit_elastic(state, plan, plan.elastic, world)
-    live = world.inventory.live(world.now, NODE_TIMEOUT_MS)
+    live = world.inventory.live(world.now, world.timeout_ms)
     placed = admission.place(plan.world_size, plan.slots_per_node, plan.domain, live,
                              world.used())
     if isinstance(placed, admission.Refusal):
-        note = blocked_note(world.inventory, world.now, NODE_TIMEOUT_MS)
+        note = blocked_note(world.inventory, world.now, world.timeout_ms)
         if note and not live:
             return _queued(state, f"no node may take work: {note}")
         return _queued(state, f"{placed.reason}; {note}" if note else placed.reason)
@@ -212,8 +224,8 @@ def _admission(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ..
 
 
 def _where(plan: RunPlan, world: World, used: Mapping[str, int]) -> elastic.Where:
-    """Where an elastic run may place members: nodes heard from in ``elastic.FRESH_MS``."""
-    live = world.inventory.live(world.now, elastic.FRESH_MS)
+    """Where an elastic run may place members: nodes heard from in ``world.silence_ms``."""
+    live = world.inventory.live(world.now, world.silence_ms)
     return elastic.Where(live, used, plan.slots_per_node, plan.domain)
 
 
@@ -224,7 +236,7 @@ def _admit_elastic(state: RunState, plan: RunPlan, e: elastic.Elastic,
     if sized is None:
         capacity = sum(n.slots for n in world.inventory.nodes.values())
         reason = elastic.refusal(e, where, capacity)
-        note = blocked_note(world.inventory, world.now, NODE_TIMEOUT_MS)
+        note = blocked_note(world.inventory, world.now, world.timeout_ms)
         return _queued(state, f"{reason}; {note}" if note else reason)
     generation = state.generation + 1
     return (Admit(sized.members, generation), Start(sized.members, generation, "admitted"))
@@ -234,14 +246,15 @@ def _restart(state: RunState, plan: RunPlan, world: World,
              exited: Mapping[str, int]) -> tuple[Action, ...]:
     if world.now < state.retry_not_before:
         return ()
-    keeps = world.inventory.keeps(world.now, NODE_TIMEOUT_MS)
+    keeps = world.inventory.keeps(world.now, world.timeout_ms)
     lost = sorted({m.node for m in state.members} - keeps)
     if plan.elastic is not None:
         where = _where(plan, world, elastic.others(world.used(), state.members))
-        fresh = world.inventory.keeps(world.now, elastic.FRESH_MS)
+        fresh = world.inventory.keeps(world.now, world.silence_ms)
         seen = {n.name: n.last_seen for n in world.inventory.nodes.values()}
-        if elastic.undecided(state.members, exited, state.heartbeats, seen, world.now):
-            return ()  # requeue: within FRESH_MS each node reports or falls silent
+        if elastic.undecided(state.members, exited, state.heartbeats, seen, world.now,
+                             world.silence_ms):
+            return ()  # requeue: within silence_ms each node reports or falls silent
         resized = elastic.resize(plan.elastic, state.members, fresh, where)
         if resized is not None:
             sized, reason = resized
@@ -249,7 +262,7 @@ def _restart(state: RunState, plan: RunPlan, world: World,
             return (Start(sized.members, state.generation + 1, reason,
                           "host" if gone else "process"),)
     if lost:
-        note = blocked_note(world.inventory, world.now, NODE_TIMEOUT_MS)
+        note = blocked_note(world.inventory, world.now, world.timeout_ms)
         why = f"placement lost: {', '.join(lost)} not available"
         if plan.elastic is not None:
             why += f", and not even membership.min {plan.elastic.min} replicas fit"
@@ -291,7 +304,8 @@ def _watch(run: Tracked, plan: RunPlan, world: World) -> tuple[Action, ...]:
     failure = _failure(run, plan, world)
     if failure is not None:
         found = lost.judge(state.members, state.exits, state.heartbeats, run.evidence,
-                           world.inventory, failure, world.now, world.since)
+                           world.inventory, failure, world.now, world.since,
+                           world.silence_ms)
         if found is lost.WAIT:
             return ()  # an exit, while a node of the generation may be gone (controller.lost)
         if isinstance(found, lost.Found):
@@ -302,8 +316,10 @@ def _watch(run: Tracked, plan: RunPlan, world: World) -> tuple[Action, ...]:
     exits, members = state.exits, state.members
     # Each scan of the members below runs only when its answer can be yes: a healthy
     # running run of 10^5 ranks costs a tick nothing per member (bench/scale.py).
-    confirm = state.status != Status.RUNNING and all(
-        m.logical_id in state.heartbeats or m.logical_id in exits for m in members)
+    confirm = (state.status != Status.RUNNING
+               and len(state.heartbeats) + len(exits) >= len(members)  # else someone unheard
+               and all(m.logical_id in state.heartbeats or m.logical_id in exits
+                       for m in members))
     actions: list[Action] = [Confirm(len(members))] if confirm else []
     running = state.status == Status.RUNNING or confirm
     if (running and members and len(exits) == len(members)

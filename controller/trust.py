@@ -82,7 +82,7 @@ class Trust:
         run = model.runs.get(exited.run_id) if model is not None else None
         if run is None or run.generation != exited.header.generation:
             return None
-        return next((m.node for m in run.members if m.logical_id == exited.logical_id), None)
+        return run.node_of(exited.logical_id)
 
     def _hosts(self, run_id: str, generation: int) -> frozenset[str] | None:
         """The nodes the model places the run's members on, for its current generation (a

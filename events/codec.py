@@ -5,7 +5,9 @@ Wire format (Avro specification, "Single-object encoding"): the two bytes
 schema's Parsing Canonical Form, then the Avro binary body. A reader looks the
 writer schema up by fingerprint, resolves it into the newest schema of the same
 type (Avro's rules: added fields take their defaults, removed ones are
-skipped), then applies the upcasters registered for changes of meaning.
+skipped), then applies the upcasters registered for changes of meaning. A type whose
+schema has a ``placement`` field writes its members there as blocks, and they
+are read back into ``members`` (``events.placement``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from events.convert import from_record, to_record
 from events.errors import DecodeError, EncodeError, InvalidEvent
 from events.intrange import Check, int_checker
 from events.model import EVENT_TYPES, Event
+from events.placement import FIELD as PLACEMENT
+from events.placement import deflate, inflate
 from events.registry import SchemaRegistry
 
 MAGIC = b"\xc3\x01"
@@ -84,6 +88,9 @@ class Codec:
         # Per type: the check of its int fields against 32 bits (None: it has none).
         self._ints: dict[str, Check | None] = {
             name: int_checker(self.registry.latest(name).parsed) for name in EVENT_TYPES}
+        # Types whose members go on the wire as blocks.
+        self._packed = frozenset(name for name in EVENT_TYPES if PLACEMENT in {
+            f["name"] for f in self.registry.latest(name).schema["fields"]})
 
     def encode(self, event: Event) -> bytes:
         name = type(event).__name__
@@ -98,6 +105,8 @@ class Codec:
         except InvalidEvent as exc:
             raise EncodeError(f"{name}: {exc}") from None
         record["header"]["schema_version"] = version
+        if name in self._packed:
+            record = deflate(record)
         out_of_range = _ints_out_of_range(self._ints[name], record, name)
         if out_of_range is not None:
             raise EncodeError(out_of_range)
@@ -154,7 +163,7 @@ class Codec:
             raise DecodeError("int_out_of_range", out_of_range)
         cls = EVENT_TYPES[writer.event_type]
         try:
-            event = from_record(cls, record)
+            event = from_record(cls, inflate(record) if PLACEMENT in record else record)
         except (InvalidEvent, TypeError, ValueError) as exc:
             raise DecodeError("invalid_fields", f"{writer.event_type}: {exc}") from None
         # The header reports which schema version wrote the bytes.

@@ -16,7 +16,8 @@ accepted facts. :func:`worth_writing` decides when a new summary is written
 (numbered rules), so heartbeats never write one and progress writes at most one
 per ``PROGRESS_EVERY_MS``. The record has its own schema,
 ``schemas/views/RunStatusChanged.v<N>.avsc``, encoded as Avro single-object
-(:func:`encode`, :func:`decode`), like every event.
+(:func:`encode`, :func:`decode`), like every event, with the members as blocks
+(``events.placement``); a v1 summary (members one record each) still decodes.
 
 Tested in tests/events/test_status.py.
 """
@@ -36,6 +37,7 @@ from events.base import Event, Header, Member
 from events.convert import from_record, to_record
 from events.errors import DecodeError, EventsError
 from events.facts import FailureClassified
+from events.placement import deflate, inflate
 from events.registry import SchemaVersion, load_schema_text
 from events.requests import RunSubmitted
 from events.state import Checkpoint, Cursor, RunState
@@ -50,8 +52,10 @@ PROGRESS_EVERY_MS = 10_000
 HISTORY = 8
 _RETRY_ACTIONS = ("restart", "requeue")
 _PROGRESS = frozenset({"step", "tokens", "cursor_json", "updated_at", "header"})
-SCHEMA_FILE = "RunStatusChanged.v1.avsc"
-VERSION = 1
+SCHEMA_FILE = "RunStatusChanged.v2.avsc"
+VERSION = 2
+# Older writers' schemas this reader resolves (v1: members one record each).
+OLDER_FILES = ("RunStatusChanged.v1.avsc",)
 MAGIC = b"\xc3\x01"
 
 
@@ -118,7 +122,7 @@ def summarize(state: RunState, notes: StatusNotes, at: int) -> RunStatusChanged:
     """The summary of ``state``, taken at ``at`` (ms; the writer's clock, in the header)."""
     return RunStatusChanged(
         header=Header(f"{state.run_id}/status/g{state.generation}/{at}", state.run_id,
-                      state.generation, at, PRODUCER),
+                      state.generation, at, PRODUCER, schema_version=VERSION),
         name=notes.name, principal=state.principal, state=state.status.value,
         spec_digest=state.spec_digest, world_size=state.world_size,
         dataset_id=state.dataset_id, submitted_at=state.submitted_at,
@@ -190,15 +194,25 @@ def spec_name(submitted: RunSubmitted | None) -> str:
 # --- the wire: Avro single-object encoding with the view's own schema ----------------
 
 
+def _load(filename: str) -> SchemaVersion:
+    text = resources.files("schemas").joinpath("views", filename).read_text("utf-8")
+    return load_schema_text(filename, text)
+
+
 @cache
 def schema() -> SchemaVersion:
-    text = resources.files("schemas").joinpath("views", SCHEMA_FILE).read_text("utf-8")
-    return load_schema_text(SCHEMA_FILE, text)
+    return _load(SCHEMA_FILE)
+
+
+@cache
+def _writers() -> dict[bytes, SchemaVersion]:
+    """Every schema a summary may have been written with, by fingerprint."""
+    return {sv.fingerprint: sv for sv in (schema(), *map(_load, OLDER_FILES))}
 
 
 def encode(record: RunStatusChanged) -> bytes:
     sv = schema()
-    body = to_record(record)
+    body = deflate(to_record(record))  # the members as blocks (events.placement)
     body["header"]["schema_version"] = sv.version
     buf = io.BytesIO()
     buf.write(MAGIC + sv.fingerprint)
@@ -210,12 +224,14 @@ def decode(data: bytes) -> RunStatusChanged:
     """The record in ``data``; ``DecodeError`` names what is wrong (another writer's
     schema version this reader does not know, or bytes that are not a summary)."""
     sv = schema()
-    if data[:2] != MAGIC or data[2:10] != sv.fingerprint:
+    writer = _writers().get(bytes(data[2:10])) if data[:2] == MAGIC else None
+    if writer is None:
         raise DecodeError("unknown_fingerprint", f"not a {SCHEMA_FILE} record (writer schema "
                           f"{data[2:10].hex() or 'none'}); a newer runledger wrote it?")
     try:
-        body = fastavro.schemaless_reader(io.BytesIO(data[10:]), sv.parsed, sv.parsed)
+        body = fastavro.schemaless_reader(io.BytesIO(data[10:]), writer.parsed, sv.parsed)
         assert isinstance(body, dict)
+        body = inflate(body)
         body["header"] = from_record(Header, body["header"])
         body["members"] = tuple(from_record(Member, m) for m in body["members"])
         return RunStatusChanged(**body)

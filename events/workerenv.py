@@ -54,6 +54,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from events.errors import EventsError
+from events.placement import numbered
 
 RUN_ID = "RUNLEDGER_RUN_ID"
 GENERATION = "RUNLEDGER_GENERATION"
@@ -218,10 +219,10 @@ def format_ranks(logical_ids: Sequence[str]) -> str:
     out: list[str] = []
     i = 0
     while i < len(logical_ids):
-        prefix, first = _numbered(logical_ids[i])
+        prefix, first = numbered(logical_ids[i])
         j = i + 1
         if first is not None:
-            while j < len(logical_ids) and _numbered(logical_ids[j]) == (prefix, first + j - i):
+            while j < len(logical_ids) and numbered(logical_ids[j]) == (prefix, first + j - i):
                 j += 1
         if first is not None and j - i > 2:
             out.append(f"{prefix}[{first}..{first + j - i - 1}]")
@@ -229,15 +230,6 @@ def format_ranks(logical_ids: Sequence[str]) -> str:
             out.append(",".join(logical_ids[i:j]))
         i = j
     return ",".join(out)
-
-
-def _numbered(lid: str) -> tuple[str, int | None]:
-    """``("r", 12)`` for ``r12``; a number with a leading zero or none at all: (lid, None)."""
-    digits = len(lid) - len(lid.rstrip("0123456789"))
-    number = lid[len(lid) - digits:]
-    if not digits or (len(number) > 1 and number[0] == "0"):
-        return lid, None
-    return lid[:len(lid) - digits], int(number)
 
 
 def parse_ranks(raw: str) -> tuple[str, ...]:

@@ -28,10 +28,14 @@ N = TypeVar("N", int, float)
 
 DAY_S = 86_400
 YEAR_S = 31_557_600  # a Julian year
-# Every member of a generation is listed in one GenerationStarted record; at
-# 4096 members with 63-character node and domain names it is about 0.6 MB,
-# inside Kafka's default 1 MB record limit.
-MAX_WORLD_SIZE = 4096
+# Every member of a generation is listed in one GenerationStarted record, as
+# blocks of a node's consecutive slots (events.placement): 131,072 members on
+# nodes of 8 with the names bench/scale.py uses are about 0.5 MB, inside Kafka's
+# default 1 MB record limit. A placement that would not fit (one member per node,
+# 63-character names) is refused at admission (controller.admission), not here:
+# its size depends on the nodes, which a spec does not name. 2**17: above the
+# 10^5 ranks bench/scale.py drives through one controller.
+MAX_WORLD_SIZE = 131_072
 MAX_SLOTS_PER_NODE = 1024
 # Seconds become whole milliseconds; a 1 ms floor keeps every one of them >= 1.
 MIN_SECONDS = 0.001

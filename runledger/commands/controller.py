@@ -63,6 +63,7 @@ from runledger.errors import ControllerFenced, UsageError
 from runledger.metricsserver import MetricsServer, serve_metrics
 
 log = logging.getLogger("runledger.controller")
+MAX_NODE_SILENCE_S = 600.0  # ten minutes: past that a lost node is an outage, not a wait
 
 TransactionalId = Annotated[
     str, typer.Option(help="Fencing identity: a second controller with it fences the first; "
@@ -105,6 +106,13 @@ Probation = Annotated[int, typer.Option(
          "quarantine) means its next node fault quarantines it again.")]
 
 
+NodeSilence = Annotated[float, typer.Option(
+    "--node-silence-s",
+    help="Seconds a node's agent and workers may all be silent before the node counts as "
+         "lost (NodeLost); at least three of the agents' --heartbeat-interval. Raise both "
+         "for a fleet too large for every agent to report every 2 s (docs/performance.md).")]
+
+
 AllowRoot = Annotated[list[str] | None, typer.Option(
     "--allow-root", metavar="DIR",
     help="A directory or fsspec URL under which the controller may write (a run's "
@@ -130,6 +138,7 @@ def controller(
     require_signatures: RequireSignatures = False,
     quarantine_expiry_s: QuarantineExpiry = 3600.0,
     probation_failures: Probation = 2,
+    node_silence_s: NodeSilence = 6.0,
     allow_root: AllowRoot = None,
 ) -> None:
     """Fold the log, reconcile runs with what agents report, append signed facts and commands."""
@@ -140,6 +149,9 @@ def controller(
     if quarantine_expiry_s < 0 or probation_failures < 0:
         raise UsageError("--quarantine-expiry-s and --probation-failures must be >= 0 "
                          f"(got {quarantine_expiry_s} and {probation_failures})")
+    if not 1.0 <= node_silence_s <= MAX_NODE_SILENCE_S:
+        raise UsageError(f"--node-silence-s must be 1 to {MAX_NODE_SILENCE_S:g} seconds "
+                         f"(got {node_silence_s:g}): three of the agents' heartbeat intervals")
     roots = allowed_roots(allow_root)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
@@ -160,7 +172,8 @@ def controller(
         transaction_timeout_s=transaction_timeout,
         signing_key=key,
         require_signatures=not trust_unsigned,
-        node_policy=NodePolicy(int(quarantine_expiry_s * 1000), probation_failures),
+        node_policy=NodePolicy(int(quarantine_expiry_s * 1000), probation_failures,
+                               silence_ms=int(node_silence_s * 1000)),
     )
     server: MetricsServer | None = None
     try:

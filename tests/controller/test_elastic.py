@@ -204,7 +204,7 @@ def test_the_spec_checks_step_and_the_largest_world() -> None:
          "is not min 1 plus a multiple of step 2"),
         ({"replicas": 2, "slots_per_node": 1}, {"kind": "elastic", "min": 1, "max": 3, "step": 2},
          "topology.replicas 2 is not an allowed size"),
-        ({"replicas": 2, "slots_per_node": 1, "ranks_per_replica": 2048},
+        ({"replicas": 2, "slots_per_node": 1, "ranks_per_replica": 65536},
          {"kind": "elastic", "min": 1, "max": 3}, "lower membership.max"),
     ):
         with pytest.raises(SpecError, match=words):

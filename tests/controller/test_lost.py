@@ -15,7 +15,7 @@ from controller.exits import Evidence, ExitNote
 from controller.inventory import Inventory, Node
 from controller.lost import LOST_AFTER_MS, LOST_GRACE_MS, REPORTED_AFTER_MS, Lost
 from controller.model import Tracked
-from controller.run_decide import Classify, Quarantine, Stop, World, decide
+from controller.run_decide import Classify, Quarantine, Stop, World, decide, placement_ms
 from controller.runplan import RunPlan
 from events.model import Member
 from events.state import RunState, Status
@@ -164,3 +164,21 @@ def test_a_heartbeat_silence_waits_only_for_its_own_quiet_node_and_boundedly(
     stall = policy.no_progress(5, 10_000)
     assert lost.judge(TWO, {}, {"r0": now, "r1": now}, Evidence({}), inv(n1=now, n2=agent),
                       stall, now, 0) is not lost.WAIT
+
+
+def test_a_longer_node_silence_waits_longer_for_a_slow_fleet() -> None:
+    """A controller whose NodePolicy waits 30 s (agents heartbeating every 10 s): the same
+    8.5 s silence that names n2 lost at the default 6 s is a wait, not a loss, and the
+    node stays placeable for two and a half silences."""
+    run = survivor_exit(NOW - 200)
+    default = World(NOW, 0, inv(n1=NOW - 100, n2=NOW - 8_500), {}, lambda: {})
+    assert isinstance(decide(run, default)[0], Lost)
+    slow = default._replace(silence_ms=30_000, timeout_ms=placement_ms(30_000))
+    assert decide(run, slow) == ()  # the exit waits for n2, which may yet report
+    later = NOW - 8_500 + 30_001
+    run_later = survivor_exit(later - 200)
+    gone = slow._replace(now=later, inventory=inv(n1=later - 100, n2=NOW - 8_500))
+    lost_ = decide(run_later, gone)[0]
+    assert isinstance(lost_, Lost) and lost_.node == "n2"
+    assert placement_ms(6_000) == 15_000 and placement_ms(30_000) == 75_000
+    assert [n.name for n in inv(n1=NOW - 70_000).live(NOW, placement_ms(30_000))] == ["n1"]

@@ -5,6 +5,7 @@ any spec inside the ranges, every number the controller derives fits its Avro ty
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -14,14 +15,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from controller.admission import PLACEMENT_TOO_LARGE, Placement, place
 from controller.checkpoints import Staged, interval_decision
 from controller.errors import SpecError
+from controller.inventory import Node
 from controller.runplan import plan_from_submission
 from controller.spec import bounds as b
 from controller.spec.bounds import FIELDS, Range
 from controller.spec.runspec import RunSpec, parse_spec_json
 from events.codec import default_codec
-from events.model import FailureClassified, GenerationStarted, Member, RunAdmitted
+from events.limits import RECORD_MAX_BYTES
+from events.model import FailureClassified, RunAdmitted
+from events.placement import PLACEMENT_MAX_BYTES
 from events.workerenv import parse_interval
 from tests.controller.spec.test_runspec import MINIMAL, problems_of, spec_of, with_
 from tests.controller.test_checkpoints import header_for, staged, state
@@ -93,9 +98,9 @@ def test_the_issue_s_values_are_refused_with_their_range() -> None:
     [problem] = problems_of(doc_with("checkpoint.mtbf_prior_s", 1e40))
     assert problem == ("checkpoint.mtbf_prior_s: 1e+40 is out of range: must be >= 1 and"
                        " <= 315576000 s (10 years)")
-    [problem] = problems_of(with_("topology", {"replicas": 64, "slots_per_node": 8,
-                                               "ranks_per_replica": 128}))
-    assert problem.startswith("topology: replicas 64 x ranks_per_replica 128 = 8192 ranks")
+    [problem] = problems_of(with_("topology", {"replicas": 1024, "slots_per_node": 8,
+                                               "ranks_per_replica": 256}))
+    assert problem.startswith("topology: replicas 1024 x ranks_per_replica 256 = 262144 ranks")
 
 
 def test_a_logged_spec_out_of_range_is_a_spec_error_not_a_crash() -> None:
@@ -203,10 +208,33 @@ def test_every_number_derived_from_an_accepted_spec_fits_its_avro_type(
 
 
 def test_the_largest_generation_fits_one_kafka_record() -> None:
-    name = "n" * 63  # the longest node name and domain (events.names)
-    ms = tuple(Member(f"r{i}", f"{name[:-4]}{i:04d}", i % 8, name)
-               for i in range(b.MAX_WORLD_SIZE))
+    """MAX_WORLD_SIZE ranks on nodes of 8, named as a fleet names them, with the longest
+    resume manifest path: admitted, and both facts that list them fit one record."""
+    inv = [Node(f"node-{k:05d}", 8, f"rack-{k // 100:03d}", last_seen=0)
+           for k in range(b.MAX_WORLD_SIZE // 8)]
+    got = place(b.MAX_WORLD_SIZE, 8, None, inv, {})
+    assert isinstance(got, Placement) and len(got.members) == b.MAX_WORLD_SIZE
     ev = Ev("big-0123456789")
-    for event in (ev.generation_started(1, members=ms), RunAdmitted(header=ev.h(), members=ms)):
-        assert isinstance(event, GenerationStarted | RunAdmitted)
-        assert len(CODEC.encode(event)) < 1_000_000
+    started = ev.generation_started(1, members=got.members, resume_step=LONG_MAX)
+    started = dataclasses.replace(started, resume_manifest="m" * 4096)
+    for event in (started, RunAdmitted(header=ev.h(), members=got.members)):
+        assert len(CODEC.encode(event)) < RECORD_MAX_BYTES - 50_000
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 63), st.integers(1, 8), st.sampled_from([1, 8, 64]))
+def test_admission_refuses_a_placement_whose_facts_would_not_fit(
+        name_len: int, per_node: int, scale: int) -> None:
+    """Whatever the names and the spread, a placement admission returns fits its
+    GenerationStarted; one that would not is refused with the sizes, never appended."""
+    world = min(b.MAX_WORLD_SIZE, per_node * 1024 * scale)
+    nodes = -(-world // per_node)
+    inv = [Node(f"{k:06d}".rjust(name_len, "n")[-max(name_len, 6):], per_node,
+                "d" * name_len, last_seen=0) for k in range(nodes)]
+    got = place(world, per_node, None, inv, {})
+    if isinstance(got, Placement):
+        event = Ev("big-0123456789").generation_started(1, members=got.members)
+        assert len(CODEC.encode(event)) < RECORD_MAX_BYTES - 50_000
+    else:
+        assert got.reason.startswith(f"{PLACEMENT_TOO_LARGE}: {world} members on {nodes} nodes")
+        assert f"over the {PLACEMENT_MAX_BYTES}" in got.reason

@@ -20,6 +20,7 @@ from events.signed.signing import (
     SIG_HEADER,
     PublicKey,
     SigningKey,
+    _Seen,
     command_message,
     fact_digest,
     fact_message,
@@ -48,6 +49,34 @@ def test_a_signature_verifies_with_its_key_only() -> None:
     assert KEY.public.verify(b"hello", sig)
     assert not KEY.public.verify(b"hellO", sig)
     assert not OTHER.public.verify(b"hello", sig)
+
+
+def test_a_remembered_signature_still_verifies_nothing_else() -> None:
+    """The process remembers what it verified (signing._Seen): a record read twice is
+    checked once, and the memory never says yes for another message, key or signature."""
+    sig = KEY.sign(b"remembered")
+    calls = []
+    real = KEY.public._key.verify  # type: ignore[attr-defined]
+
+    class Counting:
+        def verify(self, message: bytes, signature: bytes) -> bytes:
+            calls.append(message)
+            return real(message, signature)  # type: ignore[no-any-return]
+
+    public = PublicKey(KEY.public.raw)
+    public._key = Counting()  # type: ignore[attr-defined,assignment]
+    assert public.verify(b"remembered", sig) and public.verify(b"remembered", sig)
+    assert calls == [b"remembered"]
+    assert not public.verify(b"rememberee", sig)
+    assert not OTHER.public.verify(b"remembered", sig)
+    assert not public.verify(b"remembered", sig[:-1] + bytes([sig[-1] ^ 1]))
+
+
+def test_the_memory_is_bounded_oldest_out_first() -> None:
+    seen = _Seen(3)
+    for d in (b"a", b"b", b"c", b"d"):
+        seen.add(d)
+    assert b"a" not in seen and all(d in seen for d in (b"b", b"c", b"d"))
 
 
 @pytest.mark.parametrize("bad", [b"", b"x", b"x" * 63, b"x" * 65, b"\x00" * 64])

@@ -15,10 +15,10 @@ what the service loop would decide at those times; CPU seconds are measured
 for each phase. What this leaves out (the broker, the signatures, the
 transactions, one Kafka record per rank's heartbeat) is the next section's.
 
-The plan is built directly (``RunPlan``), not parsed from a spec: a spec's
-world size is bounded by ``controller.spec.bounds.MAX_WORLD_SIZE`` (4096),
-because a ``GenerationStarted`` of 10^5 members does not fit one Kafka record
-(its size is printed here against ``events.limits.RECORD_MAX_BYTES``).
+The plan is built directly (``RunPlan``), not parsed from a spec (the broker
+section submits a real one). The ``GenerationStarted`` record's size, its
+members written as blocks (``events.placement``), is printed against
+``events.limits.RECORD_MAX_BYTES``.
 """
 
 from __future__ import annotations

@@ -121,6 +121,19 @@ AllowRoot = Annotated[list[str] | None, typer.Option(
          "$RUNLEDGER_CHECKPOINT_ROOT.")]
 
 
+def _node_policy(quarantine_expiry_s: float, probation_failures: int,
+                 node_silence_s: float) -> NodePolicy:
+    """The node options as the controller's config, or the usage error naming one."""
+    if quarantine_expiry_s < 0 or probation_failures < 0:
+        raise UsageError("--quarantine-expiry-s and --probation-failures must be >= 0 "
+                         f"(got {quarantine_expiry_s} and {probation_failures})")
+    if not 1.0 <= node_silence_s <= MAX_NODE_SILENCE_S:
+        raise UsageError(f"--node-silence-s must be 1 to {MAX_NODE_SILENCE_S:g} seconds "
+                         f"(got {node_silence_s:g}): three of the agents' heartbeat intervals")
+    return NodePolicy(int(quarantine_expiry_s * 1000), probation_failures,
+                      silence_ms=int(node_silence_s * 1000))
+
+
 def register(app: typer.Typer) -> None:
     app.command()(controller)
 
@@ -146,12 +159,7 @@ def controller(
         raise UsageError("--trust-unsigned and --require-signatures contradict each other: "
                          "drop --require-signatures (signed requests are the default)")
     key = load_signing_key(signing_key, unsigned, config.stack_signing_key(bootstrap))
-    if quarantine_expiry_s < 0 or probation_failures < 0:
-        raise UsageError("--quarantine-expiry-s and --probation-failures must be >= 0 "
-                         f"(got {quarantine_expiry_s} and {probation_failures})")
-    if not 1.0 <= node_silence_s <= MAX_NODE_SILENCE_S:
-        raise UsageError(f"--node-silence-s must be 1 to {MAX_NODE_SILENCE_S:g} seconds "
-                         f"(got {node_silence_s:g}): three of the agents' heartbeat intervals")
+    node_policy = _node_policy(quarantine_expiry_s, probation_failures, node_silence_s)
     roots = allowed_roots(allow_root)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()
@@ -172,8 +180,7 @@ def controller(
         transaction_timeout_s=transaction_timeout,
         signing_key=key,
         require_signatures=not trust_unsigned,
-        node_policy=NodePolicy(int(quarantine_expiry_s * 1000), probation_failures,
-                               silence_ms=int(node_silence_s * 1000)),
+        node_policy=node_policy,
     )
     server: MetricsServer | None = None
     try:

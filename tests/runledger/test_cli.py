@@ -106,6 +106,12 @@ def test_real_commands_follow_the_policy(tmp_path: Path) -> None:
             " first"])
     typer_usage = run("no-such-command")
     assert typer_usage.returncode == 2 and "No such command" in typer_usage.stderr
+    # `runledger controller --node-silence-s S` (docs/operating.md, "A large fleet"):
+    # refused before it connects, naming the range and why.
+    silence = run("controller", "--unsigned", "--node-silence-s", "0.5")
+    assert (silence.returncode, silence.stdout) == (2, "")
+    assert silence.stderr == ("runledger: --node-silence-s must be 1 to 600 seconds (got 0.5): "
+                              "three of the agents' heartbeat intervals\n")
 
 
 def test_a_usage_error_is_one_line_naming_the_fix_with_status_2() -> None:

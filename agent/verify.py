@@ -33,7 +33,7 @@ import logging
 
 from events.base import Event
 from events.fold import fold
-from events.kafka.keys import read_ring
+from events.kafka.keys import RingReader
 from events.kafka.reader import LogReader
 from events.model import GroupStartCommanded
 from events.record import Record
@@ -83,10 +83,11 @@ class CommandVerifier:
         self.bootstrap = bootstrap
         self.trust_unsigned = trust_unsigned
         self.name = name
+        self._rings = RingReader(bootstrap, name=name)  # read on, not again
         self.ring = self._read_ring()
 
     def _read_ring(self) -> KeyRing:
-        return read_ring(self.bootstrap, name=self.name)
+        return self._rings.read()
 
     def judge(self, record: Record) -> str | None:
         """None when the agent may act on this command, else the reason it may not."""

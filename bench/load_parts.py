@@ -27,6 +27,7 @@ share is the figure that scales, not the wall-clock rates.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -166,6 +167,27 @@ class Lag(threading.Thread):
             self.consumer.close()
 
 
+class Status(threading.Thread):
+    """``runledger status RUN --json`` once the run is confirmed, as a user runs it: the
+    whole process, timed, and how many members its answer lists."""
+
+    def __init__(self, run_id: str, env: dict[str, str]) -> None:
+        super().__init__(name="status", daemon=True)
+        self.run_id, self.env = run_id, env
+        self.took_s: float | None = None
+        self.members: int | None = None
+
+    def run(self) -> None:
+        began = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "runledger.cli", "status", self.run_id, "--json"],
+            cwd=REPO_ROOT, env=self.env, capture_output=True, text=True, timeout=300,
+            check=False)
+        self.took_s = time.monotonic() - began
+        if done.returncode == 0:
+            self.members = len(json.loads(done.stdout).get("members", []))
+
+
 def _proc_cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -254,6 +276,7 @@ def fleet(bootstrap: str, keys: ReportKeys, codec: Codec, ranks: int, mode: str,
                 step=0))
             offered[0] += 1
 
+    status = Status(run_id, env)
     started = time.monotonic()
     try:
         for node in nodes:
@@ -327,6 +350,7 @@ def fleet(bootstrap: str, keys: ReportKeys, codec: Codec, ranks: int, mode: str,
                 confirmed_at = now
                 steady_end = now + steady_s
                 cpu_window = (now, _proc_cpu_s(ctl.pid))
+                status.start()  # beside the fleet: the round must keep its pace
             if steady_end is not None and now >= steady_end and dead is None:
                 cpu_steady = (_proc_cpu_s(ctl.pid) - cpu_window[1]) / (now - cpu_window[0]) \
                     if cpu_window else float("nan")
@@ -352,6 +376,8 @@ def fleet(bootstrap: str, keys: ReportKeys, codec: Codec, ranks: int, mode: str,
         facts.stop.set()
         facts.join(10)
         progress.close()
+        if status.is_alive():
+            status.join(120)
     elapsed = time.monotonic() - started
     # From the run's confirmation on: a new controller group first reads the reports
     # the fleets before it left on the broker, which is no lag of this fleet's.
@@ -375,6 +401,7 @@ def fleet(bootstrap: str, keys: ReportKeys, codec: Codec, ranks: int, mode: str,
         "node_silence_s": pace.silence_s,
         "next_generation_s": (None if watch.lost_at is None or 2 not in watch.started
                               else watch.started[2] - watch.lost_at),
+        "status_s": status.took_s, "status_members": status.members,
         "fleet_round_s_p50": percentile(rounds, 50) if rounds else None,
         "fleet_round_s_max": max(rounds) if rounds else None,
         "facts": dict(watch.facts), "rejections": watch.rejections,

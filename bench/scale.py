@@ -153,7 +153,9 @@ def print_broker(results: list[dict[str, Any]]) -> dict[str, float]:
             ("lag, max over the last half", "lag_last_half_max", 0, 1.0),
             ("lost node named, s after its last word", "detected_s", 1, 1.0),
             ("next generation started after, s", "next_generation_s", 2, 1.0),
-            ("controller peak RSS, MB", "controller_peak_rss_mb", 0, 1.0)):
+            ("controller peak RSS, MB", "controller_peak_rss_mb", 0, 1.0),
+            ("`runledger status RUN --json`, s", "status_s", 2, 1.0),
+            ("  members it listed", "status_members", 0, 1.0)):
         rows.append([label, *(cell(r, key, digits, scale) for r in results)])
     rows.append(["report -> fact p50 ms",
                  *(fmt_num(r["report_to_fact"]["p50_ms"], 1) for r in results)])

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 
 from events.errors import KafkaOperationError
-from events.kafka.keys import read_ring
+from events.kafka.keys import RingReader
 from events.model import (
     CancelRequested,
     DrillCompleted,
@@ -91,11 +91,12 @@ class RequestJudge:
         self.bootstrap = bootstrap
         self.require = require
         self.name = name
+        self._rings = RingReader(bootstrap, name=name)  # read on, not again
         self.ring = self._read()
 
     def _read(self) -> KeyRing:
         try:
-            return read_ring(self.bootstrap, name=self.name)
+            return self._rings.read()
         except KafkaOperationError:
             if self.require:  # no keys log: nothing could ever be verified
                 raise
@@ -107,7 +108,7 @@ class RequestJudge:
     def refresh(self) -> None:
         """Read the ring again; keep the one held when the keys log cannot be read now."""
         try:
-            self.ring = read_ring(self.bootstrap, name=self.name)
+            self.ring = self._rings.read()
         except KafkaOperationError as exc:
             log.warning("could not read %s again (%s); judging by the ring read before",
                         KEYS, exc)

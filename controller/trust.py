@@ -24,7 +24,7 @@ from collections.abc import Callable
 from controller.chains import Chains
 from controller.model import Model
 from controller.signatures import REFRESH_S, RequestJudge
-from events.kafka.keys import read_ring_or_empty
+from events.kafka.keys import RingReader
 from events.kafka.reportdoor import ReportDoor
 from events.model import WorkerExited
 from events.record import Record
@@ -72,8 +72,8 @@ class Trust:
     def report_door(self) -> ReportDoor:
         """The door of agents' reports: one believed only under its node's key, by the
         input door and by the follower's node reader alike."""
-        return ReportDoor(lambda: read_ring_or_empty(self.bootstrap, name=f"{self.name}-reports"),
-                          placed=self._placed, hosts=self._hosts)
+        rings = RingReader(self.bootstrap, name=f"{self.name}-reports")  # read on, not again
+        return ReportDoor(rings.read_or_empty, placed=self._placed, hosts=self._hosts)
 
     def _placed(self, exited: WorkerExited) -> str | None:
         """The node the model places the exit's member on, when the exit is of the run's

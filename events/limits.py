@@ -59,8 +59,9 @@ QUARANTINE_RESERVE = 2_048
 Header = tuple[str, str | bytes | None]
 
 
-def _varint_bytes(n: int) -> int:
-    """Bytes of ``n`` as a zig-zag varint (record v2 lengths), at most 5 for an int32."""
+def varint_bytes(n: int) -> int:
+    """Bytes of ``n`` as a zig-zag varint (record v2 lengths, Avro's int and long),
+    at most 5 for an int32."""
     z = (n << 1) ^ (n >> 63)
     size = 1
     while z >= 0x80:
@@ -75,7 +76,7 @@ def header_bytes(headers: Iterable[Header]) -> int:
     for name, value in headers:
         raw = value.encode() if isinstance(value, str) else (value or b"")
         size = len(name.encode())
-        total += _varint_bytes(size) + size + _varint_bytes(len(raw)) + len(raw)
+        total += varint_bytes(size) + size + varint_bytes(len(raw)) + len(raw)
     return total
 
 

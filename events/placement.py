@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from events.errors import InvalidEvent
+from events.limits import varint_bytes
 
 FIELD = "placement"
 BLOCK_MAX = 1024  # == controller.spec.bounds.MAX_SLOTS_PER_NODE (a test holds them equal)
@@ -111,28 +112,18 @@ def unpack(blocks: Sequence[Block]) -> list[MemberRecord]:
     return out
 
 
-def _long_bytes(n: int) -> int:
-    """Bytes of ``n`` as Avro's zig-zag varint."""
-    z = (n << 1) ^ (n >> 63)
-    size = 1
-    while z >= 0x80:
-        z >>= 7
-        size += 1
-    return size
-
-
 def _text_bytes(s: str) -> int:
     raw = len(s.encode())
-    return _long_bytes(raw) + raw
+    return varint_bytes(raw) + raw
 
 
 def wire_bytes(blocks: Sequence[Block]) -> int:
     """The bytes Avro writes for ``blocks`` as the :data:`FIELD` array: its count,
     each block (the domain's union branch is one byte), and the closing zero."""
-    total = (_long_bytes(len(blocks)) if blocks else 0) + 1
+    total = (varint_bytes(len(blocks)) if blocks else 0) + 1
     for b in blocks:
-        total += _text_bytes(b["first_id"]) + _long_bytes(b["count"]) \
-            + _text_bytes(b["node"]) + _long_bytes(b["first_slot"]) + 1 \
+        total += _text_bytes(b["first_id"]) + varint_bytes(b["count"]) \
+            + _text_bytes(b["node"]) + varint_bytes(b["first_slot"]) + 1 \
             + (0 if b["domain"] is None else _text_bytes(b["domain"]))
     return total
 

@@ -24,6 +24,7 @@ from events.model import (
     GroupStartCommanded,
     GroupStopCommanded,
     Header,
+    MembersHeartbeatRecorded,
     NodeQuarantined,
     StepCommitted,
     WorkerExited,
@@ -172,6 +173,12 @@ def test_stop_terminates_the_generation_and_older(agent: Running, run_id: str) -
                          "--step-time", "0.1", at=now,
                          env={"RUNLEDGER_CHECKPOINT_ROOT": str(root)}))
     agent.tail.wait_for("a step", lambda: bool(agent.tail.of(run_id, StepCommitted)))
+    # Both workers running (each beat once, so each has its SIGTERM handler): on a loaded
+    # machine r1 may still be starting when r0 commits a step, and a SIGTERM then ends
+    # it by the signal, not with 143.
+    agent.tail.wait_for("both workers beating", lambda: {
+        b.logical_id for e in agent.tail.of(run_id, MembersHeartbeatRecorded)
+        for b in e.beats} >= {"r0", "r1"})
     agent.send(stop_cmd(agent.node, run_id, 2, at=now))  # newer than what runs: stops g1 too
     exits = agent.wait_exits(run_id, 2, timeout_s=15)
     assert {lid: (e.exit_code, e.generation) for lid, e in exits.items()} == {

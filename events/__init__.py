@@ -14,7 +14,9 @@ never torch.
   maps of 10^5 entries).
 - ``registry``, ``fingerprint``, ``convert``, ``codec``: the schema files, CRC-64-AVRO,
   Avro single-object encoding, schema resolution and upcasters; ``intrange``: the
-  32-bit check of Avro ``int`` fields the codec applies both ways.
+  32-bit check of Avro ``int`` fields the codec applies both ways; ``placement``:
+  a generation's members on the wire as blocks of a node's slots, packed and
+  unpacked by the codec.
 - ``topics``: topic names and declared configs; ``partition``: the murmur2
   placement every producer shares (co-partitioned topics, one owner per run).
 - ``authority``: who may say what (each type's topic and sending role), size
@@ -50,7 +52,8 @@ the kernel imports neither (``tests/test_layout.py``):
 
 - ``kafka``: everything that talks to a broker: the producer and the
   quarantine, the one group-less reader, the status reader, the consumer group,
-  the controller's transactions, the live key ring, run keys and the report door;
+  the controller's transactions, the live key ring (read on from where it
+  stopped), run keys and the report door;
 - ``signed``: Ed25519 signing, the key ring's pure fold and signature judge, the
   offline audit of the signed log and the heads an exported copy carries.
 """

@@ -133,6 +133,7 @@ from events.model import (
     WriteRejected,
     node_key,
 )
+from events.placement import deflate
 from events.signed.signing import SigningKey
 from events.state import RunState
 from events.topics import REPORTS, REQUESTS, RUNS, TopicSpec, replication_for, topic_specs
@@ -388,6 +389,8 @@ class FastEncoder:
         prefix, parsed, version = self.writers[name]
         record = to_record(event)
         record["header"]["schema_version"] = version
+        if name in self.codec.packed:  # members as blocks, as Codec.encode writes them
+            record = deflate(record)
         buf = io.BytesIO()
         buf.write(prefix)
         fastavro.schemaless_writer(buf, parsed, record)

@@ -64,6 +64,7 @@ from events.kafka.clients import EventProducer
 from events.kafka.connection import client_config
 from events.kafka.consume import EventConsumer, read_log
 from events.model import EVENT_TYPES, Event, Header
+from events.placement import deflate
 from events.workerenv import ENV_BOOTSTRAP
 from tests.events.sample_events import one_of_each
 
@@ -194,6 +195,8 @@ class CodecWork:
             latest = codec.registry.latest(event.event_type)
             record = to_record(event)
             record["header"]["schema_version"] = latest.version  # as Codec.encode does
+            if event.event_type in codec.packed:  # members as blocks, as it does too
+                record = deflate(record)
             records.append((latest.parsed, record))
             bodies.append((latest.parsed, data[PREFIX_LEN:]))
         work = cls(codec, events, encoded, records, bodies)

@@ -79,6 +79,7 @@ from events.model import (
     WorkerExited,
     WriteRejected,
 )
+from events.placement import deflate
 from events.signed.signing import Headers as SignedHeaders
 from events.topics import REPORTS, RUNS
 from projectors.projector import BATCH, TOPICS
@@ -419,6 +420,8 @@ class FastEncoder:
         prefix, parsed, headers = self.writers[name]
         record = to_record(event)
         record["header"]["schema_version"] = self.codec.registry.latest(name).version
+        if name in self.codec.packed:  # members as blocks, as Codec.encode writes them
+            record = deflate(record)
         buf = io.BytesIO()
         buf.write(prefix)
         fastavro.schemaless_writer(buf, parsed, record)

@@ -88,8 +88,8 @@ class Codec:
         # Per type: the check of its int fields against 32 bits (None: it has none).
         self._ints: dict[str, Check | None] = {
             name: int_checker(self.registry.latest(name).parsed) for name in EVENT_TYPES}
-        # Types whose members go on the wire as blocks.
-        self._packed = frozenset(name for name in EVENT_TYPES if PLACEMENT in {
+        # Types whose members go on the wire as blocks (``events.placement.deflate``).
+        self.packed = frozenset(name for name in EVENT_TYPES if PLACEMENT in {
             f["name"] for f in self.registry.latest(name).schema["fields"]})
 
     def encode(self, event: Event) -> bytes:
@@ -105,7 +105,7 @@ class Codec:
         except InvalidEvent as exc:
             raise EncodeError(f"{name}: {exc}") from None
         record["header"]["schema_version"] = version
-        if name in self._packed:
+        if name in self.packed:
             record = deflate(record)
         out_of_range = _ints_out_of_range(self._ints[name], record, name)
         if out_of_range is not None:

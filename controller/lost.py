@@ -40,7 +40,7 @@ limit already decides where an elastic run restarts (``elastic.FRESH_MS``).
 
 ``LOST_AFTER_MS`` (6 s: three of an agent's default 2 s heartbeats) is the
 default of the controller's ``NodePolicy.silence_ms`` (``runledger controller
---node-silence``), which :func:`judge` takes as ``after_ms``: a fleet too large
+--node-silence-s``), which :func:`judge` takes as ``after_ms``: a fleet too large
 for every agent to report every 2 s sets its agents' ``--heartbeat-interval``
 longer and this window to three of them (docs/performance.md, "Scale").
 

@@ -87,7 +87,7 @@ class NodePolicy:
     probation_failures: int = 2
     # A node whose agent and workers are all this long silent is gone (controller.lost,
     # controller.elastic): three of the agents' heartbeat intervals or more. A large
-    # fleet's agents heartbeat less often (``runledger controller --node-silence``).
+    # fleet's agents heartbeat less often (``runledger controller --node-silence-s``).
     silence_ms: int = 6_000
 
     def expires_at(self, quarantined_at: int) -> int:

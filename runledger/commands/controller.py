@@ -158,8 +158,9 @@ def controller(
     if trust_unsigned and require_signatures:
         raise UsageError("--trust-unsigned and --require-signatures contradict each other: "
                          "drop --require-signatures (signed requests are the default)")
-    key = load_signing_key(signing_key, unsigned, config.stack_signing_key(bootstrap))
+    # The options first: a mistyped number is said before a missing key is looked for.
     node_policy = _node_policy(quarantine_expiry_s, probation_failures, node_silence_s)
+    key = load_signing_key(signing_key, unsigned, config.stack_signing_key(bootstrap))
     roots = allowed_roots(allow_root)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     stop = threading.Event()

@@ -50,6 +50,20 @@ class Timing:
         return {"median_s": self.median, "best_s": self.best, "samples_s": list(self.samples)}
 
 
+def proc_cpu_s(pid: int) -> float:
+    """Seconds of CPU (user + system) process ``pid`` has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_hwm_mb(pid: int) -> float:
+    """Process ``pid``'s peak resident memory (VmHWM), MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def time_once(fn: Callable[[], object]) -> float:
     """Seconds one call takes (after a collection, so earlier garbage is not billed here)."""
     gc.collect()

@@ -41,7 +41,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from bench.common import REPO_ROOT, percentile
+from bench.common import REPO_ROOT, percentile, proc_cpu_s, proc_hwm_mb
 from bench.controller import (
     PRODUCER_SETTINGS,
     Latencies,
@@ -188,18 +188,6 @@ class Status(threading.Thread):
             self.members = len(json.loads(done.stdout).get("members", []))
 
 
-def _proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _proc_hwm_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def spec_for(name: str, ranks: int, domain: str, pace: Pace = PACE) -> RunSpec:
     return RunSpec.model_validate({
         "name": name, "code_version": "3f1c2a9b7d4e5f60718293a4b5c6d7e8f9012345",
@@ -293,7 +281,7 @@ def fleet(bootstrap: str, keys: ReportKeys, codec: Codec, ranks: int, mode: str,
         dead: str | None = None
         died_at = 0.0
         steady_end: float | None = None
-        cpu0 = _proc_cpu_s(ctl.pid)
+        cpu0 = proc_cpu_s(ctl.pid)
         cpu_window: tuple[float, float] | None = None
         cpu_steady = float("nan")
         confirmed_at: float | None = None
@@ -349,10 +337,10 @@ def fleet(bootstrap: str, keys: ReportKeys, codec: Codec, ranks: int, mode: str,
             if watch.confirmed.is_set() and steady_end is None:
                 confirmed_at = now
                 steady_end = now + steady_s
-                cpu_window = (now, _proc_cpu_s(ctl.pid))
+                cpu_window = (now, proc_cpu_s(ctl.pid))
                 status.start()  # beside the fleet: the round must keep its pace
             if steady_end is not None and now >= steady_end and dead is None:
-                cpu_steady = (_proc_cpu_s(ctl.pid) - cpu_window[1]) / (now - cpu_window[0]) \
+                cpu_steady = (proc_cpu_s(ctl.pid) - cpu_window[1]) / (now - cpu_window[0]) \
                     if cpu_window else float("nan")
                 dead = victim
                 died_at = last_word
@@ -366,8 +354,8 @@ def fleet(bootstrap: str, keys: ReportKeys, codec: Codec, ranks: int, mode: str,
     finally:
         lag.stop.set()
         lag.join(15)
-        cpu_total = _proc_cpu_s(ctl.pid) - cpu0 if ctl.poll() is None else float("nan")
-        hwm = _proc_hwm_mb(ctl.pid) if ctl.poll() is None else float("nan")
+        cpu_total = proc_cpu_s(ctl.pid) - cpu0 if ctl.poll() is None else float("nan")
+        hwm = proc_hwm_mb(ctl.pid) if ctl.poll() is None else float("nan")
         ctl.terminate()
         try:
             ctl.wait(30)

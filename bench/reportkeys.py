@@ -64,6 +64,19 @@ class ReportKeys:
             self.enroll_s += time.perf_counter() - started
         return key
 
+    def operator(self, principal: str) -> SigningKey:
+        """A new key registered to ``principal`` for the operator role (the record of
+        ``runledger key register --role operator``): what its requests are signed with.
+        On a cluster without a trust anchor nothing is registered."""
+        key = SigningKey.generate()
+        if self.signing:
+            assert self.admin is not None  # __init__ refuses a signing cluster without one
+            event = keylog.registration(principal, "operator", key.public,
+                                        now_ms=time.time_ns() // 1_000_000, by="bench",
+                                        reason=f"benchmark operator {principal}")
+            self.ring = keylog.append(self.bootstrap, self.ring, event, self.admin).ring
+        return key
+
     def enroll(self, names: list[str]) -> None:
         """Enroll every node of ``names`` not enrolled yet, in one turn on the keys log
         (``runledger.keylog.append_all``): a fleet of thousands enrolls in seconds."""

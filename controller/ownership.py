@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from controller.alerts import runbook_of
 from controller.emitter import Emitter, Out
@@ -60,7 +61,14 @@ class Ownership:
 
     def owns(self, key: str) -> bool:
         """Whether this controller decides for the run (or node) ``key`` now."""
-        return partition_for(key, self.partitions) in self.ready and key not in self.foreign
+        return _partition(key, self.partitions) in self.ready and key not in self.foreign
+
+
+@lru_cache(maxsize=1 << 17)
+def _partition(key: str, partitions: int) -> int:
+    """``partition_for``, remembered: the tick asks it of every live run four times a
+    second (12% of a controller's CPU with 1,000 live runs, bench/cluster.py)."""
+    return partition_for(key, partitions)
 
 
 def assign(own: Ownership, partitions: Iterable[int], takeover: Mapping[int, int]) -> Ownership:

@@ -1,21 +1,23 @@
 """The controller process: the thin shell around ``controller.reconcile``.
 
 Start-up order matters: ``init_transactions`` first, which fences any older
-controller with the same transactional id and aborts its open transaction;
-only then is ``runledger.runs`` read (``read_committed``) to rebuild the model,
-so the model cannot miss a fact a zombie was still committing. Then the loop:
+controller with the same transactional id and aborts its open transaction; only
+then is ``runledger.runs`` read (``read_committed``) to rebuild the model, so
+the model cannot miss a fact a zombie was still committing. Then the loop:
 consume requests and reports (an agent's report only under its node's key,
 ``events.kafka.reportdoor``), fold what the tail of ``runs`` and the agents'
-node records bring (``controller.follow``, ``controller.ownership``), ``handle``
-each input, ``tick`` the clock, and append every fact and command together
-with the input offsets in one transaction. Each fact is signed and chained to
-its run's previous fact, each command signed (``controller.chains``), with the
-controller's key; without one (``signing_key=None``) they go out unsigned.
-Operator requests are believed only when signed (``controller.signatures``)
-unless ``require_signatures=False`` (``--trust-unsigned``), which is logged as
-a warning at start (``controller.trust``) and shown on every scrape
+node records bring (``controller.follow``, ``controller.ownership``),
+``handle`` each input, ``tick`` the clock (every ``tick_s``, not every cycle),
+and append every fact and command together with the input offsets in one
+transaction. Each fact is signed and chained to its run's previous fact, each
+command signed (``controller.chains``), with the controller's key; without one
+(``signing_key=None``) they go out unsigned. Operator requests are believed
+only when signed (``controller.signatures``) unless
+``require_signatures=False`` (``--trust-unsigned``), which is logged as a
+warning at start (``controller.trust``) and shown on every scrape
 (``LoopStats.trusts_unsigned``). Right after each commit it observes, for every
-report of the cycle, the wait from the report to that commit (``controller.latency``).
+report of the cycle, the wait from the report to that commit
+(``controller.latency``).
 
 Any number of controllers (any transactional ids) share one consumer group:
 each decides only for the runs of the partitions the group gave it, from the
@@ -139,6 +141,7 @@ class ControllerService:
         self.tick_s = tick_s
         self.txn_gap_s = txn_gap_s
         self._committed_at = 0.0  # time.monotonic() of the last commit
+        self._next_tick = 0.0  # time.monotonic() from which the next tick is due
         self.clock = clock
         self.transaction_timeout_s = transaction_timeout_s
         self.model: Model | None = None
@@ -258,10 +261,8 @@ class ControllerService:
                 continue
             model, taken = self._take(model, record, now, own)
             out += taken
-        model, produced, problems = take_tick(model, now, self.plan_of, self._encode, own.owns)
-        out += outgoing(produced)
-        for problem in problems:
-            _log_problem(problem, None)
+        model, ticked = self._tick(model, now, own)
+        out += ticked
         self.ownership = own
         out += self._summaries(model, out, facts, ready, now)
         if (out or records) and not self._commit(out, consumer, follower, writer, now):
@@ -271,6 +272,18 @@ class ControllerService:
         manifests.write_published(model, (o.event for o in out if o.topic == RUNS),
                                   self.allowed_roots)
         self._count(len(records), out, time.monotonic() - started)
+
+    def _tick(self, model: Model, now: int, own: Ownership) -> tuple[Model, list[Outgoing]]:
+        """The clock's decisions, every ``tick_s`` and not every cycle: under a steady
+        stream of inputs a cycle follows a cycle, and reconciling every live run each
+        time was most of a controller's CPU with 1,000 live runs (bench/cluster.py)."""
+        if time.monotonic() < self._next_tick:
+            return model, []
+        self._next_tick = time.monotonic() + self.tick_s
+        model, produced, problems = take_tick(model, now, self.plan_of, self._encode, own.owns)
+        for problem in problems:
+            _log_problem(problem, None)
+        return model, outgoing(produced)
 
     def _take(self, model: Model, record: Record, now: int,
               own: Ownership) -> tuple[Model, list[Outgoing]]:
@@ -296,9 +309,9 @@ class ControllerService:
                          self._version_of)
 
     def _inputs(self, consumer: EventConsumer) -> list[Record]:
-        """Wait up to a tick for inputs; none goes into a transaction sooner than
-        ``txn_gap_s`` after the last commit (``TXN_GAP_S`` says why)."""
-        records = consumer.poll(self.tick_s)
+        """Wait for inputs until the next tick is due; none goes into a transaction sooner
+        than ``txn_gap_s`` after the last commit (``TXN_GAP_S`` says why)."""
+        records = consumer.poll(min(self.tick_s, max(0.0, self._next_tick - time.monotonic())))
         early = self._committed_at + self.txn_gap_s - time.monotonic()
         if records and early > 0:  # what arrives meanwhile joins this transaction
             time.sleep(early)

@@ -5,7 +5,9 @@ Tested in tests/queries/test_queries.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import duckdb
 
@@ -42,8 +44,17 @@ def ettr(con: duckdb.DuckDBPyConnection, run_id: str) -> Ettr:
 
 def ettr_all(con: duckdb.DuckDBPyConnection, recent_ended: int = 20) -> dict[str, float]:
     """Run id -> ETTR for every live run and the ``recent_ended`` runs that ended
-    last (for the metrics endpoint: a scrape stays bounded however long the
-    history grows; older runs are a query away)."""
+    last; older runs are a query away."""
+    out: dict[str, float] = {}
+    for run_id in listed(con, recent_ended):
+        ratio = ettr(con, run_id).ratio
+        if ratio is not None:
+            out[run_id] = ratio
+    return out
+
+
+def listed(con: duckdb.DuckDBPyConnection, recent_ended: int = 20) -> list[str]:
+    """Every live run and the ``recent_ended`` runs that ended last, by run id."""
     rows = con.execute(
         """
         SELECT run_id FROM runs WHERE run_id NOT IN (SELECT run_id FROM endings)
@@ -52,9 +63,36 @@ def ettr_all(con: duckdb.DuckDBPyConnection, recent_ended: int = 20) -> dict[str
                             GROUP BY run_id ORDER BY ended DESC, run_id LIMIT ?)
         ORDER BY run_id
         """, [recent_ended]).fetchall()
-    out: dict[str, float] = {}
-    for (run_id,) in rows:
-        ratio = ettr(con, run_id).ratio
-        if ratio is not None:
-            out[run_id] = ratio
-    return out
+    return [run_id for (run_id,) in rows]
+
+
+@dataclass
+class EttrBook:
+    """ETTR of every live run and the latest ended ones, for a page scraped often.
+
+    One run's ETTR is a query over that run's log. With 1,000 live runs a
+    scrape that computed every one took seconds of the projector's database
+    (bench/cluster.py), and the projector waits for its database meanwhile.
+    Each call brings runs up to date for at most ``budget_s`` (at least one run),
+    those computed longest ago first, and answers the others from their last
+    computation; a run no longer listed is forgotten. So a value is at most
+    about ``runs x cost / budget_s`` calls old, and a call costs ``budget_s``
+    however many runs are live.
+    """
+
+    budget_s: float = 0.25
+    recent_ended: int = 20
+    clock: Callable[[], float] = time.monotonic
+    # run -> (its ratio, or None before it has allocated time; when it was computed)
+    book: dict[str, tuple[float | None, float]] = field(default_factory=dict)
+
+    def __call__(self, con: duckdb.DuckDBPyConnection) -> dict[str, float]:
+        runs = listed(con, self.recent_ended)
+        self.book = {r: self.book[r] for r in runs if r in self.book}
+        began = self.clock()
+        due = sorted(runs, key=lambda r: self.book[r][1] if r in self.book else -1.0)
+        for i, run_id in enumerate(due):
+            if i and self.clock() - began >= self.budget_s:
+                break
+            self.book[run_id] = (ettr(con, run_id).ratio, self.clock())
+        return {r: ratio for r, (ratio, _) in self.book.items() if ratio is not None}

@@ -34,7 +34,7 @@ def test_goal_from_issue_18_where_one_applies() -> None:
 
 def test_every_benchmark_is_found_and_helpers_are_not() -> None:
     names = {p.stem for p in benchmarks([])}
-    assert {"dataplane", "events", "controller", "checkpoint"} <= names
+    assert {"dataplane", "events", "controller", "checkpoint", "scale", "cluster"} <= names
     assert not {n for n in names if n in {"common", "reportkeys", "run_all", "__init__"} or
                 n.endswith("_parts")}
 

@@ -21,7 +21,7 @@ import typer
 
 from projectors.metrics import EttrOf, ProjectorCollector
 from projectors.projector import Projector, table_digests
-from queries.ettr import ettr_all
+from queries.ettr import EttrBook
 from runledger import config
 from runledger.config import Bootstrap, MetricsAddress, db_option
 from runledger.errors import RunledgerError
@@ -42,8 +42,9 @@ SnapshotEvery = Annotated[float, typer.Option(
     help="Publish the read-only snapshot that query and report read while this runs at"
          " most every S seconds (0: after every batch).")]
 
-# ETTR per run on each scrape: the queries package's SQL over the projector's own cursor.
-ETTR_OF: EttrOf | None = ettr_all
+# ETTR per run on each scrape: the queries package's SQL over the projector's own cursor,
+# a bounded time of it per scrape (queries.ettr.EttrBook says why).
+ETTR_OF: EttrOf | None = EttrBook()
 
 
 def register(app: typer.Typer) -> None:

@@ -397,11 +397,11 @@ def test_the_python_oracle_agrees_with_the_hand_worked_parts() -> None:
         assert got[part] == pytest.approx(ms / 1000), part
 
 
-def test_ettr_all_covers_live_runs_and_the_latest_ended_ones(con) -> None:
-    from queries.ettr import ettr_all
-
+def _one_step_runs(ended: tuple[bool, ...]) -> list[Timeline]:
+    """Runs ``run-0``, ``run-1``, .. of one step each, 10 s apart; those marked ended
+    finished."""
     runs = []
-    for i, end in enumerate((True, True, False)):
+    for i, end in enumerate(ended):
         tl = Timeline(run_id=f"run-{i}", start_ms=1_000_000 + i * 10_000)
         tl._n = 0
         tl.submit()
@@ -411,7 +411,44 @@ def test_ettr_all_covers_live_runs_and_the_latest_ended_ones(con) -> None:
         if end:
             tl.finish(1)
         runs.append(tl)
-    project(con, *runs)
+    return runs
+
+
+def test_ettr_all_covers_live_runs_and_the_latest_ended_ones(con) -> None:
+    from queries.ettr import ettr_all
+
+    project(con, *_one_step_runs((True, True, False)))
     assert set(ettr_all(con)) == {"run-0", "run-1", "run-2"}
     assert set(ettr_all(con, recent_ended=1)) == {"run-1", "run-2"}  # run-1 ended last
     assert all(0 < v <= 1 for v in ettr_all(con).values())
+
+
+def test_an_ettr_book_spends_its_budget_on_the_runs_computed_longest_ago(con) -> None:
+    """A scrape's ETTR work is bounded (bench/cluster.py: 1,000 live runs took 30 s a
+    scrape): each call computes runs until its budget is spent, oldest first, answers
+    the rest from before, and forgets a run no longer listed."""
+    from queries.ettr import EttrBook, ettr_all
+
+    project(con, *_one_step_runs((False,) * 5))
+    now = [0.0]
+
+    def clock() -> float:  # every reading of the clock is a tenth of a second later
+        now[0] += 0.1
+        return now[0]
+
+    book = EttrBook(budget_s=0.25, clock=clock)
+    first = book(con)
+    assert 1 <= len(first) < 5  # the budget ran out before every run was computed
+    assert first.items() <= ettr_all(con).items()
+    second = book(con)
+    assert second.keys() > first.keys()  # the ones not computed yet came next
+    while len(book(con)) < 5:
+        pass
+    assert book(con) == ettr_all(con)  # once round, every live run, same values
+    before = dict(book.book)
+    book(con)
+    redone = {r for r in before if book.book[r][1] != before[r][1]}
+    by_age = sorted(before, key=lambda r: before[r][1])
+    assert redone and redone == set(by_age[:len(redone)]) and len(redone) < 5
+    # A budget of nothing still computes one run per call: the page never stands still.
+    assert len(EttrBook(budget_s=0.0, clock=clock)(con)) == 1

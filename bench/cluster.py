@@ -188,12 +188,18 @@ def steady(fleet: Any, procs: Any, group: Any, env: dict[str, str], steady_s: fl
     """The steady window: rates, lag, CPU per controller, report -> fact; then the user's
     ``status`` and ``runs`` beside the fleet."""
     from bench.cluster_procs_parts import cpu_s
+    from bench.cluster_watch_parts import bucket_quantiles, scrape, summed
 
     pids = {n: c.proc.pid for n, c in procs.controllers.items() if c.proc.poll() is None}
+    urls = [c.metrics_url for n, c in procs.controllers.items() if n in pids]
+    pages0 = [scrape(u) for u in urls]
     t0, cpu0, offered0, sent0 = time.monotonic(), {n: cpu_s(p) for n, p in pids.items()}, \
         fleet.offered, len(fleet.lat.sent)
     fleet.spin(lambda: time.monotonic() - t0 >= steady_s, steady_s + 60, "steady window")
     t1 = time.monotonic()
+    pages1 = [scrape(u) for u in urls]
+    inside = bucket_quantiles(summed(pages0), summed(pages1))
+    pages = [p for p in pages0 + pages1 if p is not None]
     cpu = {n: (cpu_s(p) - cpu0[n]) / (t1 - t0) for n, p in pids.items()}
     offered = (fleet.offered - offered0) / (t1 - t0)
     sent1 = len(fleet.lat.sent)
@@ -216,6 +222,9 @@ def steady(fleet: Any, procs: Any, group: Any, env: dict[str, str], steady_s: fl
                       "last_half_max": max(lags[len(lags) // 2:], default=None)},
         "controller_cpu_share": cpu,
         "report_to_fact_steady": _window(fleet, sent0, sent1),
+        "controllers_report_to_commit_steady": inside,
+        "controller_scrape_s_max": max((p.took_s for p in pages), default=None),
+        "controller_scrape_lines_max": max((p.lines for p in pages), default=None),
         "status_s": status.took_s, "status_error": status.error,
         "runs_s": runs.took_s, "runs_listed": len(listed), "runs_error": runs.error,
     }
@@ -295,6 +304,11 @@ def print_result(r: dict[str, Any]) -> None:
         ["report -> fact p50 / p99 ms, steady",
          f"{n(r['report_to_fact_steady']['p50_ms'], 1)} / "
          f"{n(r['report_to_fact_steady']['p99_ms'], 1)}"],
+        ["  inside the controllers, report -> commit p50 / p90 / p99 (bucket bound), s",
+         " / ".join(f"<= {n(r['controllers_report_to_commit_steady'][k], 3)}"
+                    for k in ("p50_le_s", "p90_le_s", "p99_le_s"))],
+        ["  a controller's /metrics scrape, s (max) / lines",
+         f"{n(r['controller_scrape_s_max'], 2)} / {n(r['controller_scrape_lines_max'])}"],
         ["kill: group moved its partitions after, s", n(r["kill_group_moved_s"], 1)],
         [f"kill: next owner's first fact, s (max; bound {r['handover_bound_s']:g})",
          n(r["kill_handover_max_s"], 1)],

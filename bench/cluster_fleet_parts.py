@@ -33,6 +33,7 @@ import heapq
 import queue
 import sys
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -173,11 +174,9 @@ class Fleet:
         self.todo: list[Planned] = []
         self.in_flight: Counter[int] = Counter()  # history runs per partition not finished
         self.finished: set[str] = set()
-        self.failed: dict[str, str] = {}  # run -> outcome other than succeeded
         self.due: list[tuple[float, int, str, str]] = []  # (when, seq, kind, key)
         self.seq = 0
         self.stepping = True
-        self.seen_gen: Counter[str] = Counter()  # GenerationStarted per run
         self.producer = EventProducer(self.bootstrap, client_id=f"cluster-{self.tag}",
                                       codec=self.codec, config=PRODUCER_SETTINGS)
 
@@ -262,7 +261,6 @@ class Fleet:
         self.counts[kind] += 1
         if kind == "started":
             gen, members = cast(tuple[int, tuple[Member, ...]], payload)
-            self.seen_gen[run_id] += 1
             node = members[0].node
             run = self.runs[run_id] = Live(planned, gen, node, members)
             self.busy[node] += len(members)
@@ -280,11 +278,9 @@ class Fleet:
                                             f"exit-{m.logical_id}"),
                         logical_id=m.logical_id, node=run.node, exit_code=0))
             else:  # the first step at a random phase, as runs that started apart
-                phase = (hash(run_id) % 1000) / 1000 * self.shape.step_every_s
+                phase = (zlib.crc32(run_id.encode()) % 1000) / 1000 * self.shape.step_every_s
                 self._later(time.monotonic() + phase, "step", run_id)
         elif kind == "finished":
-            if payload != "succeeded":
-                self.failed[run_id] = str(payload)
             self.finished.add(run_id)
             gone = self.runs.pop(run_id, None)
             if gone is not None:

@@ -31,6 +31,12 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "runledger.cli", *args]
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @dataclass
 class Controller:
     """One ``runledger controller`` of the group."""
@@ -39,6 +45,7 @@ class Controller:
     proc: subprocess.Popen[bytes]
     log: IO[bytes]
     started_at: float  # time.monotonic()
+    metrics_url: str  # its --metrics page: the report -> fact histogram it keeps itself
     stopped_at: float | None = None
     peak_mb: float = float("nan")
     cpu: float = float("nan")  # seconds of CPU when it stopped
@@ -65,12 +72,15 @@ class Procs:
     def controller(self, name: str) -> Controller:
         log = (self.tmp / f"{name}.log").open("wb")
         signing = ["--signing-key", str(self.signing_key)] if self.signing_key else ["--unsigned"]
+        port = free_port()
         proc = subprocess.Popen(
             cli("controller", "--transactional-id", name, "--group", self.group,
                 "--node-silence-s", f"{self.silence_s:g}",
-                "--transaction-timeout", f"{TRANSACTION_TIMEOUT_S:g}", *signing),
+                "--transaction-timeout", f"{TRANSACTION_TIMEOUT_S:g}",
+                "--metrics", f"127.0.0.1:{port}", *signing),
             cwd=REPO_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
-        c = self.controllers[name] = Controller(name, proc, log, time.monotonic())
+        c = self.controllers[name] = Controller(name, proc, log, time.monotonic(),
+                                                f"http://127.0.0.1:{port}/metrics")
         return c
 
     def kill(self, name: str) -> float:
@@ -83,9 +93,7 @@ class Procs:
         return c.stopped_at
 
     def start_projector(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         self.metrics_url = f"http://127.0.0.1:{port}/metrics"
         self.projector = subprocess.Popen(
             cli("project", "--db", str(self.tmp / "projection.duckdb"),

@@ -12,6 +12,13 @@
   ``requests`` and ``reports`` (lag, and records absorbed per second).
 - :class:`ProjectorLag` scrapes ``runledger project --metrics`` every second:
   ``runledger_projector_lag_records`` summed over its partitions.
+- :func:`scrape` reads a controller's ``--metrics`` page as a scraper does (how
+  long it took, its lines, its own report -> fact histogram), and
+  :func:`bucket_quantiles` the quantiles of what it observed between two
+  readings (at its buckets' resolution): the time from a
+  report's ``occurred_at`` to the commit that carries its consequences, inside
+  the controller, against the fleet's report -> fact, which adds the delivery
+  of the fact to a reader.
 """
 
 from __future__ import annotations
@@ -31,7 +38,6 @@ from events.codec import Codec
 from events.kafka.clients import WRITER_HEADER
 from events.kafka.connection import client_config
 from events.model import (
-    AlertRaised,
     GenerationStarted,
     MembershipConfirmed,
     RunFinished,
@@ -40,8 +46,7 @@ from events.model import (
 from events.topics import REPORTS, REQUESTS, RUNS
 
 # The facts whose payload the fleet reads; every other fact is counted by its header.
-_DECODED = {"GenerationStarted", "MembershipConfirmed", "RunFinished", "StepCommitted",
-            "AlertRaised"}
+_DECODED = {"GenerationStarted", "MembershipConfirmed", "RunFinished", "StepCommitted"}
 
 
 def _text(value: str | bytes | None) -> str:
@@ -55,7 +60,6 @@ class Segment:
     writer: str
     first_offset: int
     first_at: float  # time.monotonic() when its first fact was read
-    facts: int = 0
 
 
 class Facts:
@@ -65,8 +69,6 @@ class Facts:
         self.codec, self.fleet = codec, fleet
         self.lock = threading.Lock()
         self.segments: dict[int, list[Segment]] = {}
-        self.types: dict[str, int] = {}
-        self.alerts: list[str] = []
         self.reader = Reader(bootstrap, RUNS, self.on_message, f"cluster-facts-{tag}")
 
     def start(self) -> None:
@@ -91,8 +93,6 @@ class Facts:
             segs = self.segments.setdefault(part, [])
             if not segs or segs[-1].writer != writer:
                 segs.append(Segment(writer, offset, now))
-            segs[-1].facts += 1
-            self.types[name] = self.types.get(name, 0) + 1
         if name not in _DECODED:
             return
         event = self.codec.decode(msg.value() or b"").event
@@ -105,9 +105,6 @@ class Facts:
                 self.fleet.heard("confirmed", event.run_id, None)
             case RunFinished():
                 self.fleet.heard("finished", event.run_id, event.outcome)
-            case AlertRaised():
-                with self.lock:
-                    self.alerts.append(f"{event.run_id}: {event.alert}")
 
     def first_by_other(self, partition: int, than: str, after: float) -> float | None:
         """When the first fact on ``partition`` by a writer other than ``than`` arrived
@@ -213,6 +210,63 @@ class ProjectorLag(threading.Thread):
     def stop(self) -> None:
         self.stopped.set()
         self.join(30)
+
+
+REPORT_TO_FACT = "runledger_controller_report_to_fact_seconds_bucket"
+
+
+@dataclass(frozen=True)
+class Page:
+    """One scrape of a controller's metrics page."""
+
+    took_s: float
+    lines: int
+    histogram: dict[float, float]  # report -> fact: cumulative count per upper bound (s)
+
+
+def scrape(url: str) -> Page | None:
+    """A controller's metrics page, as a scraper reads it; None when it cannot be read
+    (a killed controller)."""
+    began = time.monotonic()
+    try:
+        with urllib.request.urlopen(url, timeout=60) as page:
+            text = page.read().decode()
+    except OSError:
+        return None
+    return Page(time.monotonic() - began, text.count("\n"), buckets(text))
+
+
+def buckets(text: str) -> dict[float, float]:
+    """The report -> fact buckets of a controller's metrics page."""
+    out: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith(REPORT_TO_FACT + "{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            out[float(le)] = float(line.rsplit(" ", 1)[1])  # float("+Inf") is inf
+    return out
+
+
+def bucket_quantiles(before: dict[float, float], after: dict[float, float],
+                     qs: tuple[int, ...] = (50, 90, 99)) -> dict[str, float | None]:
+    """The upper bound of the bucket holding each quantile of what was observed between
+    two readings of one histogram (or of several, summed); ``count`` of them."""
+    bounds = sorted(after)
+    grew = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = grew[-1] if grew else 0.0
+    out: dict[str, float | None] = {"count": total}
+    for q in qs:
+        out[f"p{q}_le_s"] = next((b for b, n in zip(bounds, grew, strict=True)
+                                  if total and n >= total * q / 100), None)
+    return out
+
+
+def summed(readings: list[Page | None]) -> dict[float, float]:
+    """Several controllers' histograms as one (the same buckets)."""
+    out: dict[float, float] = {}
+    for r in readings:
+        for b, n in (r.histogram if r is not None else {}).items():
+            out[b] = out.get(b, 0.0) + n
+    return out
 
 
 def ownership_summary(samples: list[Sample]) -> dict[str, Any]:

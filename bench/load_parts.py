@@ -27,7 +27,6 @@ share is the figure that scales, not the wall-clock rates.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -39,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Message
 
 from bench.common import REPO_ROOT, percentile, proc_cpu_s, proc_hwm_mb
 from bench.controller import (
@@ -50,11 +49,11 @@ from bench.controller import (
     step_report,
     wall_ms,
 )
+from bench.fleet_watch_parts import Lag, Projection, Status
 from bench.reportkeys import ReportKeys
 from controller.spec.runspec import RunSpec, run_id_for
 from events.codec import Codec
 from events.kafka.clients import EventProducer
-from events.kafka.connection import client_config
 from events.model import (
     AgentHeartbeatRecorded,
     AgentRegistered,
@@ -71,7 +70,7 @@ from events.model import (
     WriteRejected,
     node_key,
 )
-from events.topics import REPORTS, REQUESTS, RUNS
+from events.topics import REQUESTS, RUNS
 
 SLOTS = 8
 
@@ -141,53 +140,6 @@ class Watch:
                     self.rejections.append(f"{event.rejected_event_type}: {event.reason}")
 
 
-class Lag(threading.Thread):
-    """The controller group's lag on ``reports``, sampled every second."""
-
-    def __init__(self, bootstrap: str, group: str) -> None:
-        super().__init__(name="lag", daemon=True)
-        self.stop = threading.Event()
-        self.samples: list[tuple[float, int]] = []
-        self.consumer = Consumer(client_config(bootstrap, {"group.id": group,
-                                                           "enable.auto.commit": False}))
-        meta = self.consumer.list_topics(REPORTS, timeout=10).topics[REPORTS]
-        self.parts = [TopicPartition(REPORTS, p) for p in sorted(meta.partitions)]
-
-    def run(self) -> None:
-        try:
-            while not self.stop.wait(1.0):
-                committed = self.consumer.committed(self.parts, timeout=10)
-                lag = 0
-                for tp in committed:
-                    _low, high = self.consumer.get_watermark_offsets(
-                        TopicPartition(REPORTS, tp.partition), timeout=10, cached=False)
-                    lag += max(0, high - max(tp.offset, 0))
-                self.samples.append((time.monotonic(), lag))
-        finally:
-            self.consumer.close()
-
-
-class Status(threading.Thread):
-    """``runledger status RUN --json`` once the run is confirmed, as a user runs it: the
-    whole process, timed, and how many members its answer lists."""
-
-    def __init__(self, run_id: str, env: dict[str, str]) -> None:
-        super().__init__(name="status", daemon=True)
-        self.run_id, self.env = run_id, env
-        self.took_s: float | None = None
-        self.members: int | None = None
-
-    def run(self) -> None:
-        began = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "runledger.cli", "status", self.run_id, "--json"],
-            cwd=REPO_ROOT, env=self.env, capture_output=True, text=True, timeout=300,
-            check=False)
-        self.took_s = time.monotonic() - began
-        if done.returncode == 0:
-            self.members = len(json.loads(done.stdout).get("members", []))
-
-
 def spec_for(name: str, ranks: int, domain: str, pace: Pace = PACE) -> RunSpec:
     return RunSpec.model_validate({
         "name": name, "code_version": "3f1c2a9b7d4e5f60718293a4b5c6d7e8f9012345",
@@ -206,15 +158,17 @@ def spec_for(name: str, ranks: int, domain: str, pace: Pace = PACE) -> RunSpec:
 
 
 def fleet(bootstrap: str, keys: ReportKeys, codec: Codec, ranks: int, mode: str,
-          steady_s: float, env: dict[str, str], controller_key: Path | None) -> dict[str, Any]:
-    """One fleet of ``ranks`` ranks in ``mode`` (``aggregated`` or ``per-rank``)."""
+          steady_s: float, env: dict[str, str], controller_key: Path | None,
+          pace: Pace | None = None) -> dict[str, Any]:
+    """One fleet of ``ranks`` ranks in ``mode`` (``aggregated`` or ``per-rank``), at
+    ``pace`` (by default :func:`pace_for` its size)."""
     tag = uuid.uuid4().hex[:8]
     nodes = [f"s{tag}-{i:05d}" for i in range(ranks // SLOTS + 1)]
     enroll_started = keys.enroll_s
     keys.enroll(nodes)  # before the clock starts: a fleet's keys predate its run
     enroll_s = keys.enroll_s - enroll_started
     domain = f"fleet-{tag}"
-    pace = pace_for(ranks)
+    pace = pace or pace_for(ranks)
     steady_s = max(steady_s, 3 * pace.interval_s)
     spec = spec_for(f"scale-{tag}", ranks, domain, pace)
     run_id = run_id_for(spec, PRINCIPAL, f"scale-{tag}")
@@ -235,6 +189,8 @@ def fleet(bootstrap: str, keys: ReportKeys, codec: Codec, ranks: int, mode: str,
             cwd=REPO_ROOT, env=env, stdout=log,
             stderr=subprocess.STDOUT)
     lag = Lag(bootstrap, group)
+    projection = Projection(env, log_path.with_suffix(".duckdb"),
+                            log_path.with_suffix(".projector.log"))
     producer = EventProducer(bootstrap, client_id=f"scale-{tag}", codec=codec,
                              config=PRODUCER_SETTINGS)
     seq = Counter[str]()
@@ -266,6 +222,7 @@ def fleet(bootstrap: str, keys: ReportKeys, codec: Codec, ranks: int, mode: str,
 
     status = Status(run_id, env)
     started = time.monotonic()
+    confirmed_at: float | None = None
     try:
         for node in nodes:
             keys.send(producer, AgentRegistered(
@@ -284,7 +241,6 @@ def fleet(bootstrap: str, keys: ReportKeys, codec: Codec, ranks: int, mode: str,
         cpu0 = proc_cpu_s(ctl.pid)
         cpu_window: tuple[float, float] | None = None
         cpu_steady = float("nan")
-        confirmed_at: float | None = None
         next_step = time.monotonic()
         step = 0
         victim, last_word = nodes[len(nodes) // 2], 0.0
@@ -366,6 +322,7 @@ def fleet(bootstrap: str, keys: ReportKeys, codec: Codec, ranks: int, mode: str,
         progress.close()
         if status.is_alive():
             status.join(120)
+        projected = projection.stop(confirmed_at)
     elapsed = time.monotonic() - started
     # From the run's confirmation on: a new controller group first reads the reports
     # the fleets before it left on the broker, which is no lag of this fleet's.
@@ -394,4 +351,5 @@ def fleet(bootstrap: str, keys: ReportKeys, codec: Codec, ranks: int, mode: str,
         "fleet_round_s_max": max(rounds) if rounds else None,
         "facts": dict(watch.facts), "rejections": watch.rejections,
         "controller_log": str(log_path), "fleet_log": str(log_path.with_suffix(".fleet.log")),
+        **projected,
     }

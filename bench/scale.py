@@ -1,7 +1,7 @@
 """Benchmark: how the controller's core grows with the size of one run, 10^3 to 10^5 ranks.
 
 Usage: ``.venv/bin/python bench/scale.py [--quick] [--sizes N,N,...] [--fleets N,N,...]
-[--modes per-rank,aggregated] [--skip-core] [--skip-broker]``
+[--modes per-rank,aggregated] [--skip-core] [--skip-broker] [--growth]``
 
 Section ``core`` (``bench/scale_parts.py`` says exactly what it does): for each
 size, in a process of its own (so the peak memory is that size's), one run of
@@ -32,9 +32,20 @@ heartbeat timeout and node silence (``load_parts.SLOW`` says why: the records
 one controller absorbs beside the fleet and the broker on 2 cores). Each
 fleet's rounds are logged to ``$TMPDIR/runledger-scale-<tag>.fleet.log``.
 
+Each fleet also runs ``runledger project --metrics`` beside the controller, as
+a deployment does: its lag on the log (sampled every second from its metrics
+page), CPU and peak memory are in the table.
+
+``--growth`` (the broker section only): one run of 10^3, 10^4 and 10^5 ranks,
+node-aggregated, all at the pace of the largest (``load_parts.SLOW``: a 20 s
+interval, 60 s heartbeat timeout and node silence), so that the only thing
+that changes between the columns is the ranks; the growth of each figure from
+the first to the last, and ``bench/results/scale-growth.svg``, a panel per
+figure with its goal where issue #37 sets one.
+
 The cost per heartbeat and per tick must not grow with the ranks: the tables
 print each size side by side. Nothing asserts on a timing. Results go to
-``bench/results/scale.json``.
+``bench/results/scale.json`` (``scale-growth.json`` with ``--growth``).
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ import logging
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if __name__ == "__main__":
     # Run as a script, Python puts bench/ first on sys.path, where bench/events.py
@@ -54,12 +65,23 @@ if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
     sys.path.insert(0, str(_here.parent))
 
-from bench.common import REPO_ROOT, fmt_num, machine_info, print_table, write_results
+from bench.common import (
+    REPO_ROOT,
+    RESULTS_DIR,
+    fmt_num,
+    machine_info,
+    print_table,
+    write_results,
+)
+
+if TYPE_CHECKING:
+    from bench.load_parts import Pace
 
 QUICK_SIZES = (1_000, 10_000)
 SIZES = (1_000, 10_000, 100_000)
 QUICK_FLEETS = (128,)
 FLEETS = (100_000,)  # --fleets 1024,4096: the per-rank comparison
+GROWTH = (1_000, 10_000, 100_000)  # --growth: every fleet at load_parts.SLOW
 MODES = ("per-rank", "aggregated")  # the baseline first
 STEADY_S = {True: 5.0, False: 20.0}  # --quick: shorter steady windows
 ROWS: tuple[tuple[str, str, int], ...] = (
@@ -91,9 +113,10 @@ def one_size(ranks: int) -> dict[str, Any]:
     return figures
 
 
-def broker_section(fleets: tuple[int, ...], quick: bool,
-                   modes: tuple[str, ...] = MODES) -> list[dict[str, Any]]:
-    """Every fleet size in each mode, each on a throwaway secure stack of its own."""
+def broker_section(fleets: tuple[int, ...], quick: bool, modes: tuple[str, ...] = MODES,
+                   pace: Pace | None = None) -> list[dict[str, Any]]:
+    """Every fleet size in each mode, each on a throwaway secure stack of its own, at
+    ``pace`` (by default each size's own, ``load_parts.pace_for``)."""
     import gc
     import os
     import tempfile
@@ -127,7 +150,7 @@ def broker_section(fleets: tuple[int, ...], quick: bool,
             try:
                 keys = ReportKeys(info.bootstrap, admin)
                 out.append(fleet(info.bootstrap, keys, codec, ranks, mode, STEADY_S[quick],
-                                 env, controller_key))
+                                 env, controller_key, pace))
             finally:
                 gc.collect()
                 stack.down(purge=True)
@@ -155,7 +178,10 @@ def print_broker(results: list[dict[str, Any]]) -> dict[str, float]:
             ("next generation started after, s", "next_generation_s", 2, 1.0),
             ("controller peak RSS, MB", "controller_peak_rss_mb", 0, 1.0),
             ("`runledger status RUN --json`, s", "status_s", 2, 1.0),
-            ("  members it listed", "status_members", 0, 1.0)):
+            ("  members it listed", "status_members", 0, 1.0),
+            ("projector lag p50 (records)", "projector_lag_p50", 0, 1.0),
+            ("projector lag p99 (records)", "projector_lag_p99", 0, 1.0),
+            ("projector peak RSS, MB", "projector_peak_rss_mb", 0, 1.0)):
         rows.append([label, *(cell(r, key, digits, scale) for r in results)])
     rows.append(["report -> fact p50 ms",
                  *(fmt_num(r["report_to_fact"]["p50_ms"], 1) for r in results)])
@@ -187,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="broker: which of per-rank,aggregated to run (default both)")
     parser.add_argument("--skip-core", action="store_true", help="the broker section only")
     parser.add_argument("--skip-broker", action="store_true", help="the core section only")
+    parser.add_argument("--growth", action="store_true",
+                        help="broker only: 10^3, 10^4, 10^5 ranks aggregated at one pace, "
+                             "and the growth plot")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child: one size
     args = parser.parse_args(argv)
     if args.one:
@@ -194,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.one)))
         return 0
     out: dict[str, Any] = {"machine": machine_info(), "quick": args.quick}
+    if args.growth:
+        return growth(out)
     if not args.skip_core:
         out.update(core_section(args))
     if not args.skip_broker:
@@ -224,6 +255,60 @@ def core_section(args: argparse.Namespace) -> dict[str, Any]:
     print(f"growth from {sizes[0]:,} to {sizes[-1]:,} ranks: per heartbeat x"
           f"{growth['heartbeat_core_us']:.2f}, per tick x{growth['tick_ms']:.1f}")
     return {"core": results, "growth": growth}
+
+
+def growth(out: dict[str, Any]) -> int:
+    """``--growth``: the same fleet at 10^3, 10^4 and 10^5 ranks, at one pace; the table,
+    each figure's growth from the first size to the last, and the plot."""
+    from bench.load_parts import SLOW
+    from bench.plot_parts import Panel, small_multiples
+
+    logging.basicConfig(level=logging.WARNING, format="   %(name)s: %(message)s")
+    results = out["broker"] = broker_section(GROWTH, False, ("aggregated",), SLOW)
+    print_broker(results)
+    panels = [Panel(title, tuple(_figure(r, key) * scale if _figure(r, key) is not None
+                                 else None for r in results), goal, digits)
+              for title, key, scale, goal, digits in GROWTH_PANELS]
+    out["growth"] = {}
+    for title, key, *_ in GROWTH_PANELS:
+        ratio = out["growth"][key] = _ratio(results, key)
+        print(f"   {title}: x{'-' if ratio is None else f'{ratio:.2f}'} from "
+              f"{GROWTH[0]:,} to {GROWTH[-1]:,} ranks")
+    svg = small_multiples(
+        RESULTS_DIR / "scale-growth.svg", "One run of 10³ to 10⁵ ranks, one controller",
+        GROWTH, panels, note=f"node-aggregated, every {SLOW.interval_s:g} s; heartbeat timeout "
+        f"{SLOW.timeout_s:g} s; a projector beside it; 2 cores shared with the fleet and the "
+        f"broker ({out['machine']['measured_at'][:10]})")
+    print(f"   plot: {svg}")
+    out["plot"] = str(svg)
+    write_results("scale-growth", out)
+    return 0
+
+
+# (panel title, figure in a fleet's results, scale, goal (issue #37), digits)
+GROWTH_PANELS: tuple[tuple[str, str, float, float | None, int], ...] = (
+    ("records offered /s", "offered_per_s", 1.0, None, 0),
+    ("controller CPU, steady (% of a core)", "controller_cpu_share_steady", 100.0, None, 0),
+    ("controller lag p99 (records)", "lag_p99", 1.0, None, 0),
+    ("report -> fact p99 (ms)", "report_to_fact.p99_ms", 1.0, 100.0, 0),
+    ("lost node named after its last word (s)", "detected_s", 1.0, 2 * 60.0, 1),
+    ("next generation, s after it was named", "next_generation_s", 1.0, 5.0, 2),
+    ("runledger status RUN --json (s)", "status_s", 1.0, None, 2),
+    ("projector lag p99 (records)", "projector_lag_p99", 1.0, None, 0),
+    ("controller peak RSS (MB)", "controller_peak_rss_mb", 1.0, None, 0),
+)
+
+
+def _figure(result: dict[str, Any], key: str) -> float | None:
+    value: Any = result
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return None if value is None else float(value)
+
+
+def _ratio(results: list[dict[str, Any]], key: str) -> float | None:
+    first, last = _figure(results[0], key), _figure(results[-1], key)
+    return None if first is None or last is None or first == 0 else last / first
 
 
 if __name__ == "__main__":

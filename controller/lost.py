@@ -19,12 +19,16 @@ a failure of class ``infrastructure``, signature ``infrastructure:node_lost``,
 attributed to that node (its quarantine count, not the survivors'), whose
 detail names the survivors' exits as consequences.
 
-A node is **undecided** for a failure shown by an exit when it is not lost, its
-agent has not reported since the exit (at least ``REPORTED_AFTER_MS`` later:
-a dead node's last report, read from another partition, may arrive with the
-exit) and it is not yet ``LOST_AFTER_MS`` silent. The exit's classification
-waits for it (:data:`WAIT`): a live agent reports within its interval (2 s),
-a dead one falls past ``LOST_AFTER_MS``. The wait is bounded: at most
+A node is **undecided** for a failure shown by an exit when it is not lost and
+nothing of it has reported since the exit: neither its agent nor any of its
+members (at least ``REPORTED_AFTER_MS`` later: a dead node's last report, read
+from another partition, may arrive with the exit). Not lost means not yet
+``LOST_AFTER_MS`` silent, counted from the newest of those reports, the same
+clock that makes it lost: an agent past its silence whose member beat later is
+undecided until that member is silent too (judged by the agent alone, it was
+neither, and a tick in between blamed the survivor's exit on the survivor).
+The exit's classification waits for it (:data:`WAIT`): a live agent reports
+within its interval (2 s), a dead one falls past ``LOST_AFTER_MS``. The wait is bounded: at most
 ``LOST_AFTER_MS + REPORTED_AFTER_MS`` after the exit (``LOST_GRACE_MS``), and
 in a healthy cluster one agent heartbeat interval, so a single rank's crash is
 still classified within seconds and blamed on its own node. A member's
@@ -112,8 +116,8 @@ def judge(members: Sequence[Member], exits: Mapping[str, int | None],
         seen = max([agent.last_seen, *(heartbeats.get(lid, 0) for lid in on)])
         if now - max(seen, since) > after_ms:
             lost.append(Lost(node, seen, tuple(on), _consequences(members, exits)))
-        elif now - max(agent.last_seen, since) <= after_ms:
-            undecided.append((node, agent.last_seen))
+        else:
+            undecided.append((node, seen))
     if lost:
         return Found(lost[0], _failure(lost[0], now))
     note = evidence.exits.get(failure.logical_id or "")
@@ -126,11 +130,12 @@ def judge(members: Sequence[Member], exits: Mapping[str, int | None],
 
 def _silence(failure: policy.Failure, heartbeats: Mapping[str, int],
              undecided: Sequence[tuple[str, int]]) -> _Wait | None:
-    """A member's heartbeat silence waits while its own node went quiet with it: the
-    node's agent unheard since the member's last heartbeat (and ``REPORTED_AFTER_MS``)
-    and not yet ``LOST_AFTER_MS`` silent. A spec's heartbeat timeout may be shorter than
-    ``LOST_AFTER_MS`` (3 s against 6 s), and on a loaded machine the survivors' exits may
-    come later than it: without the wait the dead node's member would be called hung.
+    """A member's heartbeat silence waits while its own node went quiet with it: nothing
+    of the node (its agent, its other members) heard since the member's last heartbeat
+    (and ``REPORTED_AFTER_MS``), and the node not yet ``LOST_AFTER_MS`` silent. A spec's
+    heartbeat timeout may be shorter than ``LOST_AFTER_MS`` (3 s against 6 s), and on a
+    loaded machine the survivors' exits may come later than it: without the wait the
+    dead node's member would be called hung.
     A live agent reports within its interval, so a hang on a live node waits at most
     that long; any other silence (a stall, a start timeout) waits for nothing."""
     if not failure.signature.startswith(policy.NO_HEARTBEAT) or failure.node is None:

@@ -5,11 +5,14 @@ The scenario itself runs in ``make bench-smoke`` (its --quick form, a real stack
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bench.cluster_check_parts import in_turn, stretches
 from bench.cluster_fleet_parts import PER_NODE, Shape
+from bench.cluster_watch_parts import Page, bucket_quantiles, buckets, summed
 from events.model import Header, StepCommitted
 from events.record import Record
 
@@ -57,3 +60,38 @@ def test_each_partition_has_room_for_its_live_runs_and_one_spare_node() -> None:
     assert sum(shape.runs_on(p) for p in range(6)) == 1_000
     for p in range(6):
         assert (shape.nodes_on(p) - 1) * PER_NODE >= shape.runs_on(p)
+
+
+def _page(delays_s: list[float]) -> str:
+    """A controller's metrics page as it serves it, with these reports observed."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from controller.latency import Histogram
+    from controller.metrics import latency_family
+
+    hist = Histogram()
+    for d in delays_s:
+        hist.observe(d)
+
+    class One:
+        def collect(self) -> Any:
+            yield latency_family(hist.snapshot())
+
+    registry = CollectorRegistry()
+    registry.register(One())  # type: ignore[arg-type]
+    return generate_latest(registry).decode()
+
+
+def test_the_controllers_own_quantiles_are_read_from_their_pages_between_two_readings() -> None:
+    before = buckets(_page([0.003] * 50))
+    after = buckets(_page([0.003] * 50 + [0.02] * 80 + [0.2] * 19 + [3.0]))
+    assert before[float("inf")] == 50 and after[float("inf")] == 150
+    q = bucket_quantiles(before, after)
+    # Of the 100 observed in between: 80 under 25 ms, 19 under 250 ms, one under 5 s.
+    assert q == {"count": 100.0, "p50_le_s": 0.025, "p90_le_s": 0.25, "p99_le_s": 0.25}
+    assert bucket_quantiles(before, after, (100,))["p100_le_s"] == 5.0
+    # Two controllers' pages summed are one histogram of both.
+    page = Page(0.1, 40, after)
+    both = summed([page, page, None])
+    assert both[float("inf")] == 300 and both[0.025] == 2 * after[0.025]
+    assert bucket_quantiles(after, after)["p50_le_s"] is None  # nothing observed

@@ -20,7 +20,7 @@ import json
 import re
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -34,6 +34,7 @@ from agent.stats import AgentStats
 from controller.inventory import Inventory, Node
 from controller.metrics import ControllerCollector
 from controller.model import Model
+from controller.ownership import Ownership
 from controller.run_decide import NODE_TIMEOUT_MS
 from controller.service import ControllerService, LoopStats
 from events.state import Status
@@ -145,6 +146,9 @@ class _Service:
 
     model: Model | None
     stats: LoopStats
+    # One partition, held and ready: this controller decides for every run.
+    ownership: Ownership = field(
+        default_factory=lambda: Ownership("ctl", 1, frozenset({0}), ready=frozenset({0})))
 
 
 class _Agent(AgentCollector):

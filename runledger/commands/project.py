@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from projectors.metrics import EttrOf, ProjectorCollector
+from projectors.metrics import ProjectorCollector
 from projectors.projector import Projector, table_digests
 from queries.ettr import EttrBook
 from runledger import config
@@ -41,10 +41,6 @@ SnapshotEvery = Annotated[float, typer.Option(
     "--snapshot-every", metavar="S", min=0.0,
     help="Publish the read-only snapshot that query and report read while this runs at"
          " most every S seconds (0: after every batch).")]
-
-# ETTR per run on each scrape: the queries package's SQL over the projector's own cursor,
-# a bounded time of it per scrape (queries.ettr.EttrBook says why).
-ETTR_OF: EttrOf | None = EttrBook()
 
 
 def register(app: typer.Typer) -> None:
@@ -72,7 +68,10 @@ def project(
     server: MetricsServer | None = None
     try:
         if metrics_address is not None:
-            collector = ProjectorCollector(projector, ettr_of=ETTR_OF)
+            # ETTR per run on each scrape: the queries package's SQL over the projector's
+            # own cursor, a bounded time of it per scrape (queries.ettr.EttrBook says why);
+            # one book per projector, so what it remembers is this database's runs.
+            collector = ProjectorCollector(projector, ettr_of=EttrBook())
             server = serve_metrics(collector, metrics_address, on_close=collector.close)
         n = projector.run(until_caught_up=once, stop=stop, retry_s=config.retry_s())
     finally:

@@ -15,8 +15,9 @@ import pytest
 
 from controller.inventory import Inventory, Node
 from controller.latency import BUCKETS_S, Histogram, report_delays
-from controller.metrics import NODE_STATES, ControllerCollector, families
+from controller.metrics import FINISHED_SHOWN_MS, NODE_STATES, ControllerCollector, families
 from controller.model import Model, Tracked
+from controller.ownership import Ownership
 from controller.run_decide import NODE_TIMEOUT_MS
 from controller.runplan import RunPlan, plan_from_submission
 from controller.service import ControllerService, LoopStats
@@ -102,6 +103,43 @@ def test_a_terminal_run_keeps_its_status_and_drops_its_clock_series() -> None:
     assert one(got, "runledger_run_step", "run-b") == 10
     assert of_run(got, "runledger_run_heartbeat_age_seconds", "run-b") == {}
     assert of_run(got, "runledger_run_checkpoint_age_seconds", "run-b") == {}
+
+
+def test_a_scrape_shows_the_runs_this_controller_decides_and_finished_ones_ten_minutes() -> None:
+    """Every controller's model holds every run: each exports only its own, so a group
+    exports a run once; a finished run's series go FINISHED_SHOWN_MS after its end (its
+    history is the projection's), while the counts by status still hold every run."""
+    runs = {"live": state("live", Status.RUNNING),
+            "just-done": state("just-done", Status.SUCCEEDED,
+                               updated_at=NOW - FINISHED_SHOWN_MS),
+            "long-done": state("long-done", Status.FAILED,
+                               updated_at=NOW - FINISHED_SHOWN_MS - 1),
+            "theirs": state("theirs", Status.RUNNING)}
+    got = render(families(model_of(runs), LoopStats(), NOW, lambda run: run != "theirs"))
+    exported = {dict(k)["run"] for (n, k), _ in got.items() if n == "runledger_run_status"}
+    assert exported == {"live", "just-done"}
+    by_status = {dict(k)["status"]: v for (n, k), v in got.items()
+                 if n == "runledger_controller_runs" and v}
+    assert by_status == {"Running": 2, "Succeeded": 1, "Failed": 1}
+    # No owner given (a pure caller): every run shown within its window.
+    every = render(families(model_of(runs), LoopStats(), NOW))
+    assert {dict(k)["run"] for (n, k), _ in every.items() if n == "runledger_run_status"} \
+        == {"live", "just-done", "theirs"}
+
+
+def test_a_collector_before_its_partitions_are_assigned_exports_no_run() -> None:
+    class Service:
+        model = model_of({"live": state("live", Status.RUNNING)})
+        stats = LoopStats()
+        ownership: Ownership | None = None
+
+    collector = ControllerCollector(Service(), clock=lambda: NOW)  # type: ignore[arg-type]
+    got = render(list(collector.collect()))
+    assert not [n for (n, _), _ in got.items() if n == "runledger_run_status"]
+    assert got[("runledger_controller_runs", (("status", "Running"),))] == 1
+    Service.ownership = Ownership("c1", 1, frozenset({0}), ready=frozenset({0}))
+    got = render(list(collector.collect()))
+    assert got[("runledger_run_status", (("run", "live"), ("status", "Running")))] == 1
 
 
 def test_no_checkpoint_means_every_step_is_lag_and_future_heartbeats_are_age_0() -> None:
@@ -270,6 +308,7 @@ def test_the_server_binds_an_ephemeral_port_and_serves_a_service_snapshot() -> N
     service = ControllerService("127.0.0.1:1", plan_from_submission)  # never run
     service.model = model_of({"run-d": state("run-d", Status.RUNNING,
                                                         heartbeats={"r0": NOW - 100})})
+    service.ownership = Ownership("c1", 1, frozenset({0}), ready=frozenset({0}))  # every run
     service.stats.ticks = 3
     server = MetricsServer(ControllerCollector(service, clock=lambda: NOW), "127.0.0.1", 0)
     try:

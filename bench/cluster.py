@@ -142,9 +142,7 @@ def scenario(concurrent: int, finished: int, quick: bool) -> dict[str, Any]:
             time.sleep(1.0)
         out["projector_caught_up_s"] = time.monotonic() - began
         out["projector_lag"] = {
-            "p50": percentile([n for _, n in lag.samples], 50) if lag.samples else None,
-            "p99": percentile([n for _, n in lag.samples], 99) if lag.samples else None,
-            "max": max((n for _, n in lag.samples), default=None),
+            **lag.quantiles(),
             "samples": len(lag.samples), "last": [n for _, n in lag.samples[-5:]],
             "scrape_s_p50": percentile(lag.scrapes_s, 50) if lag.scrapes_s else None,
             "scrape_s_max": max(lag.scrapes_s, default=None)}

@@ -33,6 +33,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from bench.cluster_fleet_parts import Fleet
+from bench.common import percentile
 from bench.controller import Reader
 from events.codec import Codec
 from events.kafka.clients import WRITER_HEADER
@@ -210,6 +211,13 @@ class ProjectorLag(threading.Thread):
     def stop(self) -> None:
         self.stopped.set()
         self.join(30)
+
+    def quantiles(self, since: float | None = None) -> dict[str, int | None]:
+        """p50, p99 and max of the lag sampled from ``since`` (monotonic) on."""
+        lags = [n for at, n in self.samples if since is None or at >= since]
+        return {"p50": percentile(lags, 50) if lags else None,
+                "p99": percentile(lags, 99) if lags else None,
+                "max": max(lags, default=None)}
 
 
 REPORT_TO_FACT = "runledger_controller_report_to_fact_seconds_bucket"

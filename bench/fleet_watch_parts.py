@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -25,8 +24,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from bench.cluster_procs_parts import free_port
 from bench.cluster_watch_parts import ProjectorLag
-from bench.common import REPO_ROOT, percentile, proc_cpu_s, proc_hwm_mb
+from bench.common import REPO_ROOT, proc_cpu_s, proc_hwm_mb
 from events.kafka.connection import client_config
 from events.topics import REPORTS
 from projectors.snapshot import snapshot_path
@@ -83,9 +83,7 @@ class Projection:
     """``runledger project --metrics`` for the fleet's life, its lag scraped every second."""
 
     def __init__(self, env: dict[str, str], db: Path, log: Path) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         self.db = db
         self._log = log.open("wb")
         self.proc = subprocess.Popen(
@@ -109,9 +107,7 @@ class Projection:
         self._log.close()
         for path in (self.db, self.db.with_suffix(".duckdb.wal"), snapshot_path(self.db)):
             path.unlink(missing_ok=True)  # the log stays; the projection is throwaway
-        lags = [n for at, n in self.lag.samples if since is None or at >= since]
-        return {"projector_lag_p50": percentile(lags, 50) if lags else None,
-                "projector_lag_p99": percentile(lags, 99) if lags else None,
-                "projector_lag_max": max(lags) if lags else None,
-                "projector_cpu_s": cpu, "projector_peak_rss_mb": hwm,
-                "projector_exit": self.proc.returncode}
+        lag = self.lag.quantiles(since)
+        return {"projector_lag_p50": lag["p50"], "projector_lag_p99": lag["p99"],
+                "projector_lag_max": lag["max"], "projector_cpu_s": cpu,
+                "projector_peak_rss_mb": hwm, "projector_exit": self.proc.returncode}

@@ -266,8 +266,8 @@ def growth(out: dict[str, Any]) -> int:
     logging.basicConfig(level=logging.WARNING, format="   %(name)s: %(message)s")
     results = out["broker"] = broker_section(GROWTH, False, ("aggregated",), SLOW)
     print_broker(results)
-    panels = [Panel(title, tuple(_figure(r, key) * scale if _figure(r, key) is not None
-                                 else None for r in results), goal, digits)
+    panels = [Panel(title, tuple(None if (v := _figure(r, key)) is None else v * scale
+                                 for r in results), goal, digits)
               for title, key, scale, goal, digits in GROWTH_PANELS]
     out["growth"] = {}
     for title, key, *_ in GROWTH_PANELS:

@@ -28,12 +28,12 @@ clock that makes it lost: an agent past its silence whose member beat later is
 undecided until that member is silent too (judged by the agent alone, it was
 neither, and a tick in between blamed the survivor's exit on the survivor).
 The exit's classification waits for it (:data:`WAIT`): a live agent reports
-within its interval (2 s), a dead one falls past ``LOST_AFTER_MS``. The wait is bounded: at most
-``LOST_AFTER_MS + REPORTED_AFTER_MS`` after the exit (``LOST_GRACE_MS``), and
-in a healthy cluster one agent heartbeat interval, so a single rank's crash is
-still classified within seconds and blamed on its own node. A member's
-heartbeat silence waits the same way while its own node's agent went quiet
-with it (a heartbeat timeout may be shorter than ``LOST_AFTER_MS``: the
+within its interval (2 s), a dead one falls past ``LOST_AFTER_MS``. The wait
+is bounded: at most ``LOST_AFTER_MS + REPORTED_AFTER_MS`` after the exit
+(``LOST_GRACE_MS``), and in a healthy cluster one agent heartbeat interval,
+so a single rank's crash is still classified within seconds and blamed on its
+own node. A member's heartbeat silence waits the same way while its own node
+went quiet with it (a heartbeat timeout may be shorter than ``LOST_AFTER_MS``: the
 harness's 3 s against 6 s, where a loaded machine's survivors exit later than
 the timeout); a stall or a start timeout waits for nothing.
 

@@ -150,7 +150,10 @@ class Worker:
         self.producer_id = f"worker/{env.run_id}/{env.logical_id}"
         self._prefix = f"{env.run_id}/g{env.generation}/{env.logical_id}"
         self._heartbeats_off = threading.Event()
-        self._beaten = 0  # heartbeats sent, counted after each send (events.kafka.delivery.drain)
+        # Heartbeat records sent, counted after each send (events.kafka.delivery.drain); a
+        # beat written to the agent's beat file is no record: counting it let a flush end
+        # with a step report still queued, which the exit of a failing step then lost.
+        self._beaten = 0
         self._seq = 0  # beats written to the beat file (events.beatfile), when there is one
         self._closing = False
         self._beat_lock = threading.Lock()
@@ -168,25 +171,27 @@ class Worker:
         # The first beat goes out at once: it is how the controller sees the member join.
         while not self._heartbeats_off.is_set():
             beat += 1
-            self._beat(beat)
-            self._beaten += 1
+            if self._beat(beat):
+                self._beaten += 1
             self.producer.poll(0)
             if self._heartbeats_off.wait(self.env.heartbeat_interval_s):
                 return
 
-    def _beat(self, beat: int, closing: bool = False) -> None:
-        """One heartbeat: to the beat file its agent named (events.beatfile), or a record."""
+    def _beat(self, beat: int, closing: bool = False) -> bool:
+        """One heartbeat: to the beat file its agent named (events.beatfile), or a record;
+        True when it was a record."""
         if self.env.beat_file is not None:
             with self._beat_lock:  # the heartbeat thread and the closing beat of run()
                 self._closing = self._closing or closing  # a closed session stays closed
                 self._seq += 1
                 beatfile.write(self.env.beat_file,
                                beatfile.Beat(self._seq, self.step, self._closing))
-            return
+            return False
         self._send(HeartbeatRecorded(
             header=self._header("hb/closing" if closing else f"hb/{beat}"),
             logical_id=self.env.logical_id, node=self.env.node, step=self.step,
             closing=closing))
+        return True
 
     def run(self) -> int:
         beats = threading.Thread(target=self.heartbeat_loop, name="heartbeat", daemon=True)

@@ -1,10 +1,16 @@
 """Between event dataclasses and the plain records fastavro reads and writes.
 
 Both directions run once per event on every produce and consume, so each
-class's shape is worked out once and cached as a plan (the benchmark in
-``bench/events.py`` showed the generic walk costing 80% of the codec).
+class's shape is worked out once and written out as a small function of its
+own, compiled on first use (``_compile_encoder``, ``_decoder``): one attribute
+read or key lookup per field, and a type test per scalar, with nothing looked
+up, branched on or looped over per field at run time. The benchmark in
+``bench/events.py`` showed the generic walk costing 80% of the codec; a plan
+per class, walked per field, was the step before this one, and these functions
+take 0.84-0.98 of its time (docs/performance.md, the codec rows).
 
-Tested in tests/events/test_codec.py.
+Tested in tests/events/test_codec.py and tests/events/test_convert.py (against
+a plain walk of the fields, the reference).
 """
 
 from __future__ import annotations
@@ -28,7 +34,6 @@ _EXACT: dict[Any, frozenset[type]] = {
     bool: frozenset({bool}),
     bytes: frozenset({bytes}),
 }
-_ENCODE: dict[type[Any], tuple[tuple[str, frozenset[type] | None], ...]] = {}
 
 
 def _allowed(tp: Any) -> frozenset[type] | None:
@@ -40,14 +45,45 @@ def _allowed(tp: Any) -> frozenset[type] | None:
     return _EXACT.get(tp)
 
 
-def _encode_plan(cls: type[Any]) -> tuple[tuple[str, frozenset[type] | None], ...]:
-    plan = _ENCODE.get(cls)
-    if plan is None:
-        hints = typing.get_type_hints(cls)
-        plan = _ENCODE[cls] = tuple(
-            (f.name, _allowed(hints[f.name])) for f in dataclasses.fields(cls)
-        )
-    return plan
+def _wrong_type(cls: type[Any], name: str, allowed: frozenset[type], item: Any) -> InvalidEvent:
+    return InvalidEvent(
+        f"{cls.__name__}.{name} must be "
+        f"{' or '.join(sorted(t.__name__ for t in allowed))}, "
+        f"got {type(item).__name__} {item!r}"
+    )
+
+
+# Per dataclass: a function compiled for its fields (``_compile_encoder``).
+_ENCODERS: dict[type[Any], Callable[[Any], dict[str, Any]]] = {}
+
+
+def _compile_encoder(cls: type[Any]) -> Callable[[Any], dict[str, Any]]:
+    """A function that turns one ``cls`` into its record, written out field by field.
+
+    What the generic walk did per field (look the plan up, test the kind of the
+    field, loop) is decided here once, so an encode runs one attribute read and,
+    for a scalar, one set test per field, in the order of the fields (the first
+    wrong field is the one named, as before).
+    """
+    hints = typing.get_type_hints(cls)
+    env: dict[str, Any] = {"to_record": to_record, "wrong": _wrong_type, "cls": cls}
+    lines = ["def encode(value):"]
+    names = []
+    for i, f in enumerate(dataclasses.fields(cls)):
+        allowed = _allowed(hints[f.name])
+        lines.append(f"    x{i} = value.{f.name}")
+        if allowed is None:
+            lines.append(f"    x{i} = to_record(x{i})")
+        else:
+            env[f"a{i}"] = allowed
+            lines.append(f"    if type(x{i}) not in a{i}:")
+            lines.append(f"        raise wrong(cls, {f.name!r}, a{i}, x{i})")
+        names.append(f"{f.name!r}: x{i}")
+    lines.append("    return {" + ", ".join(names) + "}")
+    exec("\n".join(lines), env)  # the source is built above from field names alone
+    encode: Callable[[Any], dict[str, Any]] = env["encode"]
+    _ENCODERS[cls] = encode
+    return encode
 
 
 def to_record(value: Any) -> Any:
@@ -57,23 +93,13 @@ def to_record(value: Any) -> Any:
     naming the field.
     """
     cls = type(value)
+    encode = _ENCODERS.get(cls)
+    if encode is not None:
+        return encode(value)
     if cls in _SCALARS:
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {}
-        for name, allowed in _encode_plan(cls):
-            item = getattr(value, name)
-            if allowed is not None:
-                if type(item) not in allowed:
-                    raise InvalidEvent(
-                        f"{cls.__name__}.{name} must be "
-                        f"{' or '.join(sorted(t.__name__ for t in allowed))}, "
-                        f"got {type(item).__name__} {item!r}"
-                    )
-                out[name] = item
-            else:
-                out[name] = to_record(item)
-        return out
+        return _compile_encoder(cls)(value)
     if isinstance(value, tuple | list):
         return [to_record(v) for v in value]
     if isinstance(value, dict):
@@ -81,58 +107,72 @@ def to_record(value: Any) -> Any:
     return value
 
 
-Builder = Callable[[Any], Any] | None  # None: the decoded value is used as it is
-
-
-def _builder(tp: Any) -> Builder:
+def _decoder_of(tp: Any, env: dict[str, Any], raw: str) -> str:
+    """The expression that builds a field of type ``tp`` from its decoded value ``raw``
+    (a plain name, so it may be repeated); ``env`` receives the names it uses."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
-        opt = _builder(inner)
-        if opt is None:
-            return None
-        build: Callable[[Any], Any] = opt
-        return lambda raw: None if raw is None else build(raw)
+        built = _decoder_of(inner, env, raw)
+        return raw if built == raw else f"(None if {raw} is None else {built})"
     if origin is tuple:
         inner, _ellipsis = typing.get_args(tp)
-        item_opt = _builder(inner)
-        if item_opt is None:
-            return tuple
-        build_item: Callable[[Any], Any] = item_opt
-        return lambda raw: tuple(build_item(item) for item in raw)
+        item = _decoder_of(inner, env, "i")
+        return f"tuple({raw})" if item == "i" else f"tuple([{item} for i in {raw}])"
     if origin is dict:
-        return dict
+        return f"dict({raw})"
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        cls = tp
-        return lambda raw: from_record(cls, raw)
-    return None
+        name = f"b{len(env)}_{tp.__name__}"  # unique within this function's names
+        env[name] = _decoder(tp)
+        return f"{name}({raw})"
+    return raw
 
 
-_PLANS: dict[type[Any], tuple[frozenset[str], tuple[tuple[str, Builder], ...]]] = {}
+# Per dataclass: its compiled builder, called with the record and where it is (for
+# the messages of a refusal; "" at the top).
+Decoder = Callable[[dict[str, Any], str], Any]
+_DECODERS: dict[type[Any], Decoder] = {}
 
 
-def _plan(cls: type[Any]) -> tuple[frozenset[str], tuple[tuple[str, Builder], ...]]:
-    plan = _PLANS.get(cls)
-    if plan is None:
-        hints = typing.get_type_hints(cls)
-        fields = tuple((f.name, _builder(hints[f.name])) for f in dataclasses.fields(cls))
-        plan = _PLANS[cls] = (frozenset(name for name, _ in fields), fields)
-    return plan
+def _explain(cls: type[Any], names: frozenset[str], record: dict[str, Any],
+             where: str) -> InvalidEvent:
+    where = where or cls.__name__
+    missing = sorted(names - set(record))
+    if missing:
+        return InvalidEvent(f"{where}.{missing[0]} is missing")
+    return InvalidEvent(f"{where} has fields the class does not know: "
+                        f"{sorted(set(record) - names)}")
+
+
+def _decoder(cls: type[Any]) -> Decoder:
+    """A function that builds one ``cls`` from its decoded record, written out field by
+    field, as its encoder is; a record whose fields are not exactly the class's is
+    refused naming the first missing or the unknown ones."""
+    decode = _DECODERS.get(cls)
+    if decode is not None:
+        return decode
+    hints = typing.get_type_hints(cls)
+    names = frozenset(f.name for f in dataclasses.fields(cls))
+    env: dict[str, Any] = {"cls": cls, "names": names, "explain": _explain}
+    lines = ["def decode(record, where=''):",
+             "    if record.keys() != names:",
+             "        raise explain(cls, names, record, where)"]
+    args = []
+    for i, f in enumerate(dataclasses.fields(cls)):
+        built = _decoder_of(hints[f.name], env, f"x{i}")
+        if built != f"x{i}":
+            lines.append(f"    x{i} = record[{f.name!r}]")
+            args.append(f"{f.name}={built}")
+        else:
+            args.append(f"{f.name}=record[{f.name!r}]")
+    lines.append("    return cls(" + ", ".join(args) + ")")
+    exec("\n".join(lines), env)  # the source is built above from field names alone
+    compiled: Decoder = env["decode"]
+    _DECODERS[cls] = compiled
+    return compiled
 
 
 def from_record(cls: type[Any], record: dict[str, Any], where: str = "") -> Any:
     """Build ``cls`` from a decoded record; a missing or unknown field names itself."""
-    names, fields = _plan(cls)
-    if len(record) != len(fields) or not names.issuperset(record):
-        where = where or cls.__name__
-        missing = sorted(names - set(record))
-        if missing:
-            raise InvalidEvent(f"{where}.{missing[0]} is missing")
-        raise InvalidEvent(
-            f"{where} has fields the class does not know: {sorted(set(record) - names)}"
-        )
-    kwargs = {}
-    for name, build in fields:
-        raw = record[name]
-        kwargs[name] = raw if build is None else build(raw)
-    return cls(**kwargs)
+    decode = _DECODERS.get(cls) or _decoder(cls)
+    return decode(record, where)

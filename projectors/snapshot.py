@@ -24,6 +24,7 @@ Tested in tests/projectors/test_snapshot.py.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,9 +57,16 @@ def snapshot_path(live: str | Path) -> Path:
     return path.with_name(stem + SUFFIX)
 
 
+_PUBLISHED = itertools.count()
+
+
 def _temp_path(live: str | Path) -> Path:
-    # Not ending in .duckdb: nobody lists or opens it as a projection.
-    return snapshot_path(live).with_name(f".{snapshot_path(live).name}.{os.getpid()}.tmp")
+    # Not ending in .duckdb: nobody lists or opens it as a projection. A new name for
+    # every publish, never one this process opened before: DuckDB keeps an instance per
+    # path in the process, and a connect to a name it still held would write through
+    # that instance into the file it was, which is by then the published snapshot.
+    name = snapshot_path(live).name
+    return snapshot_path(live).with_name(f".{name}.{os.getpid()}.{next(_PUBLISHED)}.tmp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +161,8 @@ def publish(con: duckdb.DuckDBPyConnection, live: LiveFile, *,
             _write_meta(copy, live.path, positions, ends, taken_at)
         finally:
             copy.close()
+        if not _whole(temp, positions):
+            return None
         _fsync(temp)
         os.replace(temp, target)
         _fsync(target.parent)  # the rename itself survives a crash
@@ -175,6 +185,23 @@ def _write_meta(copy: duckdb.DuckDBPyConnection, live: str | Path,
                                         else (None, None)))
         for t, p in parts])
     copy.execute("CHECKPOINT")
+
+
+def _whole(temp: Path, positions: Mapping[Partition, int]) -> bool:
+    """Whether the closed copy, opened afresh, holds its meta and the positions it was
+    given, with nothing of it left in a write-ahead log: only such a file is renamed
+    over the snapshot, since a reader opens the snapshot without its log (a CI run once
+    met a snapshot with no ``snapshot_meta``)."""
+    if Path(f"{temp}.wal").exists():
+        return False
+    con = duckdb.connect(str(temp), read_only=True)
+    try:
+        meta = read_meta(con, temp)
+    except SnapshotError:
+        return False
+    finally:
+        con.close()
+    return dict(meta.positions) == dict(positions)
 
 
 def _fsync(path: Path) -> None:

@@ -65,7 +65,11 @@ class Reporter:
         self._failures: list[str] = []
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="rl-reporter", daemon=True)
-        self._beats = 0
+        self._beats = 0  # heartbeats taken, numbering each (a beat file's or a record's)
+        # Heartbeat records given to the producer: a drain subtracts these from its queue,
+        # and a beat written to the agent's beat file is none (counting it let a flush
+        # return with a report still queued, lost when the process then exited).
+        self._beat_records = 0
         self._next_beat = 0.0  # time.monotonic() of the next heartbeat; 0: at once
         # Set by close: the beats from then on say the process is on its way out.
         self.closing = False
@@ -168,11 +172,11 @@ class Reporter:
             self.producer.poll(0)
 
     def _drain(self, flush: _Flush) -> None:
-        beats = self._beats
+        beats = self._beat_records
 
-        def sent_since() -> int:  # this thread's own beats, sent while it waits
+        def sent_since() -> int:  # this thread's own beat records, sent while it waits
             self._beat_if_due()
-            return self._beats - beats
+            return self._beat_records - beats
 
         try:
             left = drain(self.producer, sent_since, flush.timeout_s)
@@ -206,3 +210,5 @@ class Reporter:
         except Exception as exc:
             with self._lock:
                 self._failures.append(f"heartbeat: {exc}")
+            return
+        self._beat_records += 1  # counted once sent (events.kafka.delivery.drain)

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -24,6 +25,7 @@ from agent.testworker import (
     loss_at,
     parse_args,
 )
+from events import beatfile
 from events.kafka.clients import EventProducer
 from events.model import HeartbeatRecorded, StepCommitted
 from events.workerenv import WorkerEnv
@@ -225,11 +227,12 @@ def test_the_modes_for_alert_tests_are_off_by_default() -> None:
     assert (p.input_wait_ms, p.step_times_every) == (30.0, 4)
 
 
-def _in_process(broker: SlowBroker, steps: int = 2) -> tuple[Worker, list[object]]:
+def _in_process(broker: SlowBroker, steps: int = 2,
+                beat_file: str | None = None) -> tuple[Worker, list[object]]:
     """A rank-0 worker run in a thread over ``broker``; the list gets its code or error."""
     env = WorkerEnv(run_id="run-1", generation=1, logical_id="r0", node="n", world_size=1,
                     rank=0, local_rank=0, master_addr="127.0.0.1", master_port=1,
-                    bootstrap="slow:9092", heartbeat_interval_s=0.05)
+                    bootstrap="slow:9092", heartbeat_interval_s=0.05, beat_file=beat_file)
     worker = Worker(env, parse_args(["--steps", str(steps), "--step-time", "0"]),
                     cast(EventProducer, broker))
     outcome: list[object] = []
@@ -259,6 +262,25 @@ def test_a_slow_flush_heartbeats_on_and_ends_in_exit_0_once_the_log_takes_the_re
     _worker, outcome = _in_process(broker)
     assert broker.wait_beats(5)  # its first step's flush is waiting; the beats go on
     assert not outcome
+    broker.deliver.set()
+    assert _settled(outcome) == 0
+    assert [e.step for e in broker.sent if isinstance(e, StepCommitted)] == [1, 2]
+
+
+def test_beats_to_a_beat_file_do_not_end_a_flush_its_step_still_waits_on(
+        tmp_path: Path) -> None:
+    """The agent's beat file takes the beats; a flush counted them as sent and moved on
+    with the step report queued (a failing step's exit then lost it, and a CI run filed
+    the generation as failing before its first step: job:start_exit)."""
+    broker = SlowBroker()
+    beat_file = tmp_path / "r0.beat"
+    _worker, outcome = _in_process(broker, beat_file=str(beat_file))
+    deadline = time.monotonic() + 30
+    while (beat := beatfile.read(beat_file)) is None or beat.seq < 5:
+        assert time.monotonic() < deadline, "the worker stopped beating while it flushed"
+        time.sleep(0.02)
+    assert not outcome  # its first step's report is not delivered: it still waits
+    assert [e.step for e in broker.sent if isinstance(e, StepCommitted)] == [1]
     broker.deliver.set()
     assert _settled(outcome) == 0
     assert [e.step for e in broker.sent if isinstance(e, StepCommitted)] == [1, 2]

@@ -147,9 +147,18 @@ def test_the_same_failure_every_time_backs_off_growing_then_fails(cluster: Clust
     )
     facts = cluster.wait_facts(run, finished("failed"), timeout=120, what="failure")
     failures: list[FailureClassified] = of_type(facts, "FailureClassified")
-    said = [(f.generation, f.action, f.signature, f.detail) for f in failures]
-    assert [f.action for f in failures] == ["restart", "restart", "escalate"], said
-    assert {f.signature for f in failures} == {"worker_crash:exit=1"}, said
+    said: list[tuple[Any, ...]] = [(f.generation, f.action, f.signature, f.detail)
+                                   for f in failures]
+    # What a failure of this test needs to be told apart: the refusals, the steps, and
+    # each exit's last words (a CI run once filed generation 2 as job:start_exit=1).
+    said += [(r.rejected_generation, r.rejected_event_type, r.reason, r.detail)
+             for r in of_type(facts, "WriteRejected")]
+    said += [(s.generation, "step", s.step) for s in of_type(facts, "StepCommitted")]
+    said += [(w.generation, w.logical_id, w.exit_code, w.stderr_tail[-400:])
+             for w in of_type(facts, "WorkerExited")]
+    told = "\n".join(map(repr, said))  # a string: pytest shortens a long list's repr
+    assert [f.action for f in failures] == ["restart", "restart", "escalate"], told
+    assert {f.signature for f in failures} == {"worker_crash:exit=1"}, told
     assert [f.backoff_ms for f in failures[:2]] == [500, 1_000]
     starts = of_type(facts, "GenerationStarted")
     assert len(starts) == 3

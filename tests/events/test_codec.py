@@ -45,6 +45,7 @@ from events.placement import deflate
 from tests.events.builders import Ev
 from tests.events.sample_events import one_of_each
 from tests.events.strategies import LONG_MAX, LONG_MIN, any_event, event_of
+from tests.events.test_convert import walked
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 SAMPLES = one_of_each("run-1")
@@ -72,17 +73,11 @@ def file_fingerprint(event_type: str) -> bytes:
 def plain(value: Any) -> Any:
     """What a generic Avro reader returns for an event: dicts, lists, scalars; members
     as blocks where the schema has them (events.placement)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        if isinstance(value, Event) and PLACEMENT in {
-                f["name"] for f in schema_json(value.event_type)["fields"]}:
-            out = deflate(out)
-        return out
-    if isinstance(value, tuple | list):
-        return [plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    return value
+    out = walked(value)
+    if isinstance(value, Event) and PLACEMENT in {
+            f["name"] for f in schema_json(value.event_type)["fields"]}:
+        out = deflate(out)
+    return out
 
 
 def read_with_schema_file_alone(data: bytes, event_type: str) -> Any:

@@ -5,11 +5,14 @@ session's whole teardown; only a failed delivery fails a flush."""
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
+from events import beatfile
 from events.kafka.clients import EventProducer
 from events.model import HeartbeatRecorded, StepTimesRecorded
 from events.workerenv import CheckpointEnv, WorkerEnv
@@ -90,6 +93,33 @@ def test_a_slow_flush_keeps_heartbeating_and_succeeds_once_delivered() -> None:
     broker.deliver.set()
     flushing.join(30)
     assert outcome == [None]
+    reporter.close()
+
+
+def test_a_flush_beside_a_beat_file_waits_for_its_reports_though_beats_go_on(
+        tmp_path: Path) -> None:
+    """Beats written to the agent's beat file are not records: a flush that counted them
+    as sent ended with a report still queued, which the exit that followed lost (a CI
+    run filed a failing run's generation as failing before its first step)."""
+    broker = SlowBroker()
+    beat_file = tmp_path / "r1.beat"
+    reporter = Reporter(replace(FAST, beat_file=str(beat_file)),
+                        producer=cast(EventProducer, broker)).start()
+    reporter.step_times([(1, 10.0, 0.0)])
+    done = threading.Event()
+    flushing = threading.Thread(target=lambda: (reporter.flush(timeout_s=120.0), done.set()))
+    flushing.start()
+    first = beatfile.read(beat_file)
+    deadline = time.monotonic() + 30
+    while (now := beatfile.read(beat_file)) is None or first is None or now.seq < first.seq + 3:
+        assert time.monotonic() < deadline, "the reporter stopped beating while it flushed"
+        first = first or now
+        time.sleep(0.02)
+    assert not done.is_set()  # several beats later, the report is still not delivered
+    assert broker.beats() == 0  # and every beat went to the file
+    broker.deliver.set()
+    flushing.join(30)
+    assert done.is_set()
     reporter.close()
 
 

@@ -1,5 +1,6 @@
 # runledger developer entry points. `make test` works on a fresh machine with
-# python3.11, java 17+ and mvn on PATH: it builds .venv, fetches the Kafka jars
+# python3.11, java 17+, mvn and cargo (Rust 1.81+) on PATH: it builds .venv (the
+# compiled read path in native/ from source, scripts/native.sh), fetches the Kafka jars
 # into ~/.cache/runledger (outside the clone), starts a throwaway broker, runs
 # pytest against it and always stops it again. It installs Debian's chromium
 # (scripts/chromium.sh) for the report's browser test and Debian's spin
@@ -12,6 +13,9 @@ PY := $(VENV)/bin/python
 RUNLEDGER := $(VENV)/bin/runledger
 # Re-install only when pyproject.toml is newer than this stamp.
 STAMP := $(VENV)/.installed-stamp
+# The compiled read path (native/, Rust), rebuilt when any of its sources changes.
+NATIVE_STAMP := $(VENV)/.native-stamp
+NATIVE_SOURCES := native/Cargo.toml native/pyproject.toml $(wildcard native/src/*.rs)
 PYTEST_ARGS ?=
 # Two pytest workers, each taking whole test files: most of the suite's time is
 # end-to-end tests waiting on brokers and workers, not CPU. TEST_WORKERS=0: one process.
@@ -22,7 +26,7 @@ DEMO_ARGS ?=
 
 .PHONY: venv jars chromium spin proof test soak lint bench-smoke stack-up stack-down demo
 
-venv: $(STAMP)
+venv: $(STAMP) $(NATIVE_STAMP)
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +35,11 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-jars: $(STAMP)
+$(NATIVE_STAMP): $(NATIVE_SOURCES) scripts/native.sh $(STAMP)
+	VENV=$(VENV) scripts/native.sh
+	touch $@
+
+jars: venv
 	$(RUNLEDGER) stack jars
 
 # Debian's chromium, for the HTML report's browser test (installed once, as root).
@@ -63,7 +71,7 @@ soak: jars
 bench-smoke: jars
 	scripts/bench-smoke.sh
 
-lint: $(STAMP)
+lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 

@@ -7,7 +7,9 @@ Usage: ``.venv/bin/python bench/events.py [--quick] [--bootstrap HOST:PORT]``
    check, dataclass) against bare ``fastavro.schemaless_writer`` /
    ``schemaless_reader`` on the same records (pre-built dicts, the same parsed
    schemas, no prefix). A realistic mix: mostly heartbeats and step reports,
-   some of every type. Also per event type, in microseconds per event.
+   some of every type. Also per event type, in microseconds per event. And the
+   compiled read path (``events.columnar``: the same bytes, prefix included, to
+   one Arrow record batch per type in one call) against the same bare reader.
 2. Broker. ``EventProducer`` (send -> flush) and ``read_log`` / ``EventConsumer``
    (decoding included) against a plain confluent_kafka Producer/Consumer that
    moves the very same records (same keys, value bytes and headers, encoded
@@ -57,6 +59,7 @@ from bench.common import (
     write_results,
 )
 from events.codec import PREFIX_LEN, Codec, default_codec
+from events.columnar import ColumnarDecoder, Columns
 from events.convert import to_record
 from events.errors import BrokerUnavailable
 from events.kafka.broker import check_broker
@@ -212,6 +215,12 @@ class CodecWork:
         for event, decoded in zip(self.events, self.codec_decode(), strict=True):
             if decoded != event:
                 raise RuntimeError(f"{event.event_type} does not round-trip through the codec")
+        columns = self.columnar_decode()
+        if columns.refused or sum(b.num_rows for b in columns.batches.values()) != len(self):
+            raise RuntimeError(f"the columnar path did not read every record: {columns.refused}")
+
+    def __len__(self) -> int:
+        return len(self.events)
 
     def codec_encode(self) -> list[bytes]:
         encode = self.codec.encode
@@ -220,6 +229,9 @@ class CodecWork:
     def codec_decode(self) -> list[Event]:
         decode = self.codec.decode
         return [decode(b).event for b in self.encoded]
+
+    def columnar_decode(self) -> Columns:
+        return columnar().decode(self.encoded)
 
     def bare_encode(self) -> list[bytes]:
         writer = fastavro.schemaless_writer
@@ -241,18 +253,34 @@ class CodecWork:
                 "codec_encode": self.codec_encode,
                 "bare_decode": self.bare_decode,
                 "codec_decode": self.codec_decode,
+                "columnar_decode": self.columnar_decode,
             },
             repeats,
         )
 
 
-def _direction(timings: dict[str, Timing], direction: str, n: int) -> dict[str, Any]:
-    ours, bare = timings[f"codec_{direction}"], timings[f"bare_{direction}"]
+def _direction(timings: dict[str, Timing], direction: str, n: int,
+               ours: str = "") -> dict[str, Any]:
+    ours_t, bare = timings[ours or f"codec_{direction}"], timings[f"bare_{direction}"]
+    return _against(ours_t, bare, n)
+
+
+def _against(ours: Timing, bare: Timing, n: int) -> dict[str, Any]:
     return {
         "runledger": {**ours.to_json(), "events_per_s": ours.rate(n)},
         "bare_fastavro": {**bare.to_json(), "events_per_s": bare.rate(n)},
         "ratio": ratio(ours.rate(n), bare.rate(n)),
     }
+
+
+_COLUMNAR: list[ColumnarDecoder] = []
+
+
+def columnar() -> ColumnarDecoder:
+    """One compiled decoder for the run (building it parses every schema file)."""
+    if not _COLUMNAR:
+        _COLUMNAR.append(ColumnarDecoder(default_codec().registry))
+    return _COLUMNAR[0]
 
 
 def codec_section(mode: Mode) -> dict[str, Any]:
@@ -269,12 +297,13 @@ def codec_section(mode: Mode) -> dict[str, Any]:
         "mean_bytes_with_prefix": sum(sizes) / n,
         "encode": _direction(timings, "encode", n),
         "decode": _direction(timings, "decode", n),
+        "columnar_decode": _direction(timings, "decode", n, ours="columnar_decode"),
     }
     rows = []
-    for direction in ("encode", "decode"):
+    for direction in ("encode", "decode", "columnar_decode"):
         d = result[direction]
         rows.append([
-            direction,
+            {"columnar_decode": "decode to Arrow (events.columnar)"}.get(direction, direction),
             fmt_num(d["bare_fastavro"]["events_per_s"]),
             fmt_num(d["runledger"]["events_per_s"]),
             f"{d['ratio']:.2f}",

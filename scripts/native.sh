@@ -9,6 +9,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 venv=${VENV:-.venv}
+# rustup puts cargo in ~/.cargo/bin and only a login shell's profile adds it to PATH.
+cargo_bin=${CARGO_HOME:-$HOME/.cargo}/bin
+if ! command -v cargo >/dev/null 2>&1 && [[ -x $cargo_bin/cargo ]]; then
+    export PATH=$cargo_bin:$PATH
+fi
 if ! command -v cargo >/dev/null 2>&1; then
     echo "scripts/native.sh: cargo is not on PATH; runledger's compiled read path" \
          "(native/) is built from source with Rust 1.81 or newer: install it" \

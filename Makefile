@@ -1,5 +1,5 @@
 # runledger developer entry points. `make test` works on a fresh machine with
-# python3.11, java 17+, mvn and cargo (Rust 1.81+) on PATH: it builds .venv (the
+# python3.11, java 17+, mvn and cargo (Rust 1.89+) on PATH: it builds .venv (the
 # compiled read path in native/ from source, scripts/native.sh), fetches the Kafka jars
 # into ~/.cache/runledger (outside the clone), starts a throwaway broker, runs
 # pytest against it and always stops it again. It installs Debian's chromium

@@ -2,7 +2,7 @@
 # scripts/native.sh: build runledger's compiled read path (native/, a Rust crate:
 # Avro records to Arrow columns, issue #38) from source and install it into the
 # venv as the module `runledger_native`. `make venv` runs it whenever native/
-# changes. No prebuilt wheel is used: it needs cargo (Rust 1.81 or newer) and
+# changes. No prebuilt wheel is used: it needs cargo (Rust 1.89 or newer) and
 # crates.io. Cargo's build directory is kept outside the clone, under
 # ~/.cache/runledger/native-target, so a fresh clone rebuilds in seconds once a
 # first build has run on the machine.
@@ -16,7 +16,7 @@ if ! command -v cargo >/dev/null 2>&1 && [[ -x $cargo_bin/cargo ]]; then
 fi
 if ! command -v cargo >/dev/null 2>&1; then
     echo "scripts/native.sh: cargo is not on PATH; runledger's compiled read path" \
-         "(native/) is built from source with Rust 1.81 or newer: install it" \
+         "(native/) is built from source with Rust 1.89 or newer: install it" \
          "(https://rustup.rs), then run make venv again" >&2
     exit 1
 fi

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import io
 import os
 import random
@@ -260,12 +261,9 @@ class CodecWork:
 
 
 def _direction(timings: dict[str, Timing], direction: str, n: int,
-               ours: str = "") -> dict[str, Any]:
-    ours_t, bare = timings[ours or f"codec_{direction}"], timings[f"bare_{direction}"]
-    return _against(ours_t, bare, n)
-
-
-def _against(ours: Timing, bare: Timing, n: int) -> dict[str, Any]:
+               contender: str = "") -> dict[str, Any]:
+    """``contender`` (by default ``codec_<direction>``) against ``bare_<direction>``."""
+    ours, bare = timings[contender or f"codec_{direction}"], timings[f"bare_{direction}"]
     return {
         "runledger": {**ours.to_json(), "events_per_s": ours.rate(n)},
         "bare_fastavro": {**bare.to_json(), "events_per_s": bare.rate(n)},
@@ -273,14 +271,10 @@ def _against(ours: Timing, bare: Timing, n: int) -> dict[str, Any]:
     }
 
 
-_COLUMNAR: list[ColumnarDecoder] = []
-
-
+@functools.cache
 def columnar() -> ColumnarDecoder:
     """One compiled decoder for the run (building it parses every schema file)."""
-    if not _COLUMNAR:
-        _COLUMNAR.append(ColumnarDecoder(default_codec().registry))
-    return _COLUMNAR[0]
+    return ColumnarDecoder(default_codec().registry)
 
 
 def codec_section(mode: Mode) -> dict[str, Any]:
@@ -297,7 +291,7 @@ def codec_section(mode: Mode) -> dict[str, Any]:
         "mean_bytes_with_prefix": sum(sizes) / n,
         "encode": _direction(timings, "encode", n),
         "decode": _direction(timings, "decode", n),
-        "columnar_decode": _direction(timings, "decode", n, ours="columnar_decode"),
+        "columnar_decode": _direction(timings, "decode", n, contender="columnar_decode"),
     }
     rows = []
     for direction in ("encode", "decode", "columnar_decode"):

@@ -243,17 +243,14 @@ impl Shape {
                         entries.push((key, Cursor { rest: start }));
                     }
                 }
-                // Stable: of a key written twice, the last one stays, as a dict keeps it.
+                // A stable sort: of a key written twice, the last is kept, as a dict keeps it.
                 entries.sort_by(|a, b| a.0.cmp(b.0));
-                let kept: Vec<usize> = (0..entries.len())
-                    .filter(|&i| i + 1 == entries.len() || entries[i + 1].0 != entries[i].0)
-                    .collect();
-                let entries: Vec<(&str, Cursor)> =
-                    kept.into_iter().map(|i| (entries[i].0, Cursor { rest: entries[i].1.rest }))
-                        .collect();
-                for (key, mut cursor) in entries {
-                    keys.append_value(key);
-                    value_shape.append(values, &mut cursor)?;
+                for i in 0..entries.len() {
+                    if entries.get(i + 1).is_some_and(|next| next.0 == entries[i].0) {
+                        continue;
+                    }
+                    keys.append_value(entries[i].0);
+                    value_shape.append(values, &mut entries[i].1)?;
                 }
                 let count = keys.len() as i32;
                 offsets.push(count);

@@ -119,10 +119,49 @@ impl BatchDecoder {
         let value = from_avro_datum(&writer.schema, &mut body, resolved)
             .map_err(|e| ("body_invalid", format!("{} body: {e}", writer.label)))?;
         if !body.0.is_empty() {
-            return Err(("trailing_bytes",
-                        format!("{}: {} bytes after the body", writer.label, body.0.len())));
+            return Err(trailing(writer, body.0.len()));
         }
         Ok(value)
+    }
+
+    /// Decode one value into its type's columns: its type's index, or a refusal; an
+    /// `Err` is a bug (a column that does not fit its own schema), not the value's fault.
+    fn take(&self, cols: &mut [Option<Col>], data: Option<&[u8]>)
+            -> Result<Result<usize, Refusal>, String> {
+        let Some(bytes) = data else {
+            return Ok(Err(("empty", "record has no value (tombstone)".to_string())));
+        };
+        let (writer, body) = match self.writer_of(bytes) {
+            Ok(found) => found,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let reader = writer.reader;
+        let col = match &mut cols[reader] {
+            Some(col) => col,
+            slot => slot.insert(plan(&self.readers[reader].schema)?.0),
+        };
+        let refused = |e: String| ("body_invalid", format!("{} body: {e}", writer.label));
+        if writer.same {
+            let shape = &self.readers[reader].shape;
+            let mut at = Cursor { rest: body };
+            if let Err(e) = shape.check(&mut at) {
+                return Ok(Err(refused(e)));
+            }
+            if !at.rest.is_empty() {
+                return Ok(Err(trailing(writer, at.rest.len())));
+            }
+            shape.append(col, &mut Cursor { rest: body })?;
+        } else {
+            let value = match self.resolved(writer, body) {
+                Ok(value) => value,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
+            if let Err(e) = col.fits(Some(&value), false) {
+                return Ok(Err(refused(e)));
+            }
+            col.push(Some(&value))?;
+        }
+        Ok(Ok(reader))
     }
 
     /// Every value's reader index (-1: refused), the columns of each reader seen, and
@@ -133,36 +172,7 @@ impl BatchDecoder {
         let mut cols: Vec<Option<Col>> = (0..self.readers.len()).map(|_| None).collect();
         let mut refused = Vec::new();
         for (i, data) in values.iter().enumerate() {
-            let outcome = match data {
-                None => Err(("empty", "record has no value (tombstone)".to_string())),
-                Some(bytes) => self.writer_of(bytes),
-            };
-            let outcome = outcome.and_then(|(writer, body)| {
-                let reader = writer.reader;
-                let col = match &mut cols[reader] {
-                    Some(col) => col,
-                    slot => slot.insert(plan(&self.readers[reader].schema)
-                        .map_err(|e| ("body_invalid", e))?.0),
-                };
-                let refused = |e: String| ("body_invalid", format!("{} body: {e}", writer.label));
-                if writer.same {
-                    let shape = &self.readers[reader].shape;
-                    let mut at = Cursor { rest: body };
-                    shape.check(&mut at).map_err(refused)?;
-                    if !at.rest.is_empty() {
-                        return Err(("trailing_bytes", format!(
-                            "{}: {} bytes after the body", writer.label, at.rest.len())));
-                    }
-                    shape.append(col, &mut Cursor { rest: body }).map_err(|e| ("bug", e))?;
-                } else {
-                    let value = self.resolved(writer, body)?;
-                    col.fits(Some(&value), false).map_err(refused)?;
-                    col.push(Some(&value)).map_err(|e| ("bug", e))?;
-                }
-                Ok(reader)
-            });
-            match outcome {
-                Err(("bug", e)) => return Err(e),
+            match self.take(&mut cols, *data)? {
                 Ok(reader) => kinds.push(reader as i32),
                 Err((reason, detail)) => {
                     kinds.push(-1);
@@ -172,6 +182,11 @@ impl BatchDecoder {
         }
         Ok((kinds, cols, refused))
     }
+}
+
+/// The refusal of a body that goes on after its record.
+fn trailing(writer: &Writer, left: usize) -> Refusal {
+    ("trailing_bytes", format!("{}: {left} bytes after the body", writer.label))
 }
 
 #[pymethods]

@@ -17,7 +17,11 @@ Usage: ``.venv/bin/python bench/dataplane.py [--quick] [--only SECTION ...]``
    input. Baselines: resume at 0 (ratio = latency_p / latency_0), and replaying
    the planner from 0, measured to 10^4 sequences and extrapolated linearly.
 3. Pipeline tokens/s, seq_len 2048, global batch 16, one replica, 2 and 4
-   workers, plus the input-wait share from ``stats()``. Baseline: a bare
+   workers, plus the input-wait share from ``stats()``; and with 2 workers and
+   the batches planned on the loader's own thread (``plan_process=False``: the
+   before of ``dataplane.planahead``). Each loader hands out 40 batches before
+   the timed ones (the first is its start; the planning child starts after
+   ``START_AFTER``); so does the baseline. Baseline: a bare
    ``torch.utils.data.DataLoader`` (2 worker processes, batch 16) over a
    map-style dataset that memory-maps the same shard files and cuts them, in
    file order, into 2048-token rows: the same bytes, no order/mixing/resume.
@@ -261,13 +265,20 @@ def resume_section(mode: Mode, manifest: DatasetManifest) -> dict[str, Any]:
 # --- 3. pipeline -----------------------------------------------------------------
 
 
-def _runledger_run(manifest: DatasetManifest, workers: int, batches: int) -> dict[str, float]:
+# Batches handed out before the timed ones: the steady state is what a run lives in.
+WARM = 40
+
+
+def _runledger_run(manifest: DatasetManifest, workers: int, batches: int,
+                   plan_process: bool = True) -> dict[str, float]:
     loader = DataLoader(manifest, LoaderConfig(seed=SEED, global_batch_size=BATCH,
-                                               workers=workers))
+                                               workers=workers, plan_process=plan_process))
     try:
         t0 = time.perf_counter()
         next(loader)
         first = time.perf_counter() - t0
+        for _ in range(WARM - 1):
+            next(loader)
         wait0 = float(loader.stats()["input_wait_s"])
         t0 = time.perf_counter()
         tokens = 0
@@ -282,13 +293,15 @@ def _runledger_run(manifest: DatasetManifest, workers: int, batches: int) -> dic
 
 
 def _torch_run(paths: Sequence[str], workers: int, batches: int) -> dict[str, float]:
-    data = ShardRows(paths, SEQ_LEN, (batches + 1) * BATCH)
+    data = ShardRows(paths, SEQ_LEN, (batches + WARM) * BATCH)
     loader = torch.utils.data.DataLoader(data, batch_size=BATCH, num_workers=workers,
                                          shuffle=False, drop_last=True)
     t0 = time.perf_counter()
     it = iter(loader)
     next(it)
     first = time.perf_counter() - t0
+    for _ in range(WARM - 1):
+        next(it)
     t0 = time.perf_counter()
     tokens = 0
     for _ in range(batches):
@@ -302,10 +315,13 @@ def _torch_run(paths: Sequence[str], workers: int, batches: int) -> dict[str, fl
 def pipeline_section(mode: Mode, manifest: DatasetManifest, paths: Sequence[str]
                      ) -> dict[str, Any]:
     runs: dict[str, list[dict[str, float]]] = {"runledger_w2": [], "runledger_w4": [],
+                                                "runledger_w2_planned_here": [],
                                                 "torch_w2": []}
     for _ in range(mode.pipeline_repeats):  # interleaved, so load bursts hit all alike
         runs["runledger_w2"].append(_runledger_run(manifest, 2, mode.batches))
         runs["runledger_w4"].append(_runledger_run(manifest, 4, mode.batches))
+        runs["runledger_w2_planned_here"].append(
+            _runledger_run(manifest, 2, mode.batches, plan_process=False))
         runs["torch_w2"].append(_torch_run(paths, 2, mode.batches))
 
     def med(name: str, key: str) -> float:
@@ -326,7 +342,7 @@ def pipeline_section(mode: Mode, manifest: DatasetManifest, paths: Sequence[str]
                      "-" if wait != wait else f"{wait:.1%}", f"{ratio(rate, base):.2f}"])
     print_table(["pipeline", "tokens/s", "first batch ms", "input wait", "ratio"], rows,
                 title=f"3. pipeline: {mode.batches} batches of {BATCH} x {SEQ_LEN} after the "
-                f"first, median of {mode.pipeline_repeats}; baseline torch DataLoader, "
+                f"first {WARM}, median of {mode.pipeline_repeats}; baseline torch DataLoader, "
                 f"2 worker processes, same shard bytes in file order")
     return out
 

@@ -25,7 +25,13 @@ plain confluent_kafka Producer into a throwaway single-broker stack
    ``decode_message`` + ``rows_for`` (the projector's Python work without
    DuckDB) and the same with each report judged by the report door first
    (its signatures, as the projector checks them); then
-   b. ``Projector(db, bootstrap).run(until_caught_up=True)`` into a fresh file.
+   b0. the projection below with ``verify_threads=0``: every signature verified
+   by the door on the reader's thread, as before ``events.kafka.ahead`` (the
+   before of (b), in the same run);
+   b. ``Projector(db, bootstrap).run(until_caught_up=True)`` into a fresh file,
+   each batch's signatures verified ahead in one compiled call on one thread
+   per core. The memo of verified signatures is emptied before every pass that
+   judges signatures, so each verifies all of them itself.
    Ratio = (b) records/s / (a) records/s.
 2. Replay: what ``runledger replay --db NEW`` does (a Projector into an empty
    file until caught up, then close), timed from construction to close; its
@@ -45,6 +51,11 @@ plain confluent_kafka Producer into a throwaway single-broker stack
    watermark lookup the projector makes for it), median of 5; baseline: (b)'s
    mean batch (run time / transactions). Ratio = snapshot / batch, i.e. what
    ``--snapshot-every 0`` (a snapshot after every batch) would cost per batch.
+
+5. Signatures in bulk: 20,000 report-sized signatures (``--quick``: 5,000)
+   verified by ``events.signed.bulk.verify_many`` on 1, 2 and 4 threads, against
+   ``PublicKey.verify`` one at a time: what more cores give the projector's
+   verification.
 
 Ratios are runledger / baseline from this run. Nothing asserts on a timing.
 Results go to ``bench/results/projector.json``.
@@ -98,9 +109,12 @@ from bench.projector_parts import (
 )
 from bench.reportkeys import ReportKeys
 from events.codec import Codec, default_codec
+from events.kafka.ahead import DEFAULT_THREADS
 from events.kafka.broker import check_broker
 from events.kafka.connection import ENV_CREDENTIALS
 from events.kafka.reader import Watermarks
+from events.signed import bulk
+from events.signed.seen import forget_verified
 from events.signed.signing import SigningKey
 from events.topics import replication_for, topic_specs
 from projectors.projector import TOPICS, Projector, table_digests
@@ -191,11 +205,12 @@ class ProjectorRun:
                 "records_per_s_total": self.records / self.total_s if self.total_s else None}
 
 
-def project_into(cls: type[Projector], db: Path, bootstrap: str, codec: Codec) -> ProjectorRun:
+def project_into(cls: type[Projector], db: Path, bootstrap: str, codec: Codec,
+                 verify_threads: int = DEFAULT_THREADS) -> ProjectorRun:
     """Construct, run until caught up, close: each timed on its own."""
     gc.collect()
     t0 = time.perf_counter()
-    projector = cls(db, bootstrap, codec=codec)
+    projector = cls(db, bootstrap, codec=codec, verify_threads=verify_threads)
     t1 = time.perf_counter()
     try:
         n = projector.run(until_caught_up=True)
@@ -243,9 +258,16 @@ def projection_section(log: Log, codec: Codec, bootstrap: str, tmp: Path,
     passes["consume"] = consume_pass(bootstrap, touch_work, f"bench-projector-raw-{tag}")
     passes["decode_1"] = consume_pass(bootstrap, decode_work(codec), f"bench-projector-a1-{tag}")
     passes["rows"] = consume_pass(bootstrap, rows_work(codec), f"bench-projector-rows-{tag}")
+    forget_verified()  # every pass that judges signatures verifies them all itself
     passes["door"] = consume_pass(bootstrap, door_work(codec, bootstrap),
                                   f"bench-projector-door-{tag}")
+    # The same projection with every signature verified by the door on the reader's
+    # thread (what it was before events.kafka.ahead): the before of (b), in this run.
+    forget_verified()
+    alone = project_into(Projector, tmp / "alone.duckdb", bootstrap, codec, verify_threads=0)
+    print(f"   (b0) done: {alone.run_s:.0f} s", flush=True)
     live_db = tmp / "live.duckdb"
+    forget_verified()
     live = project_into(Projector, live_db, bootstrap, codec)
     print(f"   (b) done: {live.run_s:.0f} s", flush=True)
     passes["decode_2"] = consume_pass(bootstrap, decode_work(codec), f"bench-projector-a2-{tag}")
@@ -264,7 +286,11 @@ def projection_section(log: Log, codec: Codec, bootstrap: str, tmp: Path,
         rows.append([labels[key] + (" *" if key == base_key else ""), f"{p.records:,}",
                      f"{p.seconds:.1f}", fmt_num(p.records_per_s),
                      f"{ratio(p.records_per_s, base):.3f}"])
-    rows.append(["(b) Projector.run -> DuckDB", f"{live.records:,}", f"{live.run_s:.1f}",
+    rows.append(["(b0) Projector.run -> DuckDB, signatures verified by the door alone",
+                 f"{alone.records:,}", f"{alone.run_s:.1f}", fmt_num(alone.records_per_s),
+                 f"{ratio(alone.records_per_s, base):.3f}"])
+    rows.append([f"(b) Projector.run -> DuckDB, {DEFAULT_THREADS} threads verifying ahead",
+                 f"{live.records:,}", f"{live.run_s:.1f}",
                  fmt_num(live.records_per_s), f"{ratio(live.records_per_s, base):.3f}"])
     print_table(["pass (both topics, offset 0 to end)", "records", "seconds", "records/s",
                  "vs (a)"], rows,
@@ -285,11 +311,15 @@ def projection_section(log: Log, codec: Codec, bootstrap: str, tmp: Path,
         "passes": {k: p.to_json() for k, p in passes.items()}, "baseline_pass": base_key,
         "baseline_records_per_s": base, "projector": live.to_json(),
         "ratio": ratio(live.records_per_s, base), "duckdb_share_estimate": duck_s / live.run_s,
+        "verify_threads": DEFAULT_THREADS, "projector_without_ahead": alone.to_json(),
+        "ratio_without_ahead": ratio(alone.records_per_s, base),
+        "ahead_speedup": alone.run_s / live.run_s if live.run_s else None,
         "door_s": door_s, "door_share": door_s / live.run_s,
         "consumer_settings": CONSUMER_SETTINGS, "consume_batch": CONSUME_BATCH}
     partial(out)
 
     replay_db = tmp / "replay.duckdb"
+    forget_verified()
     replay = project_into(Projector, replay_db, bootstrap, codec)
 
     t0 = time.perf_counter()
@@ -320,6 +350,41 @@ def projection_section(log: Log, codec: Codec, bootstrap: str, tmp: Path,
                      "differing_tables": differing, "digest_s": digest_s, "differences": diffs}
     out.update(table_rows=counts, digests=digests)
     return out, live_db
+
+
+# --- 5. signatures verified in bulk ----------------------------------------------
+
+VERIFY_SIGNATURES = 20_000
+
+
+def verify_section(quick: bool) -> dict[str, Any]:
+    """What ``events.signed.bulk.verify_many`` gives per thread count (what more cores
+    would give the projector's verification), against ``PublicKey.verify`` one at a
+    time; 300-byte messages like a report's, the memo emptied before each pass."""
+    n = VERIFY_SIGNATURES // (4 if quick else 1)
+    key = SigningKey.generate()
+    messages = [random.randbytes(300) for _ in range(n)]
+    work = [(key.public, m, key.sign(m)) for m in messages]
+    forget_verified()
+    t0 = time.perf_counter()
+    assert all(public.verify(m, sig) for public, m, sig in work)
+    alone = time.perf_counter() - t0
+    rows: list[list[object]] = [["PublicKey.verify, one at a time", f"{alone / n * 1e6:.1f}",
+                                 "1.00"]]
+    out: dict[str, Any] = {"signatures": n, "one_at_a_time_us": alone / n * 1e6,
+                           "native": bulk.native is not None, "threads": {}}
+    for threads in (1, 2, 4):
+        forget_verified()
+        t0 = time.perf_counter()
+        assert all(bulk.verify_many(work, threads))
+        took = time.perf_counter() - t0
+        rows.append([f"bulk.verify_many, {threads} thread(s)", f"{took / n * 1e6:.1f}",
+                     f"{alone / took:.2f}"])
+        out["threads"][threads] = {"us": took / n * 1e6, "speedup": alone / took}
+    forget_verified()
+    print_table(["verification", "µs a signature (wall)", "vs one at a time"], rows,
+                title=f"5. {n:,} report signatures verified, {os.cpu_count()} cores")
+    return out
 
 
 # --- 4. snapshots -----------------------------------------------------------------
@@ -547,6 +612,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["ettr"]["elapsed_s"] = time.perf_counter() - section
         results["snapshot"] = snapshot_section(live_db, bootstrap, codec,
                                                results["projection"]["projector"])
+        results["verify"] = verify_section(args.quick)
         if not results["projection"]["replay"]["digests_equal"]:
             status = 1
     finally:

@@ -19,6 +19,8 @@
 - ``store``: checked physical reads of manifest objects.
 - ``pipeline``: bounded parallel fetch with in-order emission, and its metrics.
 - ``rows``: a chunk of planned sequences assembled into batch rows in one pass.
+- ``planahead``: the order planned ahead in a child process (``python -m
+  dataplane.planahead``), the loader's own planner's batches bit for bit.
 - ``loader``: what a training rank iterates; provisional cursors and commit.
 - ``errors``: ``DataPlaneError`` and its leaves (``ManifestError`` is also an
   ``InvalidDocument``).

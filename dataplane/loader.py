@@ -24,6 +24,7 @@ from dataplane.manifest import DatasetManifest
 from dataplane.order import OrderState, Planner, Sequence_
 from dataplane.permute import ALGORITHM
 from dataplane.pipeline import Bounds, Metrics, OrderedFetcher
+from dataplane.planahead import PlanAhead
 from dataplane.rows import Chunk, Rows, assemble
 from dataplane.state import Cursor, load_cursor
 from dataplane.store import ObjectStore, Verify
@@ -45,6 +46,9 @@ class LoaderConfig:
     max_bytes: int = 256 << 20
     verify: Verify = "digest"
     retries: int = 3
+    # Plan the batches ahead in a process of its own (dataplane.planahead), so this
+    # process only assembles rows; False: plan on the loader's own thread.
+    plan_process: bool = True
 
     def __post_init__(self) -> None:
         problems = []
@@ -58,6 +62,8 @@ class LoaderConfig:
             problems.append(f"verify must be 'digest' or 'size', got {self.verify!r}")
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
             problems.append(f"retries must be a non-negative integer, got {self.retries!r}")
+        if not isinstance(self.plan_process, bool):
+            problems.append(f"plan_process must be true or false, got {self.plan_process!r}")
         if problems:
             raise ConfigError("loader config: " + "; ".join(problems))
 
@@ -93,6 +99,12 @@ class DataLoader:
         self.replicas = replicas
         self.store = store or ObjectStore(manifest, verify=config.verify, retries=config.retries)
         self.planner = Planner(manifest, config.seed, self.store.length)
+        # A store given by the caller may be one no other process can open: then the
+        # batches are planned here.
+        self._plans: Planner | PlanAhead = (
+            PlanAhead(self.planner, config.global_batch_size, verify=config.verify,
+                      retries=config.retries)
+            if config.plan_process and store is None else self.planner)
         self.seq_len = manifest.packing.seq_len
         self._pad = manifest.packing.pad_id
         self._names = tuple(s.name for s in manifest.sources)
@@ -181,6 +193,8 @@ class DataLoader:
 
     def close(self) -> None:
         self._fetcher.close()
+        if isinstance(self._plans, PlanAhead):
+            self._plans.close()
 
     def __enter__(self) -> DataLoader:
         return self
@@ -218,7 +232,7 @@ class DataLoader:
         # never leaves a large planned-but-unread tail.
         if len(self._batches) > 1 + self.config.max_items // max(self._hi - self._lo, 1):
             return
-        planned = self.planner.plan_batch(self._planned.order, self.config.global_batch_size)
+        planned = self._plans.plan_batch(self._planned.order, self.config.global_batch_size)
         if planned is None:
             self._ended = True
             return

@@ -18,7 +18,9 @@ projected: an agent's report believed only under its node's key, a worker's only
 under its run's certified key, each judged as the keys were when the record was
 appended (so a projection rebuilt after a revocation believes what was believed
 then). A refused report becomes a ``quarantine`` row with the door's reason, as
-the controller quarantines it: a forged heartbeat never reaches ETTR.
+the controller quarantines it: a forged heartbeat never reaches ETTR. A batch's
+signatures are verified ahead, in one compiled call on other cores, while the
+next batch is read (``events.kafka.ahead``); the door's verdicts are the same.
 
 With ``snapshot_every_s`` the loop also publishes a read-only snapshot of the
 file for readers (``projectors.snapshot``) once something changed and at least
@@ -40,6 +42,7 @@ import pyarrow as pa
 
 from events.codec import Codec, default_codec
 from events.errors import EventsError
+from events.kafka.ahead import DEFAULT_THREADS, Ahead, Checking
 from events.kafka.keys import read_ring_or_empty
 from events.kafka.offsets import LogGap
 from events.kafka.reader import LogReader
@@ -75,11 +78,15 @@ BATCH = 20_000
 
 class Projector:
     def __init__(self, db_path: str | Path, bootstrap: str, *, codec: Codec | None = None,
-                 batch: int = BATCH, snapshot_every_s: float | None = None) -> None:
+                 batch: int = BATCH, snapshot_every_s: float | None = None,
+                 verify_threads: int = DEFAULT_THREADS) -> None:
         self.db_path = str(db_path)
         self.bootstrap = bootstrap
         self.codec = codec or default_codec()
         self.batch = batch
+        # Threads that verify a batch's report signatures ahead of the door
+        # (events.kafka.ahead); 0: the door verifies each on this thread.
+        self.verify_threads = verify_threads
         # None: never publish a snapshot (replay, tests); 0: after every batch.
         self.snapshot_every_s = snapshot_every_s
         self.published_at: float | None = None  # wall clock of the last snapshot
@@ -154,23 +161,42 @@ class Projector:
                                raw=True)
         except LogGap as gap:
             raise self._gap(gap) from None
+        ahead = Ahead(self.verify_threads) if self.verify_threads else None
         try:
             total = 0
+            # A full batch whose signatures are being verified while the next one is
+            # read: applied after that read, before anything read later. A batch that
+            # is not full (the reader is at the log's head) is applied at once, so
+            # reading ahead never delays a live projection.
+            held: tuple[list[Record | Quarantined], Checking | None, float] | None = None
             while not (stop is not None and stop.is_set()):
                 items = reader.read_batch(self.batch, poll_s)
                 self.reached = {**self.reached, **reader.reached}
+                checking = (ahead.check(self.door.ring, items)
+                            if ahead is not None and items and self.door is not None else None)
+                if held is not None:
+                    total += self._apply(*held)
+                    held = None
                 if items:
-                    total += self._apply(items, reader.last_read_s)
+                    if len(items) >= self.batch and not (until_caught_up and reader.caught_up):
+                        held = (items, checking, reader.last_read_s)
+                    else:
+                        total += self._apply(items, checking, reader.last_read_s)
                     self._dirty = True
-                if until_caught_up and reader.caught_up:
+                if until_caught_up and reader.caught_up and held is None:
                     break
-                self._maybe_publish(reader)
+                if held is None:
+                    self._maybe_publish(reader)
+            if held is not None:  # stopped while a batch was held: it is read, apply it
+                total += self._apply(*held)
             self._maybe_publish(reader, final=True)
             return total
         except LogGap as gap:
             raise self._gap(gap) from None
         finally:
             reader.close()
+            if ahead is not None:
+                ahead.close()
 
     def _gap(self, gap: LogGap) -> ProjectionGap:
         """The one line a projector that meets a gap stops with: what is lost, what to do."""
@@ -210,8 +236,11 @@ class Projector:
             self.published_at, self.snapshot_s = taken_at, time.monotonic() - started
         self._published_mono = time.monotonic()
 
-    def _apply(self, items: list[Record | Quarantined], decode_s: float = 0.0) -> int:
+    def _apply(self, items: list[Record | Quarantined], checking: Checking | None = None,
+               decode_s: float = 0.0) -> int:
         started = time.monotonic() - decode_s
+        if checking is not None:
+            checking.wait()  # every good signature is now known to the door
         if self.door is not None:
             items = [self._judged(item) for item in items]
         quarantined = self._commit_or_isolate(items)

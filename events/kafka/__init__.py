@@ -23,5 +23,6 @@ imports the kernel and ``events.signed``.
   own key, what its workers sign their reports with, vouched for by their node;
   ``reportdoor``: the one door of agents' reports (believed about node N only
   under ``node.N``'s live agent key), which the controller's inputs, its
-  follower and ``runledger nodes`` share.
+  follower and ``runledger nodes`` share; ``ahead``: a batch's report signatures
+  verified on threads before the door judges it (the projector and ``replay``).
 """

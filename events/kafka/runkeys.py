@@ -255,6 +255,14 @@ def _read_cert(data: bytes) -> tuple[Cert, PublicKey | None, bytes, bytes] | Non
         return cert, None, b"", message
 
 
+def carried_key(headers: Headers) -> PublicKey | None:
+    """The run key a worker's report carries in its one certificate; None when it
+    carries none, several, or a garbled one (what :func:`judge_worker_report` refuses)."""
+    certs = header_values(headers, CERT_HEADER)
+    read = _read_cert(bytes(certs[0])) if len(certs) == 1 else None
+    return read[1] if read is not None else None
+
+
 @functools.lru_cache(maxsize=CERT_CACHE)
 def _signed_by(public: bytes, message: bytes, signature: bytes) -> bool:
     return PublicKey(public).verify(message, signature)

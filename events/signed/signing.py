@@ -39,8 +39,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import threading
-from collections import OrderedDict
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -57,6 +55,7 @@ from events.keyids import PUBLIC_KEY_BYTES as PUBLIC_KEY_BYTES
 from events.keyids import SIGNATURE_BYTES as SIGNATURE_BYTES
 from events.keyids import is_key_id as is_key_id
 from events.keyids import key_id_of as key_id_of
+from events.signed.seen import SEEN
 
 SIG_HEADER = "runledger-sig"
 KEY_HEADER = "runledger-key"
@@ -91,51 +90,6 @@ def is_digest(value: str) -> bool:
     return isinstance(value, str) and _DIGEST.fullmatch(value) is not None
 
 
-class _Seen:
-    """The signatures this process verified most recently, as digests of key, signature
-    and message, so that a record read twice is verified once.
-
-    Verification is most of a controller's CPU per report (about 60 of its 370 µs,
-    measured in bench/scale.py's fleet), and the controller reads every agent's
-    records twice: as its inputs and in its node tail (``controller.follow``). A
-    check is a pure function of key, message and signature, so its answer may be
-    remembered; only a yes is, and what it does not decide (revocation, principal,
-    role: ``events.signed.keyring.check``) is judged every time. BLAKE2b with 16 bytes
-    keeps a forged pair from colliding with a remembered one. The node tail reads at
-    the head of the topic and the inputs as far behind as the controller lags, so
-    :data:`SEEN_MAX` entries (about 30 MB) cover 100 s of the largest fleet's
-    records (2,500/s): a lagging controller that re-verified everything would only
-    fall further behind.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._lock = threading.Lock()  # readers verify on several threads
-        # Insertion order, the oldest first. Not a dict: deleting a dict's first entry
-        # over and over leaves a run of dead slots that every next(iter()) walks.
-        self._order: OrderedDict[bytes, None] = OrderedDict()
-
-    @staticmethod
-    def digest(raw: bytes, signature: bytes, message: bytes) -> bytes:
-        h = hashlib.blake2b(raw, digest_size=16)
-        h.update(signature)
-        h.update(message)
-        return h.digest()
-
-    def __contains__(self, digest: bytes) -> bool:
-        return digest in self._order
-
-    def add(self, digest: bytes) -> None:
-        with self._lock:
-            self._order[digest] = None
-            if len(self._order) > self.size:
-                self._order.popitem(last=False)
-
-
-SEEN_MAX = 1 << 18
-_SEEN = _Seen(SEEN_MAX)
-
-
 class PublicKey:
     """An Ed25519 public key: what a key record registers and a verifier checks with."""
 
@@ -162,17 +116,18 @@ class PublicKey:
 
     def verify(self, message: bytes, signature: bytes) -> bool:
         """Whether ``signature`` is this key's over ``message``; False, never an error.
-        A signature this process verified recently is not verified again (:class:`_Seen`)."""
+        A signature this process verified recently is not verified again
+        (``events.signed.seen``)."""
         if not isinstance(signature, bytes) or len(signature) != SIGNATURE_BYTES:
             return False
-        seen = _SEEN.digest(self._raw, signature, message)
-        if seen in _SEEN:
+        seen = SEEN.digest(self._raw, signature, message)
+        if seen in SEEN:
             return True
         try:
             self._key.verify(message, signature)
         except (BadSignatureError, ValueError):
             return False
-        _SEEN.add(seen)
+        SEEN.add(seen)
         return True
 
     def __eq__(self, other: object) -> bool:

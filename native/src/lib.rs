@@ -11,11 +11,15 @@
 //! Python codec gives (`events.codec`): `empty`, `truncated`, `bad_magic`,
 //! `unknown_fingerprint`, `body_invalid`, `trailing_bytes`.
 //!
-//! The Python codec stays the reference: tests/events/test_native.py holds the
+//! The Python codec stays the reference: tests/events/test_columnar.py holds the
 //! columns to its records on every schema file.
+//!
+//! `verify_many` (`verify`) checks a batch of report signatures without the GIL,
+//! with the libsodium function PyNaCl verifies with (`events.signed.bulk`).
 
 mod columns;
 mod direct;
+mod verify;
 
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -276,5 +280,6 @@ const MAX_LENGTH: usize = 1 << 20;
 fn runledger_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     apache_avro::max_allocation_bytes(MAX_LENGTH);
     m.add_class::<BatchDecoder>()?;
+    m.add_function(wrap_pyfunction!(verify::verify_many, m)?)?;
     Ok(())
 }

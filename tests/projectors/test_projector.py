@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 from events.kafka.clients import EventProducer
 from events.kafka.connection import client_config
 from events.topics import RUNS
-from projectors.projector import UNPROJECTABLE, Projector, table_digests
+from projectors.projector import BATCH, UNPROJECTABLE, Projector, table_digests
 from projectors.tables import DDL
 from tests.events.builders import Ev, members
 from tests.stacks import send_report
@@ -96,6 +96,26 @@ def test_live_projection_and_replay_are_identical(bootstrap: str, tmp_path: Path
             break
     assert offsets(live) == offsets(replayed)
     assert table_digests(live) == table_digests(replayed)
+
+
+def test_batches_read_while_their_signatures_are_verified_project_as_one_thread_does(
+        bootstrap: str, tmp_path: Path, run_id: str) -> None:
+    """Full batches are held while the next is read and their reports' signatures are
+    verified on threads (events.kafka.ahead); the tables are the same as with no
+    threads and one batch size, and every signed report is believed."""
+    publish(bootstrap, run_id, 60)
+    ahead, alone = tmp_path / "ahead.duckdb", tmp_path / "alone.duckdb"
+    for _ in range(10):  # other tests append meanwhile: until both stand level
+        for db, batch, threads in ((ahead, 500, 2), (alone, BATCH, 0)):
+            projector = Projector(db, bootstrap, batch=batch, verify_threads=threads)
+            projector.run(until_caught_up=True)
+            projector.close()
+        if offsets(ahead) == offsets(alone):
+            break
+    assert offsets(ahead) == offsets(alone)
+    assert table_digests(ahead) == table_digests(alone)
+    assert count(ahead, f"SELECT count(*) FROM heartbeats WHERE run_id = '{run_id}'") == 60
+    assert count(ahead, f"SELECT count(*) FROM quarantine WHERE key = '{run_id}'") == 0
 
 
 def offsets(db: Path) -> dict[tuple[str, int], int]:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from events.signed.seen import Seen
 from events.signed.signing import (
     GENESIS,
     KEY_HEADER,
@@ -20,7 +21,6 @@ from events.signed.signing import (
     SIG_HEADER,
     PublicKey,
     SigningKey,
-    _Seen,
     command_message,
     fact_digest,
     fact_message,
@@ -52,7 +52,7 @@ def test_a_signature_verifies_with_its_key_only() -> None:
 
 
 def test_a_remembered_signature_still_verifies_nothing_else() -> None:
-    """The process remembers what it verified (signing._Seen): a record read twice is
+    """The process remembers what it verified (events.signed.seen): a record read twice is
     checked once, and the memory never says yes for another message, key or signature."""
     sig = KEY.sign(b"remembered")
     calls = []
@@ -73,7 +73,7 @@ def test_a_remembered_signature_still_verifies_nothing_else() -> None:
 
 
 def test_the_memory_is_bounded_oldest_out_first() -> None:
-    seen = _Seen(3)
+    seen = Seen(3)
     for d in (b"a", b"b", b"c", b"d"):
         seen.add(d)
     assert b"a" not in seen and all(d in seen for d in (b"b", b"c", b"d"))

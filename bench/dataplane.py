@@ -17,11 +17,13 @@ Usage: ``.venv/bin/python bench/dataplane.py [--quick] [--only SECTION ...]``
    input. Baselines: resume at 0 (ratio = latency_p / latency_0), and replaying
    the planner from 0, measured to 10^4 sequences and extrapolated linearly.
 3. Pipeline tokens/s, seq_len 2048, global batch 16, one replica, 2 and 4
-   workers, plus the input-wait share from ``stats()``; and with 2 workers and
-   the batches planned on the loader's own thread (``plan_process=False``: the
-   before of ``dataplane.planahead``). Each loader hands out 40 batches before
-   the timed ones (the first is its start; the planning child starts after
-   ``START_AFTER``); so does the baseline. Baseline: a bare
+   workers (the planner's loop compiled, ``runledger_native.OrderCore``), plus the
+   input-wait share from ``stats()``; and with 2 workers and the pure-Python
+   planner, on the loader's own thread (``compiled_planner=False,
+   plan_process=False``: the before of this issue's work) and in a child process
+   (``dataplane.planahead``: what an install without the crate gets). Each loader
+   hands out 40 batches before the timed ones (the first is its start; a planning
+   child starts after ``START_AFTER``); so does the baseline. Baseline: a bare
    ``torch.utils.data.DataLoader`` (2 worker processes, batch 16) over a
    map-style dataset that memory-maps the same shard files and cuts them, in
    file order, into 2048-token rows: the same bytes, no order/mixing/resume.
@@ -211,7 +213,8 @@ def resume_section(mode: Mode, manifest: DatasetManifest) -> dict[str, Any]:
             if r:
                 samples[pos].append(split)
 
-    planner = Planner(manifest, SEED, ObjectStore(manifest, verify="digest").length)
+    store = ObjectStore(manifest, verify="digest")
+    planner = Planner(manifest, SEED, store.length, blocks=store.lengths_block)
     st = planner.initial()
     t0 = time.perf_counter()
     for _ in range(mode.replay_seqs // BATCH):
@@ -270,9 +273,10 @@ WARM = 40
 
 
 def _runledger_run(manifest: DatasetManifest, workers: int, batches: int,
-                   plan_process: bool = True) -> dict[str, float]:
+                   compiled: bool = True, plan_process: bool = True) -> dict[str, float]:
     loader = DataLoader(manifest, LoaderConfig(seed=SEED, global_batch_size=BATCH,
-                                               workers=workers, plan_process=plan_process))
+                                               workers=workers, compiled_planner=compiled,
+                                               plan_process=plan_process))
     try:
         t0 = time.perf_counter()
         next(loader)
@@ -312,16 +316,34 @@ def _torch_run(paths: Sequence[str], workers: int, batches: int) -> dict[str, fl
             "tokens_per_s": tokens / elapsed, "rows_per_pass": data.per_pass}
 
 
+def _planning(manifest: DatasetManifest, compiled: bool, batches: int) -> float:
+    """Tokens/s of planning alone: ``plan_batch`` from the start, no reads, no rows."""
+    store = ObjectStore(manifest, verify="size")
+    planner = Planner(manifest, SEED, store.length, compiled=compiled,
+                      blocks=store.lengths_block)
+    st = planner.initial()
+    planner.plan_batch(st, BATCH)  # opens the objects' indexes: not planning
+    t0 = time.perf_counter()
+    for _ in range(batches):
+        planned = planner.plan_batch(st, BATCH)
+        assert planned is not None
+        st = planned[1]
+    return batches * BATCH * SEQ_LEN / (time.perf_counter() - t0)
+
+
 def pipeline_section(mode: Mode, manifest: DatasetManifest, paths: Sequence[str]
                      ) -> dict[str, Any]:
     runs: dict[str, list[dict[str, float]]] = {"runledger_w2": [], "runledger_w4": [],
-                                                "runledger_w2_planned_here": [],
+                                                "runledger_w2_python_planner": [],
+                                                "runledger_w2_python_planner_child": [],
                                                 "torch_w2": []}
     for _ in range(mode.pipeline_repeats):  # interleaved, so load bursts hit all alike
         runs["runledger_w2"].append(_runledger_run(manifest, 2, mode.batches))
         runs["runledger_w4"].append(_runledger_run(manifest, 4, mode.batches))
-        runs["runledger_w2_planned_here"].append(
-            _runledger_run(manifest, 2, mode.batches, plan_process=False))
+        runs["runledger_w2_python_planner"].append(
+            _runledger_run(manifest, 2, mode.batches, compiled=False, plan_process=False))
+        runs["runledger_w2_python_planner_child"].append(
+            _runledger_run(manifest, 2, mode.batches, compiled=False, plan_process=True))
         runs["torch_w2"].append(_torch_run(paths, 2, mode.batches))
 
     def med(name: str, key: str) -> float:
@@ -340,6 +362,14 @@ def pipeline_section(mode: Mode, manifest: DatasetManifest, paths: Sequence[str]
                                      "ratio": ratio(rate, base)}
         rows.append([name, fmt_num(rate), f"{med(name, 'first_batch_s') * 1e3:.0f}",
                      "-" if wait != wait else f"{wait:.1%}", f"{ratio(rate, base):.2f}"])
+    planning = {name: float(np.median([_planning(manifest, name == "compiled", mode.batches)
+                                       for _ in range(mode.pipeline_repeats)]))
+                for name in ("compiled", "python")}
+    out["planning_tokens_per_s"] = planning
+    rows.append(["planning alone, compiled loop", fmt_num(planning["compiled"]), "-", "-",
+                 f"{ratio(planning['compiled'], base):.2f}"])
+    rows.append(["planning alone, Python planner", fmt_num(planning["python"]), "-", "-",
+                 f"{ratio(planning['python'], base):.2f}"])
     print_table(["pipeline", "tokens/s", "first batch ms", "input wait", "ratio"], rows,
                 title=f"3. pipeline: {mode.batches} batches of {BATCH} x {SEQ_LEN} after the "
                 f"first {WARM}, median of {mode.pipeline_repeats}; baseline torch DataLoader, "

@@ -14,13 +14,15 @@
 - ``synth``: a deterministic synthetic multi-source corpus for tests and the demo.
 - ``permute``: the keyed O(1)-memory Feistel permutation and identity hashes.
 - ``mixing``: pure source-selection rules (exact EDF quotas, expected categorical).
-- ``order``: the pure planner: mixing, per-source epochs, transforms, packing.
+- ``order``: the pure planner: mixing, per-source epochs, transforms, packing; its
+  ``plan_batch`` loop runs in compiled code (``runledger_native.OrderCore``) when
+  the crate is built.
 - ``state``: the strict, versioned loader state and the cursor a checkpoint commits.
 - ``store``: checked physical reads of manifest objects.
 - ``pipeline``: bounded parallel fetch with in-order emission, and its metrics.
 - ``rows``: a chunk of planned sequences assembled into batch rows in one pass.
-- ``planahead``: the order planned ahead in a child process (``python -m
-  dataplane.planahead``), the loader's own planner's batches bit for bit.
+- ``planahead``: without the compiled loop, the order planned ahead in a child
+  process (``python -m dataplane.planahead``), the planner's batches bit for bit.
 - ``loader``: what a training rank iterates; provisional cursors and commit.
 - ``errors``: ``DataPlaneError`` and its leaves (``ManifestError`` is also an
   ``InvalidDocument``).

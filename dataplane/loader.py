@@ -46,8 +46,12 @@ class LoaderConfig:
     max_bytes: int = 256 << 20
     verify: Verify = "digest"
     retries: int = 3
-    # Plan the batches ahead in a process of its own (dataplane.planahead), so this
-    # process only assembles rows; False: plan on the loader's own thread.
+    # The planner's loop in compiled code (runledger_native.OrderCore, when built);
+    # False: the pure-Python planner, the reference.
+    compiled_planner: bool = True
+    # Without the compiled loop: plan the batches ahead in a process of its own
+    # (dataplane.planahead), so this process only assembles rows; False: on the
+    # loader's own thread. The compiled loop always plans on the loader's thread.
     plan_process: bool = True
 
     def __post_init__(self) -> None:
@@ -62,8 +66,9 @@ class LoaderConfig:
             problems.append(f"verify must be 'digest' or 'size', got {self.verify!r}")
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
             problems.append(f"retries must be a non-negative integer, got {self.retries!r}")
-        if not isinstance(self.plan_process, bool):
-            problems.append(f"plan_process must be true or false, got {self.plan_process!r}")
+        for name in ("compiled_planner", "plan_process"):
+            if not isinstance(getattr(self, name), bool):
+                problems.append(f"{name} must be true or false, got {getattr(self, name)!r}")
         if problems:
             raise ConfigError("loader config: " + "; ".join(problems))
 
@@ -98,13 +103,17 @@ class DataLoader:
         self.replica = replica
         self.replicas = replicas
         self.store = store or ObjectStore(manifest, verify=config.verify, retries=config.retries)
-        self.planner = Planner(manifest, config.seed, self.store.length)
+        self.planner = Planner(manifest, config.seed, self.store.length,
+                               compiled=config.compiled_planner,
+                               blocks=self.store.lengths_block)
         # A store given by the caller may be one no other process can open: then the
-        # batches are planned here.
+        # batches are planned here; so are they by the compiled loop, which plans a
+        # batch in about 0.4 ms (a child's pipe and pickles would cost more).
         self._plans: Planner | PlanAhead = (
             PlanAhead(self.planner, config.global_batch_size, verify=config.verify,
                       retries=config.retries)
-            if config.plan_process and store is None else self.planner)
+            if config.plan_process and store is None and not self.planner.compiled
+            else self.planner)
         self.seq_len = manifest.packing.seq_len
         self._pad = manifest.packing.pad_id
         self._names = tuple(s.name for s in manifest.sources)

@@ -7,6 +7,11 @@ per source and epoch, :mod:`dataplane.permute`), what the transforms keep of
 it, and how documents pack into fixed-length sequences. Every replica runs the
 same planner over the same global stream and then fetches only its own slice,
 so the replica count never changes what a global batch holds.
+
+``Planner.plan_batch`` runs its loop in the Rust crate when it is built
+(``runledger_native.OrderCore``: the same steps, integers and floats, about 5x
+faster); this module's Python is the reference it is held to
+(tests/dataplane/test_compiled_order.py) and what runs without the crate.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +31,10 @@ from dataplane.permute import ALGORITHM, Permutation, derive_key, keyed_hash, ke
 
 Lengths = Callable[[int, int], int]
 """``lengths(source, index)``: the token count of a source's record (from the offsets index)."""
+Blocks = Callable[[int, int], tuple[int, Any]]
+"""``blocks(source, index)``: the token counts of every record of the object holding
+``index`` (an int64 array) and the object's first index, for the compiled loop to read
+an object's lengths once (``ObjectStore.lengths_block``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +123,15 @@ _BLOCK = 1024  # permutation outputs computed per vectorised call
 
 
 class Planner:
-    """Pure planning over one manifest and seed; caches never change a result."""
+    """Pure planning over one manifest and seed; caches never change a result.
 
-    def __init__(self, manifest: DatasetManifest, seed: int, lengths: Lengths) -> None:
+    ``plan_batch`` runs in compiled code (``runledger_native.OrderCore``, the same
+    steps over the same integers and floats) when the crate is built and ``compiled``
+    is true; ``next_sequence`` and ``next_document`` always run here.
+    """
+
+    def __init__(self, manifest: DatasetManifest, seed: int, lengths: Lengths, *,
+                 compiled: bool = True, blocks: Blocks | None = None) -> None:
         self.manifest = manifest
         self.seed = seed
         self._lengths = lengths
@@ -153,6 +169,12 @@ class Planner:
         self._ones = [1] * len(self.names)
         self._without_replacement = not mix.replacement
         self._expected = mix.mode == "expected"
+        self._core = _compiled_core(self, blocks) if compiled else None
+
+    @property
+    def compiled(self) -> bool:
+        """Whether ``plan_batch`` runs in compiled code."""
+        return self._core is not None
 
     # -- state -----------------------------------------------------------------
 
@@ -171,6 +193,8 @@ class Planner:
 
     def plan_batch(self, st: OrderState, size: int) -> tuple[list[Sequence_], OrderState] | None:
         """The next ``size`` sequences, or None when the stream ends before the batch fills."""
+        if self._core is not None:
+            return self._compiled_batch(st, size)
         w = _Work(st)
         out: list[Sequence_] = []
         for _ in range(size):
@@ -179,6 +203,30 @@ class Planner:
                 return None
             out.append(seq)
         return out, w.freeze()
+
+    def _compiled_batch(self, st: OrderState, size: int
+                        ) -> tuple[list[Sequence_], OrderState] | None:
+        assert self._core is not None
+        r = st.residue
+        residue = (r.source, r.index, r.epoch, r.origin, r.start, r.stop) if r else None
+        got = self._core.plan_batch((st.position, st.draws_total, list(st.draws),
+                                     list(st.units), list(st.base_units), list(st.active),
+                                     residue, st.finished), size)
+        if got is None:
+            return None
+        if got[0] == "exhausted":
+            i, epoch = got[1], got[2]
+            raise SourceExhausted(self.names[i], epoch)
+        if got[0] == "barren":
+            raise DataPlaneError(_barren(self.names[got[1]]))
+        if got[0] == "overflow":
+            raise DataPlaneError("the exact mixture's counts outgrew 128-bit arithmetic; plan "
+                                 "with the Python planner (LoaderConfig(compiled_planner=False))")
+        _, seqs, (position, total, draws, units, base, active, res, finished) = got
+        return seqs, OrderState(position=position, draws_total=total, draws=tuple(draws),
+                                units=tuple(units), base_units=tuple(base),
+                                active=tuple(active), residue=Span(*res) if res else None,
+                                finished=finished)
 
     def next_sequence(self, st: OrderState) -> tuple[Sequence_ | None, OrderState]:
         w = _Work(st)
@@ -262,9 +310,7 @@ class Planner:
             useful = doc.accepted and doc.stop > doc.origin
             self._barren[i] = 0 if useful else self._barren[i] + 1
             if self._barren[i] >= (64 * n if self.manifest.mixture.replacement else 2 * n):
-                raise DataPlaneError(
-                    f"source {self.names[i]!r}: no record passes its filters with a token left"
-                    " (a whole epoch of draws was unusable)")
+                raise DataPlaneError(_barren(self.names[i]))
             if doc.accepted:
                 return doc
 
@@ -371,3 +417,34 @@ class Planner:
         tokens = src.tokens - (src.records if self.unit == "loss_tokens" else 0)
         return max(tokens / src.records, 1.0)
 
+
+
+def _barren(name: str) -> str:
+    return (f"source {name!r}: no record passes its filters with a token left (a whole epoch"
+            " of draws was unusable)")
+
+
+def _compiled_core(planner: Planner, blocks: Blocks | None) -> Any:
+    """The planner's loop in compiled code, over this planner's keys and callbacks; None
+    when ``runledger_native`` is not built (an install without ``native/``)."""
+    try:
+        from runledger_native import OrderCore
+    except ImportError:
+        return None
+    m = planner.manifest
+    perm_key = planner._perm_key
+    names = planner.names
+
+    def weights_of(active: tuple[bool, ...]) -> tuple[list[int], int]:
+        return integer_weights([x if on else Fraction(0)
+                                for x, on in zip(planner.weights, active, strict=True)])
+
+    return OrderCore(
+        planner.records, planner.seq_len, m.packing.mode == "none", planner.unit,
+        m.mixture.replacement, m.mixture.exhaustion, planner._expected, planner._draw_key,
+        planner._crop_key, planner._mix_key,
+        [(max_tokens, mode == "random") for max_tokens, mode in planner._crops],
+        [[(kind == "min_tokens", value) for kind, value in planner._filters[i]]
+         for i in range(len(names))],
+        planner._probs, planner._lengths, lambda i, epoch: derive_key(perm_key[i], epoch),
+        weights_of, Span, blocks=blocks)

@@ -48,7 +48,7 @@ class StoreCounters:
     retries: int = 0
     cache_hits: int = 0
     cache_misses: int = 0
-    index_lookups: int = 0  # record lengths the planner read from cached indexes
+    index_lookups: int = 0  # record lengths (or objects' lengths) the planner read from indexes
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **deltas: int) -> None:
@@ -102,6 +102,15 @@ class ObjectStore:
         opened = self._cache.get((source, k)) or self._open(source, k)
         self.counters.index_lookups += 1  # the planner's thread is its only writer
         return int(opened.lengths[r])
+
+    def lengths_block(self, source: int, index: int
+                      ) -> tuple[int, np.ndarray[Any, np.dtype[np.int64]]]:
+        """The token counts of every record of the object holding ``index``, and the
+        object's first logical index: the compiled planner reads them once per object."""
+        k, _ = self.locate(source, index)
+        opened = self._cache.get((source, k)) or self._open(source, k)
+        self.counters.index_lookups += 1
+        return self._firsts[source][k], opened.lengths
 
     def read_many(self, spans: Sequence[Span]) -> list[Tokens]:
         """The tokens of each span, in order (one row's worth). Local objects come

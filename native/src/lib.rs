@@ -16,9 +16,11 @@
 //!
 //! `verify_many` (`verify`) checks a batch of report signatures without the GIL,
 //! with the libsodium function PyNaCl verifies with (`events.signed.bulk`).
+//! `OrderCore` (`planner`) is the data plane's planner loop (`dataplane.order`).
 
 mod columns;
 mod direct;
+mod planner;
 mod verify;
 
 use std::collections::HashMap;
@@ -281,5 +283,6 @@ fn runledger_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     apache_avro::max_allocation_bytes(MAX_LENGTH);
     m.add_class::<BatchDecoder>()?;
     m.add_function(wrap_pyfunction!(verify::verify_many, m)?)?;
+    m.add_class::<planner::OrderCore>()?;
     Ok(())
 }

@@ -39,7 +39,8 @@ def corpus(root: Path, mixture: dict[str, Any], seed: int = 3) -> DatasetManifes
 
 
 def planner(manifest: DatasetManifest) -> Planner:
-    return Planner(manifest, 5, ObjectStore(manifest, verify="size").length)
+    # The Python planner: the child is what runs when the compiled loop is not built.
+    return Planner(manifest, 5, ObjectStore(manifest, verify="size").length, compiled=False)
 
 
 def plans(source: Planner | PlanAhead, st: OrderState, batches: int, size: int
@@ -117,17 +118,22 @@ def test_a_child_that_dies_is_named_not_waited_on(tmp_path: Path) -> None:
         ahead._child.wait()
         with pytest.raises(DataPlaneError, match=r"planning process ended without a plan "
                            r"\(exit code -9"):
-            plans(ahead, st, 100, 4)  # what it sent before it died, then the end
+            # What it sent before it died (a pipe holds a hundred small plans), then the end.
+            plans(ahead, st, 10**6, 4)
     finally:
         ahead.close()
 
 
 def test_the_loader_hands_out_the_same_batches_either_way(tmp_path: Path) -> None:
+    """With the Python planner (an install without the compiled loop) the child plans;
+    the batches are the same as planned on the loader's thread, and as the compiled
+    loop's, which never starts a child."""
     manifest = corpus(tmp_path, MIXTURES["exact tokens"])
 
-    def batches(plan_process: bool, state: Any = None, n: int = START_AFTER + 40) -> list[Any]:
+    def batches(plan_process: bool, state: Any = None, n: int = START_AFTER + 40,
+                compiled: bool = False) -> list[Any]:
         config = LoaderConfig(seed=5, global_batch_size=4, workers=2, verify="size",
-                              plan_process=plan_process)
+                              plan_process=plan_process, compiled_planner=compiled)
         with DataLoader(manifest, config) as dl:
             if state is not None:
                 dl.load_state_dict(state)
@@ -135,18 +141,22 @@ def test_the_loader_hands_out_the_same_batches_either_way(tmp_path: Path) -> Non
             for b in dl:
                 out.append((b.index, b.samples, b.tokens.tobytes(), b.cursor.state_dict()))
                 if len(out) == n:
-                    assert not plan_process or isinstance(dl._plans, PlanAhead)
-                    if plan_process:
+                    assert dl.planner.compiled == compiled
+                    child = plan_process and not compiled
+                    assert isinstance(dl._plans, PlanAhead) == child
+                    if child:
                         assert dl._plans.received > 0  # type: ignore[union-attr]
                     return out
         raise AssertionError("the stream ended early")
 
     here, there = batches(False), batches(True)
-    assert there == here
+    assert there == here == batches(True, compiled=True)
     resumed = batches(True, state=here[19][3], n=START_AFTER + 20)
     assert resumed == here[20:]
 
 
-def test_plan_process_must_be_a_boolean() -> None:
+def test_plan_process_and_compiled_planner_must_be_booleans() -> None:
     with pytest.raises(Exception, match="plan_process must be true or false"):
         LoaderConfig(seed=1, global_batch_size=2, plan_process="yes")  # type: ignore[arg-type]
+    with pytest.raises(Exception, match="compiled_planner must be true or false"):
+        LoaderConfig(seed=1, global_batch_size=2, compiled_planner=1)  # type: ignore[arg-type]

@@ -310,7 +310,8 @@ def summary(res: dict[str, Any]) -> list[list[object]]:
         rows.append([f"resume s @{int(pos):.0e} vs replay (extrapolated)", f"{d['median_s']:.3f}",
                      f"{d['replay_extrapolated_s']:,.0f}", f"{d['ratio_vs_replay']:.1e}"])
     for name, v in pl["variants"].items():
-        rows.append([f"pipeline tokens/s, {name[-2:]} (torch w2)", fmt_num(v["tokens_per_s"]),
+        label = name.removeprefix("runledger_").replace("_", " ")
+        rows.append([f"pipeline tokens/s, {label} (torch w2)", fmt_num(v["tokens_per_s"]),
                      fmt_num(pl["baseline_tokens_per_s"]), f"{v['ratio']:.2f}"])
     for label, e in mx["sets"].items():
         for key in ("from_0", "from_1e12"):

@@ -50,7 +50,8 @@ OWN_STACK = {"controller"}  # starts its own stack: never handed the shared brok
 # Issue #18's goals, by (benchmark, regular expression on the measure's key path).
 GOALS: list[tuple[str, str, str]] = [
     ("dataplane", r"^permutation lookups/s", ">= 1.0"),
-    ("dataplane", r"^pipeline tokens/s", ">= 0.95"),
+    # The loader as shipped (the compiled planner), not the Python planner's variants.
+    ("dataplane", r"^pipeline tokens/s, w[24] \(", ">= 0.95"),
     ("events", r"produce.*ratio$", ">= 0.5"),
     ("events", r"consume.*ratio$", ">= 0.5"),
     ("controller", r"core.*ratio_to_decode$", ">= 0.5"),

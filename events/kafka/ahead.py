@@ -31,12 +31,12 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from events.kafka.runkeys import CERT_HEADER, carried_key
+from events.kafka.runkeys import carried
 from events.kafka.runkeys import report_message as worker_report_message
 from events.record import Quarantined, Record
 from events.signed.bulk import verify_many
 from events.signed.keyring import KeyRing
-from events.signed.signing import PublicKey, header_values, report_message, signature_of
+from events.signed.signing import PublicKey, report_message, signature_of
 from events.topics import REPORTS
 
 # Verifying threads: one per core (two verify 10⁵ signatures in 0.52 of one's time
@@ -57,8 +57,9 @@ def signed(ring: KeyRing, record: Record) -> Signed | None:
     if isinstance(found, str):
         return None
     key_id, signature = found
-    if header_values(record.headers, CERT_HEADER):
-        public = carried_key(record.headers)
+    certified, read = carried(record.headers)
+    if certified:
+        public = read[1] if read is not None else None
         if public is None or public.key_id != key_id:
             return None  # refused without a verification
         return public, worker_report_message(record.value), signature

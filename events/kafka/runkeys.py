@@ -205,10 +205,9 @@ def _problem(ring: KeyRing, record: Record, hosts: Hosts,
              at: int | None) -> tuple[str | None, str]:
     event, headers = record.event, record.headers
     found = signature_of(headers)
-    certs = header_values(headers, CERT_HEADER)
+    certified, read = carried(headers)
     if isinstance(found, str):
-        return (UNSIGNED if not certs else BAD_CERT), ""
-    read = _read_cert(bytes(certs[0])) if len(certs) == 1 else None
+        return (UNSIGNED if not certified else BAD_CERT), ""
     if read is None:
         return BAD_CERT, ""
     cert, public, node_sig, vouched_message = read
@@ -233,6 +232,10 @@ def _problem(ring: KeyRing, record: Record, hosts: Hosts,
     return None, cert.node
 
 
+# A certificate read: the certificate, its run key (None: garbled), the node's
+# signature over it and the message that signature is over.
+CertRead = tuple[Cert, PublicKey | None, bytes, bytes]
+
 # Every report of one run key carries the same certificate: its parsing and the node
 # key's signature over it are pure functions of their bytes, memoized here (one
 # verification per certificate instead of one per report); the node key's status is
@@ -241,7 +244,7 @@ CERT_CACHE = 4096
 
 
 @functools.lru_cache(maxsize=CERT_CACHE)
-def _read_cert(data: bytes) -> tuple[Cert, PublicKey | None, bytes, bytes] | None:
+def _read_cert(data: bytes) -> CertRead | None:
     """The certificate, its run key (None: garbled), the node's signature and the
     message that signature is over."""
     cert = Cert.from_bytes(data)
@@ -255,12 +258,13 @@ def _read_cert(data: bytes) -> tuple[Cert, PublicKey | None, bytes, bytes] | Non
         return cert, None, b"", message
 
 
-def carried_key(headers: Headers) -> PublicKey | None:
-    """The run key a worker's report carries in its one certificate; None when it
-    carries none, several, or a garbled one (what :func:`judge_worker_report` refuses)."""
+def carried(headers: Headers) -> tuple[bool, CertRead | None]:
+    """Whether a report carries a certificate header at all, and its one certificate
+    read (None: it carries none, several, or a garbled one, which
+    :func:`judge_worker_report` refuses). The door and ``events.kafka.ahead`` both
+    read the headers through here, so they cannot disagree on which key signed."""
     certs = header_values(headers, CERT_HEADER)
-    read = _read_cert(bytes(certs[0])) if len(certs) == 1 else None
-    return read[1] if read is not None else None
+    return bool(certs), (_read_cert(bytes(certs[0])) if len(certs) == 1 else None)
 
 
 @functools.lru_cache(maxsize=CERT_CACHE)

@@ -16,6 +16,7 @@
 //! side, on drawn manifests).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
@@ -179,7 +180,11 @@ pub struct OrderCore {
     weights_of: PyObject,
     span: PyObject,
     perms: Vec<Option<(u64, Permutation)>>,
-    weights: HashMap<Vec<bool>, (Vec<i128>, i128)>,
+    // A set's exact weights, asked for once per set of active sources; `last` is the
+    // set the previous pick used (sets change only when a source runs out), so a
+    // pick compares two short vectors instead of hashing one.
+    weights: HashMap<Vec<bool>, Arc<(Vec<i128>, i128)>>,
+    last: Option<(Vec<bool>, Arc<(Vec<i128>, i128)>)>,
     peek: Vec<Option<(u64, Doc)>>,
     barren: Vec<u64>,
 }
@@ -278,6 +283,27 @@ impl OrderCore {
         Ok(doc)
     }
 
+    /// The exact integer weights of the set of sources `active`, and their sum.
+    fn weights_for(&mut self, py: Python<'_>, active: &[bool])
+                   -> Result<Arc<(Vec<i128>, i128)>, Stop> {
+        if let Some((set, got)) = &self.last {
+            if set.as_slice() == active {
+                return Ok(Arc::clone(got));
+            }
+        }
+        let got = match self.weights.get(active) {
+            Some(got) => Arc::clone(got),
+            None => {
+                let asked = self.weights_of.call1(py, (PyTuple::new(py, active)?,))?;
+                let got = Arc::new(asked.extract::<(Vec<i128>, i128)>(py)?);
+                self.weights.insert(active.to_vec(), Arc::clone(&got));
+                got
+            }
+        };
+        self.last = Some((active.to_vec(), Arc::clone(&got)));
+        Ok(got)
+    }
+
     fn pick(&mut self, py: Python<'_>, w: &Work) -> Result<Option<usize>, Stop> {
         if !w.active.iter().any(|&on| on) {
             return Ok(None);
@@ -294,12 +320,8 @@ impl OrderCore {
             let i = cum.partition_point(|&c| c <= x); // bisect_right
             return Ok(Some(i.min(cum.len() - 1)));
         }
-        if !self.weights.contains_key(&w.active) {
-            let got = self.weights_of.call1(py, (PyTuple::new(py, &w.active)?,))?;
-            let (a, big): (Vec<i128>, i128) = got.extract(py)?;
-            self.weights.insert(w.active.clone(), (a, big));
-        }
-        let (a, big) = self.weights[&w.active].clone();
+        let weights = self.weights_for(py, &w.active)?;
+        let (a, big) = (&weights.0, weights.1);
         let sized = !matches!(self.unit, Unit::Documents | Unit::Samples);
         let mut total: i128 = 0;
         let mut counts = Vec::with_capacity(w.active.len());
@@ -481,7 +503,7 @@ impl OrderCore {
             exhaustion: exhaustion_of(exhaustion)?, expected, draw_key, crop_key, mix_key,
             crops, filters, probs, lengths, blocks, kept: vec![Vec::new(); k], kept_count: 0,
             epoch_key, weights_of, span,
-            perms: (0..k).map(|_| None).collect(), weights: HashMap::new(),
+            perms: (0..k).map(|_| None).collect(), weights: HashMap::new(), last: None,
             peek: vec![None; k], barren: vec![0; k],
         })
     }

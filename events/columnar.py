@@ -13,7 +13,8 @@ record: the upcasters of changes of meaning, the 32-bit check of ``int``
 fields (an ``int`` past 32 bits is ``body_invalid`` here, ``int_out_of_range``
 there), the rules of the event classes, and unpacking members written as blocks
 (``events.placement``): those are for the reader of the columns to apply, in
-bulk. The Python codec stays the reference: tests/events/test_columnar.py holds
+bulk. :func:`payloads` writes each record's ``events`` payload from the columns.
+The Python codec stays the reference: tests/events/test_columnar.py holds
 these columns to its records on every schema file.
 
 Tested in tests/events/test_columnar.py.
@@ -34,11 +35,13 @@ from events.registry import SchemaRegistry
 @dataclass(frozen=True, slots=True)
 class Columns:
     """One batch, decoded: ``kinds[i]`` is value i's index in ``types`` (-1: refused);
+    ``versions[i]`` the version of the schema file that wrote it (-1: refused);
     ``batches`` each type's records, in their order among the values; ``refused``
     (index, reason, detail) with ``events.codec``'s reasons."""
 
     types: tuple[str, ...]
     kinds: pa.Int32Array
+    versions: pa.Int32Array
     batches: dict[str, pa.RecordBatch]
     refused: list[tuple[int, str, str]]
 
@@ -59,5 +62,13 @@ class ColumnarDecoder:
         self.types = tuple(self._native.event_types())
 
     def decode(self, values: Sequence[bytes | None]) -> Columns:
-        kinds, batches, refused = self._native.decode(list(values))
-        return Columns(self.types, kinds, batches, refused)
+        kinds, versions, batches, refused = self._native.decode(list(values))
+        return Columns(self.types, kinds, versions, batches, refused)
+
+
+def payloads(batch: pa.RecordBatch) -> pa.StringArray:
+    """The ``events`` table's payload of each record of one type's ``batch``: every
+    field but the header as the canonical JSON of :func:`projectors.payload.payload`,
+    byte for byte (for records the upcasters and ``events.placement`` leave as they are:
+    an upcast or inflated record's payload is of its new fields)."""
+    return runledger_native.payloads(batch)

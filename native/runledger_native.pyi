@@ -1,4 +1,5 @@
-"""runledger's compiled paths (native/src/lib.rs): Avro records to Arrow columns,
+"""runledger's compiled paths (native/src/lib.rs): Avro records to Arrow columns
+and their canonical JSON payloads (native/src/payload.rs),
 Ed25519 signatures verified in bulk (native/src/verify.rs), and the data plane's
 planner loop (native/src/planner.rs)."""
 
@@ -11,8 +12,11 @@ class BatchDecoder:
     def __init__(self, readers: list[tuple[str, str]],
                  writers: list[tuple[bytes, str, int, str]]) -> None: ...
     def decode(self, values: list[bytes | None]
-               ) -> tuple[pa.Int32Array, dict[str, pa.RecordBatch], list[tuple[int, str, str]]]: ...
+               ) -> tuple[pa.Int32Array, pa.Int32Array, dict[str, pa.RecordBatch],
+                          list[tuple[int, str, str]]]: ...
     def event_types(self) -> list[str]: ...
+
+def payloads(batch: pa.RecordBatch) -> pa.StringArray: ...
 
 def verify_many(function: int, publics: list[bytes], messages: list[bytes],
                 signatures: list[bytes], threads: int) -> list[bool]: ...

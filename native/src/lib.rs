@@ -14,12 +14,16 @@
 //! The Python codec stays the reference: tests/events/test_columnar.py holds the
 //! columns to its records on every schema file.
 //!
+//! `payloads` (`payload`) writes the `events` table's canonical JSON payload of
+//! each record of a type's columns, as `projectors.payload` does for an event.
+//!
 //! `verify_many` (`verify`) checks a batch of report signatures without the GIL,
 //! with the libsodium function PyNaCl verifies with (`events.signed.bulk`).
 //! `OrderCore` (`planner`) is the data plane's planner loop (`dataplane.order`).
 
 mod columns;
 mod direct;
+mod payload;
 mod planner;
 mod verify;
 
@@ -30,7 +34,7 @@ use apache_avro::from_avro_datum;
 use apache_avro::schema::Schema;
 use apache_avro::types::Value;
 use arrow::array::{Array, Int32Array, RecordBatch, StructArray};
-use arrow::pyarrow::ToPyArrow;
+use arrow::pyarrow::{PyArrowType, ToPyArrow};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -45,6 +49,7 @@ struct Writer {
     schema: Schema,
     reader: usize, // index into BatchDecoder::readers
     same: bool,    // the writer schema is its type's newest: nothing to resolve
+    version: i32,  // its schema file's version (the events table's writer_version)
     label: String, // "<Type> v<N>", for the messages
 }
 
@@ -133,7 +138,7 @@ impl BatchDecoder {
     /// Decode one value into its type's columns: its type's index, or a refusal; an
     /// `Err` is a bug (a column that does not fit its own schema), not the value's fault.
     fn take(&self, cols: &mut [Option<Col>], data: Option<&[u8]>)
-            -> Result<Result<usize, Refusal>, String> {
+            -> Result<Result<(usize, i32), Refusal>, String> {
         let Some(bytes) = data else {
             return Ok(Err(("empty", "record has no value (tombstone)".to_string())));
         };
@@ -167,27 +172,40 @@ impl BatchDecoder {
             }
             col.push(Some(&value))?;
         }
-        Ok(Ok(reader))
+        Ok(Ok((reader, writer.version)))
     }
 
     /// Every value's reader index (-1: refused), the columns of each reader seen, and
     /// the refusals (index, reason, detail). Runs without the GIL.
-    fn decode_all(&self, values: &[Option<&[u8]>])
-                  -> Result<(Vec<i32>, Vec<Option<Col>>, Vec<(usize, &'static str, String)>), String> {
+    fn decode_all(&self, values: &[Option<&[u8]>]) -> Result<Decoded, String> {
         let mut kinds = Vec::with_capacity(values.len());
+        let mut versions = Vec::with_capacity(values.len());
         let mut cols: Vec<Option<Col>> = (0..self.readers.len()).map(|_| None).collect();
         let mut refused = Vec::new();
         for (i, data) in values.iter().enumerate() {
             match self.take(&mut cols, *data)? {
-                Ok(reader) => kinds.push(reader as i32),
+                Ok((reader, version)) => {
+                    kinds.push(reader as i32);
+                    versions.push(version);
+                }
                 Err((reason, detail)) => {
                     kinds.push(-1);
+                    versions.push(-1);
                     refused.push((i, reason, detail));
                 }
             }
         }
-        Ok((kinds, cols, refused))
+        Ok(Decoded { kinds, versions, cols, refused })
     }
+}
+
+/// A batch decoded: per value its reader index and writer version (-1 where refused),
+/// the columns of each reader seen, and the refusals (index, reason, detail).
+struct Decoded {
+    kinds: Vec<i32>,
+    versions: Vec<i32>,
+    cols: Vec<Option<Col>>,
+    refused: Vec<(usize, &'static str, String)>,
 }
 
 /// The refusal of a body that goes on after its record.
@@ -227,7 +245,10 @@ impl BatchDecoder {
                 PyValueError::new_err(format!("a writer schema of {event_type}: {e}"))
             })?;
             let same = schema == parsed[reader].schema;
-            by_fingerprint.insert(fp, Writer { schema, reader, same,
+            let version = i32::try_from(version).map_err(|_| {
+                PyValueError::new_err(format!("{event_type} v{version}: too large a version"))
+            })?;
+            by_fingerprint.insert(fp, Writer { schema, reader, same, version,
                                                label: format!("{event_type} v{version}") });
         }
         Ok(BatchDecoder { readers: parsed, writers: by_fingerprint })
@@ -235,12 +256,13 @@ impl BatchDecoder {
 
     /// Decode `values` (a list of bytes, or None for a tombstone).
     ///
-    /// Returns `(kinds, batches, refused)`: `kinds`, a pyarrow Int32Array with each
-    /// value's event type index (`event_types()[k]`; -1 where refused); `batches`, a
+    /// Returns `(kinds, versions, batches, refused)`: `kinds`, a pyarrow Int32Array
+    /// with each value's event type index (`event_types()[k]`; -1 where refused);
+    /// `versions`, one with the version of the schema file that wrote it; `batches`, a
     /// dict of event type to a pyarrow RecordBatch of its records in their order in
     /// `values`; `refused`, a list of (index, reason, detail).
     fn decode<'py>(&self, py: Python<'py>, values: &Bound<'py, PyList>)
-                   -> PyResult<(PyObject, Bound<'py, PyDict>, Bound<'py, PyList>)> {
+                   -> PyResult<(PyObject, PyObject, Bound<'py, PyDict>, Bound<'py, PyList>)> {
         let owned: Vec<Option<Bound<'py, PyBytes>>> = values
             .iter()
             .map(|v| if v.is_none() { Ok(None) } else { v.downcast_into::<PyBytes>().map(Some) })
@@ -248,10 +270,11 @@ impl BatchDecoder {
             .map_err(|e| PyValueError::new_err(format!("a record value must be bytes: {e}")))?;
         let slices: Vec<Option<&[u8]>> =
             owned.iter().map(|v| v.as_ref().map(|b| b.as_bytes())).collect();
-        let (kinds, mut cols, refused) = py
+        let Decoded { kinds, versions, mut cols, refused } = py
             .allow_threads(|| self.decode_all(&slices))
             .map_err(PyValueError::new_err)?;
         let kinds = Int32Array::from(kinds).to_data().to_pyarrow(py)?;
+        let versions = Int32Array::from(versions).to_data().to_pyarrow(py)?;
         let batches = PyDict::new(py);
         for (reader, col) in cols.iter_mut().enumerate() {
             let Some(col) = col else { continue };
@@ -265,13 +288,22 @@ impl BatchDecoder {
         for (i, reason, detail) in refused {
             out.append((i, reason, detail))?;
         }
-        Ok((kinds, batches, out))
+        Ok((kinds, versions, batches, out))
     }
 
     /// The event types, in the order `decode`'s kinds index them.
     fn event_types(&self) -> Vec<String> {
         self.readers.iter().map(|r| r.event_type.clone()).collect()
     }
+}
+
+/// The `events` table's payload of each record of `batch` (one type's columns, as
+/// `BatchDecoder.decode` gives them): a pyarrow StringArray (`payload`).
+#[pyfunction]
+fn payloads(py: Python<'_>, batch: PyArrowType<RecordBatch>) -> PyResult<PyObject> {
+    let batch = batch.0;
+    let text = py.allow_threads(|| payload::payloads(&batch)).map_err(PyValueError::new_err)?;
+    text.to_data().to_pyarrow(py)
 }
 
 /// The most a length in a body may claim: no record is larger (librdkafka's limit,
@@ -284,5 +316,6 @@ fn runledger_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BatchDecoder>()?;
     m.add_function(wrap_pyfunction!(verify::verify_many, m)?)?;
     m.add_class::<planner::OrderCore>()?;
+    m.add_function(wrap_pyfunction!(payloads, m)?)?;
     Ok(())
 }

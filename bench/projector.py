@@ -206,11 +206,12 @@ class ProjectorRun:
 
 
 def project_into(cls: type[Projector], db: Path, bootstrap: str, codec: Codec,
-                 verify_threads: int = DEFAULT_THREADS) -> ProjectorRun:
+                 verify_threads: int = DEFAULT_THREADS, compiled: bool = True) -> ProjectorRun:
     """Construct, run until caught up, close: each timed on its own."""
     gc.collect()
     t0 = time.perf_counter()
-    projector = cls(db, bootstrap, codec=codec, verify_threads=verify_threads)
+    projector = cls(db, bootstrap, codec=codec, verify_threads=verify_threads,
+                    compiled=compiled)
     t1 = time.perf_counter()
     try:
         n = projector.run(until_caught_up=True)
@@ -264,8 +265,15 @@ def projection_section(log: Log, codec: Codec, bootstrap: str, tmp: Path,
     # The same projection with every signature verified by the door on the reader's
     # thread (what it was before events.kafka.ahead): the before of (b), in this run.
     forget_verified()
-    alone = project_into(Projector, tmp / "alone.duckdb", bootstrap, codec, verify_threads=0)
+    alone = project_into(Projector, tmp / "alone.duckdb", bootstrap, codec, verify_threads=0,
+                         compiled=False)
     print(f"   (b0) done: {alone.run_s:.0f} s", flush=True)
+    # Every record on the Python route (what it was before projectors.fastpath), the
+    # signatures verified ahead: the before of (b)'s compiled route, in this run.
+    python_db = tmp / "python.duckdb"
+    forget_verified()
+    python = project_into(Projector, python_db, bootstrap, codec, compiled=False)
+    print(f"   (b1) done: {python.run_s:.0f} s", flush=True)
     live_db = tmp / "live.duckdb"
     forget_verified()
     live = project_into(Projector, live_db, bootstrap, codec)
@@ -286,35 +294,43 @@ def projection_section(log: Log, codec: Codec, bootstrap: str, tmp: Path,
         rows.append([labels[key] + (" *" if key == base_key else ""), f"{p.records:,}",
                      f"{p.seconds:.1f}", fmt_num(p.records_per_s),
                      f"{ratio(p.records_per_s, base):.3f}"])
-    rows.append(["(b0) Projector.run -> DuckDB, signatures verified by the door alone",
+    rows.append(["(b0) Projector.run -> DuckDB, Python route, door verifying alone",
                  f"{alone.records:,}", f"{alone.run_s:.1f}", fmt_num(alone.records_per_s),
                  f"{ratio(alone.records_per_s, base):.3f}"])
-    rows.append([f"(b) Projector.run -> DuckDB, {DEFAULT_THREADS} threads verifying ahead",
+    rows.append([f"(b1) ... Python route, {DEFAULT_THREADS} threads verifying ahead",
+                 f"{python.records:,}", f"{python.run_s:.1f}", fmt_num(python.records_per_s),
+                 f"{ratio(python.records_per_s, base):.3f}"])
+    rows.append([f"(b) ... compiled route (projectors.fastpath), {DEFAULT_THREADS} threads ahead",
                  f"{live.records:,}", f"{live.run_s:.1f}",
                  fmt_num(live.records_per_s), f"{ratio(live.records_per_s, base):.3f}"])
     print_table(["pass (both topics, offset 0 to end)", "records", "seconds", "records/s",
                  "vs (a)"], rows,
                 title=f"1. projection throughput: {len(log.records):,} records, consume batches "
                 f"of {CONSUME_BATCH}, read_committed; * = the baseline (faster (a) pass)")
-    duck_s = live.run_s - passes["door"].seconds
+    # The passes above are the Python route with the door verifying on the reader's
+    # thread: they take (b0) apart, not (b).
+    duck_s = alone.run_s - passes["door"].seconds
     door_s = passes["door"].seconds - passes["rows"].seconds
     print(f"   (b) wrote {live.batches:,} transactions, quarantined {live.quarantined} "
           f"(corrupt records sent: {sum(log.corrupt.values())}); construct "
           f"{live.construct_s:.2f} s, close {live.close_s:.2f} s; projection file "
           f"{mib(live.file_bytes)} MiB ({live.file_bytes / max(live.records, 1):.0f} B/record)")
-    print(f"   where (b)'s time goes: consume {passes['consume'].seconds:.1f} s, + decode "
+    print(f"   where (b0)'s time goes: consume {passes['consume'].seconds:.1f} s, + decode "
           f"{passes[base_key].seconds - passes['consume'].seconds:.1f} s, + rows_for "
           f"{passes['rows'].seconds - passes[base_key].seconds:.1f} s, + the report door "
-          f"{door_s:.1f} s ({door_s / live.run_s:.0%}), + DuckDB (inserts, commits) "
-          f"~{duck_s:.1f} s = {duck_s / live.run_s:.0%} of (b)\n", flush=True)
+          f"{door_s:.1f} s ({door_s / alone.run_s:.0%}), + DuckDB (inserts, commits) "
+          f"~{duck_s:.1f} s = {duck_s / alone.run_s:.0%} of (b0)\n", flush=True)
     out: dict[str, Any] = {
         "passes": {k: p.to_json() for k, p in passes.items()}, "baseline_pass": base_key,
         "baseline_records_per_s": base, "projector": live.to_json(),
-        "ratio": ratio(live.records_per_s, base), "duckdb_share_estimate": duck_s / live.run_s,
+        "ratio": ratio(live.records_per_s, base), "duckdb_share_estimate_b0": duck_s / alone.run_s,
         "verify_threads": DEFAULT_THREADS, "projector_without_ahead": alone.to_json(),
         "ratio_without_ahead": ratio(alone.records_per_s, base),
         "ahead_speedup": alone.run_s / live.run_s if live.run_s else None,
-        "door_s": door_s, "door_share": door_s / live.run_s,
+        "projector_python_route": python.to_json(),
+        "ratio_python_route": ratio(python.records_per_s, base),
+        "compiled_speedup": python.run_s / live.run_s if live.run_s else None,
+        "door_s": door_s, "door_share_b0": door_s / alone.run_s,
         "consumer_settings": CONSUMER_SETTINGS, "consume_batch": CONSUME_BATCH}
     partial(out)
 
@@ -323,7 +339,8 @@ def projection_section(log: Log, codec: Codec, bootstrap: str, tmp: Path,
     replay = project_into(Projector, replay_db, bootstrap, codec)
 
     t0 = time.perf_counter()
-    digests = {"live": table_digests(live_db), "replay": table_digests(replay_db)}
+    digests = {"live": table_digests(live_db), "replay": table_digests(replay_db),
+               "python_route": table_digests(python_db)}
     digest_s = (time.perf_counter() - t0) / 2
     differing = sorted(t for t in digests["live"] if digests["live"][t] != digests["replay"].get(t))
     diffs = diff_tables(live_db, replay_db, differing)
@@ -337,6 +354,8 @@ def projection_section(log: Log, codec: Codec, bootstrap: str, tmp: Path,
          ["seconds (construct + run until caught up + close)", f"{replay.total_s:.1f}"],
          ["records/s over that", fmt_num(replay.records / replay.total_s)],
          ["table digests equal to (b)'s", verdict],
+         ["(b)'s equal to (b1)'s, the Python route's",
+          "yes, every table" if digests["live"] == digests["python_route"] else "NO"],
          ["table_digests() per file (s)", f"{digest_s:.2f}"],
          ["file size (MiB)", mib(replay.file_bytes)]],
         title=f"2. replay into an empty file: {replay.records:,} records")
@@ -347,6 +366,7 @@ def projection_section(log: Log, codec: Codec, bootstrap: str, tmp: Path,
     big_tables = sorted(counts.items(), key=lambda kv: -kv[1])
     print("   rows: " + ", ".join(f"{t} {n:,}" for t, n in big_tables if n) + "\n", flush=True)
     out["replay"] = {**replay.to_json(), "digests_equal": not differing,
+                     "python_route_digests_equal": digests["live"] == digests["python_route"],
                      "differing_tables": differing, "digest_s": digest_s, "differences": diffs}
     out.update(table_rows=counts, digests=digests)
     return out, live_db

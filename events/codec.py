@@ -54,6 +54,10 @@ class Upcasters:
         chain.append((version, fn))
         chain.sort(key=lambda item: item[0])
 
+    def touches(self, event_type: str, writer_version: int) -> bool:
+        """Whether :meth:`apply` changes anything of a record ``writer_version`` wrote."""
+        return any(writer_version <= version for version, _ in self._by_type.get(event_type, ()))
+
     def apply(self, event_type: str, writer_version: int, record: dict[str, Any]) -> dict[str, Any]:
         for version, fn in self._by_type.get(event_type, ()):
             if writer_version <= version:

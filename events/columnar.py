@@ -25,11 +25,24 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 import pyarrow as pa
-import runledger_native
 
 from events.registry import SchemaRegistry
+
+
+def _compiled() -> ModuleType | None:
+    try:
+        import runledger_native
+    except ImportError:  # an install without the compiled part (native/ not built)
+        return None
+    return runledger_native
+
+
+native: ModuleType | None = _compiled()
+# Whether the compiled read path is here; without it a reader keeps to events.codec.
+NATIVE = native is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +71,9 @@ class ColumnarDecoder:
         readers = [(name, json.dumps(self.registry.latest(name).schema)) for name in names]
         writers = [(sv.fingerprint, name, sv.version, json.dumps(sv.schema))
                    for name in names for sv in self.registry.versions(name)]
-        self._native = runledger_native.BatchDecoder(readers, writers)
+        if native is None:
+            raise ImportError("runledger_native is not built: `make venv` builds native/")
+        self._native = native.BatchDecoder(readers, writers)
         self.types = tuple(self._native.event_types())
 
     def decode(self, values: Sequence[bytes | None]) -> Columns:
@@ -71,4 +86,6 @@ def payloads(batch: pa.RecordBatch) -> pa.StringArray:
     field but the header as the canonical JSON of :func:`projectors.payload.payload`,
     byte for byte (for records the upcasters and ``events.placement`` leave as they are:
     an upcast or inflated record's payload is of its new fields)."""
-    return runledger_native.payloads(batch)
+    assert native is not None, "runledger_native is not built"
+    text: pa.StringArray = native.payloads(batch)
+    return text

@@ -43,6 +43,7 @@ import pyarrow as pa
 from events.codec import Codec, default_codec
 from events.errors import EventsError
 from events.kafka.ahead import DEFAULT_THREADS, Ahead, Checking
+from events.kafka.clients import decode_or_quarantine
 from events.kafka.keys import read_ring_or_empty
 from events.kafka.offsets import LogGap
 from events.kafka.reader import LogReader
@@ -50,6 +51,8 @@ from events.kafka.reportdoor import ReportDoor
 from events.record import Quarantined, Record
 from events.topics import REPORTS, RUNS
 from projectors.errors import ProjectionGap, ProjectionLayoutError, ProjectorError
+from projectors.fastpath import NATIVE, FastPath, Split
+from projectors.fastrows import events_of, insert
 from projectors.rows import EventRow, QuarantineRow, Row
 from projectors.snapshot import LiveFile, publish
 from projectors.tables import DDL, TABLE_OF, TABLES, Table, rows_for
@@ -79,7 +82,7 @@ BATCH = 20_000
 class Projector:
     def __init__(self, db_path: str | Path, bootstrap: str, *, codec: Codec | None = None,
                  batch: int = BATCH, snapshot_every_s: float | None = None,
-                 verify_threads: int = DEFAULT_THREADS) -> None:
+                 verify_threads: int = DEFAULT_THREADS, compiled: bool = True) -> None:
         self.db_path = str(db_path)
         self.bootstrap = bootstrap
         self.codec = codec or default_codec()
@@ -87,6 +90,9 @@ class Projector:
         # Threads that verify a batch's report signatures ahead of the door
         # (events.kafka.ahead); 0: the door verifies each on this thread.
         self.verify_threads = verify_threads
+        # The compiled route for the records that need only their fields
+        # (projectors.fastpath); None: every record takes the Python route.
+        self.fastpath = FastPath(self.codec) if compiled and NATIVE else None
         # None: never publish a snapshot (replay, tests); 0: after every batch.
         self.snapshot_every_s = snapshot_every_s
         self.published_at: float | None = None  # wall clock of the last snapshot
@@ -168,20 +174,23 @@ class Projector:
             # read: applied after that read, before anything read later. A batch that
             # is not full (the reader is at the log's head) is applied at once, so
             # reading ahead never delays a live projection.
-            held: tuple[list[Record | Quarantined], Checking | None, float] | None = None
+            held: tuple[list[Record | Quarantined], Checking | None, float,
+                        Split | None] | None = None
             while not (stop is not None and stop.is_set()):
-                items = reader.read_batch(self.batch, poll_s)
+                items, split, decode_s = self._read(reader, poll_s)
+                size = len(split.messages) if split is not None else len(items)
                 self.reached = {**self.reached, **reader.reached}
-                checking = (ahead.check(self.door.ring, items)
-                            if ahead is not None and items and self.door is not None else None)
+                judged = [record for _, record in split.judged] if split is not None else []
+                checking = (ahead.check(self.door.ring, items + judged)
+                            if ahead is not None and self.door is not None else None)
                 if held is not None:
                     total += self._apply(*held)
                     held = None
-                if items:
-                    if len(items) >= self.batch and not (until_caught_up and reader.caught_up):
-                        held = (items, checking, reader.last_read_s)
+                if size:
+                    if size >= self.batch and not (until_caught_up and reader.caught_up):
+                        held = (items, checking, decode_s, split)
                     else:
-                        total += self._apply(items, checking, reader.last_read_s)
+                        total += self._apply(items, checking, decode_s, split)
                     self._dirty = True
                 if until_caught_up and reader.caught_up and held is None:
                     break
@@ -236,19 +245,37 @@ class Projector:
             self.published_at, self.snapshot_s = taken_at, time.monotonic() - started
         self._published_mono = time.monotonic()
 
+    def _read(self, reader: LogReader, poll_s: float
+              ) -> tuple[list[Record | Quarantined], Split | None, float]:
+        """A batch: the Python route's records, the compiled route's rows (None without
+        it), and how long decoding took."""
+        if self.fastpath is None:
+            return reader.read_batch(self.batch, poll_s), None, reader.last_read_s
+        messages = reader.read_messages(self.batch, poll_s)
+        started = time.perf_counter()
+        split = self.fastpath.split(messages)
+        items = [decode_or_quarantine(self.codec, m, raw=True) for m in split.slow]
+        return items, split, time.perf_counter() - started
+
     def _apply(self, items: list[Record | Quarantined], checking: Checking | None = None,
-               decode_s: float = 0.0) -> int:
+               decode_s: float = 0.0, split: Split | None = None) -> int:
         started = time.monotonic() - decode_s
         if checking is not None:
             checking.wait()  # every good signature is now known to the door
         if self.door is not None:
             items = [self._judged(item) for item in items]
-        quarantined = self._commit_or_isolate(items)
-        self.applied += len(items)
+        refused: frozenset[int] = frozenset()
+        if split is not None and split.judged:  # compiled-route reports: rows if believed
+            verdicts = [(i, self._judged(record)) for i, record in split.judged]
+            refused = frozenset(i for i, v in verdicts if isinstance(v, Quarantined))
+            items += [v for _, v in verdicts if isinstance(v, Quarantined)]
+        quarantined = self._commit_or_isolate(items, split, refused)
+        size = len(split.messages) if split is not None else len(items)
+        self.applied += size
         self.quarantined += quarantined
         self.batches += 1
-        self.last_batch, self.last_batch_s = len(items), time.monotonic() - started
-        return len(items)
+        self.last_batch, self.last_batch_s = size, time.monotonic() - started
+        return size
 
     def _judged(self, item: Record | Quarantined) -> Record | Quarantined:
         """A report the door refuses, as the quarantine row the controller would keep."""
@@ -260,13 +287,19 @@ class Projector:
         return Quarantined(item.topic, item.partition, item.offset, refusal[0], refusal[1],
                            key=item.event.run_id, value=item.value)
 
-    def _commit_or_isolate(self, items: list[Record | Quarantined]) -> int:
-        """Commit ``items``; when a value in them cannot be stored, find the records
-        that hold one (halving the batch) and commit each as a ``quarantine`` row, so
-        one bad record never stalls projection. Returns the quarantine rows written."""
+    def _commit_or_isolate(self, items: list[Record | Quarantined], split: Split | None = None,
+                           refused: frozenset[int] = frozenset()) -> int:
+        """Commit ``items`` (and ``split``'s rows); when a value in them cannot be stored,
+        find the records that hold one (halving the batch; the whole batch on the
+        Python route first) and commit each as a ``quarantine`` row, so one bad record
+        never stalls projection. Returns the quarantine rows written."""
         try:
-            return self._commit(items)
+            return self._commit(items, split, refused)
         except UNSTORABLE as exc:
+            if split is not None and split.fast:
+                items = [self._judged(decode_or_quarantine(self.codec, m, raw=True))
+                         for m in split.messages]
+                return self._commit_or_isolate(items)
             if len(items) > 1:
                 mid = len(items) // 2
                 return self._commit_or_isolate(items[:mid]) + self._commit_or_isolate(items[mid:])
@@ -274,8 +307,10 @@ class Projector:
             log.warning("%s", bad)
             return self._commit([bad])
 
-    def _commit(self, items: list[Record | Quarantined]) -> int:
-        """One transaction: every item's rows and the partitions' next offsets."""
+    def _commit(self, items: list[Record | Quarantined], split: Split | None = None,
+                refused: frozenset[int] = frozenset()) -> int:
+        """One transaction: every item's rows, the compiled route's, and the partitions'
+        next offsets."""
         by_table: dict[type[Row], list[tuple[Any, ...]]] = {}
         ends: dict[tuple[str, int], int] = {}
         con = self.con
@@ -301,6 +336,11 @@ class Projector:
                 _insert(con, TABLE_OF[row_type], rows)
                 if row_type is EventRow:
                     self._maybe_crash(rows)
+            if split is not None:
+                tables = split.tables(refused)
+                insert(con, tables)
+                ends = split.ends
+                self._maybe_crash([], events_of(tables, self._crash[0]) if self._crash else 0)
             _store_offsets(con, ends)
             con.execute("COMMIT")
         except BaseException:
@@ -308,11 +348,11 @@ class Projector:
             raise
         return len(by_table.get(QuarantineRow, ()))
 
-    def _maybe_crash(self, rows: list[tuple[Any, ...]]) -> None:
+    def _maybe_crash(self, rows: list[tuple[Any, ...]], more: int = 0) -> None:
         if self._crash is None:
             return
         run, n = self._crash
-        self._seen += sum(1 for r in rows if EventRow._make(r).run_id == run)
+        self._seen += sum(1 for r in rows if EventRow._make(r).run_id == run) + more
         if self._seen >= n:
             os.kill(os.getpid(), signal.SIGKILL)  # mid-transaction: nothing of it may stick
 

@@ -348,6 +348,12 @@ _REPORTS: dict[type[Event], _Map] = {
 _NONE: dict[type[Event], _Map] = {}
 
 
+def mapped_types(topic: str) -> frozenset[str]:
+    """The types :func:`rows_for` maps to rows beyond their ``events`` row on ``topic``."""
+    mappers = _FACTS if topic == RUNS else _REPORTS if topic == REPORTS else _NONE
+    return frozenset(kind.__name__ for kind in mappers)
+
+
 def rows_for(record: Record) -> list[Row]:
     """The rows one decoded record adds to the tables, its ``events`` row first; pure."""
     e = record.event

@@ -15,13 +15,15 @@ import duckdb
 import pytest
 from confluent_kafka import Producer
 
+from events.kafka import runkeys
 from events.kafka.clients import EventProducer
 from events.kafka.connection import client_config
+from events.signed.keyring import UNSIGNED
 from events.topics import RUNS
 from projectors.projector import BATCH, UNPROJECTABLE, Projector, table_digests
 from projectors.tables import DDL
 from tests.events.builders import Ev, members
-from tests.stacks import send_report
+from tests.stacks import send_report, session_key
 
 pytestmark = pytest.mark.kafka
 
@@ -116,6 +118,50 @@ def test_batches_read_while_their_signatures_are_verified_project_as_one_thread_
     assert table_digests(ahead) == table_digests(alone)
     assert count(ahead, f"SELECT count(*) FROM heartbeats WHERE run_id = '{run_id}'") == 60
     assert count(ahead, f"SELECT count(*) FROM quarantine WHERE key = '{run_id}'") == 0
+
+
+def test_the_compiled_route_projects_as_the_python_route_does(
+        bootstrap: str, tmp_path: Path, run_id: str) -> None:
+    """projectors.fastpath takes the runs topic's facts that need only their fields;
+    the tables are those of every record through the codec and rows_for."""
+    publish(bootstrap, run_id, 60)
+    compiled, python = tmp_path / "compiled.duckdb", tmp_path / "python.duckdb"
+    for _ in range(10):  # other tests append meanwhile: until both stand level
+        for db, on in ((compiled, True), (python, False)):
+            projector = Projector(db, bootstrap, batch=300, compiled=on)
+            projector.run(until_caught_up=True)
+            assert (projector.fastpath is not None) == on
+            projector.close()
+        if offsets(compiled) == offsets(python):
+            break
+    assert offsets(compiled) == offsets(python)
+    assert table_digests(compiled) == table_digests(python)
+    assert count(compiled, f"SELECT count(*) FROM steps WHERE run_id = '{run_id}'") == 60
+
+
+def test_a_forged_report_is_quarantined_and_leaves_no_row_on_either_route(
+        bootstrap: str, tmp_path: Path, run_id: str) -> None:
+    """A heartbeat signed as its worker signs it is projected; one sent unsigned (what
+    any holder of the reports topic's credentials could write) is a quarantine row
+    with the door's reason and no heartbeat, through the compiled route and the
+    Python route alike."""
+    assert session_key("admin") is not None, "the suite runs on a secure stack"
+    p = EventProducer(bootstrap)
+    ev = Ev(run_id, start=1_000, tick=1, ids="{run}/{n}")
+    send_report(bootstrap, p, ev.heartbeat(1, "r0", step=1, node="n1", n=1))
+    runkeys.send_report(p, ev.heartbeat(1, "r0", step=2, node="n1", n=2), None)
+    p.flush()
+    for on in (True, False):
+        db = tmp_path / f"{on}.duckdb"
+        projector = Projector(db, bootstrap, compiled=on)
+        projector.run(until_caught_up=True)
+        projector.close()
+        assert count(db, f"SELECT count(*) FROM heartbeats WHERE run_id = '{run_id}'") == 1
+        assert count(db, f"SELECT count(*) FROM heartbeats WHERE run_id = '{run_id}' "
+                         "AND step = 1") == 1
+        assert count(db, f"SELECT count(*) FROM events WHERE run_id = '{run_id}'") == 1
+        assert count(db, f"SELECT count(*) FROM quarantine WHERE key = '{run_id}' "
+                         f"AND reason = '{UNSIGNED}'") == 1
 
 
 def offsets(db: Path) -> dict[tuple[str, int], int]:

@@ -13,7 +13,9 @@ Usage: ``.venv/bin/python bench/events.py [--quick] [--bootstrap HOST:PORT]``
 2. Broker. ``EventProducer`` (send -> flush) and ``read_log`` / ``EventConsumer``
    (decoding included) against a plain confluent_kafka Producer/Consumer that
    moves the very same records (same keys, value bytes and headers, encoded
-   before the clock starts) with the same settings. A fresh topic per
+   before the clock starts) with the same settings; and the projector's compiled
+   route's read (``LogReader.read_messages`` batches decoded to Arrow columns by
+   ``events.columnar``) against the same plain read. A fresh topic per
    measurement; skipped, with a message, when no broker answers.
 
 Every ratio is runledger events/s divided by baseline events/s, both measured
@@ -67,6 +69,7 @@ from events.kafka.broker import check_broker
 from events.kafka.clients import EventProducer
 from events.kafka.connection import client_config
 from events.kafka.consume import EventConsumer, read_log
+from events.kafka.reader import LogReader
 from events.model import EVENT_TYPES, Event, Header
 from events.placement import deflate
 from events.workerenv import ENV_BOOTSTRAP
@@ -494,6 +497,32 @@ def _read_runledger(bootstrap: str, topic: str, codec: Codec) -> Read:
     return Read(count, None, first, time.perf_counter() - start)
 
 
+def _read_columns(bootstrap: str, topic: str, codec: Codec) -> Read:
+    """The projector's compiled route's read (projectors.fastpath): LogReader's batches
+    undecoded (read_messages), each decoded into Arrow columns in one compiled call."""
+    start = time.perf_counter()
+    first = 0.0
+    count = 0
+    decoder = columnar()
+    reader = LogReader(bootstrap, [topic], codec=codec, strict=True, bounded=True)
+    try:
+        while not reader.caught_up:
+            # Take what is there (a short wait, as the raw loop's consume(.., 0) after
+            # its poll): waiting to fill a batch would time the wait, not the read.
+            messages = reader.read_messages(5000, 0.05)
+            if not messages:
+                continue
+            got = decoder.decode([m.value() for m in messages])
+            if got.refused:
+                raise RuntimeError(f"columns refused {got.refused[:3]}")
+            if not count:
+                first = time.perf_counter() - start
+            count += len(got)
+    finally:
+        reader.close()
+    return Read(count, None, first, time.perf_counter() - start)
+
+
 def _group_raw(bootstrap: str, topic: str, expected: int) -> Read:
     """EventConsumer's loop (subscribe, consume batches) without decoding."""
     start = time.perf_counter()
@@ -562,9 +591,10 @@ def broker_variant(bootstrap: str, topics: Topics, partitions: int, events: Sequ
     produce_rl_s = _produce_runledger(bootstrap, rl_topic, events)
     read_raw = _read_raw(bootstrap, raw_topic)
     read_rl = _read_runledger(bootstrap, rl_topic, codec)
+    read_cols = _read_columns(bootstrap, rl_topic, codec)
     group_raw = _group_raw(bootstrap, raw_topic, expected)
     group_rl = _group_runledger(bootstrap, rl_topic, expected, codec)
-    for label, read in (("raw read", read_raw), ("read_log", read_rl),
+    for label, read in (("raw read", read_raw), ("read_log", read_rl), ("columns", read_cols),
                         ("raw group", group_raw), ("EventConsumer", group_rl)):
         if read.count != expected:
             raise RuntimeError(f"{label} got {read.count} of {expected} records")
@@ -581,6 +611,8 @@ def broker_variant(bootstrap: str, topics: Topics, partitions: int, events: Sequ
                     **_pair(n / produce_raw_s, n / produce_rl_s)},
         "consume_read_log": {"raw": read_raw.to_json(), "runledger": read_rl.to_json(),
                              **_pair(read_raw.rate, read_rl.rate)},
+        "consume_columns": {"raw": read_raw.to_json(), "runledger": read_cols.to_json(),
+                            **_pair(read_raw.rate, read_cols.rate)},
         "consume_group": {"raw": group_raw.to_json(), "runledger": group_rl.to_json(),
                           **_pair(group_raw.rate, group_rl.rate)},
         "end_to_end": _pair(e2e_raw, e2e_rl),
@@ -620,6 +652,8 @@ def broker_section(mode: Mode, explicit: str | None) -> dict[str, Any]:
         rows: list[list[object]] = []
         for label, key in (("produce (send -> flush)", "produce"),
                            ("consume read_log (poll + batch)", "consume_read_log"),
+                           ("consume to Arrow columns (LogReader + events.columnar)",
+                            "consume_columns"),
                            ("consume EventConsumer (batch)", "consume_group"),
                            ("end-to-end (produce + read_log)", "end_to_end")):
             d = v[key]

@@ -25,18 +25,21 @@ plain confluent_kafka Producer into a throwaway single-broker stack
    ``decode_message`` + ``rows_for`` (the projector's Python work without
    DuckDB) and the same with each report judged by the report door first
    (its signatures, as the projector checks them); then
-   b0. the projection below with ``verify_threads=0``: every signature verified
-   by the door on the reader's thread, as before ``events.kafka.ahead`` (the
-   before of (b), in the same run);
-   b. ``Projector(db, bootstrap).run(until_caught_up=True)`` into a fresh file,
+   b0. the projection below on the Python route (``compiled=False``) with
+   ``verify_threads=0``: every record decoded by the codec and every signature
+   verified by the door on the reader's thread (before ``events.kafka.ahead``);
+   b1. the same on the Python route with the signatures verified ahead (before
+   ``projectors.fastpath``: the before of (b), in the same run);
+   b. ``Projector(db, bootstrap).run(until_caught_up=True)`` into a fresh file:
+   the compiled route for every record it may take (``projectors.fastpath``),
    each batch's signatures verified ahead in one compiled call on one thread
    per core. The memo of verified signatures is emptied before every pass that
    judges signatures, so each verifies all of them itself.
    Ratio = (b) records/s / (a) records/s.
 2. Replay: what ``runledger replay --db NEW`` does (a Projector into an empty
    file until caught up, then close), timed from construction to close; its
-   ``table_digests`` must equal those of (b); a differing table gets its first
-   differing row printed.
+   ``table_digests`` must equal those of (b), and (b)'s those of (b1) (the two
+   routes); a differing table gets its first differing row printed.
 3. ETTR latency over (b)'s projection: ``queries.ettr.ettr(con, run_id)`` on the
    big run and on a sample of typical runs, median and p90; baseline
    ``SELECT count(*) FROM steps WHERE run_id = ?`` on the same connection and
@@ -190,6 +193,7 @@ class ProjectorRun:
     batches: int
     quarantined: int
     file_bytes: int
+    compiled: int = 0  # records the compiled route took (projectors.fastpath)
 
     @property
     def total_s(self) -> float:
@@ -221,7 +225,7 @@ def project_into(cls: type[Projector], db: Path, bootstrap: str, codec: Codec,
     t3 = time.perf_counter()
     size = sum(p.stat().st_size for p in (db, db.with_name(db.name + ".wal")) if p.exists())
     return ProjectorRun(n, t1 - t0, t2 - t1, t3 - t2, projector.batches, projector.quarantined,
-                        size)
+                        size, projector.compiled_records)
 
 
 def diff_tables(a: Path, b: Path, tables: Sequence[str]) -> dict[str, Any]:
@@ -311,6 +315,8 @@ def projection_section(log: Log, codec: Codec, bootstrap: str, tmp: Path,
     # thread: they take (b0) apart, not (b).
     duck_s = alone.run_s - passes["door"].seconds
     door_s = passes["door"].seconds - passes["rows"].seconds
+    print(f"   (b) took {live.compiled:,} records ({live.compiled / max(live.records, 1):.0%}) "
+          "down the compiled route, the rest down the Python route", flush=True)
     print(f"   (b) wrote {live.batches:,} transactions, quarantined {live.quarantined} "
           f"(corrupt records sent: {sum(log.corrupt.values())}); construct "
           f"{live.construct_s:.2f} s, close {live.close_s:.2f} s; projection file "
@@ -557,12 +563,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--admin-key", default=None,
                         help="with --bootstrap: the cluster's admin key, to enroll the nodes "
                         "whose reports the log holds (a secure cluster refuses unsigned ones)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="a plaintext throwaway stack: reports unsigned, nothing verified "
+                        "(what the projection costs without the signatures' bound)")
     parser.add_argument("--keep-db", type=Path, default=None,
                         help="copy (b)'s projection file here before the temp dir goes")
     parser.add_argument("--explain", action="store_true",
                         help="EXPLAIN ANALYZE the big run's ETTR even when it is fast")
     args = parser.parse_args(argv)
     mode = QUICK if args.quick else FULL
+    # Its own results file: a plaintext run never overwrites the secure one.
+    name = f"{NAME}-insecure" if args.insecure else NAME
     if args.events is not None:
         mode = dataclasses.replace(mode, events=args.events)
     if args.runs is not None:
@@ -576,7 +587,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("Shared machine: numbers are noisy; nothing here asserts on a timing.\n", flush=True)
     codec = default_codec()
     results: dict[str, Any] = {
-        "benchmark": NAME, "mode": "quick" if args.quick else "full",
+        "benchmark": name, "mode": "quick" if args.quick else "full",
+        "insecure": args.insecure,
         "sizes": dataclasses.asdict(mode), "machine": machine,
         "notes": [
             "every pass reads both topics from offset 0 to the end with Projector.run's "
@@ -602,7 +614,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             where = f"existing cluster {bootstrap}"
             admin = SigningKey.load(args.admin_key) if args.admin_key else None
         else:
-            stack = Stack(tmp / "stack")
+            stack = Stack(tmp / "stack", secure=False if args.insecure else None)
             info = stack.up()
             bootstrap = info.bootstrap
             # Its clients act as this stack's admin, whatever $RUNLEDGER_CREDENTIALS says.
@@ -615,7 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         section = time.perf_counter()
 
         def partial(section_1: dict[str, Any]) -> None:
-            write_results(NAME, {**results, "projection": section_1, "partial": True})
+            write_results(name, {**results, "projection": section_1, "partial": True})
 
         results["projection"], live_db = projection_section(log, codec, bootstrap, tmp, partial)
         results["projection"]["elapsed_s"] = time.perf_counter() - section
@@ -641,7 +653,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             stack.down(purge=True)
         shutil.rmtree(tmp, ignore_errors=True)
     results["elapsed_s"] = time.perf_counter() - started
-    path = write_results(NAME, results)
+    path = write_results(name, results)
     print(f"\nwrote {path} in {results['elapsed_s']:.0f} s")
     return status
 

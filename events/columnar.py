@@ -13,7 +13,10 @@ record: the upcasters of changes of meaning, the 32-bit check of ``int``
 fields (an ``int`` past 32 bits is ``body_invalid`` here, ``int_out_of_range``
 there), the rules of the event classes, and unpacking members written as blocks
 (``events.placement``): those are for the reader of the columns to apply, in
-bulk. :func:`payloads` writes each record's ``events`` payload from the columns.
+bulk. One known difference in what is read: a boolean byte other than 0 or 1 in a
+record of an older writer is refused here (apache-avro's resolution is strict) and
+read as true by fastavro; a reader that sends refused records to the codec (the
+projector does) still gets the codec's answer. :func:`payloads` writes each record's ``events`` payload from the columns.
 The Python codec stays the reference: tests/events/test_columnar.py holds
 these columns to its records on every schema file.
 

@@ -114,6 +114,7 @@ class Projector:
         # Counters for projectors.metrics. Only this thread writes them; a scrape
         # thread reads single attributes, and rebinding a whole dict is atomic.
         self.quarantined = 0
+        self.compiled_records = 0  # of ``applied``, those the compiled route took
         self.batches = 0
         self.last_batch = 0
         self.last_batch_s = 0.0
@@ -180,7 +181,8 @@ class Projector:
                 items, split, decode_s = self._read(reader, poll_s)
                 size = len(split.messages) if split is not None else len(items)
                 self.reached = {**self.reached, **reader.reached}
-                judged = [record for _, record in split.judged] if split is not None else []
+                judged: list[Record | Quarantined] = (
+                    [record for _, record in split.judged] if split is not None else [])
                 checking = (ahead.check(self.door.ring, items + judged)
                             if ahead is not None and self.door is not None else None)
                 if held is not None:
@@ -271,6 +273,7 @@ class Projector:
             items += [v for _, v in verdicts if isinstance(v, Quarantined)]
         quarantined = self._commit_or_isolate(items, split, refused)
         size = len(split.messages) if split is not None else len(items)
+        self.compiled_records += split.fast - len(refused) if split is not None else 0
         self.applied += size
         self.quarantined += quarantined
         self.batches += 1

@@ -188,3 +188,18 @@ def test_an_empty_batch_has_no_columns() -> None:
 def test_a_value_that_is_not_bytes_is_named() -> None:
     with pytest.raises(ValueError, match="a record value must be bytes"):
         DECODER.decode(["not bytes"])  # type: ignore[list-item]
+
+
+def test_a_boolean_byte_past_one_reads_as_true_as_the_codec_reads_it() -> None:
+    """The Avro spec writes only 0 and 1; fastavro, the reference codec's reader,
+    takes every byte but 0 for true, and so do the columns (found by the cut and
+    flip test above: a boolean byte of 3 was refused here and read there)."""
+    (beat,) = [e for e in one_of_each("run-1") if e.event_type == "HeartbeatRecorded"]
+    data = default_codec().encode(replace(beat, closing=True))
+    assert data[-1] == 1  # the last field, ``closing``
+    for byte in (2, 3, 255):
+        flipped = data[:-1] + bytes([byte])
+        assert read_by_the_codec(flipped)["closing"] is True
+        got = DECODER.decode([flipped])
+        assert got.refused == []
+        assert got.batches["HeartbeatRecorded"].column("closing").to_pylist() == [True]

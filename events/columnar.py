@@ -16,9 +16,11 @@ there), the rules of the event classes, and unpacking members written as blocks
 bulk. One known difference in what is read: a boolean byte other than 0 or 1 in a
 record of an older writer is refused here (apache-avro's resolution is strict) and
 read as true by fastavro; a reader that sends refused records to the codec (the
-projector does) still gets the codec's answer. :func:`payloads` writes each record's ``events`` payload from the columns.
-The Python codec stays the reference: tests/events/test_columnar.py holds
-these columns to its records on every schema file.
+projector does) still gets the codec's answer. :func:`payloads` writes each
+record's ``events`` payload from the columns. The Python codec stays the
+reference: tests/events/test_columnar.py holds these columns to its records on
+every schema file, and tests/events/test_columnar_payload.py the payloads to
+``projectors.payload``.
 
 Tested in tests/events/test_columnar.py.
 """

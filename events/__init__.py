@@ -17,7 +17,8 @@ never torch.
   32-bit check of Avro ``int`` fields the codec applies both ways; ``placement``:
   a generation's members on the wire as blocks of a node's slots, packed and
   unpacked by the codec; ``columnar``: the compiled read path, a batch of record
-  values to one Arrow record batch per type (the Rust crate in ``native/``).
+  values to one Arrow record batch per type (the Rust crate in ``native/``, found by
+  ``compiled``, None where it is not built).
 - ``topics``: topic names and declared configs; ``partition``: the murmur2
   placement every producer shares (co-partitioned topics, one owner per run).
 - ``authority``: who may say what (each type's topic and sending role), size

@@ -30,22 +30,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import ModuleType
 
 import pyarrow as pa
 
+from events.compiled import native
 from events.registry import SchemaRegistry
 
-
-def _compiled() -> ModuleType | None:
-    try:
-        import runledger_native
-    except ImportError:  # an install without the compiled part (native/ not built)
-        return None
-    return runledger_native
-
-
-native: ModuleType | None = _compiled()
 # Whether the compiled read path is here; without it a reader keeps to events.codec.
 NATIVE = native is not None
 

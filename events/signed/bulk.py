@@ -22,24 +22,14 @@ Tested in tests/events/signed/test_bulk.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import ModuleType
 
 import nacl.bindings  # noqa: F401 - imported for its sodium_init, which must run first
 from nacl._sodium import ffi, lib
 
+from events.compiled import native
 from events.signed.seen import SEEN
 from events.signed.signing import PublicKey
 
-
-def _compiled() -> ModuleType | None:
-    try:
-        import runledger_native
-    except ImportError:  # an install without the compiled part: one at a time
-        return None
-    return runledger_native
-
-
-native: ModuleType | None = _compiled()
 # The address of the libsodium function PublicKey.verify ends in, as PyNaCl's
 # extension module links it.
 _VERIFY = int(ffi.cast("uintptr_t", ffi.addressof(lib, "crypto_sign_open")))

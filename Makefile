@@ -51,11 +51,13 @@ spin:
 	scripts/spin.sh
 
 # The protocol model under SPIN (every property, the liveness claim, each mutant),
-# its traces replayed against the real core, and the real core under simulation.
+# its traces replayed against the real core, the real core under simulation, and every
+# one-line mutant of the pure core judged by the simulation and the traces alone.
 proof: $(STAMP) spin
 	$(PY) -m proof.spin
 	$(PY) -m proof.traces --seeds 1000
 	$(PY) -m proof.sim --seeds 10000
+	$(PY) -m proof.mutants
 
 test: jars chromium spin
 	scripts/test.sh $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)

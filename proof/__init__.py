@@ -24,8 +24,16 @@ The real core under deterministic simulation (``python -m proof.sim``):
 - ``world``: the modelled log, storage, workers and agents, as plain data;
 - ``actors``: what a worker or an agent does in one step;
 - ``props``: P1-P6, ETTR closure step by step, replay equals live;
-- ``ettr``: ETTR closure by the real query over a seed's projected log;
+- ``truth``: the log against what the world knows: a fresh fold accepts every
+  fact, the cursor follows commits, whole gangs, a commit's own shards, the old
+  generation stopped before the next, progress (no hang);
+- ``ettr``: ETTR closure by the real query over a seed's projected log, and
+  each part against the documented rules' labels;
 - ``plant``: known bugs to plant in the real core, which the simulator must find;
+- ``mutants``: one-line mutants of the pure core's rules, generated from its
+  source, and which of them the simulation and the traces kill;
+- ``swap``: one function's code swapped in place for a block (every caller
+  runs it), which the mutants and the source-patched plants use;
 - ``errors``: ``ProofError``, the package's one root exception.
 
 Tested in tests/proof/test_spin.py, tests/proof/test_traces.py and

@@ -57,6 +57,10 @@ from proof.world import (
     shard_path,
 )
 
+# How long a rank waits on its group (a rendezvous, a barrier, a collective) before its
+# process gives up: the simulated counterpart of torch.distributed's timeout, longer than
+# the plan's stall timeout, so a deadlock is the controller's to find first.
+COLLECTIVE_TIMEOUT_MS = 60_000
 # Called with a digest and the storage's verdict on it just before a coordinator
 # loads a checkpoint: the simulator checks P4 there (proof.props.restored).
 OnRestore = Callable[[str, str | None], None]
@@ -69,6 +73,8 @@ def work(world: World, w: Worker, on_restore: OnRestore) -> str:
         w.beat_at = world.now
         world.send(HeartbeatRecorded(header=world.header(w.gen, str(w.key)), logical_id=w.lid,
                                      node=w.node, step=w.step), w.node)
+    if w.stuck:
+        return _wait(world, w, "a collective that never returns")
     if w.phase == "restoring":
         return _restore(world, w, on_restore)
     peers = [world.peer(w.gen, lid) for lid in w.group]
@@ -76,25 +82,33 @@ def work(world: World, w: Worker, on_restore: OnRestore) -> str:
         return exit_worker(world, w, 1, None, "a peer is gone: the collective failed")
     ready = [p for p in peers if p is not None]
     if len(ready) < len(peers):
-        return f"{w.key} waits for its peers to join"
+        return _wait(world, w, "its peers to join")
     if w.step % INTERVAL == 0 and w.step > w.written:
         return _write(world, w)
     if w.rank == 0 and w.written == w.step > w.proposed:
         if all(p.written >= w.step for p in ready):
             return _propose(world, w)
-        return f"{w.key} waits for the shards of step {w.step}"
+        return _wait(world, w, f"the shards of step {w.step}")
     if w.step >= STEPS:
         return exit_worker(world, w, 0, None, "done")
     if any(p.step < w.step or p.phase == "restoring" for p in ready):
-        return f"{w.key} waits for its peers at step {w.step}"
+        return _wait(world, w, f"its peers at step {w.step}")
     return _step(world, w)
+
+
+def _wait(world: World, w: Worker, what: str) -> str:
+    """A rank blocked on its group: a collective's timeout ends the wait (the process exits
+    non-zero, as torch.distributed's does), so a rank whose peer is gone never waits forever."""
+    if world.now - w.stepped_at > COLLECTIVE_TIMEOUT_MS:
+        return exit_worker(world, w, 1, None, f"timed out waiting for {what}")
+    return f"{w.key} waits for {what}"
 
 
 def _restore(world: World, w: Worker, on_restore: OnRestore) -> str:
     if w.rank != 0:
         start = world.resumed.get(w.gen)
         if start is None:
-            return f"{w.key} waits for the coordinator's restore"
+            return _wait(world, w, "the coordinator's restore")
         return _resume(w, start, "follows the coordinator")
     if w.tried < len(w.candidates):
         step, path, digest = w.candidates[w.tried]
@@ -226,6 +240,16 @@ def agent_restart(world: World, a: Agent, replays_last: bool) -> str:
     a.state = lookahead(a.config, a.state, world.commands[a.read:])
     a.up = True
     return agent_beat(world, a, register=True) + f" again, from command {a.read}"
+
+
+def deadlock(world: World) -> str:
+    """Every running rank of the newest generation blocks in a collective that never
+    returns (a deadlock): their heartbeat threads go on, their steps stop."""
+    gen = max((w.gen for w in world.live()), default=0)
+    stuck = [w for w in world.live() if w.gen == gen and w.phase == "training"]
+    for w in stuck:
+        w.stuck = True
+    return f"generation {gen} deadlocks: {', '.join(str(w.key) for w in stuck) or 'nobody'}"
 
 
 def lose_node(world: World, a: Agent) -> str:

@@ -1,7 +1,9 @@
 """Known bugs to plant in the real core, so a test can show the simulator finds them.
 
 Each is a context manager that swaps one rule of the real code for a subtly
-wrong one and puts the original back on exit:
+wrong one and puts the original back on exit. The first two were planted
+when the simulator was built; the other seven are the bugs an independent
+check planted (docs/verification.md), of which the simulator first found two:
 
 - ``propose_after_restart``: the controller's proposal rule
   (``controller.inputs``, ``ManifestProposed``) judges a proposal as if no
@@ -13,6 +15,23 @@ wrong one and puts the original back on exit:
 - ``revoke_keeps_cursor``: a revocation (``events.fold``'s
   ``CheckpointRevoked`` change) leaves the data cursor where it was, so the
   cursor names a checkpoint that is no longer committed. P3 catches it.
+- ``stale_accepted``: the fold's fence (``events.fold._fenced``) forgets the
+  generation: a report of a revoked generation is accepted. P1.
+- ``cancel_stops_first``: a cancel (``controller.inputs._cancel``) appends its
+  stop commands before ``RunCancelled``. P6.
+- ``restart_keeps_old``: a failure (``controller.run_decide._failed``)
+  decides the restart without stopping the failed generation. P8.
+- ``cursor_before_commit``: a commit (``controller.checkpoints.commit_events``)
+  appends ``CursorAdvanced`` before its ``ManifestCommitted``; the fold refuses
+  it, so the cursor never moves. F (and C).
+- ``gang_short``: admission (``controller.admission.place``, as rule 2 of
+  ``controller.run_decide`` calls it) places one member fewer than the gang.
+  G.
+- ``shards_any_generation``: a proposal's completeness
+  (``controller.checkpoints.missing_shards``) counts shard reports of any
+  generation for its step. S.
+- ``recovery_as_idle``: the ETTR query (``queries/ettr.sql``, as
+  ``queries.runner`` reads it) files recovery as idle. E, part by part.
 
 ``python -m proof.sim --plant NAME`` runs the simulator with one planted.
 
@@ -24,13 +43,23 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
+from typing import Any
 
-from controller import inputs
+from controller import admission, checkpoints, inputs
 from controller.emitter import Emitter
 from controller.model import Tracked
 from events import fold
-from events.model import CheckpointRevoked, Event, ManifestProposed
+from events.model import (
+    CancelRequested,
+    CheckpointRevoked,
+    CursorAdvanced,
+    Event,
+    GroupStopCommanded,
+    ManifestProposed,
+)
 from events.state import RunState
+from proof.swap import patched
+from queries import runner
 
 
 @contextmanager
@@ -68,9 +97,94 @@ def revoke_keeps_cursor() -> Iterator[None]:
         fold.advance = advance
 
 
+@contextmanager
+def _swapped(module: Any, name: str, new: object) -> Iterator[None]:
+    """``module.name`` is ``new`` inside the block (callers look it up at call time)."""
+    saved = getattr(module, name)
+    setattr(module, name, new)
+    try:
+        yield
+    finally:
+        setattr(module, name, saved)
+
+
+def stale_accepted() -> AbstractContextManager[None]:
+    return patched("events/fold.py", "_fenced",
+                           "if e.generation != state.generation:", "if False:")
+
+
+@contextmanager
+def cancel_stops_first() -> Iterator[None]:
+    rule = inputs.RULES[CancelRequested]
+    act = rule.act
+    assert act is not None
+
+    def hasty(em: Emitter, event: Event, before: Tracked | None) -> None:
+        start = len(em.out)
+        act(em, event, before)
+        mine = em.out[start:]
+        stops = [o for o in mine if isinstance(o[1], GroupStopCommanded)]
+        em.out[start:] = stops + [o for o in mine if o not in stops]
+
+    with _swapped(inputs, "RULES", {**inputs.RULES, CancelRequested: replace(rule, act=hasty)}):
+        yield
+
+
+def restart_keeps_old() -> AbstractContextManager[None]:
+    return patched("controller/run_decide.py", "_failed",
+                           "Classify(failure, decision),\n", "Classify(failure, decision)]\n#")
+
+
+def cursor_before_commit() -> AbstractContextManager[None]:
+    commit = checkpoints.commit_events
+
+    def cursor_first(e: ManifestProposed, header_for: checkpoints.HeaderFor) -> list[Event]:
+        out = commit(e, header_for)
+        return sorted(out, key=lambda x: not isinstance(x, CursorAdvanced))
+    return _swapped(checkpoints, "commit_events", cursor_first)
+
+
+def gang_short() -> AbstractContextManager[None]:
+    place = admission.place
+
+    def short(*args: Any, **kwargs: Any) -> admission.Placement | admission.Refusal:
+        placed = place(*args, **kwargs)
+        if isinstance(placed, admission.Placement) and len(placed.members) > 1:
+            return replace(placed, members=placed.members[:-1])
+        return placed
+    return _swapped(admission, "place", short)
+
+
+def shards_any_generation() -> AbstractContextManager[None]:
+    def any_generation(state: RunState, shards: checkpoints.Shards,
+                       e: ManifestProposed) -> list[str]:
+        reported = {lid for (_, step), lids in shards.items() if step == e.step for lid in lids}
+        return sorted(m.logical_id for m in state.members if m.logical_id not in reported)
+    return _swapped(checkpoints, "missing_shards", any_generation)
+
+
+def recovery_as_idle() -> AbstractContextManager[None]:
+    text = runner.sql_text
+
+    def filed_as_idle(name: str) -> str:
+        sql = text(name)
+        return sql.replace("SELECT 'recovery', 2,", "SELECT 'idle', 2,") if name == "ettr" \
+            else sql
+    return _swapped(runner, "sql_text", filed_as_idle)
+
+
 PLANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "propose_after_restart": propose_after_restart,
     "revoke_keeps_cursor": revoke_keeps_cursor,
+    "stale_accepted": stale_accepted,
+    "cancel_stops_first": cancel_stops_first,
+    "restart_keeps_old": restart_keeps_old,
+    "cursor_before_commit": cursor_before_commit,
+    "gang_short": gang_short,
+    "shards_any_generation": shards_any_generation,
+    "recovery_as_idle": recovery_as_idle,
 }
 # The property each plant must break.
-BREAKS = {"propose_after_restart": "P1", "revoke_keeps_cursor": "P3"}
+BREAKS = {"propose_after_restart": "P1", "revoke_keeps_cursor": "P3", "stale_accepted": "P1",
+          "cancel_stops_first": "P6", "restart_keeps_old": "P8", "cursor_before_commit": "F",
+          "gang_short": "G", "shards_any_generation": "S", "recovery_as_idle": "E"}

@@ -66,7 +66,8 @@ FENCED = (ShardWritten, StepCommitted, WorkerExited, CheckpointRestored,
 
 
 class Violation(ProofError):
-    """A property broke: ``prop`` names it (P1-P6, E, R)."""
+    """A property broke: ``prop`` names it (P1-P6, E, R, L here; F, C, G, S, P8, W in
+    ``proof.truth``)."""
 
     def __init__(self, prop: str, detail: str) -> None:
         super().__init__(f"{prop}: {detail}")

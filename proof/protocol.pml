@@ -11,12 +11,23 @@
  * Kafka's transaction makes each controller decision atomic, with the reports
  * it consumed: a crash between transaction steps aborts the whole step and the
  * inputs are read again, which is the same as the step not having happened,
- * so each decision is one `atomic` block here.
+ * so each decision, the report it reads included, is one `atomic` block here.
+ * The controller's commands (a start, a stop) go to the agent on one ordered
+ * log, and the agent launches a generation's members when it reads its start.
  *
  * docs/architecture.md, "The protocol, model-checked", maps every transition
  * to the code: events/fold.py (`_fenced`, the ManifestProposed and
  * CursorAdvanced rules, CheckpointRevoked), controller/checkpoints.py
- * (`missing_shards`, `commit_events`, `revocation`) and worker/restore.py.
+ * (`missing_shards`, `commit_events`, `revocation`), controller/run_decide.py
+ * (`decide`, `_restart`, `_failed`), agent/decide.py (`_start`, `_stop`),
+ * worker/restore.py and worker/session.py.
+ *
+ * Bounds: G generations (default 2), checkpoint steps 1..S (default 2), MAXF
+ * faults (default 2). A verification failure from a revoked generation needs
+ * G=3 and MAXF=3 (a torn shard, then two lost nodes: the second generation is
+ * revoked while its coordinator restores); proof/spin.py also checks every
+ * property exhaustively at G=3, S=1, MAXF=3, and with a bitstate search (its
+ * coverage stated) at G=3, S=2, MAXF=3, which no exhaustive search here holds.
  *
  * Properties, each an assertion on ghost variables the protocol never reads:
  *   P1 no fact is accepted from a generation that was revoked
@@ -27,16 +38,30 @@
  *      the previous one)
  *   P6 a stop command reaches an agent only for a revoked generation (a cancel
  *      and a restart revoke before they stop)
+ *   P7 no generation starts after the run ended (a cancel is its only end here)
+ *   P8 one live generation at a time: a generation's members start only after
+ *      the agent has read the previous generation's stop
+ *   P9 every member of a generation resumes from the step its coordinator's
+ *      restore agreed on
+ *   P10 a manifest is proposed only after every member's write of its step is
+ *      over
  *   L  with no faults, the run eventually commits its last step (-DNOFAULTS,
- *      ltl `commits`, weak fairness)
- * Mutants (-D<NAME>) each remove one rule; tests/proof/test_spin.py checks that
- * each one breaks its property: NO_GEN_CHECK (P1), NO_SHARD_CHECK (P2),
- * NO_CURSOR_RESET (P3), NO_VERIFY (P4), NO_STEP_CHECK and LATEST_STAYS (P5),
- * STOP_FIRST (P6).
+ *      ltl `commits`, weak fairness; assertions are the safety check's)
+ * Mutants (-D<NAME>) each remove or weaken one rule; tests/proof/test_spin.py
+ * checks that each one breaks its property, and records its verdict under L:
+ * NO_GEN_CHECK (P1), NO_SHARD_CHECK (P2), NO_CURSOR_RESET (P3), NO_VERIFY (P4),
+ * NO_STEP_CHECK and LATEST_STAYS (P5), STOP_FIRST (P6), START_AFTER_CANCEL
+ * (P7: a start without `!cancelled`), LOST_NOT_STOPPED (P8: a lost node's
+ * restart with no stop), UNFENCED_START (P8: a start with no restart decided),
+ * RESUME_OTHER (P9: a member resumes from the start command's step, not the
+ * coordinator's), PROPOSE_OWN_WRITE (P10 and L: the coordinator proposes after
+ * its own write only), VFAIL_ANY_GEN (P1 at G=3, MAXF=3: a verification
+ * failure judged without its generation).
  *
- * Every controller decision prints one "@..." line (proof/traces.py reads them and
- * replays them against the real controller core); pan ignores printf, so the
- * state space is the same with or without them. NOCANCEL and LOSS_AFTER only
+ * Every controller decision prints one "@..." line, and each stop it commands
+ * an "@STOP" line (proof/traces.py reads them and replays them against the
+ * real controller core); pan ignores printf, so the state space is the same
+ * with or without them. NOCANCEL and LOSS_AFTER only
  * steer SPIN's random simulations for those traces: each removes choices, so
  * their traces are traces of the full model.
  */
@@ -75,12 +100,14 @@
 #define LOSS_GUARD true
 #endif
 
-mtype = { SHARD, PROPOSE, VFAIL };
+mtype = { SHARD, PROPOSE, VFAIL, START, STOP };
 
 /* runledger.reports for this run's partition: one ordered log. */
 chan reports = [1] of { mtype, byte, byte, byte };   /* kind, generation, step, member */
-/* Stop commands to the agent; never full (at most one per generation, and a cancel). */
-chan stops = [G + 1] of { byte };
+/* runledger.commands for this run (keyed by the run: one ordered log), read by the
+   agent: a start per generation, a stop per lost generation and a cancel's stop, so
+   never full. */
+chan cmds = [2 * G] of { mtype, byte, byte };        /* kind, generation, resume step */
 
 /* ---- the folded run state (events/state.py RunState) ---- */
 byte gen;                        /* current generation, 0 before the first */
@@ -103,6 +130,10 @@ byte faults;                     /* faults so far */
 
 /* ---- ghosts: read by the properties only ---- */
 bool revoked[G + 1];
+bool ended;                      /* the run ended: RunCancelled */
+bool stopped[G + 1];             /* the agent has read generation g's stop */
+byte agreed[G + 1];              /* the step generation g's coordinator restored */
+byte over[(G + 1) * (S + 1)];    /* members whose write of (g, s) is over */
 
 #define fenced(g) (!cancelled && !awaiting && g == gen)
 #ifdef NO_GEN_CHECK
@@ -121,6 +152,31 @@ bool revoked[G + 1];
 #define complete(g, s) true
 #else
 #define complete(g, s) (reported[IX(g, s)] == ALL)
+#endif
+
+/* controller/run_decide.py decide: a next generation only for a run that awaits one
+   (rule 3, `_restart`) and has not ended (a terminal run decides nothing). */
+#ifdef UNFENCED_START
+#define decided true
+#else
+#define decided awaiting
+#endif
+#ifdef START_AFTER_CANCEL
+#define going true
+#else
+#define going (!cancelled)
+#endif
+/* events/fold.py: a CheckpointVerificationFailed is a report like any other (`_fenced`). */
+#ifdef VFAIL_ANY_GEN
+#define vfenced(g) (!cancelled)
+#else
+#define vfenced(g) fenced(g)
+#endif
+/* worker/session.py: the coordinator proposes after `comm.barrier`, every rank's write over. */
+#ifdef PROPOSE_OWN_WRITE
+#define writes_over(g, s) (attempted[IX(g, s)] & 1)
+#else
+#define writes_over(g, s) (attempted[IX(g, s)] == ALL)
 #endif
 
 #define verified(g, s) (manifest[IX(g, s)] && shard[SX(g, s, 0)] == OK && shard[SX(g, s, 1)] == OK)
@@ -147,6 +203,10 @@ inline accept_commit(g, s) {
     cgen[s] = g;
     latest = s;
     cursor = s                  /* CursorAdvanced, in the same transaction */
+}
+
+inline stop(g) {                 /* GroupStopCommanded */
+    atomic { cmds!STOP, g, 0; printf("@STOP %d\n", g) }
 }
 
 inline revoke(s) {
@@ -186,10 +246,21 @@ proctype Member(byte g; byte m; byte start) {
         atomic {
             assert(s == 0 || (committed[s] && verified(cgen[s], s)));   /* P4 */
             resumed[g] = s;
+            agreed[g] = s;
             restored[g] = true
         }
     :: else ->
-        atomic { restored[g] -> s = resumed[g] }
+        /* worker/restore.py: every rank verifies its share of each candidate and
+           the ranks agree on the first failure, so they load the same one. */
+        atomic {
+            restored[g] ->
+#ifdef RESUME_OTHER
+            s = start;
+#else
+            s = resumed[g];
+#endif
+            assert(s == agreed[g])                                 /* P9 */
+        }
     fi;
     do
     :: s >= S || cancelled -> break     /* done, or stopped by the agent */
@@ -201,16 +272,19 @@ proctype Member(byte g; byte m; byte start) {
         :: FAULT -> faults++; shard[SX(g, s, m)] = TORN   /* acknowledged, silently torn */
         :: FAULT -> faults++;                     /* the write failed: no report */
             attempted[IX(g, s)] = attempted[IX(g, s)] | (1 << m);
+            over[IX(g, s)] = over[IX(g, s)] | (1 << m);
             goto gone
         fi;
         attempted[IX(g, s)] = attempted[IX(g, s)] | (1 << m);
+        over[IX(g, s)] = over[IX(g, s)] | (1 << m);
         reports!SHARD, g, s, m
        }
         if
         :: m == 0 ->
 end_barrier:
             atomic {                    /* every member's write is over: the manifest */
-                attempted[IX(g, s)] == ALL && nfull(reports) ->
+                writes_over(g, s) && nfull(reports) ->
+                assert(over[IX(g, s)] == ALL);                     /* P10 */
                 manifest[IX(g, s)] = true;
                 reports!PROPOSE, g, s, 0           /* ManifestProposed */
             }
@@ -230,13 +304,12 @@ active proctype Controller() {
     byte g, s, m, expect;
     atomic {
         gen = 1;
-        run Member(1, 0, 0);
-        run Member(1, 1, 0)
+        cmds!START, 1, 0
     };
 end:
     do
-    :: reports?k, g, s, m ->
-        atomic {
+    :: atomic {
+        reports?k, g, s, m ->
             if
             :: k == SHARD && fenced(g) ->
                 assert(!revoked[g]);                           /* P1 */
@@ -245,46 +318,50 @@ end:
             :: k == PROPOSE && fenced(g) && forward(s) && complete(g, s) ->
                 accept_commit(g, s);
                 printf("@%e %d %d %d 1\n", k, g, s, m)
-            :: k == VFAIL && fenced(g) && committed[s] ->
+            :: k == VFAIL && vfenced(g) && committed[s] ->
                 assert(!revoked[g]);                           /* P1 */
                 printf("@%e %d %d %d 1\n", k, g, s, cgen[s]);
                 revoke(s)
             :: else ->                                         /* refused: WriteRejected */
                 printf("@%e %d %d %d 0\n", k, g, s, (k == VFAIL -> cgen[s] : m))
             fi;
-            invariants()
-        }
+            invariants();
+            k = 0; g = 0; s = 0; m = 0        /* dead until the next report: merges states */
+       }
     :: atomic {                                                /* a node is lost */
         FAULT && gen < G && !awaiting && !cancelled && LOSS_GUARD ->
         faults++;
         awaiting = true;
         revoked[gen] = true;
         printf("@LOST %d\n", gen);
-        stops!gen;
+#ifndef LOST_NOT_STOPPED
+        stop(gen);                                             /* then the stop */
+#endif
         invariants()
        }
     :: atomic {                                                /* GenerationStarted */
-        awaiting && !cancelled && gen < G ->
+        decided && going && gen < G ->
         gen++;
         awaiting = false;
-        printf("@GEN %d %d\n", gen, latest);
-        run Member(gen, 0, latest);
-        run Member(gen, 1, latest);
+        printf("@GEN %d %d\n", gen, latest);             /* (the trail shows it) */
+        assert(!ended);                                        /* P7 */
+        cmds!START, gen, latest;                               /* GroupStartCommanded */
         invariants()
        }
 #ifndef NOCANCEL    /* for trace generation (proof.traces): runs that go on */
 #ifdef STOP_FIRST
     :: atomic { FAULT && !cancelled -> faults++ };
-        stops!gen;
-        atomic { cancelled = true; revoked[gen] = true }
+        stop(gen);
+        atomic { cancelled = true; ended = true; revoked[gen] = true }
 #else
     :: atomic {                                                /* CancelRequested */
         FAULT && !cancelled ->
         faults++;
         cancelled = true;                                      /* RunCancelled first */
+        ended = true;
         revoked[gen] = true;
         printf("@CANCEL %d\n", gen);
-        stops!gen;                                             /* then the stops */
+        stop(gen);                                             /* then the stop */
         invariants()
        }
 #endif
@@ -292,12 +369,23 @@ end:
     od
 }
 
+/* agent/decide.py: the agent reads the run's commands in order; a stop marks its
+   generation revoked and terminates it (`_stop`), a start launches the members. */
 active proctype Agent() {
-    byte g;
+    byte g, r;
 end:
     do
-    :: stops?g ->
-        assert(revoked[g])                                     /* P6 */
+    :: atomic {
+        cmds?STOP, g, r ->
+        assert(revoked[g]);                                    /* P6 */
+        stopped[g] = true
+       }
+    :: atomic {
+        cmds?START, g, r ->
+        assert(g == 1 || stopped[g - 1]);                      /* P8 */
+        run Member(g, 0, r);
+        run Member(g, 1, r)
+       }
     od
 }
 

@@ -6,14 +6,22 @@ A :class:`Simulation` runs the controller's pure core (``controller.reconcile``
 storage and workers of ``proof.world`` (``proof.actors``). One
 ``random.Random(seed)`` picks every step: which report the controller reads
 next, when it ticks, which worker or agent moves, and the faults, up to a
-budget the seed also picks: controller crashes (the transaction in progress is
+budget the seed also picks (an even seed weighs each kind of fault its own way:
+swarm testing): controller crashes (the transaction in progress is
 lost and the model is rebuilt from the log), agent crashes (workers orphaned,
 the last command read again), worker crashes, pauses and wake-ups (zombies),
-duplicated and delayed reports, torn, lost and failed writes, partitioned and lost
+duplicated and delayed reports, a deadlock (every rank blocked in a collective, its
+heartbeats alive), torn, lost and failed writes, partitioned and lost
 nodes, and a cancel. After every step ``proof.props`` checks P1-P6 and ETTR
-closure, and at every controller restart and at the end, that a replay of the
-log equals the live model; a seed that met no fault must end succeeded with
-its last step committed.
+closure, and ``proof.truth`` checks the log against what the world knows (F:
+a fresh fold accepts every appended fact; C: the cursor moves with each
+commit; G: whole gangs within the nodes' slots; S: a commit holds its own
+generation's shards; P8: the old generation is told to stop before the next
+starts; W: progress, or a violation that names the seed, never a hang); at
+every controller restart and at the end, a replay of the log must equal the
+live model; a seed that met no fault must end succeeded with its last step
+committed; and every ``ETTR_EVERY``-th seed's ETTR, by the real query, must
+equal part by part the labels the documented rules give (``proof.ettr``).
 
 Nothing else varies: no wall clock, no set or hash order, so a seed's run is
 the same run everywhere. The trace digest (SHA-256 of every step's line and
@@ -47,6 +55,7 @@ from events.model import (
     CheckpointRevoked,
     Event,
     ManifestCommitted,
+    ManifestProposed,
     RunSubmitted,
     WriteRejected,
 )
@@ -54,14 +63,20 @@ from events.topics import COMMANDS, RUNS
 from proof import actors, props
 from proof.ettr import closes
 from proof.plant import PLANTS
-from proof.world import RUN, STEPS, Agent, Worker, World, plan
+from proof.truth import Truth, stop_obeyed
+from proof.world import NODES, RUN, STEPS, Agent, Worker, World, plan
 
-MAX_STEPS = 2_000
-MAX_FAULTS = 8
+MAX_STEPS = 4_000
+MAX_FAULTS = 12  # a swarm seed's fault budget at most
+UNIFORM_FAULTS = 8  # a uniform seed's
 # The real ETTR query costs ~0.15 s a seed, seven times a whole simulated run: it closes
 # every 50th seed's log (200 of 10,000), while the step-by-step check runs on every one.
 ETTR_EVERY = 50
 Choice = tuple[float, Callable[[], str]]
+# Every kind of fault, and the weights a seed may give each (swarm testing).
+FAULTS = ("controller_crash", "tear", "lose_write", "fail_write", "cancel", "agent_crash",
+          "partition", "lose_node", "deadlock", "worker_crash", "pause", "duplicate", "delay")
+SWARM = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +96,7 @@ class Outcome:
     detail: str = ""
     trace: tuple[str, ...] = ()
     ettr: bool = False  # ETTR closure was checked by the real query
+    quiet: int = 0  # the longest stretch of steps with no fact but rejections (W)
 
     @property
     def line(self) -> str:
@@ -100,7 +116,14 @@ class Simulation:
         self.model = Model(since=self.world.now)
         self.facts: list[Event] = []
         self.ghost = props.Ghost()
-        self.budget = self.rng.randint(0, MAX_FAULTS)
+        self.truth = Truth(self.plan, frozenset(NODES), RUN)
+        # Swarm testing: an even seed weighs each kind of fault its own way (some never,
+        # some eight times as often) with a larger budget, so some seeds are all partitions
+        # and delays, others all crashes: combinations a uniform mix almost never deals.
+        # An odd seed keeps the uniform mix, which finds others.
+        swarm = seed % 2 == 0
+        self.budget = self.rng.randint(0, MAX_FAULTS if swarm else UNIFORM_FAULTS)
+        self.mix = {name: self.rng.choice(SWARM) if swarm else 1.0 for name in FAULTS}
         self.faults = 0
         self.keep_trace = keep_trace
         self.trace: list[str] = []
@@ -127,6 +150,8 @@ class Simulation:
                 self._note(line, self._outs)
                 self._outs = []
                 self._holds()
+                self.truth.stepped(self._over(), steps, MAX_STEPS)
+                self.truth.watch(w.now)
             props.replayed(self.model, self.facts, w.now, self.plan_of, RUN)
             if self.faults == 0:
                 props.finished(self.model.runs.get(RUN), STEPS)
@@ -143,7 +168,7 @@ class Simulation:
             sum(isinstance(e, CheckpointRevoked) for e in self.facts),
             sum(isinstance(e, WriteRejected) and e.reason == "stale_generation"
                 for e in self.facts),
-            self.ghost.gen, prop, detail, tuple(self.trace), ettr)
+            self.ghost.gen, prop, detail, tuple(self.trace), ettr, self.truth.longest)
 
     # -- the shell around the real core ------------------------------------------------
 
@@ -166,6 +191,7 @@ class Simulation:
     def _commit(self, model: Model, outs: list[Out]) -> None:
         """The transaction commits: its records are appended, the model moves on."""
         props.appended(self.ghost, outs, self.world.now)
+        self.truth.appended(outs)
         self.model = model
         for topic, e in outs:
             if topic == RUNS:
@@ -178,6 +204,7 @@ class Simulation:
         """A crash loses the transaction in progress; the new controller reads the log."""
         props.replayed(self.model, self.facts, self.world.now, self.plan_of, RUN)
         self.model = replay(self.facts, self.world.now, self.plan_of)
+        self.truth.since = self.world.now
         return "the controller crashes mid-transaction and rebuilds its model from the log"
 
     def _deliver(self, crash: bool = False) -> str:
@@ -185,11 +212,15 @@ class Simulation:
         idx = w.deliverable()[0]
         flight = w.flight.pop(idx)
         event = flight.event
+        if isinstance(event, ManifestProposed):
+            self.truth.proposed(event)
+        live = self.ghost.live(event.generation)
         model, outs = handle(self.model, event, w.now, self.plan_of)
         if crash:  # the read is not committed: the report is read again
             w.flight.insert(idx, flight)
             return self._restart_controller()
         self._commit(model, outs)
+        self.truth.read(event, live, outs, w.now)
         return f"controller reads {event.event_type} {event.header.event_id}"
 
     def _tick(self, crash: bool = False) -> str:
@@ -205,8 +236,8 @@ class Simulation:
         choices = self._choices()
         if self.budget > 0:
             # A cancel ends the run: rarer than the faults a run recovers from.
-            choices += [(0.02 if name == "cancel" else 0.12, self._spend(name, act))
-                        for name, act in self._faults()]
+            choices += [((0.02 if name == "cancel" else 0.12) * self.mix[name],
+                         self._spend(name, act)) for name, act in self._faults()]
         pick = self.rng.choices(range(len(choices)), [c[0] for c in choices])[0]
         return choices[pick][1]()
 
@@ -228,8 +259,13 @@ class Simulation:
             else:
                 out.append((0.8, partial(actors.agent_beat, w, a)))
                 if a.read < len(w.commands):
-                    out.append((3.0, partial(actors.agent_step, w, a)))
+                    out.append((3.0, partial(self._agent_step, a)))
         return out
+
+    def _agent_step(self, a: Agent) -> str:
+        line = actors.agent_step(self.world, a)
+        stop_obeyed(self.world, a)
+        return line
 
     def _restoring(self, digest: str, problem: str | None) -> None:
         props.restored(self.ghost, digest, problem)
@@ -256,6 +292,7 @@ class Simulation:
             ]
         if running:
             out += [
+                ("deadlock", partial(actors.deadlock, w)),
                 ("worker_crash", lambda: actors.exit_worker(w, rng.choice(running), None, 9,
                                                             "killed")),
                 ("pause", lambda: _paused(rng.choice(running), True)),
@@ -335,6 +372,7 @@ def summary(outcomes: list[Outcome], seconds: float) -> list[tuple[str, str]]:
         ("seeds with no fault, all succeeded (L)",
          str(sum(o.faults == 0 and o.prop is None for o in outcomes))),
         ("ETTR closed by the query", str(sum(o.ettr and o.prop is None for o in outcomes))),
+        ("longest stretch with no fact (steps)", str(max((o.quiet for o in outcomes), default=0))),
         ("violations", str(sum(o.prop is not None for o in outcomes))),
     ]
 

@@ -11,13 +11,16 @@ SPIN's simulations and trail replays execute and its verifier ignores):
 - ``@LOST g``: a node of generation ``g`` is lost: a restart is decided;
 - ``@GEN g r``: generation ``g`` starts, resuming from step ``r`` (0: none);
 - ``@CANCEL g``: the run is cancelled under generation ``g``;
+- ``@STOP g``: the decision commands the agent to stop generation ``g``;
 - ``@= l c``: after each decision, the latest committed step and the data
   cursor's step (0: none).
 
 :class:`Replay` feeds the same transitions to the real controller core
 (``controller.reconcile`` ``handle`` and ``tick``, judging with
 ``events.fold``) as the reports, requests and clock the real system would
-see, and compares every verdict and every state line. ``traces`` runs
+see, and compares every verdict and every state line; a stop the real core
+commanded that the model's decision did not (or the reverse) is a disagreement
+too, at the decision's state line (at its ``@STOP``). ``traces`` runs
 SPIN's random simulations (``spin -n<seed>``); ``proof.spin`` keeps the
 trail of every mutant's counterexample, where the real code must disagree
 with the broken rule.
@@ -70,13 +73,16 @@ PLAN = RunPlan(world_size=2, argv=("train",), cancel_authority=frozenset({"oncal
                retry={"worker_crash": RetryPolicy(attempts=9, backoff_base_s=1.0,
                                                   backoff_cap_s=1.0, escalate_after=9)},
                checkpoint=CheckpointEnv(root="ckpt", interval_steps=1, dataset_id="ds"))
-# The mutants whose removed rule is the controller's (its fold or its commit decision):
-# replayed against the real core, their counterexample must meet a disagreement at the
-# step that breaks the property. NO_VERIFY removes the worker's verification
-# (worker/restore.py), and STOP_FIRST reorders a cancel the real code orders right, so
-# the real controller agrees with their traces.
+# The mutants whose removed rule is the controller's (its fold, its commit decision, its
+# restart and cancel decisions and the stops they command): replayed against the real
+# core, their counterexample must meet a disagreement at the step that breaks the
+# property, or at the decision before it that lacked the stop (LOST_NOT_STOPPED).
+# NO_VERIFY, RESUME_OTHER and PROPOSE_OWN_WRITE remove a worker's rule (worker/restore.py,
+# worker/session.py), so the real controller agrees with their traces.
 CONTROLLER_RULES = frozenset({"NO_GEN_CHECK", "NO_SHARD_CHECK", "NO_CURSOR_RESET",
-                              "NO_STEP_CHECK", "LATEST_STAYS"})
+                              "NO_STEP_CHECK", "LATEST_STAYS", "STOP_FIRST",
+                              "START_AFTER_CANCEL", "LOST_NOT_STOPPED", "UNFENCED_START",
+                              "VFAIL_ANY_GEN"})
 
 # SPIN's random simulation picks uniformly among enabled transitions, so a cancel or
 # a lost node, enabled from the first step, ends most walks before anything commits.
@@ -105,6 +111,8 @@ class Replay:
         self.model = Model(since=1_000_000)
         self.now = 1_000_000
         self._n = 0
+        # The generations the real core commanded stopped that no @STOP line has matched.
+        self._stopped: list[int] = []
 
     def plan_of(self, _: RunSubmitted) -> RunPlan:
         return PLAN
@@ -116,6 +124,7 @@ class Replay:
     def send(self, event: Event) -> list[Out]:
         self.now += 1
         self.model, out = handle(self.model, event, self.now, self.plan_of)
+        self._stopped += _stops(out)
         return out
 
     def tick(self, advance_ms: int = 1) -> list[Out]:
@@ -123,6 +132,7 @@ class Replay:
         self.send(AgentHeartbeatRecorded(header=self.header(0, "agent/n1", node_key(NODE)),
                                          node=NODE, slots=2, domain="d", busy_slots=2))
         self.model, out = tick(self.model, self.now, self.plan_of)
+        self._stopped += _stops(out)
         return out
 
     def boot(self) -> None:
@@ -166,8 +176,16 @@ class Replay:
             case "CANCEL":
                 out = self.send(CancelRequested(header=self.header(0, "operator/oncall"),
                                                 principal="oncall", reason="model"))
-                return _stops_after(out, RunCancelled, n[0])
+                return _revokes_first(out, RunCancelled)
+            case "STOP":
+                if n[0] not in self._stopped:
+                    return f"the code commands no stop of g{n[0]} here"
+                self._stopped.remove(n[0])
+                return None
             case "=":
+                if self._stopped:
+                    left, self._stopped = self._stopped, []
+                    return f"the code also stops {', '.join(f'g{g}' for g in left)}"
                 return self._state(n[0], n[1])
         raise ProofError(f"unknown trace line {line!r}")
 
@@ -175,7 +193,7 @@ class Replay:
         out = self.send(WorkerExited(header=self.header(gen, "agent/n1"), logical_id="r1",
                                      node=NODE, signal=9))
         out += self.tick()
-        return _stops_after(out, FailureClassified, gen)
+        return _revokes_first(out, FailureClassified)
 
     def _started(self, gen: int, resume: int) -> str | None:
         out = self.tick(1_001)  # past the restart's backoff
@@ -207,12 +225,16 @@ def _verdict(model: int, real: bool, out: list[Out]) -> str | None:
     return f"the code {'accepts' if real else 'refuses'}: {_types(out)}"
 
 
-def _stops_after(out: list[Out], revoking: type[Event], gen: int) -> str | None:
-    """The revoking fact, then a stop of generation ``gen`` (P6's order)."""
+def _stops(out: list[Out]) -> list[int]:
+    return [e.generation for _, e in out if isinstance(e, GroupStopCommanded)]
+
+
+def _revokes_first(out: list[Out], revoking: type[Event]) -> str | None:
+    """The revoking fact, before any stop (P6's order); the @STOP lines that follow
+    match the stops."""
     kinds = [e for _, e in out if isinstance(e, revoking | GroupStopCommanded)]
-    if not kinds or not isinstance(kinds[0], revoking) or not any(
-            isinstance(e, GroupStopCommanded) and e.generation == gen for e in kinds):
-        return f"expected {revoking.__name__} then a stop of g{gen}: {_types(out)}"
+    if not kinds or not isinstance(kinds[0], revoking):
+        return f"expected {revoking.__name__} before any stop: {_types(out)}"
     return None
 
 

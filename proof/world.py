@@ -107,6 +107,7 @@ class Worker:
     written: int = 0  # the last step whose shard this worker's write is over
     proposed: int = 0  # the coordinator's last proposed step
     paused: bool = False
+    stuck: bool = False  # blocked in a collective that never returns: it beats, never steps
     clean: bool = False  # exited 0: done, not gone
     epoch: int = 0  # the incarnation of its agent that launched it
     beat_at: int = 0  # its last heartbeat

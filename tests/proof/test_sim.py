@@ -14,15 +14,22 @@ from pathlib import Path
 import pytest
 
 from events.model import (
+    FailureClassified,
+    GenerationStarted,
     GroupStopCommanded,
     Header,
     ManifestCommitted,
+    Member,
+    RunAdmitted,
+    RunFinished,
+    RunSubmitted,
     ShardWritten,
     StepCommitted,
+    WorkerExited,
 )
 from events.state import Checkpoint, Cursor, RunState, Status
 from events.topics import COMMANDS, RUNS
-from proof import plant, props, sim
+from proof import ettr, plant, props, sim
 from proof.world import Storage
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +73,7 @@ def test_a_planted_bug_is_found_and_its_seed_replays_bit_for_bit(name: str) -> N
     prints, as docs/verification.md shows, in another process with another hash seed."""
     done = _cli("--plant", name, "--stop-at-first", "--seeds", "10000")
     assert done.returncode == 1, done.stdout + done.stderr
-    found = re.search(r"^(seed (\d+): (P\d) broken: .*)\n  replay: python -m proof\.sim (.*)$",
+    found = re.search(r"^(seed (\d+): ([A-Z]\d*) broken: .*)\n  replay: python -m proof\.sim (.*)$",
                       done.stdout, re.M)
     assert found, done.stdout
     assert found.group(3) == plant.BREAKS[name]
@@ -76,9 +83,11 @@ def test_a_planted_bug_is_found_and_its_seed_replays_bit_for_bit(name: str) -> N
     assert lines[-1] == found.group(1)
     assert lines[-2].split(" ", 1)[1].startswith(f"VIOLATION {plant.BREAKS[name]}: ")
     # Unplanted, the same seed holds: the plant is gone once its block ends.
+    seed = int(found.group(2))
+    ettr = seed % sim.ETTR_EVERY == 0  # as the search checked it
     with plant.PLANTS[name]():
-        assert sim.Simulation(int(found.group(2))).run().prop == plant.BREAKS[name]
-    assert sim.Simulation(int(found.group(2))).run().prop is None
+        assert sim.Simulation(seed).run(ettr=ettr).prop == plant.BREAKS[name]
+    assert sim.Simulation(seed).run(ettr=ettr).prop is None
 
 
 def test_fifty_seeds_are_the_same_runs_under_any_hash_seed() -> None:
@@ -180,3 +189,39 @@ def test_a_replay_that_differs_from_the_live_model_is_caught() -> None:
         props.replayed(s.model, lost, s.world.now, s.plan_of, "sim-run")
     with pytest.raises(props.Violation, match="R: run sim-run is missing after a replay"):
         props.replayed(s.model, [], s.world.now, s.plan_of, "sim-run")
+
+
+def test_ettr_labels_each_millisecond_by_the_documented_rules_as_the_query_does() -> None:
+    """A restart by hand: the labels (proof.ettr.labelled) and the real query agree part by
+    part with the figures worked out from docs/queries.md's rules."""
+    gang = (Member("r0", "n1", 0), Member("r1", "n2", 0))
+
+    def h(i: int, gen: int, at: int) -> Header:
+        return Header(f"e{i}", "sim-run", gen, at, "w")
+
+    def step(i: int, gen: int, n: int, end: int, wait: float = 0.0) -> StepCommitted:
+        return StepCommitted(header=h(i, gen, end), step=n, tokens=1, loss_tokens=1,
+                             step_time_ms=200.0, input_wait_ms=wait)
+    facts = [
+        RunSubmitted(header=h(0, 0, 900), spec_digest="sha256:x", spec_json="{}",
+                     principal="alice", world_size=2),
+        RunAdmitted(header=h(1, 1, 1000), members=gang),
+        GenerationStarted(header=h(2, 1, 1000), members=gang, reason="admitted"),
+        step(3, 1, 1, 1300, wait=50.0), step(4, 1, 2, 1500),
+        WorkerExited(header=h(5, 1, 1600), logical_id="r1", node="n2", exit_code=1),
+        FailureClassified(header=h(6, 1, 1700), failure_class="worker_crash", signature="exit:1",
+                          action="restart", attempt=1, detail="d", logical_id="r1"),
+        GenerationStarted(header=h(7, 2, 1800), members=gang, reason="restart", resume_step=1),
+        step(8, 2, 2, 2200),
+        RunFinished(header=h(9, 2, 2500), outcome="succeeded", reason="done"),
+    ]
+    want = {"idle": 0.1 + 0.3, "input_stall": 0.05, "productive": 0.15 + 0.2, "lost_work": 0.2,
+            "other": 0.1, "detection": 0.1, "recovery": 0.3}
+    got = ettr.labelled(facts, "sim-run")
+    assert got == pytest.approx(want)
+    parts = ettr.closes(facts, "sim-run").parts_s
+    assert {p: parts[p] for p in want} == pytest.approx(want)
+    # The same log, recovery filed as idle by the query: the labels name the part.
+    with plant.PLANTS["recovery_as_idle"](), pytest.raises(
+            props.Violation, match=r"E: .* recovery 0\.0 s, labelled 0\.3 s"):
+        ettr.closes(facts, "sim-run")

@@ -26,7 +26,8 @@ def test_a_thousand_model_traces_agree_with_the_real_core(first: int) -> None:
     assert re.search(r"^500 traces, \d+ lines, 0 disagreements$", done.stdout, re.M)
     tally = dict(re.findall(r"(\w+[+-]?) (\d+)", done.stdout.splitlines()[-2]))
     # Every kind of decision is exercised, accepted and refused.
-    for kind in ("SHARD+", "SHARD-", "PROPOSE+", "PROPOSE-", "VFAIL+", "LOST", "GEN", "CANCEL"):
+    for kind in ("SHARD+", "SHARD-", "PROPOSE+", "PROPOSE-", "VFAIL+", "LOST", "GEN", "CANCEL",
+                 "STOP"):
         assert int(tally.get(kind, 0)) > 0, f"no {kind} in {tally}"
 
 
@@ -40,12 +41,19 @@ def test_a_wrong_verdict_or_state_is_a_disagreement_that_names_the_line() -> Non
         traces.replay([*ok[:4], "@= 1 0"]).disagreement)
     # A restart: the real controller stops the lost generation, then starts the next from
     # the latest committed step; the stale generation's shard is then refused.
-    restart = [*ok, "@LOST 1", "@GEN 2 1", "@SHARD 1 2 0 0", "@SHARD 2 2 0 1"]
+    restart = [*ok, "@LOST 1", "@STOP 1", "@= 1 1", "@GEN 2 1", "@SHARD 1 2 0 0",
+               "@SHARD 2 2 0 1"]
     assert traces.replay(restart).agrees
-    assert "resumes from 1" in str(traces.replay([*ok, "@LOST 1", "@GEN 2 0"]).disagreement)
+    assert "resumes from 1" in str(traces.replay([*ok, "@LOST 1", "@STOP 1", "@GEN 2 0"])
+                                   .disagreement)
+    # The stops are matched too: one the model left out, or one the code never commanded.
+    assert traces.replay([*ok, "@LOST 1", "@= 1 1"]).disagreement == (
+        "line 7 '@= 1 1': the code also stops g1")
+    assert traces.replay([*ok, "@STOP 1"]).disagreement == (
+        "line 6 '@STOP 1': the code commands no stop of g1 here")
 
 
 def test_every_model_decision_prints_a_trace_line() -> None:
     text = traces.MODEL.read_text(encoding="utf-8")
-    for kind in ("@%e", "@LOST", "@GEN", "@CANCEL", "@="):
+    for kind in ("@%e", "@LOST", "@GEN", "@CANCEL", "@STOP", "@="):
         assert f'printf("{kind}' in text, kind

@@ -1,0 +1,297 @@
+"""The simulator's second reading of the log: a fresh fold, and what the world knows.
+
+``proof.props`` checks the model's rules (P1-P6). :class:`Truth` checks what
+the run's log must show against what the simulated world knows happened,
+after every controller transaction, in the order the records were appended:
+
+- F  every fact appended is accepted by a fold of its own (``events.fold``
+  over the appended facts alone, from the run's submission): a fact the
+  fold refuses is in the log yet changes nothing, which no reader can tell;
+- C  when a checkpoint commits from a proposal that carries a data cursor,
+  the cursor moves to that step in the same transaction (and, P3, never to
+  a step that is not committed);
+- G  admission and every restart start a whole gang: as many members as the
+  plan's world size, distinct logical ids, at most the plan's slots on a
+  node, and only nodes whose agents the world has;
+- S  a checkpoint commits only with a shard report of its own generation
+  accepted, for that step, from every member of that generation;
+- P8 a generation starts only after a stop of the one before it was
+  appended for every node it ran on (one live generation at a time: the old
+  one is told to stop before the next is launched);
+- V  a refusal is true: the coordinator's report of a step the world trained
+  under the live generation, past every step of it read before, is accepted
+  (a stale, repeated or overtaken report may be refused, a true one never);
+- H  a hang is true: a member called hung (``hang:no_heartbeat``) was not heard
+  from for its timeout (the heartbeat timeout, or the start timeout before
+  its first beat), counted from its generation's start and when the
+  controller last read a heartbeat of it (a beat counts when it arrives: a
+  late one is no older evidence), and its exit was not read before;
+- D  a hang is found: a member of the live generation that the controller has
+  neither heard from nor read an exit of, past its timeout, the exit grace
+  and ``DETECT_SLACK_MS``, counted from the newest of its heartbeats, its
+  generation's start and the controller's own start, has had its generation
+  failed (or the run ended); and a Running generation with no exit and no
+  step past the plan's stall timeout and ``DETECT_SLACK_MS``, counted from
+  its last progress and the controller's own start, has been failed too;
+- K  a stop is obeyed: once a node's agent has read a stop of a generation,
+  no worker of it (or of an older one) that this incarnation of the agent
+  launched on the node is still running (:func:`stop_obeyed`, the world's
+  own account);
+- B  a restart waits out its backoff: the next generation starts no earlier
+  than the failure's classification plus the ``backoff_ms`` it recorded;
+- U  the fold's bookkeeping: ``updated_at`` is the time of the newest fact
+  it accepted, and a generation started by an admission with nothing to
+  resume is Starting, any other (a restart, a resize, a requeued run
+  admitted again with a checkpoint) Recovering;
+- W  the run makes progress: a fact appended at least every ``QUIET_STEPS``
+  simulated steps until it ends, and it ends within the simulator's step
+  bound (a seed that would hang is a violation that names it).
+
+Tested in tests/proof/test_sim.py.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from controller.emitter import Out
+from controller.liveness import EXIT_GRACE_MS
+from controller.policy import NO_HEARTBEAT
+from controller.runplan import RunPlan
+from events.fold import apply
+from events.fold_info import INFORMATIONAL
+from events.model import (
+    Event,
+    FailureClassified,
+    GenerationStarted,
+    GroupStopCommanded,
+    HeartbeatRecorded,
+    ManifestCommitted,
+    ManifestProposed,
+    Member,
+    RunCancelled,
+    RunFinished,
+    ShardWritten,
+    StepCommitted,
+    WorkerExited,
+    WriteRejected,
+)
+from events.state import RunState, Status
+from events.topics import COMMANDS, RUNS
+from proof.props import Violation
+from proof.world import Agent, World
+
+# A run that appends no fact but rejections for this many steps is stuck (the longest
+# quiet stretch of 10,000 unplanted seeds is far below it: docs/verification.md).
+QUIET_STEPS = 1_500
+# How long past a member's timeout and the exit grace its hang may take to be found: the
+# controller's tick, a lost node's wait (controller.lost) and the stop commands' delivery.
+DETECT_SLACK_MS = 20_000
+
+
+@dataclass
+class Truth:
+    plan: RunPlan
+    nodes: frozenset[str]
+    run_id: str
+    state: RunState | None = None
+    members: dict[int, tuple[Member, ...]] = field(default_factory=dict)  # by generation
+    shards: dict[tuple[int, int], set[str]] = field(default_factory=dict)  # (gen, step)
+    stopped: dict[int, set[str]] = field(default_factory=dict)  # gen -> nodes told to stop
+    proposals: dict[str, ManifestProposed] = field(default_factory=dict)  # by event id
+    read_steps: dict[int, int] = field(default_factory=dict)  # gen -> highest step read
+    heard: dict[tuple[int, str], int] = field(default_factory=dict)  # newest beat read
+    exited: set[tuple[int, str]] = field(default_factory=set)  # exits read
+    started: dict[int, int] = field(default_factory=dict)  # gen -> GenerationStarted at
+    failed: set[int] = field(default_factory=set)  # generations with a FailureClassified
+    ended: bool = False
+    since: int = 0  # when the controller last began listening (a restart)
+    not_before: int = 0  # the newest failure's backoff ends (B)
+    quiet: int = 0  # steps since the last fact that was not a rejection
+    longest: int = 0  # the longest such stretch so far
+
+    def proposed(self, e: ManifestProposed) -> None:
+        """A proposal the controller reads: what its commit must carry (C)."""
+        self.proposals[e.header.event_id] = e
+
+    def read(self, e: Event, live: bool, outs: list[Out], now: int) -> None:
+        """The controller read report ``e`` at ``now``, of a live generation or not, and
+        appended ``outs`` (V; and what H and D count from)."""
+        key = (e.generation, getattr(e, "logical_id", ""))
+        if isinstance(e, HeartbeatRecorded):
+            self.heard[key] = max(self.heard.get(key, 0), now)
+        elif isinstance(e, WorkerExited):
+            self.exited.add(key)
+        if not isinstance(e, StepCommitted):
+            return
+        before = self.read_steps.get(e.generation, 0)
+        self.read_steps[e.generation] = max(before, e.step)
+        if not live or e.step <= before:
+            return
+        for _, x in outs:
+            if isinstance(x, WriteRejected) and x.rejected_event_id == e.header.event_id:
+                raise Violation("V", f"step {e.step} of live generation {e.generation}, past "
+                                     f"step {before}, refused: {x.reason} ({x.detail})")
+
+    def appended(self, outs: list[Out]) -> None:
+        """Check one transaction's records, in the order they were appended."""
+        commits: list[ManifestCommitted] = []
+        for topic, e in outs:
+            if topic == COMMANDS and isinstance(e, GroupStopCommanded):
+                self.stopped.setdefault(e.generation, set()).add(e.node)
+            if topic != RUNS or e.run_id != self.run_id:
+                continue
+            if not isinstance(e, WriteRejected):
+                self.quiet = 0
+            match e:
+                case GenerationStarted():
+                    if e.header.occurred_at < self.not_before:
+                        raise Violation("B", f"generation {e.generation} starts at "
+                                             f"{e.header.occurred_at}, inside the backoff that "
+                                             f"ends at {self.not_before}")
+                    self._gang(e)
+                    self._predecessor_stopped(e)
+                    self.started[e.generation] = e.header.occurred_at
+                case FailureClassified():
+                    self._hang_is_true(e)
+                    self.failed.add(e.generation)
+                    self.not_before = e.header.occurred_at + (e.backoff_ms or 0)
+                case RunFinished() | RunCancelled():
+                    self.ended = True
+                case ManifestCommitted():
+                    self._own_shards(e)
+                    commits.append(e)
+            self._fold(e)
+            if isinstance(e, ShardWritten):
+                self.shards.setdefault((e.generation, e.step), set()).add(e.logical_id)
+        for c in commits:
+            self._cursor_follows(c)
+
+    def stepped(self, over: bool, step: int, bound: int) -> None:
+        """One simulated step went by (W)."""
+        self.quiet += 1
+        self.longest = max(self.longest, self.quiet)
+        if not over and self.quiet >= QUIET_STEPS:
+            status = self.state.status.value if self.state else "unknown"
+            raise Violation("W", f"no fact but rejections for {self.quiet} steps at step {step}; "
+                                 f"the run is {status}")
+        if not over and step >= bound:
+            raise Violation("W", f"the run has not ended after {bound} steps")
+
+    def _timeout(self, gen: int, lid: str) -> tuple[int, int]:
+        """When a member's silence counts from, and its timeout."""
+        heard = self.heard.get((gen, lid))
+        since = max(heard or 0, self.started.get(gen, 0))
+        return since, (self.plan.heartbeat_timeout_ms if heard is not None
+                       else self.plan.start_timeout_ms)
+
+    def _hang_is_true(self, f: FailureClassified) -> None:
+        if f.signature != NO_HEARTBEAT or f.logical_id is None:
+            return
+        since, limit = self._timeout(f.generation, f.logical_id)
+        now = f.header.occurred_at
+        read = (f.generation, f.logical_id) in self.exited
+        if read or now - since < limit:
+            raise Violation("H", f"{f.logical_id} of generation {f.generation} called hung at "
+                                 f"{now}: heard from at {since} ({now - since} ms before, the "
+                                 f"timeout {limit} ms), its exit {'read' if read else 'not read'}")
+
+    def watch(self, now: int) -> None:
+        """A silent member of the live generation must have been found by now (D)."""
+        gen = max(self.started, default=0)
+        if not gen or gen in self.failed or self.ended:
+            return
+        st = self.state
+        if st is not None and st.status == Status.RUNNING and not st.exits:
+            since = max(st.last_progress_at, self.since)
+            if now - since > self.plan.stall_timeout_ms + DETECT_SLACK_MS:
+                raise Violation("D", f"generation {gen} Running with no step since {since}, "
+                                     f"{now - since} ms, and no failure is classified")
+        for m in self.members.get(gen, ()):
+            if (gen, m.logical_id) in self.exited:
+                continue
+            since, limit = self._timeout(gen, m.logical_id)
+            since = max(since, self.since)
+            if now - since > limit + EXIT_GRACE_MS + DETECT_SLACK_MS:
+                raise Violation("D", f"{m.logical_id} of generation {gen} unheard since {since}, "
+                                     f"{now - since} ms, and no failure is classified")
+
+    def _fold(self, e: Event) -> None:
+        if self.state is None and isinstance(e, INFORMATIONAL):
+            return  # a rejection of a request for a run not yet submitted: no run to fold
+        t = apply(self.state, e)
+        if not t.verdict.accepted:
+            raise Violation("F", f"{e.event_type} {e.header.event_id} was appended, and a fold "
+                                 f"of the log refuses it: {t.verdict.reason} "
+                                 f"({t.verdict.detail})")
+        newest = max(self.state.updated_at if self.state else 0, e.header.occurred_at)
+        if t.state is not None and t.state.updated_at != newest:
+            raise Violation("U", f"after {e.event_type} {e.header.event_id} the run's updated_at "
+                                 f"is {t.state.updated_at}, its newest fact is at {newest}")
+        if isinstance(e, GenerationStarted) and t.state is not None:
+            fresh = e.reason == "admitted" and not e.resume_step
+            want = Status.STARTING if fresh else Status.RECOVERING
+            if t.state.status != want:
+                raise Violation("U", f"generation {e.generation}, started by {e.reason!r} "
+                                     f"from step {e.resume_step or 0}, leaves the run "
+                                     f"{t.state.status.value}, not {want.value}")
+        self.state = t.state
+
+    def _gang(self, e: GenerationStarted) -> None:
+        ids = [m.logical_id for m in e.members]
+        per_node = Counter(m.node for m in e.members)
+        crowded = sorted(n for n, k in per_node.items() if k > self.plan.slots_per_node)
+        strangers = sorted(set(per_node) - self.nodes)
+        if len(ids) != self.plan.world_size or len(set(ids)) != len(ids) or crowded \
+                or strangers:
+            raise Violation("G", f"generation {e.generation} starts {len(ids)} members "
+                                 f"({', '.join(f'{m.logical_id}@{m.node}' for m in e.members)}) "
+                                 f"for a gang of {self.plan.world_size}, "
+                                 f"{self.plan.slots_per_node} slot(s) a node"
+                                 + (f"; over its slots: {', '.join(crowded)}" if crowded else "")
+                                 + (f"; no such node: {', '.join(strangers)}"
+                                    if strangers else ""))
+        self.members[e.generation] = e.members
+
+    def _predecessor_stopped(self, e: GenerationStarted) -> None:
+        before = self.members.get(e.generation - 1)
+        if before is None:
+            return
+        nodes = {m.node for m in before}
+        missing = sorted(nodes - self.stopped.get(e.generation - 1, set()))
+        if missing:
+            raise Violation("P8", f"generation {e.generation} starts while generation "
+                                  f"{e.generation - 1} was never told to stop on "
+                                  f"{', '.join(missing)}")
+
+    def _own_shards(self, e: ManifestCommitted) -> None:
+        members = self.members.get(e.generation, ())
+        have = self.shards.get((e.generation, e.step), set())
+        missing = sorted(m.logical_id for m in members if m.logical_id not in have)
+        if not members or missing:
+            raise Violation("S", f"step {e.step} of generation {e.generation} committed without "
+                                 f"a shard of that generation from "
+                                 f"{', '.join(missing) or 'any member'}")
+
+    def _cursor_follows(self, c: ManifestCommitted) -> None:
+        cause = self.proposals.get(c.header.causation_id or "")
+        if cause is None or cause.position is None:
+            return
+        cursor = self.state.cursor if self.state else None
+        if cursor is None or cursor.step != c.step:
+            raise Violation("C", f"step {c.step} committed from a proposal with a data cursor; "
+                                 f"the cursor is at "
+                                 f"{cursor.step if cursor else 'no step'}")
+
+
+def stop_obeyed(world: World, agent: Agent) -> None:
+    """After ``agent`` read a command: if it was a stop, nothing it stops still runs (K)."""
+    cmd = world.commands[agent.read - 1] if agent.read else None
+    if not isinstance(cmd, GroupStopCommanded) or cmd.node != agent.node:
+        return
+    left = [str(w.key) for w in world.live() if w.node == agent.node and w.epoch == agent.epoch
+            and w.key.run_id == cmd.run_id and w.gen <= cmd.generation]
+    if left:
+        raise Violation("K", f"agent {agent.node} read {cmd.command_id}; still running: "
+                             f"{', '.join(left)}")

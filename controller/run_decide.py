@@ -19,7 +19,9 @@ Rules for a run that has not ended, in this order (the first that applies decide
    drained and the command that frees it (``Queue``: a reason already
    recorded is not recorded again);
    otherwise admitted (``Admit``, which takes its slots for the rest of the
-   tick) and its first generation started (``Start``);
+   tick) and its first generation started (``Start``); a requeued fixed run
+   replaying a corruption suspicion has its suspect ranks moved off the nodes
+   they deviated on, as in rule 3 (``sdc_verdict.replay_members``);
 3. Recovering and awaiting its next generation: nothing until the backoff is
    over; then back to the queue if a node of its placement is no longer live
    or is quarantined or drained (a plain cordon keeps the runs placed there),
@@ -220,6 +222,11 @@ def _admission(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ..
             return _queued(state, f"no node may take work: {note}")
         return _queued(state, f"{placed.reason}; {note}" if note else placed.reason)
     generation = state.generation + 1
+    # A requeued run replaying a suspicion is placed anew: keep its suspect ranks off the
+    # nodes they deviated on, as a restart does, or the replay cannot blame a node.
+    moved = _replay_members(placed.members, state, plan)
+    if moved is not None:
+        return (Admit(moved, generation), Start(moved, generation, "admitted", "host"))
     return (Admit(placed.members, generation), Start(placed.members, generation, "admitted"))
 
 
@@ -267,21 +274,22 @@ def _restart(state: RunState, plan: RunPlan, world: World,
         if plan.elastic is not None:
             why += f", and not even membership.min {plan.elastic.min} replicas fit"
         return _queued(state, f"{why}; {note}" if note else why)
-    moved = _replay_members(state, plan)
+    moved = _replay_members(state.members, state, plan)
     if moved is not None:
         # Members changed nodes: their node-local checkpoint copies stay behind.
         return (Start(moved, state.generation + 1, "restart", "host"),)
     return (Start(state.members, state.generation + 1, "restart"),)
 
 
-def _replay_members(state: RunState, plan: RunPlan) -> tuple[Member, ...] | None:
-    """A fixed data-parallel run's replay placement, when its checkpoints outlive a
-    host (the moved ranks restore from a tier every node reaches)."""
+def _replay_members(members: tuple[Member, ...], state: RunState,
+                    plan: RunPlan) -> tuple[Member, ...] | None:
+    """A fixed data-parallel run's replay placement of ``members``, when its checkpoints
+    outlive a host (the moved ranks restore from a tier every node reaches)."""
     ckpt = plan.checkpoint
     if state.suspicion is None or plan.ranks_per_replica != 1 or (
             ckpt is not None and not any(t.survives("host") for t in ckpt.storage_tiers())):
         return None
-    return sdc_verdict.replay_members(state.members, state.suspicion)
+    return sdc_verdict.replay_members(members, state.suspicion)
 
 
 def _grow(state: RunState, plan: RunPlan, world: World) -> tuple[Action, ...]:

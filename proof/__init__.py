@@ -21,12 +21,15 @@ The real core under deterministic simulation (``python -m proof.sim``):
 
 - ``sim``: the driver: one seeded random source picks every step and fault;
   the real ``handle``, ``tick``, ``replay`` and ``agent.decide`` decide;
-- ``world``: the modelled log, storage, workers and agents, as plain data;
-- ``actors``: what a worker or an agent does in one step;
+- ``world``: the modelled log, storage, workers and agents, as plain data,
+  and who miscomputed which step (silent data corruption);
+- ``actors``: what a worker or an agent does in one step (the group's
+  agreement check, its suspicion and its replay among them);
 - ``props``: P1-P6, ETTR closure step by step, replay equals live;
 - ``truth``: the log against what the world knows: a fresh fold accepts every
   fact, the cursor follows commits, whole gangs, a commit's own shards, the old
-  generation stopped before the next, progress (no hang);
+  generation stopped before the next, corruption verdicts as the world knows
+  them, progress (no hang);
 - ``ettr``: ETTR closure by the real query over a seed's projected log, and
   each part against the documented rules' labels;
 - ``plant``: known bugs to plant in the real core, which the simulator must find;

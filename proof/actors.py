@@ -7,6 +7,12 @@ does: a ``Launch`` becomes a :class:`~proof.world.Worker` with the checkpoint
 candidates the start command carries (parsed by ``events.workerenv``), a
 ``Terminate`` ends one and reports its exit, a ``Reject`` reports exit 125.
 
+A worker's step is the real session's in outline: once the last rank of
+the group has taken it, the coordinator reports the replay it was started
+for (``StepReplayed``), then either a disagreement among the ranks' states
+(``CorruptionSuspected``, after which every rank exits 87) or the step
+(``StepCommitted``), as ``worker.sdcstep`` orders them.
+
 Known limits of the real agent are modelled as they are: a worker outlives
 its agent's crash and its exit is then never reported, and an agent that
 crashes after acting on a command but before committing its offset acts on
@@ -43,12 +49,16 @@ from events.model import (
     WorkerExited,
     node_key,
 )
+from events.sdc import CorruptionSuspected, StepReplayed, deviating
+from events.sdcenv import SdcReplay
 from events.workerenv import RANKS, CheckpointEnv, parse_ranks
 from proof.world import (
+    FAULTY,
     INTERVAL,
     OK,
     STEPS,
     TORN,
+    TRANSIENT,
     Agent,
     Worker,
     World,
@@ -61,6 +71,8 @@ from proof.world import (
 # process gives up: the simulated counterpart of torch.distributed's timeout, longer than
 # the plan's stall timeout, so a deadlock is the controller's to find first.
 COLLECTIVE_TIMEOUT_MS = 60_000
+# The exit code of a rank whose group found corrupted state (worker.errors.CorruptionDetected).
+CORRUPTION_EXIT = 87
 # Called with a digest and the storage's verdict on it just before a coordinator
 # loads a checkpoint: the simulator checks P4 there (proof.props.restored).
 OnRestore = Callable[[str, str | None], None]
@@ -75,6 +87,8 @@ def work(world: World, w: Worker, on_restore: OnRestore) -> str:
                                      node=w.node, step=w.step), w.node)
     if w.stuck:
         return _wait(world, w, "a collective that never returns")
+    if w.suspected:
+        return exit_worker(world, w, CORRUPTION_EXIT, None, "its group found corrupted state")
     if w.phase == "restoring":
         return _restore(world, w, on_restore)
     peers = [world.peer(w.gen, lid) for lid in w.group]
@@ -83,6 +97,11 @@ def work(world: World, w: Worker, on_restore: OnRestore) -> str:
     ready = [p for p in peers if p is not None]
     if len(ready) < len(peers):
         return _wait(world, w, "its peers to join")
+    if any(p.step > w.step + 1 for p in ready):
+        # In lockstep no rank is more than a step ahead: this is a rank launched again
+        # beside its orphan, whose group went on without it. It cannot join a collective
+        # already under way, so it waits until its timeout, as a real rendezvous would.
+        return _wait(world, w, "a group that has gone on without it")
     if w.step % INTERVAL == 0 and w.step > w.written:
         return _write(world, w)
     if w.rank == 0 and w.written == w.step > w.proposed:
@@ -146,13 +165,21 @@ def _write(world: World, w: Worker) -> str:
                                          detail="OSError: simulated"), w.node)
         return exit_worker(world, w, 1, None, f"the write of {path} failed")
     torn, lost = bool(world.faults.pop("tear", 0)), bool(world.faults.pop("lose", 0))
-    if not lost:
+    if not lost:  # the last write of a path is what it holds
         world.storage.shards[path] = TORN if torn else OK
+        # Whether its state is corrupt, as far as the group can know: an orphan beside its
+        # rank's relaunch (a modelled limit of the agent) is outside the group's agreement
+        # check, and what its state holds is not the group's.
+        if world.peer(w.gen, w.lid) is w:
+            if w.corrupt:
+                world.storage.corrupt.add(path)
+            else:
+                world.storage.corrupt.discard(path)
     world.storage.acked.add(path)
     w.written = w.step
     world.send(ShardWritten(header=world.header(w.gen, str(w.key)), step=w.step,
                             logical_id=w.lid, path=path, bytes=1 << 20, crc32c=w.step),
-               w.node)
+               w.node, world.faults.pop("slow", 0))
     return f"{w.key} writes {path}{' (torn)' if torn else ' (lost)' if lost else ''}"
 
 
@@ -160,6 +187,8 @@ def _propose(world: World, w: Worker) -> str:
     path = manifest_path(w.gen, w.step)
     world.storage.manifests[path] = tuple(shard_path(w.gen, w.step, lid) for lid in w.group)
     w.proposed = w.step
+    if world.faults.pop("rot", 0):  # a shard decays at rest: only a restore finds it
+        world.storage.shards[shard_path(w.gen, w.step, w.group[-1])] = TORN
     world.send(ManifestProposed(
         header=world.header(w.gen, str(w.key)), step=w.step, manifest_path=path,
         manifest_digest=manifest_digest(w.gen, w.step), dataset_id="ds", epoch=0,
@@ -170,13 +199,59 @@ def _propose(world: World, w: Worker) -> str:
 
 def _step(world: World, w: Worker) -> str:
     w.step += 1
-    took = max(1, min(100, world.now - w.stepped_at))
     w.stepped_at = world.now
-    if w.rank == 0:
-        world.send(StepCommitted(header=world.header(w.gen, str(w.key)), step=w.step,
-                                 tokens=64, loss_tokens=60, step_time_ms=float(took),
-                                 input_wait_ms=float(took // 10), loss=2.0), w.node)
-    return f"{w.key} trains step {w.step}"
+    kind = (TRANSIENT if w.glitch == w.step
+            else FAULTY if world.faulty.get(w.node) == w.step else None)
+    if kind is not None:
+        w.corrupt = True
+        world.miscomputed.setdefault((w.gen, w.step), {})[w.rank] = (w.node, kind)
+    line = f"{w.key} trains step {w.step}{' (miscomputed)' if kind else ''}"
+    # The group is each rank's newest incarnation (an orphan that an agent's restart
+    # launched again trains beside it, its own reports fenced like any): checked once
+    # every rank has taken the step, once a step.
+    group = [world.peer(w.gen, lid) for lid in w.group]
+    ranks = [p for p in group if p is not None]
+    if (w not in ranks or len(ranks) < len(group) or any(p.step != w.step for p in ranks)
+            or world.checked.get(w.gen, 0) >= w.step):
+        return line
+    world.checked[w.gen] = w.step
+    return f"{line}; {_check(world, ranks, w.step)}"
+
+
+def fingerprint(w: Worker) -> str:
+    """What the rank holds after its step: one value on every right rank; a wrong one
+    names the step, rank and node, so a node that miscomputes the same rank's step twice
+    computes the same wrong value (a deterministic fault)."""
+    return f"x{w.step}r{w.rank}@{w.node}" if w.corrupt else f"s{w.step}"
+
+
+def _check(world: World, ranks: list[Worker], step: int) -> str:
+    """The last rank has taken ``step``: the coordinator reports a replay it was asked
+    for, compares every rank's state (agreement, every step) and, on a finding, reports
+    it and every rank exits 87; else it reports the step (``worker.sdcstep``)."""
+    head, gen = ranks[0], ranks[0].gen
+    prints = tuple(fingerprint(p) for p in ranks)
+    nodes = tuple(p.node for p in ranks)
+    said = []
+    if head.replay is not None and head.replay.step == step:
+        world.send(StepReplayed(header=world.header(gen, str(head.key)), step=step,
+                                suspected_generation=head.replay.generation,
+                                fingerprints=prints, nodes=nodes), head.node)
+        said.append(f"replays step {step} of generation {head.replay.generation}")
+    if len(set(prints)) > 1:
+        world.send(CorruptionSuspected(
+            header=world.header(gen, str(head.key)), step=step, detector="agreement",
+            ranks=deviating(prints), fingerprints=prints, nodes=nodes, part="params",
+            detail=f"the replicas disagree at step {step}"), head.node)
+        for p in ranks:
+            p.suspected = True
+        return "; ".join([*said, f"suspects step {step}: {', '.join(prints)}"])
+    took = max(1, min(100, world.now - world.emitted.get(gen, 0)))
+    world.emitted[gen] = world.now
+    world.send(StepCommitted(header=world.header(gen, str(head.key)), step=step,
+                             tokens=64, loss_tokens=60, step_time_ms=float(took),
+                             input_wait_ms=float(took // 10), loss=2.0), head.node)
+    return "; ".join([*said, f"step {step} agrees"])
 
 
 def exit_worker(world: World, w: Worker, code: int | None, sig: int | None, why: str) -> str:
@@ -205,7 +280,9 @@ def agent_step(world: World, a: Agent) -> str:
                 env = CheckpointEnv.from_environ(act.command_env)
                 world.workers.append(Worker(
                     key, a.node, act.worker_env.rank, parse_ranks(act.command_env[RANKS]),
-                    env.candidates, epoch=a.epoch, beat_at=world.now, stepped_at=world.now))
+                    env.candidates, replay=SdcReplay.from_environ(act.command_env),
+                    epoch=a.epoch, beat_at=world.now, stepped_at=world.now))
+                world.emitted.setdefault(key.generation, world.now)  # its steps begin after
                 done.append(f"launch {key}")
             case Terminate(key=key):
                 for w in world.live():
@@ -250,6 +327,16 @@ def deadlock(world: World) -> str:
     for w in stuck:
         w.stuck = True
     return f"generation {gen} deadlocks: {', '.join(str(w.key) for w in stuck) or 'nobody'}"
+
+
+def corrupt(world: World, w: Worker, node_fault: bool) -> str:
+    """Silent data corruption at the rank's next step: a one-off, or its node miscomputes
+    that step for good (whichever rank computes it there; one faulty node a world)."""
+    if node_fault and not world.faulty:
+        world.faulty[w.node] = w.step + 1
+        return f"node {w.node} will miscompute step {w.step + 1} whenever it computes it"
+    w.glitch = w.step + 1
+    return f"{w.key} will miscompute step {w.step + 1} once"
 
 
 def lose_node(world: World, a: Agent) -> str:

@@ -33,6 +33,16 @@ check planted (docs/verification.md), of which the simulator first found two:
 - ``recovery_as_idle``: the ETTR query (``queries/ettr.sql``, as
   ``queries.runner`` reads it) files recovery as idle. E, part by part.
 
+Two more plant bugs in silent-data-corruption handling, which the simulator
+has since it grew corruption:
+
+- ``replay_in_place``: the restart that replays a suspicion
+  (``controller.run_decide._replay_members``) keeps every rank where it was,
+  so a faulty node recomputes its own rank's wrong state again and the
+  verdict cannot blame it. Z.
+- ``verdict_spares_node``: a ``node_fault`` verdict
+  (``controller.inputs._replayed``) quarantines nobody. Z.
+
 ``python -m proof.sim --plant NAME`` runs the simulator with one planted.
 
 Tested in tests/proof/test_sim.py.
@@ -173,6 +183,16 @@ def recovery_as_idle() -> AbstractContextManager[None]:
     return _swapped(runner, "sql_text", filed_as_idle)
 
 
+def replay_in_place() -> AbstractContextManager[None]:
+    return patched("controller/run_decide.py", "_replay_members",
+                   "return sdc_verdict.replay_members(members, state.suspicion)", "return None")
+
+
+def verdict_spares_node() -> AbstractContextManager[None]:
+    return patched("controller/inputs.py", "_replayed",
+                   "if v.verdict != sdc_verdict.NODE_FAULT:", "if True:")
+
+
 PLANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "propose_after_restart": propose_after_restart,
     "revoke_keeps_cursor": revoke_keeps_cursor,
@@ -183,8 +203,11 @@ PLANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "gang_short": gang_short,
     "shards_any_generation": shards_any_generation,
     "recovery_as_idle": recovery_as_idle,
+    "replay_in_place": replay_in_place,
+    "verdict_spares_node": verdict_spares_node,
 }
 # The property each plant must break.
 BREAKS = {"propose_after_restart": "P1", "revoke_keeps_cursor": "P3", "stale_accepted": "P1",
           "cancel_stops_first": "P6", "restart_keeps_old": "P8", "cursor_before_commit": "F",
-          "gang_short": "G", "shards_any_generation": "S", "recovery_as_idle": "E"}
+          "gang_short": "G", "shards_any_generation": "S", "recovery_as_idle": "E",
+          "replay_in_place": "Z", "verdict_spares_node": "Z"}

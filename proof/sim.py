@@ -10,16 +10,20 @@ budget the seed also picks (an even seed weighs each kind of fault its own way:
 swarm testing): controller crashes (the transaction in progress is
 lost and the model is rebuilt from the log), agent crashes (workers orphaned,
 the last command read again), worker crashes, pauses and wake-ups (zombies),
-duplicated and delayed reports, a deadlock (every rank blocked in a collective, its
-heartbeats alive), torn, lost and failed writes, partitioned and lost
-nodes, and a cancel. After every step ``proof.props`` checks P1-P6 and ETTR
-closure, and ``proof.truth`` checks the log against what the world knows (F:
-a fresh fold accepts every appended fact; C: the cursor moves with each
-commit; G: whole gangs within the nodes' slots; S: a commit holds its own
-generation's shards; P8: the old generation is told to stop before the next
-starts; W: progress, or a violation that names the seed, never a hang); at
-every controller restart and at the end, a replay of the log must equal the
-live model; a seed that met no fault must end succeeded with its last step
+duplicated and delayed reports, a shard report that reaches the broker late, a
+deadlock (every rank blocked in a collective, its
+heartbeats alive), torn, lost and failed writes, a checkpoint's shard decaying
+at rest, partitioned nodes (a long cut outlasts the heartbeat timeout), lost
+nodes, silent data corruption (a rank miscomputes a step once, or a faulty node
+whenever it computes that step), and a cancel. After every step ``proof.props``
+checks P1-P6 and ETTR closure, and ``proof.truth`` checks the log against what
+the world knows (F: a fresh fold accepts every appended fact; C: the cursor
+moves with each commit; G: whole gangs within the nodes' slots; S: a commit
+holds its own generation's shards; P8: the old generation is told to stop
+before the next starts; Z: corruption judged as the world knows it; W:
+progress, or a violation that names the seed, never a hang); at every
+controller restart and at the end, a replay of the log must equal the live
+model; a seed that met no fault must end succeeded with its last step
 committed; and every ``ETTR_EVERY``-th seed's ETTR, by the real query, must
 equal part by part the labels the documented rules give (``proof.ettr``).
 
@@ -53,12 +57,14 @@ from controller.runplan import RunPlan
 from events.model import (
     CancelRequested,
     CheckpointRevoked,
+    CorruptionClassified,
+    CorruptionSuspected,
     Event,
     ManifestCommitted,
-    ManifestProposed,
     RunSubmitted,
     WriteRejected,
 )
+from events.state import Status
 from events.topics import COMMANDS, RUNS
 from proof import actors, props
 from proof.ettr import closes
@@ -75,8 +81,14 @@ ETTR_EVERY = 50
 Choice = tuple[float, Callable[[], str]]
 # Every kind of fault, and the weights a seed may give each (swarm testing).
 FAULTS = ("controller_crash", "tear", "lose_write", "fail_write", "cancel", "agent_crash",
-          "partition", "lose_node", "deadlock", "worker_crash", "pause", "duplicate", "delay")
+          "partition", "lose_node", "deadlock", "worker_crash", "pause", "duplicate", "delay",
+          "corrupt", "rot", "long_partition", "slow_shard")
 SWARM = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
+# A fault's weight beside the world's own moves (about 15 a step). Low enough that a
+# budget lasts most of a run: faults after the first checkpoints (a revocation, a
+# suspicion after a commit) are as likely as faults at the start.
+BASE_WEIGHT = 0.04
+WEIGHT = {"cancel": 0.007}  # a fault's weight, where it is not BASE_WEIGHT
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +109,8 @@ class Outcome:
     trace: tuple[str, ...] = ()
     ettr: bool = False  # ETTR closure was checked by the real query
     quiet: int = 0  # the longest stretch of steps with no fact but rejections (W)
+    suspicions: int = 0  # CorruptionSuspected facts
+    verdicts: tuple[str, ...] = ()  # each CorruptionClassified's verdict, in order
 
     @property
     def line(self) -> str:
@@ -116,7 +130,7 @@ class Simulation:
         self.model = Model(since=self.world.now)
         self.facts: list[Event] = []
         self.ghost = props.Ghost()
-        self.truth = Truth(self.plan, frozenset(NODES), RUN)
+        self.truth = Truth(self.plan, frozenset(NODES), RUN, self.world)
         # Swarm testing: an even seed weighs each kind of fault its own way (some never,
         # some eight times as often) with a larger budget, so some seeds are all partitions
         # and delays, others all crashes: combinations a uniform mix almost never deals.
@@ -168,7 +182,9 @@ class Simulation:
             sum(isinstance(e, CheckpointRevoked) for e in self.facts),
             sum(isinstance(e, WriteRejected) and e.reason == "stale_generation"
                 for e in self.facts),
-            self.ghost.gen, prop, detail, tuple(self.trace), ettr, self.truth.longest)
+            self.ghost.gen, prop, detail, tuple(self.trace), ettr, self.truth.longest,
+            sum(isinstance(e, CorruptionSuspected) for e in self.facts),
+            tuple(e.verdict for e in self.facts if isinstance(e, CorruptionClassified)))
 
     # -- the shell around the real core ------------------------------------------------
 
@@ -184,9 +200,13 @@ class Simulation:
             props.state_holds(self.ghost, state, self.world.storage)
 
     def _over(self) -> bool:
+        """The run ended, or waits for an operator: queued while quarantines leave fewer
+        nodes than its gang (nothing in the world frees one); and nothing is left moving."""
         state = self.model.runs.get(RUN)
-        return (state is not None and state.status.terminal and not self.world.live()
-                and not self.world.flight)
+        stranded = (state is not None and state.status == Status.QUEUED
+                    and len(NODES) - len(self.truth.quarantined) < self.plan.world_size)
+        return (state is not None and (state.status.terminal or stranded)
+                and not self.world.live() and not self.world.flight)
 
     def _commit(self, model: Model, outs: list[Out]) -> None:
         """The transaction commits: its records are appended, the model moves on."""
@@ -212,8 +232,7 @@ class Simulation:
         idx = w.deliverable()[0]
         flight = w.flight.pop(idx)
         event = flight.event
-        if isinstance(event, ManifestProposed):
-            self.truth.proposed(event)
+        self.truth.reading(event)
         live = self.ghost.live(event.generation)
         model, outs = handle(self.model, event, w.now, self.plan_of)
         if crash:  # the read is not committed: the report is read again
@@ -236,8 +255,8 @@ class Simulation:
         choices = self._choices()
         if self.budget > 0:
             # A cancel ends the run: rarer than the faults a run recovers from.
-            choices += [((0.02 if name == "cancel" else 0.12) * self.mix[name],
-                         self._spend(name, act)) for name, act in self._faults()]
+            choices += [(WEIGHT.get(name, BASE_WEIGHT) * self.mix[name], self._spend(name, act))
+                        for name, act in self._faults()]
         pick = self.rng.choices(range(len(choices)), [c[0] for c in choices])[0]
         return choices[pick][1]()
 
@@ -255,7 +274,8 @@ class Simulation:
             if not a.up:
                 out.append((0.3, partial(actors.agent_restart, w, a, False)))
             elif a.partitioned:
-                out.append((0.6, partial(_cut, a, False)))
+                if w.now >= a.cut_until:
+                    out.append((0.6, partial(_cut, a, False)))
             else:
                 out.append((0.8, partial(actors.agent_beat, w, a)))
                 if a.read < len(w.commands):
@@ -282,14 +302,23 @@ class Simulation:
             ("lose_write", partial(_arm, w, "lose")),
             ("fail_write", partial(_arm, w, "fail")),
             ("cancel", partial(_cancel, w)),
+            ("rot", partial(_arm, w, "rot")),
+            ("slow_shard", lambda: _arm(w, "slow", rng.randint(1_000, 8_000))),
         ]
         if up:
             out += [
                 ("agent_crash", lambda: actors.agent_restart(w, rng.choice(up),
                                                              rng.random() < 0.5)),
                 ("partition", lambda: _cut(rng.choice(up), True)),
+                ("long_partition", lambda: _cut(rng.choice(up), True,
+                                                w.now + rng.randint(4_000, 15_000))),
                 ("lose_node", lambda: actors.lose_node(w, rng.choice(up))),
             ]
+        training = [x for x in running if x.phase == "training" and not x.suspected
+                    and x.step < STEPS and w.peer(x.gen, x.lid) is x]
+        if training:
+            out.append(("corrupt", lambda: actors.corrupt(w, rng.choice(training),
+                                                          rng.random() < 0.5)))
         if running:
             out += [
                 ("deadlock", partial(actors.deadlock, w)),
@@ -315,13 +344,20 @@ def _paused(x: Worker, paused: bool) -> str:
     return f"{x.key} {'pauses' if paused else 'wakes'}"
 
 
-def _cut(a: Agent, cut: bool) -> str:
-    a.partitioned = cut
-    return f"node {a.node} {'is cut off from' if cut else 'rejoins'} the broker"
+def _cut(a: Agent, cut: bool, until: int = 0) -> str:
+    """Cut a node off from the broker, or heal it; a long cut heals no earlier than
+    ``until`` (longer than a heartbeat timeout: the controller must judge the silence)."""
+    a.partitioned, a.cut_until = cut, until
+    how = f" until at least {until}" if until else ""
+    return f"node {a.node} {'is cut off from' if cut else 'rejoins'} the broker{how}"
 
 
-def _arm(w: World, fault: str) -> str:
-    w.faults[fault] = 1
+def _arm(w: World, fault: str, value: int = 1) -> str:
+    w.faults[fault] = value
+    if fault == "rot":
+        return "the next checkpoint proposed will decay at rest"
+    if fault == "slow":
+        return f"the next shard report will reach the broker {value} ms late"
     return f"the next shard write will be {dict(tear='torn', lose='lost', fail='refused')[fault]}"
 
 
@@ -360,6 +396,7 @@ def summary(outcomes: list[Outcome], seconds: float) -> list[tuple[str, str]]:
     """The rows ``python -m proof.sim`` prints."""
     n = len(outcomes)
     status = Counter(o.status for o in outcomes)
+    verdicts = Counter(v for o in outcomes for v in o.verdicts)
     return [
         ("seeds", f"{n} ({outcomes[0].seed}..{outcomes[-1].seed})" if n else "0"),
         ("steps", f"{sum(o.steps for o in outcomes):,} ({seconds:.1f} s)"),
@@ -369,6 +406,9 @@ def summary(outcomes: list[Outcome], seconds: float) -> list[tuple[str, str]]:
         ("seeds that revoked one", str(sum(o.revocations > 0 for o in outcomes))),
         ("seeds that refused a stale report", str(sum(o.stale > 0 for o in outcomes))),
         ("seeds that restarted", str(sum(o.generations > 1 for o in outcomes))),
+        ("seeds that suspected corruption", str(sum(o.suspicions > 0 for o in outcomes))),
+        ("corruption verdicts", ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items()))
+         or "none"),
         ("seeds with no fault, all succeeded (L)",
          str(sum(o.faults == 0 and o.prop is None for o in outcomes))),
         ("ETTR closed by the query", str(sum(o.ettr and o.prop is None for o in outcomes))),

@@ -12,7 +12,8 @@ after every controller transaction, in the order the records were appended:
   a step that is not committed);
 - G  admission and every restart start a whole gang: as many members as the
   plan's world size, distinct logical ids, at most the plan's slots on a
-  node, and only nodes whose agents the world has;
+  node, and only nodes whose agents the world has and that no fact has
+  quarantined (and none released since);
 - S  a checkpoint commits only with a shard report of its own generation
   accepted, for that step, from every member of that generation;
 - P8 a generation starts only after a stop of the one before it was
@@ -43,9 +44,22 @@ after every controller transaction, in the order the records were appended:
   it accepted, and a generation started by an admission with nothing to
   resume is Starting, any other (a restart, a resize, a requeued run
   admitted again with a checkpoint) Recovering;
+- Z  silent data corruption is judged as the world knows it: a verdict on a
+  suspicion whose replay miscomputed nothing is ``transient`` on exactly the
+  ranks and nodes that miscomputed the suspect step; one where every wrong
+  state, before and in the replay, was computed on one faulty node is
+  ``node_fault`` on that node (the replay moved the suspect rank, so the
+  node's fault shows on another rank), and the node is quarantined in the
+  same transaction; a node quarantined for corruption miscomputed the suspect
+  step both in the suspicion and in its replay (faulty, or wrong twice, which
+  no verdict can tell apart); a checkpoint revoked for a suspicion is at or
+  after its step; and no checkpoint commits with a shard written from
+  corrupted state;
 - W  the run makes progress: a fact appended at least every ``QUIET_STEPS``
-  simulated steps until it ends, and it ends within the simulator's step
-  bound (a seed that would hang is a violation that names it).
+  simulated steps until it ends (or waits, queued, for an operator to free
+  a node that quarantines took from its gang), and it ends within the
+  simulator's step bound (a seed that would hang is a violation that names
+  it).
 
 Tested in tests/proof/test_sim.py.
 """
@@ -59,9 +73,14 @@ from controller.emitter import Out
 from controller.liveness import EXIT_GRACE_MS
 from controller.policy import NO_HEARTBEAT
 from controller.runplan import RunPlan
+from controller.sdc_verdict import NODE_FAULT, TRANSIENT
 from events.fold import apply
 from events.fold_info import INFORMATIONAL
+from events.fold_sdc import CORRUPTION_SUSPECTED
 from events.model import (
+    CheckpointRevoked,
+    CorruptionClassified,
+    CorruptionSuspected,
     Event,
     FailureClassified,
     GenerationStarted,
@@ -70,16 +89,21 @@ from events.model import (
     ManifestCommitted,
     ManifestProposed,
     Member,
+    NodeQuarantined,
+    NodeQuarantineExpired,
+    NodeUncordoned,
     RunCancelled,
     RunFinished,
     ShardWritten,
     StepCommitted,
+    StepReplayed,
     WorkerExited,
     WriteRejected,
 )
 from events.state import RunState, Status
 from events.topics import COMMANDS, RUNS
 from proof.props import Violation
+from proof.world import TRANSIENT as ONCE
 from proof.world import Agent, World
 
 # A run that appends no fact but rejections for this many steps is stuck (the longest
@@ -95,6 +119,7 @@ class Truth:
     plan: RunPlan
     nodes: frozenset[str]
     run_id: str
+    world: World = field(default_factory=World)  # what happened, as Z reads it
     state: RunState | None = None
     members: dict[int, tuple[Member, ...]] = field(default_factory=dict)  # by generation
     shards: dict[tuple[int, int], set[str]] = field(default_factory=dict)  # (gen, step)
@@ -106,14 +131,20 @@ class Truth:
     started: dict[int, int] = field(default_factory=dict)  # gen -> GenerationStarted at
     failed: set[int] = field(default_factory=set)  # generations with a FailureClassified
     ended: bool = False
+    quarantined: set[str] = field(default_factory=set)  # nodes the facts hold quarantined
+    sdc: dict[str, CorruptionSuspected | StepReplayed] = field(default_factory=dict)  # read
     since: int = 0  # when the controller last began listening (a restart)
     not_before: int = 0  # the newest failure's backoff ends (B)
     quiet: int = 0  # steps since the last fact that was not a rejection
     longest: int = 0  # the longest such stretch so far
 
-    def proposed(self, e: ManifestProposed) -> None:
-        """A proposal the controller reads: what its commit must carry (C)."""
-        self.proposals[e.header.event_id] = e
+    def reading(self, e: Event) -> None:
+        """A report the controller is about to read: a proposal, what its commit must
+        carry (C); a suspicion or a replay, what the facts it causes answer (Z)."""
+        if isinstance(e, ManifestProposed):
+            self.proposals[e.header.event_id] = e
+        elif isinstance(e, CorruptionSuspected | StepReplayed):
+            self.sdc[e.header.event_id] = e
 
     def read(self, e: Event, live: bool, outs: list[Out], now: int) -> None:
         """The controller read report ``e`` at ``now``, of a live generation or not, and
@@ -137,9 +168,12 @@ class Truth:
     def appended(self, outs: list[Out]) -> None:
         """Check one transaction's records, in the order they were appended."""
         commits: list[ManifestCommitted] = []
+        blamed: list[str] = []  # nodes a node_fault verdict names
         for topic, e in outs:
             if topic == COMMANDS and isinstance(e, GroupStopCommanded):
                 self.stopped.setdefault(e.generation, set()).add(e.node)
+            if topic == RUNS:
+                self._node_fact(e)
             if topic != RUNS or e.run_id != self.run_id:
                 continue
             if not isinstance(e, WriteRejected):
@@ -161,12 +195,26 @@ class Truth:
                     self.ended = True
                 case ManifestCommitted():
                     self._own_shards(e)
+                    self._clean(e)
                     commits.append(e)
+                case CorruptionClassified():
+                    self._verdict_true(e)
+                    if e.verdict == NODE_FAULT:
+                        blamed += e.nodes
+                case CheckpointRevoked() if e.reason == CORRUPTION_SUSPECTED:
+                    cause = self.sdc.get(e.header.causation_id or "")
+                    if cause is None or e.step < cause.step:
+                        raise Violation("Z", f"checkpoint step {e.step} revoked for a suspicion "
+                                             f"at step {cause.step if cause else 'unknown'}")
             self._fold(e)
             if isinstance(e, ShardWritten):
                 self.shards.setdefault((e.generation, e.step), set()).add(e.logical_id)
         for c in commits:
             self._cursor_follows(c)
+        free = sorted(set(blamed) - self.quarantined)
+        if free:
+            raise Violation("Z", f"a node_fault verdict names {', '.join(free)}, which the "
+                                 "same transaction does not quarantine")
 
     def stepped(self, over: bool, step: int, bound: int) -> None:
         """One simulated step went by (W)."""
@@ -242,7 +290,7 @@ class Truth:
         ids = [m.logical_id for m in e.members]
         per_node = Counter(m.node for m in e.members)
         crowded = sorted(n for n, k in per_node.items() if k > self.plan.slots_per_node)
-        strangers = sorted(set(per_node) - self.nodes)
+        strangers = sorted(set(per_node) - (self.nodes - self.quarantined))
         if len(ids) != self.plan.world_size or len(set(ids)) != len(ids) or crowded \
                 or strangers:
             raise Violation("G", f"generation {e.generation} starts {len(ids)} members "
@@ -250,7 +298,7 @@ class Truth:
                                  f"for a gang of {self.plan.world_size}, "
                                  f"{self.plan.slots_per_node} slot(s) a node"
                                  + (f"; over its slots: {', '.join(crowded)}" if crowded else "")
-                                 + (f"; no such node: {', '.join(strangers)}"
+                                 + (f"; no such node, or quarantined: {', '.join(strangers)}"
                                     if strangers else ""))
         self.members[e.generation] = e.members
 
@@ -264,6 +312,60 @@ class Truth:
             raise Violation("P8", f"generation {e.generation} starts while generation "
                                   f"{e.generation - 1} was never told to stop on "
                                   f"{', '.join(missing)}")
+
+    def _node_fact(self, e: Event) -> None:
+        match e:
+            case NodeQuarantined():
+                if e.reason.startswith("silent data corruption"):
+                    self._blame_true(e)
+                self.quarantined.add(e.node)
+            case NodeUncordoned() | NodeQuarantineExpired():
+                self.quarantined.discard(e.node)
+
+    def _blame_true(self, e: NodeQuarantined) -> None:
+        """A node quarantined for corruption miscomputed the suspect step both in the
+        suspicion and in its replay: faulty, or (no verdict can tell) wrong twice."""
+        replay = self.sdc.get(e.header.causation_id or "")
+        wrong = [] if not isinstance(replay, StepReplayed) else [
+            {n for n, _ in self.world.miscomputed.get((g, replay.step), {}).values()}
+            for g in (replay.suspected_generation, replay.generation)]
+        if not wrong or not all(e.node in nodes for nodes in wrong):
+            raise Violation("Z", f"{e.node} quarantined ({e.reason}); the world's faulty nodes: "
+                                 f"{sorted(self.world.faulty) or 'none'}, and it did not "
+                                 "miscompute the step in both the suspicion and its replay")
+
+    def _verdict_true(self, e: CorruptionClassified) -> None:
+        """The verdict against who miscomputed the step, before and in the replay."""
+        replay = self.sdc.get(e.header.causation_id or "")
+        if not isinstance(replay, StepReplayed):
+            raise Violation("Z", f"verdict {e.verdict} on step {e.step} not caused by a replay")
+        miss = self.world.miscomputed
+        before = miss.get((e.suspected_generation, e.step), {})
+        again = miss.get((replay.generation, e.step), {})
+        if len(before) >= len(replay.fingerprints):
+            return  # every rank miscomputed it: no rank holds the reference to judge by
+        if not again:
+            ranks = tuple(sorted(before))
+            want = (TRANSIENT, ranks, tuple(sorted({n for n, _ in before.values()})))
+            got = (e.verdict, e.ranks, e.nodes)
+        elif any(k == ONCE for _, k in again.values()) \
+                or len({n for n, _ in [*before.values(), *again.values()]}) != 1:
+            return  # a one-off in the replay too, or faults on two nodes: no single truth
+        else:
+            want = (NODE_FAULT, (), (next(iter(again.values()))[0],))
+            got = (e.verdict, (), e.nodes)
+        if got != want:
+            raise Violation("Z", f"step {e.step} of generation {e.suspected_generation} judged "
+                                 f"{e.verdict} (ranks {list(e.ranks)}, nodes {list(e.nodes)}); "
+                                 f"miscomputed: {before} before, {again} in the replay; the "
+                                 f"world says {want[0]} on {list(want[2])}")
+
+    def _clean(self, e: ManifestCommitted) -> None:
+        corrupt = sorted(set(self.world.storage.manifests.get(e.manifest_path, ()))
+                         & self.world.storage.corrupt)
+        if corrupt:
+            raise Violation("Z", f"step {e.step} committed with shards written from corrupted "
+                                 f"state: {', '.join(corrupt)}")
 
     def _own_shards(self, e: ManifestCommitted) -> None:
         members = self.members.get(e.generation, ())

@@ -10,7 +10,8 @@ checkpoint candidates the controller's start command carries, parsed by
 - :class:`Storage`: shard files and manifests, by path. A write can be torn
   (acknowledged, its bytes wrong), lost (acknowledged, then gone): only a
   restore's verification finds either; or fail (nothing written, the worker
-  reports ``CheckpointWriteFailed``).
+  reports ``CheckpointWriteFailed``). A shard written from corrupted state
+  verifies (its bytes are what was written): only the world knows it is wrong.
 - :class:`Worker`: one member of one generation. The coordinator (rank 0)
   restores: the committed candidates newest first, each verified against the
   storage before it loads, as ``worker.restore.choose`` does; the other ranks
@@ -19,10 +20,19 @@ checkpoint candidates the controller's start command carries, parsed by
   writes the manifest and proposes it with the data cursor. A paused worker is
   a zombie in waiting: woken, it goes on as if nothing happened and never
   checks its fence.
+  Silent data corruption: a rank miscomputes a step once (a transient), or a
+  faulty node miscomputes one step whenever any rank computes it there. The
+  ranks' fingerprints of every step are compared once the last rank has taken
+  it (the agreement detector, every step): the coordinator reports
+  ``CorruptionSuspected`` and every rank exits 87, as ``worker.sdcstep`` does;
+  a generation started with ``RUNLEDGER_SDC_REPLAY`` reports ``StepReplayed``
+  at the step it names. The world records who miscomputed what
+  (:attr:`World.miscomputed`), which ``proof.truth`` holds the verdicts to.
 - :class:`Agent`: one node's agent: its memory (``agent.decide.AgentState``)
   and how far it has read the commands. A partitioned node's agent reads
   nothing and its workers' reports wait until the partition heals.
-- :class:`Flight`: a report on its way to the controller.
+- :class:`Flight`: a report on its way to the controller, from when the
+  broker has it.
 - :class:`World`: all of it, the commands the controller appended, the
   simulated clock, and the ids every report gets.
 
@@ -38,6 +48,7 @@ from controller.policy import RETRY_CLASSES
 from controller.runplan import RunPlan
 from controller.spec.parts import RetryPolicy
 from events.model import Event, Header
+from events.sdcenv import SdcReplay
 from events.workerenv import CheckpointEnv
 
 RUN = "sim-run"
@@ -46,6 +57,7 @@ STEPS = 12  # the run's last step
 INTERVAL = 3  # a checkpoint every INTERVAL steps
 ROOT = "sim://ckpt"
 OK, TORN = "ok", "torn"
+TRANSIENT, FAULTY = "transient", "faulty"  # how a rank came to miscompute a step
 
 
 def plan() -> RunPlan:
@@ -80,6 +92,7 @@ class Storage:
     shards: dict[str, str] = field(default_factory=dict)  # path -> OK or TORN
     manifests: dict[str, tuple[str, ...]] = field(default_factory=dict)  # -> its shards
     acked: set[str] = field(default_factory=set)  # shard writes the store acknowledged
+    corrupt: set[str] = field(default_factory=set)  # shards written from corrupted state
 
     def problem(self, manifest: str) -> str | None:
         """Why a checkpoint does not verify (a reason of ``VERIFY_REASONS``), or None."""
@@ -108,6 +121,10 @@ class Worker:
     proposed: int = 0  # the coordinator's last proposed step
     paused: bool = False
     stuck: bool = False  # blocked in a collective that never returns: it beats, never steps
+    replay: SdcReplay | None = None  # the suspicion this generation recomputes, if any
+    glitch: int = 0  # a step this rank miscomputes once (a transient fault), 0: none
+    corrupt: bool = False  # its state is wrong: it miscomputed a step it still builds on
+    suspected: bool = False  # its group found corruption: it exits 87 at its next move
     clean: bool = False  # exited 0: done, not gone
     epoch: int = 0  # the incarnation of its agent that launched it
     beat_at: int = 0  # its last heartbeat
@@ -130,6 +147,7 @@ class Agent:
     read: int = 0  # commands read and committed (an index into the commands log)
     up: bool = True  # False: the node is lost (its agent and workers are gone)
     partitioned: bool = False  # cut off from the broker until it heals
+    cut_until: int = 0  # a long partition heals no earlier than this
     epoch: int = 0  # incarnations so far: a restart forgets the workers it launched
 
 
@@ -137,6 +155,7 @@ class Agent:
 class Flight:
     event: Event
     node: str  # where it was sent from ("" for an operator's request)
+    at: int = 0  # the broker has it from this time on (a slow send holds it back)
 
 
 @dataclass
@@ -150,19 +169,25 @@ class World:
     resumed: dict[int, int] = field(default_factory=dict)  # generation -> restored step
     now: int = 1_000_000
     faults: dict[str, int] = field(default_factory=dict)  # armed storage faults: tear, fail
+    faulty: dict[str, int] = field(default_factory=dict)  # node -> the step it miscomputes
+    # (generation, step) -> rank -> (node, TRANSIENT or FAULTY): every miscomputed step
+    miscomputed: dict[tuple[int, int], dict[int, tuple[str, str]]] = field(default_factory=dict)
+    emitted: dict[int, int] = field(default_factory=dict)  # gen -> its last step report at
+    checked: dict[int, int] = field(default_factory=dict)  # gen -> the last step compared
     _ids: int = 0
 
     def header(self, gen: int, producer: str, run_id: str = RUN) -> Header:
         self._ids += 1
         return Header(f"{producer}/{self._ids}", run_id, gen, self.now, producer)
 
-    def send(self, event: Event, node: str) -> None:
-        self.flight.append(Flight(event, node))
+    def send(self, event: Event, node: str, hold: int = 0) -> None:
+        self.flight.append(Flight(event, node, self.now + hold))
 
     def deliverable(self) -> list[int]:
-        """Indexes of the reports the broker has: a partitioned node's wait."""
+        """Indexes of the reports the broker has: a partitioned node's wait, and so does
+        a report held back by a slow send."""
         cut = {a.node for a in self.agents.values() if a.partitioned}
-        return [i for i, f in enumerate(self.flight) if f.node not in cut]
+        return [i for i, f in enumerate(self.flight) if f.node not in cut and f.at <= self.now]
 
     def live(self) -> list[Worker]:
         """Running workers, in launch order."""

@@ -200,3 +200,31 @@ def test_a_node_another_controller_owns_is_quarantined_under_the_runs_key() -> N
     quarantines: list[Event] = [e for _, e in out if isinstance(e, NodeQuarantined)]
     assert [e.header.run_id for e in quarantines] == ["run-1"]
     assert model.inventory.nodes["n2"].quarantined
+
+
+def test_a_requeued_replay_is_placed_with_its_suspect_rank_off_its_node() -> None:
+    """The restart cannot keep n2 (an operator drains it), so the run is queued and
+    admitted anew on n1 and n3; admission alone would put rank 0 back on n1, where it
+    deviated, and a faulty n1 would then disagree with itself the same way twice (no
+    node blamed: tests/proof's sim found it)."""
+    sim = two_nodes(CheckpointEnv(root="/shared/ckpt"))
+    sim.agent("n3", 1)
+    sim.send(sim.ev.suspected(1, 4, ranks=(0,), fingerprints=("x", "y"), nodes=NODES))
+    for lid, node in zip(("r0", "r1"), NODES, strict=True):
+        sim.send(sim.ev.exited(1, lid, exit_code=87, node=node))
+    assert "FailureClassified" in types(sim.tick())
+    assert types(sim.send(sim.ev.node_request("drain", "n2", event_id="req-drain"))) == [
+        "NodeCordoned"]
+    starts: list[GroupStartCommanded] = []
+    for _ in range(60):
+        starts = [e for _, e in sim.tick(1_000) if isinstance(e, GroupStartCommanded)]
+        if starts:
+            break
+    assert starts, "the run was never admitted again"
+    assert sim.state.generation == 2
+    assert "RunQueued" in [e.event_type for _, e in sim.log]
+    placed = {m.logical_id: m.node for m in sim.state.members}
+    assert placed == {"r0": "n3", "r1": "n1"}  # rank 0 swapped off n1
+    assert CheckpointEnv.from_environ(starts[0].env).failure_domain == "host"
+    assert SdcReplay.from_environ(starts[0].env) == SdcReplay(
+        step=4, generation=1, fingerprints=("x", "y"), ranks=(0,))

@@ -22,7 +22,7 @@ DOC = ROOT / "docs" / "verification.md"
 SAMPLE, SEEDS, TRACES = 8, 60, 20
 # The sample's kill rate may not fall below this: the rate measured (docs/verification.md),
 # a ratchet to raise as the simulation grows, toward the goal of 0.90.
-FLOOR = 0.45
+FLOOR = 0.58
 
 
 def test_the_catalogue_covers_every_target_with_unique_stable_names() -> None:

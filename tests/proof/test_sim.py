@@ -63,6 +63,10 @@ def test_four_thousand_seeds_hold_every_property(first: int) -> None:
     assert int(_row(done.stdout, "seeds that restarted")) > CHUNK * 0.3
     assert int(_row(done.stdout, "seeds that refused a stale report")) > CHUNK * 0.1
     assert int(_row(done.stdout, "seeds that revoked one")) > 0
+    assert int(_row(done.stdout, "seeds that suspected corruption")) > CHUNK * 0.03
+    verdicts = dict(v.rsplit(" ", 1) for v in _row(done.stdout, "corruption verdicts")
+                    .split(", "))
+    assert int(verdicts["transient"]) > 0 and int(verdicts["node_fault"]) > 0, verdicts
     assert "Cancelled" in _row(done.stdout, "runs ended")
     assert int(_row(done.stdout, "seeds with no fault, all succeeded (L)")) > CHUNK * 0.05
 

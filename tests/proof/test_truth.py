@@ -13,6 +13,9 @@ from controller.emitter import Out
 from controller.liveness import EXIT_GRACE_MS
 from controller.policy import NO_HEARTBEAT
 from events.model import (
+    CheckpointRevoked,
+    CorruptionClassified,
+    CorruptionSuspected,
     CursorAdvanced,
     FailureClassified,
     GenerationStarted,
@@ -22,17 +25,20 @@ from events.model import (
     ManifestCommitted,
     ManifestProposed,
     Member,
+    NodeQuarantined,
     RunAdmitted,
     RunSubmitted,
     ShardWritten,
     StepCommitted,
+    StepReplayed,
     WriteRejected,
+    node_key,
 )
 from events.state import Status
 from events.topics import COMMANDS, RUNS
 from proof import mutants, truth
 from proof.props import Violation
-from proof.world import NODES, RUN, Worker, World, plan
+from proof.world import FAULTY, NODES, RUN, TRANSIENT, Worker, World, plan
 
 GANG = (Member("r0", "n1", 0), Member("r1", "n2", 0))
 
@@ -85,7 +91,7 @@ def _committed() -> truth.Truth:
     t.appended(_opening())
     t.appended([_shard("r0"), _shard("r1")])
     p = _proposal()
-    t.proposed(p)
+    t.reading(p)
     t.appended(_commit(p))
     return t
 
@@ -115,7 +121,7 @@ def test_c_a_commit_whose_cursor_did_not_move_is_caught() -> None:
     t.appended(_opening())
     t.appended([_shard("r0"), _shard("r1")])
     p = _proposal()
-    t.proposed(p)
+    t.reading(p)
     with pytest.raises(Violation, match=r"C: step 3 committed .* the cursor is at no step"):
         t.appended(_commit(p, cursor=False))
     # A proposal without a cursor (a job with its own loader) commits no cursor.
@@ -123,7 +129,7 @@ def test_c_a_commit_whose_cursor_did_not_move_is_caught() -> None:
     t.appended(_opening())
     t.appended([_shard("r0"), _shard("r1")])
     bare = replace(_proposal(), position=None)
-    t.proposed(bare)
+    t.reading(bare)
     t.appended(_commit(bare, cursor=False))
 
 
@@ -131,7 +137,7 @@ def test_c_a_commit_whose_cursor_did_not_move_is_caught() -> None:
     (GANG[:1], r"starts 1 members \(r0@n1\) for a gang of 2"),
     ((GANG[0], replace(GANG[1], node="n1", slot=1)), r"over its slots: n1"),
     ((GANG[0], replace(GANG[1], logical_id="r0")), r"starts 2 members"),
-    ((GANG[0], replace(GANG[1], node="n9")), r"no such node: n9"),
+    ((GANG[0], replace(GANG[1], node="n9")), r"no such node, or quarantined: n9"),
 ])
 def test_g_a_start_that_is_no_whole_gang_within_the_slots_is_caught(
         members: tuple[Member, ...], why: str) -> None:
@@ -151,7 +157,7 @@ def test_s_a_commit_without_its_own_generations_shards_is_caught() -> None:
     t.appended([(RUNS, _started(2, 30))])
     t.appended([_shard("r0", gen=2)])  # r1's shard of generation 2 is not in
     p = _proposal(gen=2)
-    t.proposed(p)
+    t.reading(p)
     with pytest.raises(Violation, match=r"S: step 3 of generation 2 committed without a shard "
                                         r"of that generation from r1"):
         t.appended(_commit(p))
@@ -298,3 +304,132 @@ def test_u_a_first_generation_that_is_not_starting_is_caught() -> None:
                              r"Recovering"):
         _truth().appended(_opening())
     _truth().appended(_opening())
+
+
+# -- Z: silent data corruption judged as the world knows it ------------------------------
+
+def _suspected(t: truth.Truth, step: int = 4) -> CorruptionSuspected:
+    """Generation 1 (r0 on n1, r1 on n2) suspects ``step``; the world says r1 miscomputed
+    it (a transient unless the test says otherwise); generation 2 swaps the ranks."""
+    s = CorruptionSuspected(header=_h("sus", 1, 20), step=step, detector="agreement",
+                            ranks=(0, 1), fingerprints=(f"s{step}", "bad"), nodes=("n1", "n2"),
+                            part="params", detail="the replicas disagree")
+    t.world.miscomputed[(1, step)] = {1: ("n2", TRANSIENT)}
+    t.reading(s)
+    t.appended([(RUNS, s)])
+    t.appended([(COMMANDS, GroupStopCommanded(header=_h(f"stop{n}", 1, 21), command_id=f"c{n}",
+                                              node=n, reason="x")) for n in ("n1", "n2")])
+    swapped = (Member("r0", "n2", 0), Member("r1", "n1", 0))
+    t.appended([(RUNS, _started(2, 30, swapped))])
+    return s
+
+
+def _replay(t: truth.Truth, step: int = 4) -> StepReplayed:
+    r = StepReplayed(header=_h("rep", 2, 40), step=step, suspected_generation=1,
+                     fingerprints=(f"s{step}", f"s{step}"), nodes=("n2", "n1"))
+    t.reading(r)
+    t.appended([(RUNS, r)])
+    return r
+
+
+def _verdict(r: StepReplayed, verdict: str, ranks: tuple[int, ...],
+             nodes: tuple[str, ...]) -> Out:
+    return (RUNS, CorruptionClassified(
+        header=_h("verdict", 2, 41, r.header.event_id), step=r.step, suspected_generation=1,
+        detector="agreement", verdict=verdict, ranks=ranks, nodes=nodes, detail="d"))
+
+
+def _quarantine(node: str, why: str = "silent data corruption in run sim-run",
+                cause: str | None = None) -> Out:
+    return (RUNS, NodeQuarantined(header=Header(f"q{node}", node_key(node), 0, 41, "controller",
+                                                cause), node=node, reason=why))
+
+
+def test_z_a_one_off_is_transient_on_its_rank_and_node_and_nothing_else() -> None:
+    t = _truth()
+    t.appended(_opening())
+    _suspected(t)
+    r = _replay(t)
+    t.appended([_verdict(r, "transient", (1,), ("n2",))])
+    for wrong in (_verdict(r, "nondeterministic", (), ()), _verdict(r, "transient", (0,),
+                                                                     ("n1",))):
+        t = _truth()
+        t.appended(_opening())
+        _suspected(t)
+        r = _replay(t)
+        with pytest.raises(Violation, match=r"Z: step 4 of generation 1 judged .* the world "
+                                            r"says transient on \['n2'\]"):
+            t.appended([wrong])
+
+
+def _faulty_n2() -> tuple[truth.Truth, StepReplayed]:
+    """n2 miscomputes step 4 whenever it does: r1 there, then r0 there in the replay."""
+    t = _truth()
+    t.appended(_opening())
+    _suspected(t)
+    t.world.faulty["n2"] = 4
+    t.world.miscomputed[(1, 4)] = {1: ("n2", FAULTY)}
+    t.world.miscomputed[(2, 4)] = {0: ("n2", FAULTY)}
+    r = replace(_replay(t), fingerprints=("bad", "s4"))
+    t.reading(r)
+    return t, r
+
+
+def test_z_a_faulty_node_is_blamed_and_quarantined_in_the_same_transaction() -> None:
+    t, r = _faulty_n2()
+    t.appended([_verdict(r, "node_fault", (0, 1), ("n2",)), _quarantine("n2", cause="rep")])
+    assert t.quarantined == {"n2"}
+    t, r = _faulty_n2()
+    with pytest.raises(Violation, match=r"Z: a node_fault verdict names n2, which the same "
+                                        r"transaction does not quarantine"):
+        t.appended([_verdict(r, "node_fault", (0, 1), ("n2",))])
+    t, r = _faulty_n2()  # the same rank on the same node twice: no node can be blamed
+    with pytest.raises(Violation, match=r"Z: .* judged nondeterministic .* the world says "
+                                        r"node_fault on \['n2'\]"):
+        t.appended([_verdict(r, "nondeterministic", (), ())])
+
+
+def test_z_a_healthy_node_quarantined_for_corruption_is_caught_and_g_keeps_it_out() -> None:
+    t = _truth()
+    t.appended(_opening())
+    with pytest.raises(Violation, match=r"Z: n1 quarantined \(silent data corruption.*faulty "
+                                        r"nodes: none, and it did not miscompute"):
+        t.appended([_quarantine("n1")])
+    # Wrong twice on one node, in the suspicion and in its replay: no verdict can tell
+    # that from a faulty node, so blaming it is true to the evidence.
+    t = _truth()
+    t.appended(_opening())
+    _suspected(t)  # r1 on n2 miscomputed step 4 once
+    t.world.miscomputed[(2, 4)] = {0: ("n2", TRANSIENT)}
+    r = _replay(t)
+    t.appended([_verdict(r, "node_fault", (0, 1), ("n2",)), _quarantine("n2", cause="rep")])
+    t = _truth()
+    t.appended(_opening())
+    t.appended([_quarantine("n3", why="3 failures on the node")])  # not corruption's: G's
+    t.appended([(COMMANDS, GroupStopCommanded(header=_h(f"stop{n}", 1, 21), command_id=f"c{n}",
+                                              node=n, reason="x")) for n in ("n1", "n2")])
+    with pytest.raises(Violation, match=r"G: generation 2 .*quarantined: n3"):
+        t.appended([(RUNS, _started(2, 30, (GANG[0], Member("r1", "n3", 0))))])
+
+
+def test_z_a_revocation_before_the_suspect_step_or_a_corrupt_commit_is_caught() -> None:
+    t = _committed()  # step 3 committed
+    s = CorruptionSuspected(header=_h("sus", 1, 20), step=5, detector="agreement", ranks=(1,),
+                            fingerprints=("a", "b"), nodes=("n1", "n2"), part="params",
+                            detail="d")
+    t.reading(s)
+    with pytest.raises(Violation, match=r"Z: checkpoint step 3 revoked for a suspicion at "
+                                        r"step 5"):
+        t.appended([(RUNS, s), (RUNS, CheckpointRevoked(
+            header=_h("rev", 1, 20, "sus"), step=3, manifest_path="m", manifest_digest="d13",
+            reason="corruption_suspected"))])
+    t = _truth()
+    t.world.storage.manifests["m"] = ("p/r0", "p/r1")
+    t.world.storage.corrupt.add("p/r1")
+    t.appended(_opening())
+    t.appended([_shard("r0"), _shard("r1")])
+    p = _proposal()
+    t.reading(p)
+    with pytest.raises(Violation, match=r"Z: step 3 committed with shards written from "
+                                        r"corrupted state: p/r1"):
+        t.appended(_commit(p))

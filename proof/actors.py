@@ -56,9 +56,9 @@ from proof.world import (
     FAULTY,
     INTERVAL,
     OK,
+    ONCE,
     STEPS,
     TORN,
-    TRANSIENT,
     Agent,
     Worker,
     World,
@@ -200,7 +200,7 @@ def _propose(world: World, w: Worker) -> str:
 def _step(world: World, w: Worker) -> str:
     w.step += 1
     w.stepped_at = world.now
-    kind = (TRANSIENT if w.glitch == w.step
+    kind = (ONCE if w.glitch == w.step
             else FAULTY if world.faulty.get(w.node) == w.step else None)
     if kind is not None:
         w.corrupt = True
@@ -211,8 +211,8 @@ def _step(world: World, w: Worker) -> str:
     # every rank has taken the step, once a step.
     group = [world.peer(w.gen, lid) for lid in w.group]
     ranks = [p for p in group if p is not None]
-    if (w not in ranks or len(ranks) < len(group) or any(p.step != w.step for p in ranks)
-            or world.checked.get(w.gen, 0) >= w.step):
+    if (world.peer(w.gen, w.lid) is not w or len(ranks) < len(group)
+            or any(p.step != w.step for p in ranks) or world.checked.get(w.gen, 0) >= w.step):
         return line
     world.checked[w.gen] = w.step
     return f"{line}; {_check(world, ranks, w.step)}"

@@ -103,8 +103,7 @@ from events.model import (
 from events.state import RunState, Status
 from events.topics import COMMANDS, RUNS
 from proof.props import Violation
-from proof.world import TRANSIENT as ONCE
-from proof.world import Agent, World
+from proof.world import ONCE, Agent, World
 
 # A run that appends no fact but rejections for this many steps is stuck (the longest
 # quiet stretch of 10,000 unplanted seeds is far below it: docs/verification.md).

@@ -57,7 +57,7 @@ STEPS = 12  # the run's last step
 INTERVAL = 3  # a checkpoint every INTERVAL steps
 ROOT = "sim://ckpt"
 OK, TORN = "ok", "torn"
-TRANSIENT, FAULTY = "transient", "faulty"  # how a rank came to miscompute a step
+ONCE, FAULTY = "once", "faulty"  # how a rank came to miscompute a step
 
 
 def plan() -> RunPlan:
@@ -170,7 +170,7 @@ class World:
     now: int = 1_000_000
     faults: dict[str, int] = field(default_factory=dict)  # armed storage faults: tear, fail
     faulty: dict[str, int] = field(default_factory=dict)  # node -> the step it miscomputes
-    # (generation, step) -> rank -> (node, TRANSIENT or FAULTY): every miscomputed step
+    # (generation, step) -> rank -> (node, ONCE or FAULTY): every miscomputed step
     miscomputed: dict[tuple[int, int], dict[int, tuple[str, str]]] = field(default_factory=dict)
     emitted: dict[int, int] = field(default_factory=dict)  # gen -> its last step report at
     checked: dict[int, int] = field(default_factory=dict)  # gen -> the last step compared

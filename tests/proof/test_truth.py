@@ -38,7 +38,7 @@ from events.state import Status
 from events.topics import COMMANDS, RUNS
 from proof import mutants, truth
 from proof.props import Violation
-from proof.world import FAULTY, NODES, RUN, TRANSIENT, Worker, World, plan
+from proof.world import FAULTY, NODES, ONCE, RUN, Worker, World, plan
 
 GANG = (Member("r0", "n1", 0), Member("r1", "n2", 0))
 
@@ -314,7 +314,7 @@ def _suspected(t: truth.Truth, step: int = 4) -> CorruptionSuspected:
     s = CorruptionSuspected(header=_h("sus", 1, 20), step=step, detector="agreement",
                             ranks=(0, 1), fingerprints=(f"s{step}", "bad"), nodes=("n1", "n2"),
                             part="params", detail="the replicas disagree")
-    t.world.miscomputed[(1, step)] = {1: ("n2", TRANSIENT)}
+    t.world.miscomputed[(1, step)] = {1: ("n2", ONCE)}
     t.reading(s)
     t.appended([(RUNS, s)])
     t.appended([(COMMANDS, GroupStopCommanded(header=_h(f"stop{n}", 1, 21), command_id=f"c{n}",
@@ -400,7 +400,7 @@ def test_z_a_healthy_node_quarantined_for_corruption_is_caught_and_g_keeps_it_ou
     t = _truth()
     t.appended(_opening())
     _suspected(t)  # r1 on n2 miscomputed step 4 once
-    t.world.miscomputed[(2, 4)] = {0: ("n2", TRANSIENT)}
+    t.world.miscomputed[(2, 4)] = {0: ("n2", ONCE)}
     r = _replay(t)
     t.appended([_verdict(r, "node_fault", (0, 1), ("n2",)), _quarantine("n2", cause="rep")])
     t = _truth()

@@ -66,6 +66,7 @@ class Staged:
     step: int
     at: int  # ms
     stall_ms: float
+    generation: int  # only a staging of the same generation times its steps
 
 
 def track_shard(shards: Shards, e: ShardWritten) -> Shards:
@@ -143,8 +144,11 @@ def interval_decision(
     header_for: HeaderFor,
 ) -> CheckpointIntervalChanged | None:
     """Young's interval in steps, when it differs enough from the current one."""
-    if previous is None or e.step <= previous.step:
-        return None  # the step time is unknown until two checkpoints of one generation
+    if previous is None or previous.generation != e.generation or e.step <= previous.step:
+        # The step time is unknown until two checkpoints of one generation: time across a
+        # restart holds its downtime and the steps trained again, and an interval made
+        # from it would checkpoint every step.
+        return None
     cost_s = auto.measured_cost_s if auto.measured_cost_s is not None else e.stall_ms / 1000.0
     if not 0 < cost_s <= MAX_COST_S:
         return None  # nothing measured, or a stall no spec may declare: not a basis for T

@@ -7,7 +7,9 @@ drain), ``NodeUncordoned`` and ``NodeQuarantineExpired`` (which puts the node on
 probation until its next quarantine or uncordon). The facts are folded by
 ``events.nodefold``, the fold the agent's start line uses too: a :class:`Node`
 is its :class:`~events.nodefold.NodeFacts` plus what its agent reports. Time
-comes from the events and from the ``now`` the caller passes in. A node is placeable
+comes from the events and from the ``now`` the caller passes in; a node's
+``registered_at`` is its agent's newest registration, which tells a node that
+restarted under a generation (``controller.run_decide``, rule 4). A node is placeable
 (:meth:`Inventory.live`) when it was seen recently and is neither quarantined
 nor cordoned; a run already placed there may restart there
 (:meth:`Inventory.keeps`) unless it is quarantined or drained.
@@ -58,6 +60,9 @@ class Node(NodeFacts):
     last_seen: int
     address: str = "127.0.0.1"
     busy_slots: int = 0  # as the agent's last heartbeat said
+    # When its agent last registered (0: not since this controller began reading): a
+    # registration means the agent restarted, perhaps with the node under it.
+    registered_at: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +107,15 @@ def observe(inventory: Inventory, event: Event) -> Inventory:
             old = nodes.get(event.node)
             seen = event.header.occurred_at
             busy = event.busy_slots if isinstance(event, AgentHeartbeatRecorded) else 0
+            registered = seen if isinstance(event, AgentRegistered) else 0
             if old is None:
                 node = Node(event.node, event.slots, event.domain, seen, event.address,
-                            busy_slots=busy)
+                            busy_slots=busy, registered_at=registered)
             else:
                 node = replace(old, slots=event.slots, domain=event.domain,
                                last_seen=max(seen, old.last_seen), address=event.address,
-                               busy_slots=busy)
+                               busy_slots=busy,
+                               registered_at=max(registered, old.registered_at))
             return Inventory(Shelf.of(nodes).with_({event.node: node}))
     if isinstance(event, NODE_FACTS):
         old = nodes.get(event.node) or Node(event.node, 0, "", 0)

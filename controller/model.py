@@ -310,7 +310,8 @@ def _noted(before: Tracked, state: RunState, event: Event) -> Tracked:
         case ManifestCommitted():
             shards = checkpoints.prune_shards(shards, event.step)
         case CheckpointStaged():
-            staged = checkpoints.Staged(event.step, event.header.occurred_at, event.stall_ms)
+            staged = checkpoints.Staged(event.step, event.header.occurred_at, event.stall_ms,
+                                        event.generation)
     return Tracked(state, before.plan, observe_run(before.watch, event, before.state), staged,
                    shards, note(before.status, event), exits.observe(before.evidence, event),
                    runmanifest.observe(before.tally, event, state))

@@ -19,7 +19,10 @@ An exit is judged in this order (the first that applies decides):
    EX_USAGE; 126/127: the shell could not run a program): ``job:exit=N``;
 4. every member of the generation exited with the same code before its first
    committed step (a deterministic failure at start, such as an exception at
-   import): ``job:start_exit=N``;
+   import): ``job:start_exit=N``, unless a member's node may have restarted
+   under the generation (``controller.run_decide`` asks the agents'
+   registrations): a rank lost with its node takes its peers down through
+   their collectives, one code on every rank that says nothing of the job;
 5. anything else: ``worker_crash`` (``exit=N`` or ``signal=N``).
 
 | exit | class | counts against the node |
@@ -175,8 +178,11 @@ def no_heartbeat(logical_id: str, node: str, silent_ms: int, after_exit: str = "
                    logical_id, node)
 
 
+NO_PROGRESS = "hang:no_progress"
+
+
 def no_progress(step: int, stalled_ms: int) -> Failure:
-    return Failure("hang", "hang:no_progress",
+    return Failure("hang", NO_PROGRESS,
                    f"heartbeats alive but no step after {step} for {stalled_ms} ms")
 
 

@@ -31,7 +31,10 @@ Rules for a run that has not ended, in this order (the first that applies decide
 4. a live generation: on a failure (a member exited non-zero or by a signal,
    judged with its evidence by ``controller.policy``, except that a non-zero
    exit before the generation's first step waits up to ``START_EXIT_WAIT_MS``
-   for the other members, to tell a failure on every rank from one rank's, and
+   for the other members, to tell a failure on every rank from one rank's
+   (never the job's when a member's node may have restarted under the
+   generation: its agent registered since it started, or this controller
+   began after it did), and
    an exit 87 waits as long for the generation's corruption suspicion, which
    the coordinator reports before every rank exits;
    a member silent past its heartbeat timeout, or its start timeout before
@@ -371,7 +374,8 @@ def _exit_failure(state: RunState, evidence: Evidence, member: Member,
         return failure
     notes = [evidence.exits[m.logical_id] for m in state.members
              if m.logical_id in evidence.exits]
-    at_start = policy.at_start(notes, len(state.members))
+    at_start = None if _restarted_under(state, world) else policy.at_start(
+        notes, len(state.members))
     if at_start is not None:
         return at_start
     mine = evidence.exits.get(member.logical_id)
@@ -380,6 +384,20 @@ def _exit_failure(state: RunState, evidence: Evidence, member: Member,
         if world.now - first_at < START_EXIT_WAIT_MS:
             return None  # the others may be failing the same way right now
     return failure
+
+
+def _restarted_under(state: RunState, world: World) -> bool:
+    """Whether a member's node may have restarted under this generation: its agent
+    registered since the generation started, or this controller began after that and
+    never saw the registrations before it. A rank whose node restarted is gone, and
+    each peer exits as its collective fails, as does the rank itself when its agent
+    launched it again: one code on every rank, which says nothing about the job."""
+    start = state.generation_started_at
+    if world.since > start:
+        return True
+    nodes = world.inventory.nodes
+    return any((n := nodes.get(m.node)) is not None and n.registered_at >= start
+               for m in state.members)
 
 
 def _awaits_suspicion(state: RunState, evidence: Evidence, world: World) -> bool:

@@ -30,6 +30,13 @@ The real core under deterministic simulation (``python -m proof.sim``):
   fact, the cursor follows commits, whole gangs, a commit's own shards, the old
   generation stopped before the next, corruption verdicts as the world knows
   them, progress (no hang);
+- ``verdicts``: the truth about a failure's verdict: hangs and stalls, the
+  job's own errors, confirmations, successes, failure quarantines, and the
+  wait for a suspicion;
+- ``cadence``: the automatic checkpoint interval's rule from the facts, and
+  the truth that holds each interval change and start command to it;
+- ``nodes``: operators' requests and the nodes' cordons: node operations by
+  epoch, a request taken once, placements kept off cordons;
 - ``ettr``: ETTR closure by the real query over a seed's projected log, and
   each part against the documented rules' labels;
 - ``plant``: known bugs to plant in the real core, which the simulator must find;
@@ -39,6 +46,7 @@ The real core under deterministic simulation (``python -m proof.sim``):
   runs it), which the mutants and the source-patched plants use;
 - ``errors``: ``ProofError``, the package's one root exception.
 
-Tested in tests/proof/test_spin.py, tests/proof/test_traces.py and
-tests/proof/test_sim.py.
+Tested in tests/proof/test_spin.py, tests/proof/test_traces.py,
+tests/proof/test_sim.py, tests/proof/test_truth*.py, tests/proof/test_cadence.py and
+tests/proof/test_mutants.py.
 """

@@ -15,8 +15,10 @@ for (``StepReplayed``), then either a disagreement among the ranks' states
 
 Known limits of the real agent are modelled as they are: a worker outlives
 its agent's crash and its exit is then never reported, and an agent that
-crashes after acting on a command but before committing its offset acts on
-it again when it restarts.
+crashes after acting on a command but before committing its offset reads it
+again when it restarts. Its applied-commands file (``agent.applied``, the real
+``entry`` and ``restore``) keeps it from launching that start twice, unless
+the node came back with a new disk: then it launches it again.
 
 Tested in tests/proof/test_sim.py.
 """
@@ -25,9 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from agent.applied import entry, restore
 from agent.decide import (
     REJECTED_EXIT_CODE,
-    AgentState,
     Defer,
     Launch,
     Reject,
@@ -40,6 +42,7 @@ from events.model import (
     AgentHeartbeatRecorded,
     AgentRegistered,
     CheckpointRestored,
+    CheckpointStaged,
     CheckpointVerificationFailed,
     CheckpointWriteFailed,
     HeartbeatRecorded,
@@ -54,7 +57,6 @@ from events.sdcenv import SdcReplay
 from events.workerenv import RANKS, CheckpointEnv, parse_ranks
 from proof.world import (
     FAULTY,
-    INTERVAL,
     OK,
     ONCE,
     STEPS,
@@ -73,6 +75,8 @@ from proof.world import (
 COLLECTIVE_TIMEOUT_MS = 60_000
 # The exit code of a rank whose group found corrupted state (worker.errors.CorruptionDetected).
 CORRUPTION_EXIT = 87
+# The exit code of a rank whose checkpoint write failed (worker.errors.EXIT_STORAGE, EX_IOERR).
+STORAGE_EXIT = 74
 # Called with a digest and the storage's verdict on it just before a coordinator
 # loads a checkpoint: the simulator checks P4 there (proof.props.restored).
 OnRestore = Callable[[str, str | None], None]
@@ -81,6 +85,8 @@ OnRestore = Callable[[str, str | None], None]
 def work(world: World, w: Worker, on_restore: OnRestore) -> str:
     """One step of a worker: restore, write a shard, propose, train a step, or exit; and its
     heartbeat, when one is due (a thread of its own in the real session)."""
+    if w.broken:
+        return exit_worker(world, w, 1, None, "the job raises at import")
     if world.now - w.beat_at >= 500:
         w.beat_at = world.now
         world.send(HeartbeatRecorded(header=world.header(w.gen, str(w.key)), logical_id=w.lid,
@@ -102,12 +108,15 @@ def work(world: World, w: Worker, on_restore: OnRestore) -> str:
         # beside its orphan, whose group went on without it. It cannot join a collective
         # already under way, so it waits until its timeout, as a real rendezvous would.
         return _wait(world, w, "a group that has gone on without it")
-    if w.step % INTERVAL == 0 and w.step > w.written:
+    interval, since = world.cadence[w.gen]
+    if w.step > w.written and w.step - since >= interval:
         return _write(world, w)
     if w.rank == 0 and w.written == w.step > w.proposed:
         if all(p.written >= w.step for p in ready):
             return _propose(world, w)
         return _wait(world, w, f"the shards of step {w.step}")
+    if w.written == w.step > since:
+        return _wait(world, w, f"the coordinator's proposal of step {w.step}")
     if w.step >= STEPS:
         return exit_worker(world, w, 0, None, "done")
     if any(p.step < w.step or p.phase == "restoring" for p in ready):
@@ -128,7 +137,7 @@ def _restore(world: World, w: Worker, on_restore: OnRestore) -> str:
         start = world.resumed.get(w.gen)
         if start is None:
             return _wait(world, w, "the coordinator's restore")
-        return _resume(w, start, "follows the coordinator")
+        return _resume(world, w, start, "follows the coordinator")
     if w.tried < len(w.candidates):
         step, path, digest = w.candidates[w.tried]
         problem = world.storage.problem(path)
@@ -144,15 +153,16 @@ def _restore(world: World, w: Worker, on_restore: OnRestore) -> str:
             header=world.header(w.gen, str(w.key)), step=step, manifest_path=path,
             manifest_digest=digest, logical_id=w.lid, verify_ms=1.0, load_ms=1.0,
             fell_back=w.tried), w.node)
-        world.resumed[w.gen] = step
-        return _resume(w, step, f"loads {digest}")
+        return _resume(world, w, step, f"loads {digest}")
     if w.candidates:
         return exit_worker(world, w, 1, None, "no usable checkpoint")
-    world.resumed[w.gen] = 0
-    return _resume(w, 0, "starts from scratch")
+    return _resume(world, w, 0, "starts from scratch")
 
 
-def _resume(w: Worker, step: int, how: str) -> str:
+def _resume(world: World, w: Worker, step: int, how: str) -> str:
+    if w.rank == 0:  # where the group's steps and checkpoint cadence begin
+        world.resumed[w.gen] = step
+        world.cadence.setdefault(w.gen, (w.interval, step))
     w.phase, w.step, w.written, w.proposed = "training", step, step, step
     return f"{w.key} {how} at step {step}"
 
@@ -163,7 +173,12 @@ def _write(world: World, w: Worker) -> str:
         world.send(CheckpointWriteFailed(header=world.header(w.gen, str(w.key)), step=w.step,
                                          logical_id=w.lid, stage="shards",
                                          detail="OSError: simulated"), w.node)
-        return exit_worker(world, w, 1, None, f"the write of {path} failed")
+        return exit_worker(world, w, STORAGE_EXIT, None, f"the write of {path} failed")
+    if w.rank == 0:  # the coordinator staged the state: the stall Young's C is made of
+        world.send(CheckpointStaged(header=world.header(w.gen, str(w.key)), step=w.step,
+                                    mode="sync", stall_ms=float(50 + (w.gen * 131 + w.step * 71)
+                                                                % 400),
+                                    waited_ms=0.0, bytes=1 << 20, backlog=0), w.node)
     torn, lost = bool(world.faults.pop("tear", 0)), bool(world.faults.pop("lose", 0))
     if not lost:  # the last write of a path is what it holds
         world.storage.shards[path] = TORN if torn else OK
@@ -187,6 +202,9 @@ def _propose(world: World, w: Worker) -> str:
     path = manifest_path(w.gen, w.step)
     world.storage.manifests[path] = tuple(shard_path(w.gen, w.step, lid) for lid in w.group)
     w.proposed = w.step
+    # The group takes the interval the log set last, from this checkpoint on (the real
+    # coordinator broadcasts its watcher's with the verdict; here, with the proposal).
+    world.cadence[w.gen] = (world.interval or world.cadence[w.gen][0], w.step)
     if world.faults.pop("rot", 0):  # a shard decays at rest: only a restore finds it
         world.storage.shards[shard_path(w.gen, w.step, w.group[-1])] = TORN
     world.send(ManifestProposed(
@@ -245,6 +263,7 @@ def _check(world: World, ranks: list[Worker], step: int) -> str:
             detail=f"the replicas disagree at step {step}"), head.node)
         for p in ranks:
             p.suspected = True
+        world.suspicions.setdefault(gen, world.now)
         return "; ".join([*said, f"suspects step {step}: {', '.join(prints)}"])
     took = max(1, min(100, world.now - world.emitted.get(gen, 0)))
     world.emitted[gen] = world.now
@@ -272,6 +291,9 @@ def agent_step(world: World, a: Agent) -> str:
     if any(isinstance(x, Defer) for x in d.actions):
         a.state = d.state
         return f"agent {a.node} defers {cmd.header.event_id}"
+    line = entry(a.state, d.state, cmd)
+    if line is not None:
+        a.applied.append(line)  # written before acting on it, as agent.service does
     a.state, a.read = d.state, a.read + 1
     done = []
     for act in d.actions:
@@ -281,7 +303,9 @@ def agent_step(world: World, a: Agent) -> str:
                 world.workers.append(Worker(
                     key, a.node, act.worker_env.rank, parse_ranks(act.command_env[RANKS]),
                     env.candidates, replay=SdcReplay.from_environ(act.command_env),
-                    epoch=a.epoch, beat_at=world.now, stepped_at=world.now))
+                    interval=env.interval_steps, broken=world.broken, epoch=a.epoch,
+                    beat_at=world.now,
+                    stepped_at=world.now))
                 world.emitted.setdefault(key.generation, world.now)  # its steps begin after
                 done.append(f"launch {key}")
             case Terminate(key=key):
@@ -310,9 +334,10 @@ def agent_beat(world: World, a: Agent, register: bool = False) -> str:
 
 
 def agent_restart(world: World, a: Agent, replays_last: bool) -> str:
-    """The agent restarts from its committed offset, its workers orphaned (still running)."""
+    """The agent restarts from its committed offset and its applied-commands file, its
+    workers orphaned (still running)."""
     a.epoch += 1
-    a.state = AgentState()
+    a.state = restore(a.config, a.applied, f"{a.node}'s applied-commands file")
     a.read = max(0, a.read - 1) if replays_last else a.read
     a.state = lookahead(a.config, a.state, world.commands[a.read:])
     a.up = True
@@ -339,10 +364,13 @@ def corrupt(world: World, w: Worker, node_fault: bool) -> str:
     return f"{w.key} will miscompute step {w.step + 1} once"
 
 
-def lose_node(world: World, a: Agent) -> str:
-    """The node is gone: its agent and its workers, with no word to anyone."""
+def lose_node(world: World, a: Agent, wiped: bool) -> str:
+    """The node is gone: its agent and its workers, with no word to anyone. ``wiped``:
+    it comes back with a new disk, so its agent remembers no command it applied."""
     a.up = False
+    if wiped:
+        a.applied.clear()
     for w in world.live():
         if w.node == a.node:
             w.phase = "exited"
-    return f"node {a.node} is lost"
+    return f"node {a.node} is lost{', its disk with it' if wiped else ''}"

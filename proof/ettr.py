@@ -31,6 +31,7 @@ from itertools import pairwise
 import duckdb
 
 from events.model import (
+    CheckpointStaged,
     Event,
     FailureClassified,
     GenerationStarted,
@@ -50,9 +51,10 @@ from queries.ettr import Ettr, ettr
 SLACK_S = 1e-6
 # The query rounds each part to the millisecond.
 PART_SLACK_S = 0.0015
-# The parts the simulated run can have (it stages no checkpoint and never resizes).
-LABELLED = ("detection", "recovery", "lost_work", "input_stall", "productive", "idle", "other")
-Interval = tuple[str, int, int]  # part, begin, end (ms)
+# The parts the simulated run can have (it never resizes), in their precedence.
+LABELLED = ("detection", "recovery", "checkpoint", "lost_work", "input_stall", "productive",
+            "idle", "other")
+Interval = tuple[str, float, float]  # part, begin, end (ms; a stall may be fractional)
 
 
 def measure(facts: Sequence[Event], run_id: str) -> Ettr:
@@ -146,6 +148,8 @@ def labelled(facts: Sequence[Event], run_id: str) -> dict[str, float]:
         later = [s.header.occurred_at - int(s.step_time_ms) for s in steps if s.generation > g]
         if later:
             iv.append(("recovery", at, min(later)))
+    for c in (f for f in mine if isinstance(f, CheckpointStaged)):
+        iv.append(("checkpoint", c.header.occurred_at - c.stall_ms, c.header.occurred_at))
     for s in steps:
         e = s.header.occurred_at
         b = e - int(s.step_time_ms)
@@ -171,7 +175,7 @@ def _sweep(iv: list[Interval], a: int, z: int) -> dict[str, float]:
     """Each millisecond of [a, z) to the first part in ``LABELLED`` whose interval holds it."""
     clipped = [(p, max(b, a), min(e, z)) for p, b, e in iv if min(e, z) > max(b, a)]
     cuts = sorted({a, z, *(b for _, b, _ in clipped), *(e for _, _, e in clipped)})
-    out = dict.fromkeys(LABELLED, 0)
+    out: dict[str, float] = dict.fromkeys(LABELLED, 0.0)
     for t0, t1 in pairwise(cuts):
         held = {p for p, b, e in clipped if b <= t0 and e >= t1}
         out[next((p for p in LABELLED if p in held), "other")] += t1 - t0

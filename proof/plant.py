@@ -43,6 +43,22 @@ has since it grew corruption:
 - ``verdict_spares_node``: a ``node_fault`` verdict
   (``controller.inputs._replayed``) quarantines nobody. Z.
 
+And one in how an exit at start is judged, since the world's nodes come back
+with a new disk:
+
+- ``restart_as_job``: rule 4 of the run's decision forgets that a member's
+  node restarted under the generation
+  (``controller.run_decide._restarted_under``), so one exit code on every
+  rank, a lost node's doing, fails the run as the job's own error. J.
+
+And one in the automatic checkpoint interval, since the world has it:
+
+- ``interval_across_restart``: the interval's step time
+  (``controller.checkpoints.interval_decision``) is measured from a staging
+  of an earlier generation, across the restart's downtime, so the interval
+  collapses to one step. I. (This was the real code until the simulator
+  found it.)
+
 ``python -m proof.sim --plant NAME`` runs the simulator with one planted.
 
 Tested in tests/proof/test_sim.py.
@@ -193,6 +209,16 @@ def verdict_spares_node() -> AbstractContextManager[None]:
                    "if v.verdict != sdc_verdict.NODE_FAULT:", "if True:")
 
 
+def restart_as_job() -> AbstractContextManager[None]:
+    return patched("controller/run_decide.py", "_restarted_under",
+                   "start = state.generation_started_at", "return False")
+
+
+def interval_across_restart() -> AbstractContextManager[None]:
+    return patched("controller/checkpoints.py", "interval_decision",
+                   "previous.generation != e.generation or ", "")
+
+
 PLANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "propose_after_restart": propose_after_restart,
     "revoke_keeps_cursor": revoke_keeps_cursor,
@@ -205,9 +231,12 @@ PLANTS: dict[str, Callable[[], AbstractContextManager[None]]] = {
     "recovery_as_idle": recovery_as_idle,
     "replay_in_place": replay_in_place,
     "verdict_spares_node": verdict_spares_node,
+    "restart_as_job": restart_as_job,
+    "interval_across_restart": interval_across_restart,
 }
 # The property each plant must break.
 BREAKS = {"propose_after_restart": "P1", "revoke_keeps_cursor": "P3", "stale_accepted": "P1",
           "cancel_stops_first": "P6", "restart_keeps_old": "P8", "cursor_before_commit": "F",
           "gang_short": "G", "shards_any_generation": "S", "recovery_as_idle": "E",
-          "replay_in_place": "Z", "verdict_spares_node": "Z"}
+          "replay_in_place": "Z", "verdict_spares_node": "Z", "restart_as_job": "J",
+          "interval_across_restart": "I"}

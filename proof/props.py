@@ -202,11 +202,13 @@ def _comparable(state: RunState) -> RunState:
     return replace(state, heartbeats={}, updated_at=0)
 
 
-def finished(state: RunState | None, last_step: int) -> None:
-    """With no fault, the run succeeded in one generation and committed its last step (L)."""
-    got = (None, None, None) if state is None else (
-        state.status, state.generation, state.checkpoint.step if state.checkpoint else None)
-    if got != (Status.SUCCEEDED, 1, last_step):
+def finished(state: RunState | None, last_step: int, checkpoint: int) -> None:
+    """With no fault, the run succeeded in one generation, trained to its last step and
+    committed the last checkpoint it took (``checkpoint``: the world's account) (L)."""
+    got = (None, None, None, None) if state is None else (
+        state.status, state.generation, state.step,
+        state.checkpoint.step if state.checkpoint else None)
+    if got != (Status.SUCCEEDED, 1, last_step, checkpoint):
         raise Violation("L", f"with no fault the run ended {got[0]} in generation {got[1]} "
-                             f"with step {got[2]} committed, not succeeded in generation 1 "
-                             f"with step {last_step}")
+                             f"at step {got[2]} with step {got[3]} committed, not succeeded "
+                             f"in generation 1 at step {last_step} with step {checkpoint}")

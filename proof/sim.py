@@ -15,17 +15,24 @@ deadlock (every rank blocked in a collective, its
 heartbeats alive), torn, lost and failed writes, a checkpoint's shard decaying
 at rest, partitioned nodes (a long cut outlasts the heartbeat timeout), lost
 nodes, silent data corruption (a rank miscomputes a step once, or a faulty node
-whenever it computes that step), and a cancel. After every step ``proof.props``
+whenever it computes that step), the job's own code breaking (every worker
+launched after it raises at import), operators' node operations (cordon,
+drain, uncordon, some on an older view), and a cancel. Half the seeds ask
+for the automatic checkpoint interval. After every step ``proof.props``
 checks P1-P6 and ETTR closure, and ``proof.truth`` checks the log against what
 the world knows (F: a fresh fold accepts every appended fact; C: the cursor
 moves with each commit; G: whole gangs within the nodes' slots; S: a commit
 holds its own generation's shards; P8: the old generation is told to stop
-before the next starts; Z: corruption judged as the world knows it; W:
+before the next starts; Z: corruption judged as the world knows it; I: the
+checkpoint interval as its rule says; J: the job's own error exactly when
+its code broke; M, O, Q: confirmations, successes and failure quarantines
+as the reads say; N, X: node operations by epoch, a request taken once; W:
 progress, or a violation that names the seed, never a hang); at every
 controller restart and at the end, a replay of the log must equal the live
-model; a seed that met no fault must end succeeded with its last step
-committed; and every ``ETTR_EVERY``-th seed's ETTR, by the real query, must
-equal part by part the labels the documented rules give (``proof.ettr``).
+model; a seed that met no fault must end succeeded, trained to its last
+step, with the last checkpoint it took committed; and every
+``ETTR_EVERY``-th seed's ETTR, by the real query, must equal part by part
+the labels the documented rules give (``proof.ettr``).
 
 Nothing else varies: no wall clock, no set or hash order, so a seed's run is
 the same run everywhere. The trace digest (SHA-256 of every step's line and
@@ -53,17 +60,25 @@ from functools import partial
 from controller.emitter import Out
 from controller.model import Model, replay
 from controller.reconcile import handle, tick
+from controller.replays import epoch_of
 from controller.runplan import RunPlan
 from events.model import (
     CancelRequested,
+    CheckpointIntervalChanged,
     CheckpointRevoked,
     CorruptionClassified,
     CorruptionSuspected,
     Event,
+    FailureClassified,
     ManifestCommitted,
+    NodeCordoned,
+    NodeOperationRequested,
+    NodeUncordoned,
     RunSubmitted,
     WriteRejected,
+    node_key,
 )
+from events.requests import NODE_OPERATIONS
 from events.state import Status
 from events.topics import COMMANDS, RUNS
 from proof import actors, props
@@ -82,13 +97,14 @@ Choice = tuple[float, Callable[[], str]]
 # Every kind of fault, and the weights a seed may give each (swarm testing).
 FAULTS = ("controller_crash", "tear", "lose_write", "fail_write", "cancel", "agent_crash",
           "partition", "lose_node", "deadlock", "worker_crash", "pause", "duplicate", "delay",
-          "corrupt", "rot", "long_partition", "slow_shard")
+          "corrupt", "rot", "long_partition", "slow_shard", "break_job", "operate")
 SWARM = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0)
 # A fault's weight beside the world's own moves (about 15 a step). Low enough that a
 # budget lasts most of a run: faults after the first checkpoints (a revocation, a
 # suspicion after a commit) are as likely as faults at the start.
 BASE_WEIGHT = 0.04
-WEIGHT = {"cancel": 0.007}  # a fault's weight, where it is not BASE_WEIGHT
+# A fault's weight, where it is not BASE_WEIGHT: the two that end a run are rarer.
+WEIGHT = {"cancel": 0.007, "break_job": 0.007}
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +127,9 @@ class Outcome:
     quiet: int = 0  # the longest stretch of steps with no fact but rejections (W)
     suspicions: int = 0  # CorruptionSuspected facts
     verdicts: tuple[str, ...] = ()  # each CorruptionClassified's verdict, in order
+    retuned: int = 0  # CheckpointIntervalChanged facts
+    classes: tuple[str, ...] = ()  # each FailureClassified's class, in order
+    operations: int = 0  # operators' node operations applied (NodeCordoned, NodeUncordoned)
 
     @property
     def line(self) -> str:
@@ -126,7 +145,8 @@ class Simulation:
         self.seed = seed
         self.rng = random.Random(seed)
         self.world = World()
-        self.plan = plan()
+        # Every other pair of seeds has the automatic checkpoint interval.
+        self.plan = plan(auto=seed % 4 >= 2)
         self.model = Model(since=self.world.now)
         self.facts: list[Event] = []
         self.ghost = props.Ghost()
@@ -168,7 +188,7 @@ class Simulation:
                 self.truth.watch(w.now)
             props.replayed(self.model, self.facts, w.now, self.plan_of, RUN)
             if self.faults == 0:
-                props.finished(self.model.runs.get(RUN), STEPS)
+                props.finished(self.model.runs.get(RUN), STEPS, w.cadence[1][1])
             if ettr:
                 ratio = closes(self.facts, RUN).ratio
                 self._note(f"ETTR {ratio} closes", [])
@@ -184,7 +204,10 @@ class Simulation:
                 for e in self.facts),
             self.ghost.gen, prop, detail, tuple(self.trace), ettr, self.truth.longest,
             sum(isinstance(e, CorruptionSuspected) for e in self.facts),
-            tuple(e.verdict for e in self.facts if isinstance(e, CorruptionClassified)))
+            tuple(e.verdict for e in self.facts if isinstance(e, CorruptionClassified)),
+            sum(isinstance(e, CheckpointIntervalChanged) for e in self.facts),
+            tuple(e.failure_class for e in self.facts if isinstance(e, FailureClassified)),
+            sum(isinstance(e, NodeCordoned | NodeUncordoned) for e in self.facts))
 
     # -- the shell around the real core ------------------------------------------------
 
@@ -200,11 +223,13 @@ class Simulation:
             props.state_holds(self.ghost, state, self.world.storage)
 
     def _over(self) -> bool:
-        """The run ended, or waits for an operator: queued while quarantines leave fewer
-        nodes than its gang (nothing in the world frees one); and nothing is left moving."""
+        """The run ended, or waits for an operator: queued while quarantines and cordons
+        leave fewer nodes than its gang (nothing else in the world frees one); and nothing
+        is left moving."""
         state = self.model.runs.get(RUN)
+        held = self.truth.quarantined | set(self.truth.ops.cordons)
         stranded = (state is not None and state.status == Status.QUEUED
-                    and len(NODES) - len(self.truth.quarantined) < self.plan.world_size)
+                    and len(NODES) - len(held) < self.plan.world_size)
         return (state is not None and (state.status.terminal or stranded)
                 and not self.world.live() and not self.world.flight)
 
@@ -216,6 +241,8 @@ class Simulation:
         for topic, e in outs:
             if topic == RUNS:
                 self.facts.append(e)
+                if isinstance(e, CheckpointIntervalChanged) and e.run_id == RUN:
+                    self.world.interval = e.interval_steps  # what every watcher reads
             elif topic == COMMANDS:
                 self.world.commands.append(e)
         self._outs = outs
@@ -254,7 +281,8 @@ class Simulation:
     def _step(self) -> str:
         choices = self._choices()
         if self.budget > 0:
-            # A cancel ends the run: rarer than the faults a run recovers from.
+            # A cancel or a broken job ends the run: rarer than the faults a run recovers
+            # from.
             choices += [(WEIGHT.get(name, BASE_WEIGHT) * self.mix[name], self._spend(name, act))
                         for name, act in self._faults()]
         pick = self.rng.choices(range(len(choices)), [c[0] for c in choices])[0]
@@ -302,6 +330,8 @@ class Simulation:
             ("lose_write", partial(_arm, w, "lose")),
             ("fail_write", partial(_arm, w, "fail")),
             ("cancel", partial(_cancel, w)),
+            ("break_job", partial(_break, w)),
+            ("operate", self._operate),
             ("rot", partial(_arm, w, "rot")),
             ("slow_shard", lambda: _arm(w, "slow", rng.randint(1_000, 8_000))),
         ]
@@ -312,7 +342,7 @@ class Simulation:
                 ("partition", lambda: _cut(rng.choice(up), True)),
                 ("long_partition", lambda: _cut(rng.choice(up), True,
                                                 w.now + rng.randint(4_000, 15_000))),
-                ("lose_node", lambda: actors.lose_node(w, rng.choice(up))),
+                ("lose_node", lambda: actors.lose_node(w, rng.choice(up), rng.random() < 0.5)),
             ]
         training = [x for x in running if x.phase == "training" and not x.suspected
                     and x.step < STEPS and w.peer(x.gen, x.lid) is x]
@@ -330,6 +360,19 @@ class Simulation:
             out += [("duplicate", partial(_reorder, w, rng, True)),
                     ("delay", partial(_reorder, w, rng, False))]
         return out
+
+    def _operate(self) -> str:
+        """An operator cordons, drains or uncordons a node, with the operation epoch
+        `runledger nodes` showed (a quarter of the time an older one: another operator's
+        change landed in between)."""
+        w, rng = self.world, self.rng
+        node, op = rng.choice(NODES), rng.choice(NODE_OPERATIONS)
+        epoch = epoch_of(node, self.facts)
+        stale = epoch > 0 and rng.random() < 0.25
+        w.send(NodeOperationRequested(
+            header=w.header(0, "operator/oncall", node_key(node)), node=node, operation=op,
+            principal="oncall", reason="simulated", epoch=epoch - stale), "")
+        return f"an operator asks to {op} {node}{' on an older view' if stale else ''}"
 
     def _spend(self, name: str, act: Callable[[], str]) -> Callable[[], str]:
         def fault() -> str:
@@ -371,6 +414,11 @@ def _reorder(w: World, rng: random.Random, keep: bool) -> str:
     return f"{flight.event.event_type} {flight.event.header.event_id} {how} to place {at}"
 
 
+def _break(w: World) -> str:
+    w.broken = True
+    return "the job's code breaks: every worker launched from now on raises at import"
+
+
 def _cancel(w: World) -> str:
     w.send(CancelRequested(header=w.header(0, "operator/oncall"), principal="oncall",
                            reason="simulated cancel"), "")
@@ -397,6 +445,7 @@ def summary(outcomes: list[Outcome], seconds: float) -> list[tuple[str, str]]:
     n = len(outcomes)
     status = Counter(o.status for o in outcomes)
     verdicts = Counter(v for o in outcomes for v in o.verdicts)
+    classes = Counter(c for o in outcomes for c in o.classes)
     return [
         ("seeds", f"{n} ({outcomes[0].seed}..{outcomes[-1].seed})" if n else "0"),
         ("steps", f"{sum(o.steps for o in outcomes):,} ({seconds:.1f} s)"),
@@ -409,6 +458,11 @@ def summary(outcomes: list[Outcome], seconds: float) -> list[tuple[str, str]]:
         ("seeds that suspected corruption", str(sum(o.suspicions > 0 for o in outcomes))),
         ("corruption verdicts", ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items()))
          or "none"),
+        ("failures classified", ", ".join(f"{k} {v}" for k, v in sorted(classes.items()))
+         or "none"),
+        ("seeds whose interval the controller changed",
+         str(sum(o.retuned > 0 for o in outcomes))),
+        ("node operations applied", str(sum(o.operations for o in outcomes))),
         ("seeds with no fault, all succeeded (L)",
          str(sum(o.faults == 0 and o.prop is None for o in outcomes))),
         ("ETTR closed by the query", str(sum(o.ettr and o.prop is None for o in outcomes))),

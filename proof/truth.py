@@ -26,7 +26,20 @@ after every controller transaction, in the order the records were appended:
   from for its timeout (the heartbeat timeout, or the start timeout before
   its first beat), counted from its generation's start and when the
   controller last read a heartbeat of it (a beat counts when it arrives: a
-  late one is no older evidence), and its exit was not read before;
+  late one is no older evidence), and its exit was not read before; once
+  another member's exit was read, not before the exit grace has passed since
+  the later of that exit and the timeout; and a generation called stalled
+  (``hang:no_progress``) had no exit read and no progress (its start, its
+  confirmation, a step) for longer than the stall timeout, counted from the
+  controller's own start too;
+- Q  a node is quarantined for failures exactly at the failure counted
+  against it (``controller.policy.counts_against_node``) that makes
+  ``NODE_QUARANTINE_AFTER``, in the transaction that classifies it, and
+  such a quarantine names that count;
+- M  a generation is confirmed Running only once the controller has read a
+  heartbeat or an exit of every member, with every member counted;
+- O  a run succeeds only when the controller has read exit 0 of every member
+  of its last generation and every rank of it the world has is done;
 - D  a hang is found: a member of the live generation that the controller has
   neither heard from nor read an exit of, past its timeout, the exit grace
   and ``DETECT_SLACK_MS``, counted from the newest of its heartbeats, its
@@ -36,14 +49,17 @@ after every controller transaction, in the order the records were appended:
   its last progress and the controller's own start, has been failed too;
 - K  a stop is obeyed: once a node's agent has read a stop of a generation,
   no worker of it (or of an older one) that this incarnation of the agent
-  launched on the node is still running (:func:`stop_obeyed`, the world's
+  launched on the node is still running; and once it has launched a newer
+  generation there, none of an older one (:func:`stop_obeyed`, the world's
   own account);
 - B  a restart waits out its backoff: the next generation starts no earlier
   than the failure's classification plus the ``backoff_ms`` it recorded;
 - U  the fold's bookkeeping: ``updated_at`` is the time of the newest fact
   it accepted, and a generation started by an admission with nothing to
   resume is Starting, any other (a restart, a resize, a requeued run
-  admitted again with a checkpoint) Recovering;
+  admitted again with a checkpoint) Recovering; generations are numbered
+  one after another; and a run already queued is queued again only for
+  another reason (a fact that repeats the state says nothing);
 - Z  silent data corruption is judged as the world knows it: a verdict on a
   suspicion whose replay miscomputed nothing is ``transient`` on exactly the
   ranks and nodes that miscomputed the suspect step; one where every wrong
@@ -53,8 +69,30 @@ after every controller transaction, in the order the records were appended:
   same transaction; a node quarantined for corruption miscomputed the suspect
   step both in the suspicion and in its replay (faulty, or wrong twice, which
   no verdict can tell apart); a checkpoint revoked for a suspicion is at or
-  after its step; and no checkpoint commits with a shard written from
-  corrupted state;
+  after its step; no checkpoint commits with a shard written from
+  corrupted state; and an exit 87 is not classified while the group's
+  suspicion, sent, is still on its way, fewer than every member's exit
+  read and less than ``START_EXIT_WAIT_MS`` after the first (the wait that
+  keeps the restart from fencing the suspicion out);
+- J  a failure is the job's own (class ``job``) exactly when the world's job
+  failed: an agent refused to launch it (``job:launch``, with the launch
+  error the controller read), or a worker of the generation was launched
+  after the job's code broke (``job:start_exit``); a node lost under a
+  generation, which takes every rank down with one exit code, never is. And
+  when every worker of a generation raised at import, the controller read
+  each member's exit 1 and no step, it read no registration of a member's
+  agent since the generation started (an agent's restart, perhaps its
+  node's), and it has not restarted since, the failure is the job's;
+- I  the checkpoint interval is the log's: a staging changes the automatic
+  interval exactly when and as ``proof.cadence.expected`` says (Young's T
+  from the stall, the failures so far and the step time between two
+  stagings of one generation), and every start command carries the
+  interval the log holds;
+- N, X an operator's node operation is judged as the log stood (refused
+  when decided on an older epoch, else the fact it asks for), and a request
+  is taken once (``proof.nodes``); G keeps admission off cordoned and
+  drained nodes, and restarts off drained ones and cordoned ones they were
+  not on;
 - W  the run makes progress: a fact appended at least every ``QUIET_STEPS``
   simulated steps until it ends (or waits, queued, for an operator to free
   a node that quarantines took from its gang), and it ends within the
@@ -71,29 +109,34 @@ from dataclasses import dataclass, field
 
 from controller.emitter import Out
 from controller.liveness import EXIT_GRACE_MS
-from controller.policy import NO_HEARTBEAT
+from controller.run_decide import NODE_QUARANTINE_AFTER
 from controller.runplan import RunPlan
 from controller.sdc_verdict import NODE_FAULT, TRANSIENT
 from events.fold import apply
 from events.fold_info import INFORMATIONAL
 from events.fold_sdc import CORRUPTION_SUSPECTED
 from events.model import (
+    AgentRegistered,
     CheckpointRevoked,
+    CheckpointStaged,
     CorruptionClassified,
     CorruptionSuspected,
     Event,
     FailureClassified,
     GenerationStarted,
+    GroupStartCommanded,
     GroupStopCommanded,
     HeartbeatRecorded,
     ManifestCommitted,
     ManifestProposed,
     Member,
+    MembershipConfirmed,
     NodeQuarantined,
     NodeQuarantineExpired,
     NodeUncordoned,
     RunCancelled,
     RunFinished,
+    RunQueued,
     ShardWritten,
     StepCommitted,
     StepReplayed,
@@ -102,6 +145,8 @@ from events.model import (
 )
 from events.state import RunState, Status
 from events.topics import COMMANDS, RUNS
+from proof import cadence, verdicts
+from proof.nodes import Operations
 from proof.props import Violation
 from proof.world import ONCE, Agent, World
 
@@ -124,9 +169,16 @@ class Truth:
     shards: dict[tuple[int, int], set[str]] = field(default_factory=dict)  # (gen, step)
     stopped: dict[int, set[str]] = field(default_factory=dict)  # gen -> nodes told to stop
     proposals: dict[str, ManifestProposed] = field(default_factory=dict)  # by event id
+    staged: dict[int, CheckpointStaged] = field(default_factory=dict)  # gen -> newest fact
     read_steps: dict[int, int] = field(default_factory=dict)  # gen -> highest step read
     heard: dict[tuple[int, str], int] = field(default_factory=dict)  # newest beat read
-    exited: set[tuple[int, str]] = field(default_factory=set)  # exits read
+    codes: dict[tuple[int, str], int | None] = field(default_factory=dict)  # exits read
+    first_exit: dict[int, int] = field(default_factory=dict)  # gen -> its first exit's time
+    refused: set[int] = field(default_factory=set)  # generations with a launch error read
+    progress: dict[int, int] = field(default_factory=dict)  # gen -> its newest progress fact
+    failures: dict[str, int] = field(default_factory=dict)  # node -> failures counted (Q)
+    ops: Operations = field(default_factory=Operations)  # cordons and requests (N, X)
+    registered: dict[str, int] = field(default_factory=dict)  # node -> its agent's, read at
     started: dict[int, int] = field(default_factory=dict)  # gen -> GenerationStarted at
     failed: set[int] = field(default_factory=set)  # generations with a FailureClassified
     ended: bool = False
@@ -140,6 +192,7 @@ class Truth:
     def reading(self, e: Event) -> None:
         """A report the controller is about to read: a proposal, what its commit must
         carry (C); a suspicion or a replay, what the facts it causes answer (Z)."""
+        self.ops.reading(e, self.since)
         if isinstance(e, ManifestProposed):
             self.proposals[e.header.event_id] = e
         elif isinstance(e, CorruptionSuspected | StepReplayed):
@@ -148,11 +201,19 @@ class Truth:
     def read(self, e: Event, live: bool, outs: list[Out], now: int) -> None:
         """The controller read report ``e`` at ``now``, of a live generation or not, and
         appended ``outs`` (V; and what H and D count from)."""
+        self.ops.judged(e, outs, now)
         key = (e.generation, getattr(e, "logical_id", ""))
+        if isinstance(e, AgentRegistered):
+            self.registered[e.node] = now
         if isinstance(e, HeartbeatRecorded):
             self.heard[key] = max(self.heard.get(key, 0), now)
         elif isinstance(e, WorkerExited):
-            self.exited.add(key)
+            self.codes[key] = e.exit_code if e.signal is None else -e.signal
+            # As the controller dates it: the sender's time, unless later than its receipt.
+            at = min(e.header.occurred_at, now)
+            self.first_exit[e.generation] = min(self.first_exit.get(e.generation, at), at)
+            if e.launch_error:
+                self.refused.add(e.generation)
         if not isinstance(e, StepCommitted):
             return
         before = self.read_steps.get(e.generation, 0)
@@ -171,6 +232,8 @@ class Truth:
         for topic, e in outs:
             if topic == COMMANDS and isinstance(e, GroupStopCommanded):
                 self.stopped.setdefault(e.generation, set()).add(e.node)
+            if topic == COMMANDS and isinstance(e, GroupStartCommanded):
+                cadence.judge_start(self.plan, self.state, e)
             if topic == RUNS:
                 self._node_fact(e)
             if topic != RUNS or e.run_id != self.run_id:
@@ -187,11 +250,19 @@ class Truth:
                     self._predecessor_stopped(e)
                     self.started[e.generation] = e.header.occurred_at
                 case FailureClassified():
-                    self._hang_is_true(e)
+                    verdicts.classified(self, e)
                     self.failed.add(e.generation)
                     self.not_before = e.header.occurred_at + (e.backoff_ms or 0)
                 case RunFinished() | RunCancelled():
+                    if isinstance(e, RunFinished) and e.outcome == "succeeded":
+                        verdicts.success_is_true(self)
                     self.ended = True
+                case MembershipConfirmed():
+                    verdicts.joined(self, e)
+                case CheckpointStaged():
+                    cadence.judge_staging(self.plan, self.state,
+                                          self.staged.get(e.generation), e, outs)
+                    self.staged[e.generation] = e
                 case ManifestCommitted():
                     self._own_shards(e)
                     self._clean(e)
@@ -206,10 +277,23 @@ class Truth:
                         raise Violation("Z", f"checkpoint step {e.step} revoked for a suspicion "
                                              f"at step {cause.step if cause else 'unknown'}")
             self._fold(e)
+            if isinstance(e, GenerationStarted | MembershipConfirmed | StepCommitted):
+                at = self.progress.get(e.generation, 0)
+                self.progress[e.generation] = max(at, e.header.occurred_at)
             if isinstance(e, ShardWritten):
                 self.shards.setdefault((e.generation, e.step), set()).add(e.logical_id)
+        self._settled(commits, blamed)
+
+    def _settled(self, commits: list[ManifestCommitted], blamed: list[str]) -> None:
+        """What a whole transaction owes: each commit's cursor (C), the quarantine of a node
+        at its Nth counted failure (Q) and of every node a node_fault verdict names (Z)."""
         for c in commits:
             self._cursor_follows(c)
+        spared = [n for n, k in self.failures.items()
+                  if k >= NODE_QUARANTINE_AFTER and n not in self.quarantined]
+        if spared:
+            raise Violation("Q", f"{', '.join(sorted(spared))} reached "
+                                 f"{NODE_QUARANTINE_AFTER} failures and is not quarantined")
         free = sorted(set(blamed) - self.quarantined)
         if free:
             raise Violation("Z", f"a node_fault verdict names {', '.join(free)}, which the "
@@ -226,24 +310,6 @@ class Truth:
         if not over and step >= bound:
             raise Violation("W", f"the run has not ended after {bound} steps")
 
-    def _timeout(self, gen: int, lid: str) -> tuple[int, int]:
-        """When a member's silence counts from, and its timeout."""
-        heard = self.heard.get((gen, lid))
-        since = max(heard or 0, self.started.get(gen, 0))
-        return since, (self.plan.heartbeat_timeout_ms if heard is not None
-                       else self.plan.start_timeout_ms)
-
-    def _hang_is_true(self, f: FailureClassified) -> None:
-        if f.signature != NO_HEARTBEAT or f.logical_id is None:
-            return
-        since, limit = self._timeout(f.generation, f.logical_id)
-        now = f.header.occurred_at
-        read = (f.generation, f.logical_id) in self.exited
-        if read or now - since < limit:
-            raise Violation("H", f"{f.logical_id} of generation {f.generation} called hung at "
-                                 f"{now}: heard from at {since} ({now - since} ms before, the "
-                                 f"timeout {limit} ms), its exit {'read' if read else 'not read'}")
-
     def watch(self, now: int) -> None:
         """A silent member of the live generation must have been found by now (D)."""
         gen = max(self.started, default=0)
@@ -256,9 +322,9 @@ class Truth:
                 raise Violation("D", f"generation {gen} Running with no step since {since}, "
                                      f"{now - since} ms, and no failure is classified")
         for m in self.members.get(gen, ()):
-            if (gen, m.logical_id) in self.exited:
+            if (gen, m.logical_id) in self.codes:
                 continue
-            since, limit = self._timeout(gen, m.logical_id)
+            since, limit = verdicts.timeout(self, gen, m.logical_id)
             since = max(since, self.since)
             if now - since > limit + EXIT_GRACE_MS + DETECT_SLACK_MS:
                 raise Violation("D", f"{m.logical_id} of generation {gen} unheard since {since}, "
@@ -276,6 +342,14 @@ class Truth:
         if t.state is not None and t.state.updated_at != newest:
             raise Violation("U", f"after {e.event_type} {e.header.event_id} the run's updated_at "
                                  f"is {t.state.updated_at}, its newest fact is at {newest}")
+        if isinstance(e, RunQueued) and self.state is not None and \
+                self.state.status == Status.QUEUED and self.state.queue_reason == e.reason:
+            raise Violation("U", f"RunQueued {e.header.event_id} repeats the reason the run is "
+                                 f"already queued for: {e.reason}")
+        if isinstance(e, GenerationStarted):
+            last = max((g for g in self.started if g != e.generation), default=0)
+            if e.generation != last + 1:
+                raise Violation("U", f"generation {e.generation} starts after generation {last}")
         if isinstance(e, GenerationStarted) and t.state is not None:
             fresh = e.reason == "admitted" and not e.resume_step
             want = Status.STARTING if fresh else Status.RECOVERING
@@ -289,7 +363,8 @@ class Truth:
         ids = [m.logical_id for m in e.members]
         per_node = Counter(m.node for m in e.members)
         crowded = sorted(n for n, k in per_node.items() if k > self.plan.slots_per_node)
-        strangers = sorted(set(per_node) - (self.nodes - self.quarantined))
+        strangers = sorted(set(per_node) - (self.nodes - self.quarantined)) + \
+            self.ops.unplaceable(e, self.members.get(e.generation - 1, ()))
         if len(ids) != self.plan.world_size or len(set(ids)) != len(ids) or crowded \
                 or strangers:
             raise Violation("G", f"generation {e.generation} starts {len(ids)} members "
@@ -297,7 +372,8 @@ class Truth:
                                  f"for a gang of {self.plan.world_size}, "
                                  f"{self.plan.slots_per_node} slot(s) a node"
                                  + (f"; over its slots: {', '.join(crowded)}" if crowded else "")
-                                 + (f"; no such node, or quarantined: {', '.join(strangers)}"
+                                 + (f"; no such node, quarantined or cordoned: "
+                                    f"{', '.join(strangers)}"
                                     if strangers else ""))
         self.members[e.generation] = e.members
 
@@ -313,13 +389,22 @@ class Truth:
                                   f"{', '.join(missing)}")
 
     def _node_fact(self, e: Event) -> None:
+        self.ops.fact(e)
         match e:
             case NodeQuarantined():
                 if e.reason.startswith("silent data corruption"):
                     self._blame_true(e)
+                elif e.reason != f"{self.failures.get(e.node, 0)} failures on the node" or \
+                        self.failures.get(e.node, 0) < NODE_QUARANTINE_AFTER:
+                    raise Violation("Q", f"{e.node} quarantined ({e.reason}) after "
+                                         f"{self.failures.get(e.node, 0)} failures counted")
                 self.quarantined.add(e.node)
-            case NodeUncordoned() | NodeQuarantineExpired():
+            case NodeUncordoned():
                 self.quarantined.discard(e.node)
+                self.failures[e.node] = 0
+            case NodeQuarantineExpired():
+                self.quarantined.discard(e.node)
+                self.failures[e.node] = e.failures
 
     def _blame_true(self, e: NodeQuarantined) -> None:
         """A node quarantined for corruption miscomputed the suspect step both in the
@@ -387,12 +472,19 @@ class Truth:
 
 
 def stop_obeyed(world: World, agent: Agent) -> None:
-    """After ``agent`` read a command: if it was a stop, nothing it stops still runs (K)."""
+    """After ``agent`` read a command: if it was a stop, nothing it stops still runs; if a
+    start it launched, no older generation of the run it launched still runs (K)."""
     cmd = world.commands[agent.read - 1] if agent.read else None
-    if not isinstance(cmd, GroupStopCommanded) or cmd.node != agent.node:
+    if not isinstance(cmd, GroupStopCommanded | GroupStartCommanded) or cmd.node != agent.node:
         return
-    left = [str(w.key) for w in world.live() if w.node == agent.node and w.epoch == agent.epoch
-            and w.key.run_id == cmd.run_id and w.gen <= cmd.generation]
+    mine = [w for w in world.live() if w.node == agent.node and w.epoch == agent.epoch
+            and w.key.run_id == cmd.run_id]
+    if isinstance(cmd, GroupStartCommanded):
+        if not any(w.gen == cmd.generation for w in mine):
+            return  # not launched here: ignored, rejected or deferred
+        left = [str(w.key) for w in mine if w.gen < cmd.generation]
+    else:
+        left = [str(w.key) for w in mine if w.gen <= cmd.generation]
     if left:
         raise Violation("K", f"agent {agent.node} read {cmd.command_id}; still running: "
                              f"{', '.join(left)}")

@@ -16,8 +16,13 @@ checkpoint candidates the controller's start command carries, parsed by
   restores: the committed candidates newest first, each verified against the
   storage before it loads, as ``worker.restore.choose`` does; the other ranks
   resume where it did. Ranks step in lockstep (a collective) and write a shard
-  every ``INTERVAL`` steps; once every rank's write is over the coordinator
-  writes the manifest and proposes it with the data cursor. A paused worker is
+  every interval (the start command's; :attr:`World.cadence`); once every
+  rank's write is over the coordinator writes the manifest and proposes it
+  with the data cursor, and the group takes the interval the log set last
+  for the next one (every rank at the same boundary, as the real session's
+  broadcast does; the other ranks wait for it). A run with the automatic
+  interval (:func:`plan`, ``auto``) has the coordinator report each staging
+  (``CheckpointStaged``, a stall drawn from its generation and step). A paused worker is
   a zombie in waiting: woken, it goes on as if nothing happened and never
   checks its fence.
   Silent data corruption: a rank miscomputes a step once (a transient), or a
@@ -26,11 +31,15 @@ checkpoint candidates the controller's start command carries, parsed by
   it (the agreement detector, every step): the coordinator reports
   ``CorruptionSuspected`` and every rank exits 87, as ``worker.sdcstep`` does;
   a generation started with ``RUNLEDGER_SDC_REPLAY`` reports ``StepReplayed``
-  at the step it names. The world records who miscomputed what
+  at the step it names. The job's own code can break (:attr:`World.broken`):
+  every worker launched from then on exits 1 before its first heartbeat, as
+  an exception at import does. The world records who miscomputed what
   (:attr:`World.miscomputed`), which ``proof.truth`` holds the verdicts to.
-- :class:`Agent`: one node's agent: its memory (``agent.decide.AgentState``)
-  and how far it has read the commands. A partitioned node's agent reads
-  nothing and its workers' reports wait until the partition heals.
+- :class:`Agent`: one node's agent: its memory (``agent.decide.AgentState``),
+  its applied-commands file (``agent.applied``'s lines, which a restart
+  restores and a node's new disk loses) and how far it has read the
+  commands. A partitioned node's agent reads nothing and its workers'
+  reports wait until the partition heals.
 - :class:`Flight`: a report on its way to the controller, from when the
   broker has it.
 - :class:`World`: all of it, the commands the controller appended, the
@@ -44,6 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.decide import AgentConfig, AgentState, WorkerKey
+from controller.checkpoints import AutoInterval
 from controller.policy import RETRY_CLASSES
 from controller.runplan import RunPlan
 from controller.spec.parts import RetryPolicy
@@ -54,21 +64,25 @@ from events.workerenv import CheckpointEnv
 RUN = "sim-run"
 NODES = ("n1", "n2", "n3")
 STEPS = 12  # the run's last step
-INTERVAL = 3  # a checkpoint every INTERVAL steps
+INTERVAL = 3  # a checkpoint every INTERVAL steps (at first, where the interval is automatic)
+MTBF_PRIOR_S = 20.0  # the automatic interval's prior: Young's T of 1-4 simulated steps
 ROOT = "sim://ckpt"
 OK, TORN = "ok", "torn"
 ONCE, FAULTY = "once", "faulty"  # how a rank came to miscompute a step
 
 
-def plan() -> RunPlan:
-    """The simulated run's plan: two ranks, one per node, retries for every class."""
+def plan(auto: bool = False) -> RunPlan:
+    """The simulated run's plan: two ranks, one per node, retries for every class; with
+    ``auto``, the checkpoint interval is the controller's (from ``INTERVAL`` steps)."""
     retry = {c: RetryPolicy(attempts=5, backoff_base_s=0.5, backoff_cap_s=1.0,
                             escalate_after=5) for c in RETRY_CLASSES}
     return RunPlan(world_size=2, argv=("train",), slots_per_node=1, heartbeat_timeout_ms=4_000,
                    stall_timeout_ms=30_000, start_timeout_ms=8_000,
                    cancel_authority=frozenset({"oncall"}), retry=retry,
                    checkpoint=CheckpointEnv(root=ROOT, interval_steps=INTERVAL,
-                                            rollback_window=3, dataset_id="ds"))
+                                            rollback_window=3, dataset_id="ds"),
+                   auto_interval=AutoInterval(mtbf_prior_s=MTBF_PRIOR_S, measured_cost_s=None,
+                                              initial_interval_steps=INTERVAL) if auto else None)
 
 
 def agent_config(node: str) -> AgentConfig:
@@ -118,6 +132,7 @@ class Worker:
     step: int = 0
     tried: int = 0  # candidates the coordinator has tried
     written: int = 0  # the last step whose shard this worker's write is over
+    interval: int = INTERVAL  # the checkpoint interval its start command gave
     proposed: int = 0  # the coordinator's last proposed step
     paused: bool = False
     stuck: bool = False  # blocked in a collective that never returns: it beats, never steps
@@ -126,6 +141,7 @@ class Worker:
     corrupt: bool = False  # its state is wrong: it miscomputed a step it still builds on
     suspected: bool = False  # its group found corruption: it exits 87 at its next move
     clean: bool = False  # exited 0: done, not gone
+    broken: bool = False  # launched after the job's code broke: it raises before any step
     epoch: int = 0  # the incarnation of its agent that launched it
     beat_at: int = 0  # its last heartbeat
     stepped_at: int = 0  # when its last step ended
@@ -149,6 +165,9 @@ class Agent:
     partitioned: bool = False  # cut off from the broker until it heals
     cut_until: int = 0  # a long partition heals no earlier than this
     epoch: int = 0  # incarnations so far: a restart forgets the workers it launched
+    # Its applied-commands file (agent.applied): a restart begins from it, so a start it
+    # re-reads is not launched twice; a node that comes back with a new disk has none.
+    applied: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -174,6 +193,12 @@ class World:
     miscomputed: dict[tuple[int, int], dict[int, tuple[str, str]]] = field(default_factory=dict)
     emitted: dict[int, int] = field(default_factory=dict)  # gen -> its last step report at
     checked: dict[int, int] = field(default_factory=dict)  # gen -> the last step compared
+    # gen -> (interval, the step it counts from): the group's checkpoint cadence, set where
+    # the coordinator resumed and again at each of its proposals
+    cadence: dict[int, tuple[int, int]] = field(default_factory=dict)
+    interval: int = 0  # the interval the newest CheckpointIntervalChanged set (0: none yet)
+    broken: bool = False  # the job's own code is broken: every worker launched now fails
+    suspicions: dict[int, int] = field(default_factory=dict)  # gen -> its first suspicion sent
     _ids: int = 0
 
     def header(self, gen: int, producer: str, run_id: str = RUN) -> Header:

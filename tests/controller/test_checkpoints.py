@@ -41,7 +41,7 @@ def staged(step: int, at_ms: int, stall_ms: float) -> CheckpointStaged:
 def test_young_interval_in_steps_from_the_measured_stall_and_step_time() -> None:
     auto = AutoInterval(mtbf_prior_s=3600.0, measured_cost_s=None, initial_interval_steps=100)
     # 100 steps took 52 s, 2 s of which was the previous checkpoint's stall: 0.5 s a step
-    change = interval_decision(auto, state(), Staged(100, 0, 2000.0),
+    change = interval_decision(auto, state(), Staged(100, 0, 2000.0, 1),
                                staged(200, 52_000, 2000.0), header_for)
     assert change is not None
     expected_s = math.sqrt(2 * 2.0 * 3600.0)  # 120 s
@@ -53,18 +53,33 @@ def test_young_interval_in_steps_from_the_measured_stall_and_step_time() -> None
 def test_observed_failures_replace_the_prior_and_small_changes_are_not_facts() -> None:
     auto = AutoInterval(mtbf_prior_s=3600.0, measured_cost_s=1.0, initial_interval_steps=100)
     st = state(failure_count=4, submitted_at=0)
-    change = interval_decision(auto, st, Staged(10, 0, 0.0), staged(20, 4_000_000, 0.0),
+    change = interval_decision(auto, st, Staged(10, 0, 0.0, 1), staged(20, 4_000_000, 0.0),
                                header_for)
     assert change is not None and change.mtbf_source == "observed"
     assert change.mtbf_s == 1_000_000 / 1000  # 4000 s over 4 failures
     same = interval_decision(auto, state(checkpoint_interval_steps=change.interval_steps),
-                             Staged(10, 0, 0.0), staged(20, 4_000_000, 0.0), header_for)
+                             Staged(10, 0, 0.0, 1), staged(20, 4_000_000, 0.0), header_for)
     assert same is None or abs(same.interval_steps - change.interval_steps) >= 1
 
 
 def test_no_decision_without_a_previous_checkpoint_to_time_steps() -> None:
     auto = AutoInterval(mtbf_prior_s=3600.0, measured_cost_s=None, initial_interval_steps=100)
     assert interval_decision(auto, state(), None, staged(5, 1000, 10.0), header_for) is None
+
+
+def test_a_staging_of_another_generation_times_no_steps() -> None:
+    """Generation 1 staged step 100 and failed; generation 2 resumed from there and staged
+    step 200 a long outage later. The time between holds the outage (and any steps trained
+    again), not 100 steps: an interval from it would be far too short. Only the next
+    staging of generation 2 measures its steps."""
+    auto = AutoInterval(mtbf_prior_s=3600.0, measured_cost_s=None, initial_interval_steps=100)
+    after_restart = EV.staged(2, 200, mode="sync", stall_ms=2000.0, bytes=1, backlog=0,
+                              at=600_000, event_id="g2s200")
+    assert interval_decision(auto, state(generation=2), Staged(100, 0, 2000.0, 1),
+                             after_restart, header_for) is None
+    same = interval_decision(auto, state(generation=2), Staged(100, 548_000, 2000.0, 2),
+                             after_restart, header_for)
+    assert same is not None and same.interval_steps == 240  # 0.5 s a step, as above
 
 
 def test_missing_shards_names_members_without_a_report() -> None:

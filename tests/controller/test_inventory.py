@@ -122,3 +122,13 @@ def test_expiry_only_after_the_policy_time_and_never_with_zero() -> None:
     (expire,) = expiries(q, policy, 6_000)
     assert expire.node == "n1" and expire.failures == 1 and "3 crashes" in expire.reason
     assert expiries(q, NodePolicy(expiry_ms=0), 10 ** 12) == []
+
+
+def test_a_node_remembers_its_agents_newest_registration_and_heartbeats_keep_it() -> None:
+    first = EV.agent_registered("n1")
+    beat = EV.agent_heartbeat("n1", slots=2, domain="d", busy_slots=1)
+    again = EV.agent_registered("n1")
+    assert fold([beat]).nodes["n1"].registered_at == 0  # a controller that began late
+    assert fold([first, beat]).nodes["n1"].registered_at == first.header.occurred_at
+    node = fold([first, beat, again, EV.agent_heartbeat("n1")]).nodes["n1"]
+    assert node.registered_at == again.header.occurred_at > first.header.occurred_at

@@ -188,6 +188,28 @@ def test_4_the_same_failure_on_every_rank_at_start_fails_fast_and_spares_the_nod
     assert not [a for a in actions if isinstance(a, Quarantine)]
 
 
+def test_4_one_code_on_every_rank_is_not_the_jobs_when_a_node_restarted_under_them() -> None:
+    """A rank's node restarted (its agent registered again after the generation began):
+    its peer's collective failed, and the rank its agent launched again failed its
+    rendezvous, both exit 1. That is a crash to retry, not the job's error. A controller
+    that began after the generation started could not see such a registration."""
+    both = with_exits(live(), exit_note("r0", 1), exit_note("r1", 1, at=NOW + 1))
+    started = both.state.generation_started_at
+    for registered in (started, started + 5_000):
+        node = replace(world().inventory.nodes["n1"], registered_at=registered)
+        restarted = World(NOW, 0, Inventory({"n1": node}), {}, dict)
+        classify, stop = decide(both, restarted)
+        assert isinstance(classify, Classify)
+        assert classify.failure.signature == "worker_crash:exit=1"
+        assert classify.decision.action == "restart" and stop == Stop(
+            "worker_crash:exit=1: restart")
+    before = replace(world().inventory.nodes["n1"], registered_at=started - 1)
+    classify, *_ = decide(both, World(NOW, 0, Inventory({"n1": before}), {}, dict))
+    assert isinstance(classify, Classify) and classify.failure.signature == "job:start_exit=1"
+    classify, *_ = decide(both, at(NOW, since=started + 1))
+    assert isinstance(classify, Classify) and classify.failure.signature == "worker_crash:exit=1"
+
+
 def test_4_a_launch_failure_fails_fast_at_once() -> None:
     missing = ExitNote("r1", "n1", 127, None, NOW, "/w/r1.log", "", "code.workdir /c does not "
                        "exist", False)

@@ -22,7 +22,7 @@ DOC = ROOT / "docs" / "verification.md"
 SAMPLE, SEEDS, TRACES = 8, 60, 20
 # The sample's kill rate may not fall below this: the rate measured (docs/verification.md),
 # a ratchet to raise as the simulation grows, toward the goal of 0.90.
-FLOOR = 0.58
+FLOOR = 0.65
 
 
 def test_the_catalogue_covers_every_target_with_unique_stable_names() -> None:
@@ -55,8 +55,9 @@ def test_a_mutant_the_proofs_catch_is_killed_and_one_they_cannot_see_survives() 
     cat = {m.name: m for m in mutants.catalogue()}
     dead = mutants.judge(cat["events.fold:_fenced:!= -> =="], [], seeds=30)
     assert dead.killer is not None and dead.killer.startswith("sim seed ")
-    # interval_decision tunes an automatic checkpoint interval; no simulated run asks for one.
-    alive = mutants.judge(cat["controller.checkpoints:interval_decision:and -> or"], [], seeds=5)
+    # An equivalent mutant: without the count of who was heard, the all() after it asks the
+    # same of every member, so no run can tell the two apart.
+    alive = mutants.judge(cat["controller.run_decide:_watch:drop operand 2#2"], [], seeds=5)
     assert alive.killer is None
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from events.model import (
+    CheckpointStaged,
     FailureClassified,
     GenerationStarted,
     GroupStopCommanded,
@@ -68,6 +69,11 @@ def test_four_thousand_seeds_hold_every_property(first: int) -> None:
                     .split(", "))
     assert int(verdicts["transient"]) > 0 and int(verdicts["node_fault"]) > 0, verdicts
     assert "Cancelled" in _row(done.stdout, "runs ended")
+    classes = dict(c.rsplit(" ", 1) for c in _row(done.stdout, "failures classified")
+                   .split(", "))
+    assert {"job", "hang", "storage", "worker_crash", "silent_corruption"} <= set(classes)
+    assert int(_row(done.stdout, "seeds whose interval the controller changed")) > CHUNK * 0.2
+    assert int(_row(done.stdout, "node operations applied")) > CHUNK * 0.05
     assert int(_row(done.stdout, "seeds with no fault, all succeeded (L)")) > CHUNK * 0.05
 
 
@@ -171,16 +177,21 @@ def test_state_checks_catch_a_wrong_latest_a_missing_shard_and_a_runaway_cursor(
         props.restored(ghost, "d3", "shard_checksum")
 
 
-def test_l_a_fault_free_run_must_succeed_with_its_last_step_committed() -> None:
-    ckpt = Checkpoint(12, "m12", "d12", 1, 0)
+def test_l_a_fault_free_run_must_succeed_trained_to_its_end_with_its_last_checkpoint() -> None:
+    ckpt = Checkpoint(9, "m9", "d9", 1, 0)
     done = RunState(run_id="r", status=Status.SUCCEEDED, spec_digest="", principal="",
                     world_size=2, dataset_id=None, submitted_at=0, updated_at=0,
-                    generation=1, checkpoint=ckpt, checkpoints=(ckpt,))
-    props.finished(done, 12)
+                    generation=1, step=12, checkpoint=ckpt, checkpoints=(ckpt,))
+    props.finished(done, 12, 9)
     with pytest.raises(props.Violation, match=r"L: .* ended Running in generation 1"):
-        props.finished(replace(done, status=Status.RUNNING), 12)
-    with pytest.raises(props.Violation, match=r"L: .* in generation 2 with step 9"):
-        props.finished(replace(done, generation=2, checkpoint=replace(ckpt, step=9)), 12)
+        props.finished(replace(done, status=Status.RUNNING), 12, 9)
+    with pytest.raises(props.Violation, match=r"L: .* in generation 2 at step 12 with step 6"):
+        props.finished(replace(done, generation=2, checkpoint=replace(ckpt, step=6)), 12, 9)
+    with pytest.raises(props.Violation, match=r"L: .* at step 11 with step 9 committed"):
+        props.finished(replace(done, step=11), 12, 9)
+    with pytest.raises(props.Violation, match=r"L: .* with step 9 committed, not .* with "
+                                              r"step 12"):
+        props.finished(done, 12, 12)
 
 
 def test_a_replay_that_differs_from_the_live_model_is_caught() -> None:
@@ -212,15 +223,21 @@ def test_ettr_labels_each_millisecond_by_the_documented_rules_as_the_query_does(
         RunAdmitted(header=h(1, 1, 1000), members=gang),
         GenerationStarted(header=h(2, 1, 1000), members=gang, reason="admitted"),
         step(3, 1, 1, 1300, wait=50.0), step(4, 1, 2, 1500),
+        # the loop blocked 100 ms staging step 2, which the restart redid: checkpoint first
+        CheckpointStaged(header=h(41, 1, 1500), step=2, mode="sync", stall_ms=100.0,
+                         waited_ms=0.0, bytes=1, backlog=0),
         WorkerExited(header=h(5, 1, 1600), logical_id="r1", node="n2", exit_code=1),
         FailureClassified(header=h(6, 1, 1700), failure_class="worker_crash", signature="exit:1",
                           action="restart", attempt=1, detail="d", logical_id="r1"),
         GenerationStarted(header=h(7, 2, 1800), members=gang, reason="restart", resume_step=1),
         step(8, 2, 2, 2200),
+        CheckpointStaged(header=h(81, 2, 2200), step=2, mode="sync", stall_ms=50.0,
+                         waited_ms=0.0, bytes=1, backlog=0),
         RunFinished(header=h(9, 2, 2500), outcome="succeeded", reason="done"),
     ]
-    want = {"idle": 0.1 + 0.3, "input_stall": 0.05, "productive": 0.15 + 0.2, "lost_work": 0.2,
-            "other": 0.1, "detection": 0.1, "recovery": 0.3}
+    want = {"idle": 0.1 + 0.3, "input_stall": 0.05, "productive": 0.15 + 0.15,
+            "lost_work": 0.1, "checkpoint": 0.1 + 0.05, "other": 0.1, "detection": 0.1,
+            "recovery": 0.3}
     got = ettr.labelled(facts, "sim-run")
     assert got == pytest.approx(want)
     parts = ettr.closes(facts, "sim-run").parts_s

@@ -137,7 +137,7 @@ def test_c_a_commit_whose_cursor_did_not_move_is_caught() -> None:
     (GANG[:1], r"starts 1 members \(r0@n1\) for a gang of 2"),
     ((GANG[0], replace(GANG[1], node="n1", slot=1)), r"over its slots: n1"),
     ((GANG[0], replace(GANG[1], logical_id="r0")), r"starts 2 members"),
-    ((GANG[0], replace(GANG[1], node="n9")), r"no such node, or quarantined: n9"),
+    ((GANG[0], replace(GANG[1], node="n9")), r"no such node, quarantined or cordoned: n9"),
 ])
 def test_g_a_start_that_is_no_whole_gang_within_the_slots_is_caught(
         members: tuple[Member, ...], why: str) -> None:
@@ -219,10 +219,10 @@ def test_h_a_hang_called_before_the_timeout_or_after_the_exit_is_caught() -> Non
     with pytest.raises(Violation, match=r"H: r1 of generation 1 called hung at 4999: heard "
                                         r"from at 1000 \(3999 ms before"):
         t.appended(hang(1_000 + p.heartbeat_timeout_ms - 1))
-    t.exited.add((1, "r1"))
+    t.codes[(1, "r1")] = 1
     with pytest.raises(Violation, match=r"H: .* its exit read"):
         t.appended(hang(100_000))
-    t.exited.clear()
+    t.codes.clear()
     t.appended(hang(1_000 + p.heartbeat_timeout_ms))
 
 
@@ -405,10 +405,11 @@ def test_z_a_healthy_node_quarantined_for_corruption_is_caught_and_g_keeps_it_ou
     t.appended([_verdict(r, "node_fault", (0, 1), ("n2",)), _quarantine("n2", cause="rep")])
     t = _truth()
     t.appended(_opening())
+    t.failures["n3"] = 3  # three failures counted against it, in other runs (Q)
     t.appended([_quarantine("n3", why="3 failures on the node")])  # not corruption's: G's
     t.appended([(COMMANDS, GroupStopCommanded(header=_h(f"stop{n}", 1, 21), command_id=f"c{n}",
                                               node=n, reason="x")) for n in ("n1", "n2")])
-    with pytest.raises(Violation, match=r"G: generation 2 .*quarantined: n3"):
+    with pytest.raises(Violation, match=r"G: generation 2 .*quarantined or cordoned: n3"):
         t.appended([(RUNS, _started(2, 30, (GANG[0], Member("r1", "n3", 0))))])
 
 

@@ -199,7 +199,7 @@ def test_every_number_derived_from_an_accepted_spec_fits_its_avro_type(
         # an observed failure history.
         for st_ in (state(), state(failure_count=10**6, submitted_at=0)):
             for step, at in ((1 + jump, 1 + elapsed_ms), (2, LONG_MAX // 2)):
-                change = interval_decision(auto, st_, Staged(1, 0, 0.0),
+                change = interval_decision(auto, st_, Staged(1, 0, 0.0, 1),
                                            staged(step, at, cost_ms), header_for)
                 if change is not None:
                     _fits(change)

@@ -53,7 +53,6 @@ DRAIN = "drain"
 class Operations:
     cordons: dict[str, str] = field(default_factory=dict)  # node -> "cordon" or "drain"
     epochs: dict[str, int] = field(default_factory=dict)  # node -> operation facts so far
-    applied: set[str] = field(default_factory=set)  # requests that became a fact
     taken: set[str] = field(default_factory=set)  # applied, or refused with a record
     seen: dict[str, tuple[int, bool]] = field(default_factory=dict)  # request -> its node's
     # epoch when the controller read it, and whether it knew the node then
@@ -74,8 +73,6 @@ class Operations:
         taken = request_of(e)
         if taken is not None:
             self.taken.add(taken)
-            if not isinstance(e, WriteRejected):
-                self.applied.add(taken)
 
     def known(self, node: str, since: int) -> bool:
         """Whether the controller knows the node: a fact names it, or its agent was heard

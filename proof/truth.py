@@ -33,7 +33,7 @@ after every controller transaction, in the order the records were appended:
   confirmation, a step) for longer than the stall timeout, counted from the
   controller's own start too;
 - Q  a node is quarantined for failures exactly at the failure counted
-  against it (``controller.policy.counts_against_node``) that makes
+  against it (as ``controller.inventory.count_failures`` counts) that makes
   ``NODE_QUARANTINE_AFTER``, in the transaction that classifies it, and
   such a quarantine names that count;
 - M  a generation is confirmed Running only once the controller has read a
@@ -105,9 +105,11 @@ Tested in tests/proof/test_sim.py.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controller.emitter import Out
+from controller.inventory import count_failures
 from controller.liveness import EXIT_GRACE_MS
 from controller.run_decide import NODE_QUARANTINE_AFTER
 from controller.runplan import RunPlan
@@ -176,7 +178,8 @@ class Truth:
     first_exit: dict[int, int] = field(default_factory=dict)  # gen -> its first exit's time
     refused: set[int] = field(default_factory=set)  # generations with a launch error read
     progress: dict[int, int] = field(default_factory=dict)  # gen -> its newest progress fact
-    failures: dict[str, int] = field(default_factory=dict)  # node -> failures counted (Q)
+    # node -> failures counted against it, as the inventory counts them (Q)
+    failures: Mapping[str, int] = field(default_factory=dict)
     ops: Operations = field(default_factory=Operations)  # cordons and requests (N, X)
     registered: dict[str, int] = field(default_factory=dict)  # node -> its agent's, read at
     started: dict[int, int] = field(default_factory=dict)  # gen -> GenerationStarted at
@@ -390,6 +393,7 @@ class Truth:
 
     def _node_fact(self, e: Event) -> None:
         self.ops.fact(e)
+        self.failures = count_failures(self.failures, e)
         match e:
             case NodeQuarantined():
                 if e.reason.startswith("silent data corruption"):
@@ -399,12 +403,8 @@ class Truth:
                     raise Violation("Q", f"{e.node} quarantined ({e.reason}) after "
                                          f"{self.failures.get(e.node, 0)} failures counted")
                 self.quarantined.add(e.node)
-            case NodeUncordoned():
+            case NodeUncordoned() | NodeQuarantineExpired():
                 self.quarantined.discard(e.node)
-                self.failures[e.node] = 0
-            case NodeQuarantineExpired():
-                self.quarantined.discard(e.node)
-                self.failures[e.node] = e.failures
 
     def _blame_true(self, e: NodeQuarantined) -> None:
         """A node quarantined for corruption miscomputed the suspect step both in the

@@ -11,7 +11,7 @@ appended so far, and the simulated world; ``proof.truth.Truth`` is one):
   failed;
 - :func:`joined` (M) and :func:`success_is_true` (O): a confirmation once
   every member is heard from, a success once every exit 0 is read;
-- :func:`counted` (Q's count) and :func:`suspicion_awaited` (Z's wait);
+- :func:`suspicion_awaited` (Z's wait);
 - :func:`classified`: every judgement a ``FailureClassified`` calls for.
 
 Tested in tests/proof/test_truth.py and tests/proof/test_truth_verdicts.py.
@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from controller.liveness import EXIT_GRACE_MS
-from controller.policy import JOB, NO_HEARTBEAT, NO_PROGRESS, counts_against_node
+from controller.policy import JOB, NO_HEARTBEAT, NO_PROGRESS
 from controller.run_decide import START_EXIT_WAIT_MS
 from controller.runplan import RunPlan
 from events.model import (
@@ -50,14 +50,12 @@ class Reading(Protocol):
     refused: set[int]  # generations with a launch error read
     registered: dict[str, int]  # node -> its agent's registration, read at
     progress: dict[int, int]  # gen -> its newest progress fact
-    failures: dict[str, int]  # node -> failures counted
     sdc: dict[str, CorruptionSuspected | StepReplayed]  # suspicions and replays read
     since: int  # when the controller last began listening
 
 
 def classified(t: Reading, f: FailureClassified) -> None:
-    """Count ``f`` against its node, then hold it to H, J and Z's wait."""
-    counted(t, f)
+    """Hold ``f`` to H, J and Z's wait."""
     suspicion_awaited(t, f)
     hang_is_true(t, f)
     if f.signature == NO_PROGRESS:
@@ -100,11 +98,6 @@ def stall_is_true(t: Reading, f: FailureClassified) -> None:
         raise Violation("H", f"generation {g} called stalled at {now}: its last progress "
                              f"at {last} ({now - last} ms before, the stall timeout "
                              f"{t.plan.stall_timeout_ms} ms), exits read: {exits}")
-
-
-def counted(t: Reading, f: FailureClassified) -> None:
-    if f.node and counts_against_node(f.failure_class, f.signature):
-        t.failures[f.node] = t.failures.get(f.node, 0) + 1
 
 
 def suspicion_awaited(t: Reading, f: FailureClassified) -> None:

@@ -405,7 +405,7 @@ def test_z_a_healthy_node_quarantined_for_corruption_is_caught_and_g_keeps_it_ou
     t.appended([_verdict(r, "node_fault", (0, 1), ("n2",)), _quarantine("n2", cause="rep")])
     t = _truth()
     t.appended(_opening())
-    t.failures["n3"] = 3  # three failures counted against it, in other runs (Q)
+    t.failures = {"n3": 3}  # three failures counted against it, in other runs (Q)
     t.appended([_quarantine("n3", why="3 failures on the node")])  # not corruption's: G's
     t.appended([(COMMANDS, GroupStopCommanded(header=_h(f"stop{n}", 1, 21), command_id=f"c{n}",
                                               node=n, reason="x")) for n in ("n1", "n2")])
